@@ -1,0 +1,31 @@
+# Two entry points for a fresh clone: `make demo` and `make test`. Each creates .venv when missing.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SHARED_LOCOMO := $(abspath ../shared/data/locomo/locomo10.json)
+ifeq ($(MEMLAB_LOCOMO),)
+ifneq ($(wildcard $(SHARED_LOCOMO)),)
+export MEMLAB_LOCOMO := $(SHARED_LOCOMO)
+endif
+endif
+
+.PHONY: demo test lint clean-venv
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) -m memlab demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check memlab tests benchmarks
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,94 @@
+"""Where the LoCoMo file lives and how memlab gets it (download verified by sha256)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+LOCOMO_URL = "https://raw.githubusercontent.com/snap-research/locomo/main/data/locomo10.json"
+LOCOMO_SHA256 = "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4"
+LOCOMO_SIZE = 2_805_274
+ENV_VAR = "MEMLAB_LOCOMO"
+
+HOW_TO_GET = (
+    "LoCoMo-10 (CC BY-NC 4.0) is not bundled with memlab. Get it with one of:\n"
+    "  memlab data fetch                      # downloads to ~/.cache/memlab/locomo10.json, checks sha256\n"
+    f"  export {ENV_VAR}=/path/to/locomo10.json  # a copy you already have\n"
+    f"Source: {LOCOMO_URL}"
+)
+
+
+class DataNotFoundError(FileNotFoundError):
+    """No LoCoMo file at any of the places memlab looks."""
+
+
+class ChecksumMismatchError(ValueError):
+    """A downloaded file does not have the expected sha256; nothing was written."""
+
+
+def default_cache_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "memlab" / "locomo10.json"
+
+
+def resolve_locomo_path(path: str | os.PathLike[str] | None = None) -> Path:
+    """An explicit path, else ``$MEMLAB_LOCOMO``, else the user cache; the first that is given wins."""
+    if path is not None:
+        p, origin = Path(path), "the path given"
+    elif os.environ.get(ENV_VAR):
+        p, origin = Path(os.environ[ENV_VAR]), f"${ENV_VAR}"
+    else:
+        p, origin = default_cache_path(), "the user cache"
+    if not p.is_file():
+        raise DataNotFoundError(f"no LoCoMo file at {p} ({origin}).\n{HOW_TO_GET}")
+    return p
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch_locomo(
+    dest: str | os.PathLike[str] | None = None,
+    url: str = LOCOMO_URL,
+    sha256: str = LOCOMO_SHA256,
+    timeout: float = 60.0,
+    force: bool = False,
+) -> Path:
+    """Download LoCoMo-10 to ``dest`` atomically; refuse (and keep any existing file) on a hash mismatch."""
+    target = Path(dest) if dest is not None else default_cache_path()
+    if target.is_file() and not force and sha256_file(target) == sha256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    fd, tmp = tempfile.mkstemp(prefix=".locomo10.", suffix=".part", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            try:
+                with urllib.request.urlopen(url, timeout=timeout) as resp:
+                    for chunk in iter(lambda: resp.read(1 << 16), b""):
+                        h.update(chunk)
+                        out.write(chunk)
+            except (urllib.error.URLError, OSError) as e:
+                raise ConnectionError(f"could not download {url}: {e}.\n{HOW_TO_GET}") from e
+            out.flush()
+            os.fsync(out.fileno())
+        got = h.hexdigest()
+        if got != sha256:
+            raise ChecksumMismatchError(
+                f"refusing {url}: sha256 {got} does not match the expected {sha256}; "
+                f"{target} was left as it was"
+            )
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
