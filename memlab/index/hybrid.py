@@ -1,0 +1,387 @@
+"""Hybrid retrieval per user key: dense (FAISS) + keyword ranks fused by RRF, with the search options.
+
+Each `UserKey` has its own index, so a search costs what that user's memories cost, never all users'.
+A key's index is rebuilt lazily on the first search after a write: rows come from the current
+entries, so a deleted memory is never returned and an updated one is re-embedded (vectors of
+unchanged texts are reused). Corpus-fitted embedders (tfidf-lsa) are refitted when the key's corpus
+has grown or shrunk by ``refit_growth`` since the last fit; in between, new texts are projected with
+the existing fit.
+
+Search order (DESIGN, Search options): filter by kind and time window -> dense list (similarity
+threshold applies here) and keyword list -> RRF (score = sum 1/(k + rank)) -> dedupe (word-set
+Jaccard >= 0.80 keeps the higher-ranked) -> cut to max_results -> kind fallback (< 3 hits: search
+again without the kind, merge after the kind hits) -> optional order by event time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from memlab.index.dense import DenseIndex
+from memlab.index.embedders import Embedder, make_embedder
+from memlab.index.keyword import KeywordScorer, make_keyword_scorer
+from memlab.index.text import jaccard, word_set, words
+from memlab.memory.entry import MemoryEntry, UserKey
+from memlab.memory.search_types import (
+    DEDUPE_JACCARD,
+    KIND_FALLBACK_MIN_HITS,
+    SearchHit,
+    SearchOptions,
+    SearchResult,
+)
+
+#: Up to this many memories per key, every list is ranked in full (exact RRF); above it, each list
+#: is cut at ``max(DEPTH_MIN, DEPTH_FACTOR * max_results)`` candidates.
+FULL_RANK_LIMIT = 20_000
+DEPTH_MIN = 100
+DEPTH_FACTOR = 10
+
+
+def index_text(entry: MemoryEntry) -> str:
+    """What the retrievers see of a memory: its text plus its topics."""
+    if entry.topics:
+        return f"{entry.text} ({', '.join(entry.topics)})"
+    return entry.text
+
+
+def _h(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class _KeyState:
+    entries: dict[str, MemoryEntry] = field(default_factory=dict)
+    dirty: bool = True
+    rows: list[MemoryEntry] = field(default_factory=list)
+    embedder: Embedder | None = None
+    fit_n: int = 0
+    fit_version: int = 0
+    vectors: dict[str, tuple[str, int, np.ndarray]] = field(default_factory=dict)
+    dense: DenseIndex | None = None
+    keyword: KeywordScorer | None = None
+    is_fact: np.ndarray | None = None
+    event_ts: np.ndarray | None = None  # float seconds, NaN where absent
+    participants: dict[str, np.ndarray] = field(default_factory=dict)  # lower-cased name -> row mask
+    word_sets: list[frozenset[str]] = field(default_factory=list)
+
+
+class HybridIndex:
+    """Implements `memlab.memory.Searcher`: one dense + keyword index per user key."""
+
+    def __init__(
+        self,
+        embedder: str | Embedder = "tfidf-lsa",
+        index: str = "Flat",
+        keyword: str = "tfidf",
+        refit_growth: float = 0.25,
+        embedder_params: dict[str, Any] | None = None,
+        cache_path: str | None = None,
+        persist_path: str | None = None,
+    ):
+        self.embedder = embedder
+        self.index = index
+        self.keyword = keyword
+        self.refit_growth = refit_growth
+        self.embedder_params = embedder_params or {}
+        self.cache_path = cache_path
+        self.persist_path = persist_path
+        self._states: dict[UserKey, _KeyState] = {}
+        self._shared_embedder: Embedder | None = None
+        self.builds = 0
+        if persist_path and Path(persist_path).is_file():
+            self._load(persist_path)
+
+    # ------------------------------------------------------------------ store hooks (Searcher)
+    def _state(self, key: UserKey) -> _KeyState | None:
+        return self._states.get(key)
+
+    def on_upsert(self, entry: MemoryEntry) -> None:
+        st = self._states.get(entry.key)
+        if st is not None:
+            st.entries[entry.id] = entry
+            st.dirty = True
+
+    def on_delete(self, key: UserKey, memory_id: str) -> None:
+        st = self._states.get(key)
+        if st is not None and st.entries.pop(memory_id, None) is not None:
+            st.dirty = True
+
+    def on_clear(self, key: UserKey) -> None:
+        st = self._states.get(key)
+        if st is not None:
+            st.entries.clear()
+            st.dirty = True
+
+    # ---------------------------------------------------------------------------- building
+    def _new_embedder(self) -> Embedder:
+        if isinstance(self.embedder, Embedder):
+            proto = self.embedder
+            if proto.needs_fit:
+                return proto.clone()
+            return proto
+        if self._shared_embedder is None:
+            self._shared_embedder = make_embedder(self.embedder, cache_path=self.cache_path, **self.embedder_params)
+        if self._shared_embedder.needs_fit:
+            return make_embedder(self.embedder, cache_path=self.cache_path, **self.embedder_params)
+        return self._shared_embedder
+
+    def _build(self, st: _KeyState) -> None:
+        rows = sorted(st.entries.values(), key=lambda e: (e.created_at, e.id))
+        texts = [index_text(e) for e in rows]
+        if st.embedder is None:
+            st.embedder = self._new_embedder()
+        n = len(rows)
+        if st.embedder.needs_fit and (
+            st.fit_n == 0 or n > st.fit_n * (1 + self.refit_growth) or n < st.fit_n * (1 - self.refit_growth)
+        ):
+            st.embedder.fit(texts)
+            st.fit_n = n
+            st.fit_version += 1
+            st.vectors.clear()
+        todo = [(e.id, t) for e, t in zip(rows, texts)
+                if (c := st.vectors.get(e.id)) is None or c[0] != _h(t) or c[1] != st.fit_version]
+        if todo:
+            vecs = st.embedder.embed([t for _, t in todo])
+            for (mid, t), v in zip(todo, vecs):
+                st.vectors[mid] = (_h(t), st.fit_version, v)
+        live = {e.id for e in rows}
+        for mid in [m for m in st.vectors if m not in live]:
+            del st.vectors[mid]
+        st.rows = rows
+        if n:
+            mat = np.vstack([st.vectors[e.id][2] for e in rows])
+            st.dense = DenseIndex(self.index).build(mat)
+            st.keyword = make_keyword_scorer(self.keyword).fit(texts)
+        else:
+            st.dense, st.keyword = None, None
+        st.is_fact = np.array([e.kind == "fact" for e in rows], dtype=bool)
+        st.event_ts = np.array([e.event_time.timestamp() if e.event_time else np.nan for e in rows], dtype=float)
+        st.word_sets = [word_set(e.text) for e in rows]
+        st.participants = {}
+        for r, e in enumerate(rows):
+            for p in e.participants:
+                st.participants.setdefault(p.lower(), np.zeros(n, dtype=bool))[r] = True
+        st.dirty = False
+        self.builds += 1
+
+    def ensure_built(self, key: UserKey, load_entries: Callable[[], list[MemoryEntry]]) -> _KeyState:
+        st = self._states.get(key)
+        if st is None:
+            st = _KeyState(entries={e.id: e for e in load_entries()})
+            self._states[key] = st
+        if st.dirty:
+            self._build(st)
+        return st
+
+    # ----------------------------------------------------------------------------- search
+    def search(self, key: UserKey, options: SearchOptions,
+               load_entries: Callable[[], list[MemoryEntry]]) -> SearchResult:
+        result = SearchResult(query=options.query, options=options)
+        if not options.query.strip() or options.max_results <= 0:
+            return result
+        st = self.ensure_built(key, load_entries)
+        if not st.rows:
+            return result
+        hits, dropped = self._ranked(st, options, options.kind)
+        if options.kind and options.kind_fallback and len(hits) < KIND_FALLBACK_MIN_HITS:
+            more, more_dropped = self._ranked(st, options, None)
+            have = {h.id for h in hits}
+            for h in more:
+                if len(hits) >= options.max_results:
+                    break
+                if h.id not in have:
+                    hits.append(_with(h, via="kind-fallback"))
+                    result.fallback_added.append(h.id)
+                    have.add(h.id)
+            dropped += [d for d in more_dropped if d[0] not in have]
+        if options.order_by_event_time:
+            hits.sort(key=lambda h: (h.entry.event_time is None,
+                                     h.entry.event_time.timestamp() if h.entry.event_time else 0.0))
+        result.hits = [h if h.rank == i else _with(h, rank=i) for i, h in enumerate(hits, start=1)]
+        result.dropped_by_dedupe = dropped
+        return result
+
+    def _mask(self, st: _KeyState, options: SearchOptions, kind: str | None) -> np.ndarray:
+        mask = np.ones(len(st.rows), dtype=bool)
+        if kind is not None:
+            mask &= st.is_fact if kind == "fact" else ~st.is_fact
+        if options.after is not None or options.before is not None:
+            ts = st.event_ts
+            ok = ~np.isnan(ts)
+            if options.after is not None:
+                ok &= ts >= options.after.timestamp()
+            if options.before is not None:
+                ok &= ts <= options.before.timestamp()
+            mask &= ok
+        return mask
+
+    def _ranked(self, st: _KeyState, options: SearchOptions, kind: str | None
+                ) -> tuple[list[SearchHit], list[tuple[str, str, float]]]:
+        """One ranked, deduped list under a kind filter (vectorised: ~0.1 ms at LoCoMo size)."""
+        mask = self._mask(st, options, kind)
+        n = len(st.rows)
+        if not mask.any():
+            return [], []
+        depth = n if n <= FULL_RANK_LIMIT else max(DEPTH_MIN, DEPTH_FACTOR * options.max_results)
+        lists: list[np.ndarray] = []
+        d_rank = np.zeros(n, dtype=np.int64)  # 0 = not in the list
+        d_score = np.full(n, np.nan, dtype=np.float32)
+        k_rank = np.zeros(n, dtype=np.int64)
+        k_score = np.full(n, np.nan, dtype=np.float32)
+        if not options.keyword_only:
+            q = st.embedder.embed([options.query])
+            want = depth if mask.all() else min(n, depth * 4)
+            while True:
+                D, Ids = st.dense.search(q, want)
+                valid = Ids[0] >= 0
+                D, Ids = D[0][valid], Ids[0][valid]
+                keep = mask[Ids]
+                if want >= n or int(keep.sum()) >= depth:
+                    break
+                want = min(n, want * 4)
+            if options.similarity_threshold is not None:
+                keep &= D >= options.similarity_threshold
+            dl = Ids[keep][:depth]
+            d_rank[dl] = np.arange(1, len(dl) + 1)
+            d_score[dl] = D[keep][:depth]
+            lists.append(dl)
+        if options.hybrid or options.keyword_only:
+            ks = st.keyword.score(options.query)
+            cand = np.flatnonzero(mask & (ks > 0))
+            kl = cand[np.argsort(-ks[cand], kind="stable")][:depth]
+            k_rank[kl] = np.arange(1, len(kl) + 1)
+            k_score[kl] = ks[kl]
+            lists = [kl] if options.keyword_only else lists + [kl]
+        if options.participant_boost and st.participants and len(lists) == 2:
+            qwords = set(words(options.query))
+            named = [m for p, m in st.participants.items() if p in qwords or p.split()[0] in qwords]
+            if named:
+                who = np.logical_or.reduce(named)
+                lists = lists + [lst[who[lst]] for lst in lists]
+        fused = None
+        if len(lists) >= 2:
+            fused = np.zeros(n, dtype=np.float64)
+            for lst in lists:
+                fused[lst] += 1.0 / (options.rrf_k + np.arange(1, len(lst) + 1))
+            cand = np.flatnonzero(fused > 0)
+            tie = np.nan_to_num(d_score[cand], nan=-9.0)
+            ranked = cand[np.lexsort((-tie, -fused[cand]))]
+            main_score = fused
+        else:
+            ranked = lists[0]
+            main_score = k_score if options.keyword_only else d_score
+        f_rank = np.zeros(n, dtype=np.int64)
+        if fused is not None:
+            f_rank[ranked] = np.arange(1, len(ranked) + 1)
+        if options.dedupe:
+            chosen, dropped_rows = [], []
+            kept_sets: list[tuple[int, frozenset[str]]] = []
+            for i in ranked:
+                if len(chosen) >= options.max_results:
+                    break
+                ws = st.word_sets[i]
+                lw = len(ws)
+                # Jaccard >= t needs t <= |a|/|b| <= 1/t: skip the set algebra for most pairs
+                dup = next(((j, jac) for j, ks_ in kept_sets
+                            if DEDUPE_JACCARD * len(ks_) <= lw <= len(ks_) / DEDUPE_JACCARD
+                            and (jac := jaccard(ws, ks_)) >= DEDUPE_JACCARD), None)
+                if dup is None:
+                    chosen.append(int(i))
+                    kept_sets.append((int(i), ws))
+                else:
+                    dropped_rows.append((int(i), dup[0], dup[1]))
+            dropped = [(st.rows[a].id, st.rows[b].id, j) for a, b, j in dropped_rows]
+        else:
+            chosen, dropped = [int(i) for i in ranked[: options.max_results]], []
+
+        def opt(arr: np.ndarray, i: int) -> int | None:
+            return int(arr[i]) or None
+
+        def optf(arr: np.ndarray, i: int) -> float | None:
+            v = arr[i]
+            return None if np.isnan(v) else float(v)
+
+        hits = [
+            SearchHit(
+                entry=st.rows[i], score=float(main_score[i]), rank=r,
+                dense_rank=opt(d_rank, i), dense_score=optf(d_score, i),
+                keyword_rank=opt(k_rank, i), keyword_score=optf(k_score, i),
+                fused_rank=opt(f_rank, i), fused_score=None if fused is None else float(fused[i]),
+            )
+            for r, i in enumerate(chosen, start=1)
+        ]
+        return hits, dropped
+
+    # ------------------------------------------------------------------------- persistence
+    def save(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Write every key's fitted embedder, vectors and keyword model next to the store (atomic)."""
+        target = Path(path or self.persist_path or "")
+        if not str(target):
+            raise ValueError("HybridIndex.save: no path given and no persist_path set")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        blob: dict[str, Any] = {"version": 1, "config": self._config(), "keys": {}}
+        for key, st in self._states.items():
+            dense = None
+            if st.dense is not None and st.dense.index_ is not None:
+                dense = faiss.serialize_index(st.dense.index_)
+            blob["keys"][(key.app_name, key.user_id)] = {
+                "entries": st.entries, "dirty": st.dirty, "rows": st.rows, "embedder": st.embedder,
+                "fit_n": st.fit_n, "fit_version": st.fit_version, "vectors": st.vectors, "dense": dense,
+                "effective_factory": None if st.dense is None else st.dense.effective_factory_,
+                "keyword": st.keyword, "is_fact": st.is_fact, "event_ts": st.event_ts,
+                "participants": st.participants, "word_sets": st.word_sets,
+            }
+        fd, tmp = tempfile.mkstemp(prefix=".index.", dir=target.parent)
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(blob, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, target)
+        return target
+
+    def _config(self) -> dict[str, Any]:
+        emb = self.embedder if isinstance(self.embedder, str) else self.embedder.embedder_id
+        return {"embedder": emb, "index": self.index, "keyword": self.keyword,
+                "embedder_params": self.embedder_params}
+
+    def _load(self, path: str) -> None:
+        with open(path, "rb") as f:
+            blob = pickle.load(f)
+        if blob.get("config") != self._config():
+            return  # built with other settings: rebuild from the store instead
+        for (app, user), d in blob["keys"].items():
+            dense = None
+            if d["dense"] is not None:
+                dense = DenseIndex(self.index)
+                dense.index_ = faiss.deserialize_index(d["dense"])
+                dense.effective_factory_ = d["effective_factory"]
+            self._states[UserKey(app, user)] = _KeyState(
+                entries=d["entries"], dirty=d["dirty"], rows=d["rows"], embedder=d["embedder"], fit_n=d["fit_n"],
+                fit_version=d["fit_version"], vectors=d["vectors"], dense=dense, keyword=d["keyword"],
+                is_fact=d["is_fact"], event_ts=d["event_ts"], participants=d["participants"],
+                word_sets=d["word_sets"],
+            )
+
+    def verify_against(self, key: UserKey, entries: list[MemoryEntry]) -> None:
+        """Drop a loaded key whose entries differ from the store's (the store is the truth)."""
+        st = self._states.get(key)
+        if st is not None and {e.id: e for e in entries} != st.entries:
+            self._states[key] = _KeyState(entries={e.id: e for e in entries})
+
+    def close(self) -> None:
+        if self.persist_path:
+            self.save(self.persist_path)
+
+
+def _with(h: SearchHit, **changes: Any) -> SearchHit:
+    from dataclasses import replace
+
+    return replace(h, **changes)

@@ -1,0 +1,40 @@
+"""Text analysis shared by the keyword scorers, tfidf-lsa and the Jaccard rules."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from nltk.stem.porter import PorterStemmer
+from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_STEMMER = PorterStemmer()
+STOP_WORDS = frozenset(ENGLISH_STOP_WORDS)
+
+
+@lru_cache(maxsize=500_000)
+def stem(word: str) -> str:
+    return _STEMMER.stem(word)
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens (apostrophe suffixes folded: "Caroline's" -> "caroline")."""
+    return [w.split("'")[0] for w in _WORD.findall(text.lower())]
+
+
+@lru_cache(maxsize=200_000)
+def analyze(text: str) -> tuple[str, ...]:
+    """Stemmed content words: stop words dropped, Porter stems (the keyword scorers' vocabulary)."""
+    return tuple(stem(w) for w in words(text) if w not in STOP_WORDS and w)
+
+
+def word_set(text: str) -> frozenset[str]:
+    """The word set of DESIGN's Jaccard rules (dedupe, reconcile): lower-cased words, no stemming."""
+    return frozenset(words(text))
+
+
+def jaccard(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> float:
+    if not a and not b:
+        return 0.0
+    return len(a & b) / len(a | b)

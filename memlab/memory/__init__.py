@@ -1,0 +1,27 @@
+"""Memory model and storage: typed entries per `UserKey`, one `MemoryService` interface, two backends."""
+
+from memlab.memory.entry import KINDS, MemoryEntry, MemoryValidationError, UserKey, content_id
+from memlab.memory.search_types import (
+    DEDUPE_JACCARD,
+    KIND_FALLBACK_MIN_HITS,
+    RRF_K_DEFAULT,
+    Searcher,
+    SearchHit,
+    SearchOptions,
+    SearchResult,
+)
+from memlab.memory.service import (
+    InMemoryMemoryService,
+    MemoryService,
+    OpRecord,
+    SearchUnavailableError,
+    UpdateResult,
+)
+from memlab.memory.sqlite import SCHEMA_VERSION, SchemaVersionError, SQLiteMemoryService
+
+__all__ = [
+    "DEDUPE_JACCARD", "KINDS", "KIND_FALLBACK_MIN_HITS", "RRF_K_DEFAULT", "SCHEMA_VERSION", "InMemoryMemoryService",
+    "MemoryEntry", "MemoryService", "MemoryValidationError", "OpRecord", "SQLiteMemoryService", "SchemaVersionError",
+    "SearchHit", "SearchOptions", "SearchResult", "SearchUnavailableError", "Searcher", "UpdateResult", "UserKey",
+    "content_id",
+]

@@ -1,0 +1,136 @@
+"""The search contract of a `MemoryService`: options in, traced hits out (the algorithm is `memlab.index`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from memlab.memory.entry import MemoryEntry, UserKey
+
+RRF_K_DEFAULT = 60
+KIND_FALLBACK_MIN_HITS = 3
+DEDUPE_JACCARD = 0.80
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Search options exactly as DESIGN.md lists them (defaults are tRPC-Agent-Go's)."""
+
+    query: str = ""
+    kind: str | None = None
+    after: datetime | None = None
+    """Only memories whose event_time is at or after this (memories without event_time are excluded)."""
+    before: datetime | None = None
+    max_results: int = 10
+    similarity_threshold: float | None = None
+    """Minimum dense cosine score; applied to the dense list before fusion."""
+    order_by_event_time: bool = False
+    kind_fallback: bool = True
+    dedupe: bool = True
+    hybrid: bool = True
+    rrf_k: int = RRF_K_DEFAULT
+    keyword_only: bool = False
+    """Rank by the keyword list alone (an ablation arm; hybrid is ignored)."""
+    participant_boost: bool = False
+    """When the query names a participant, fuse in extra lists restricted to that participant's memories
+    (a who-did-what signal; memlab's addition, measured in ``benchmarks/retrieval_recall.py``)."""
+
+    def __post_init__(self) -> None:
+        if self.max_results < 0:
+            raise ValueError(f"SearchOptions.max_results: expected >= 0, got {self.max_results}")
+        if self.rrf_k <= 0:
+            raise ValueError(f"SearchOptions.rrf_k: expected > 0, got {self.rrf_k}")
+        if self.kind is not None and self.kind not in ("fact", "episode"):
+            raise ValueError(f"SearchOptions.kind: expected 'fact', 'episode' or None, got {self.kind!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("after", "before"):
+            d[k] = None if d[k] is None else d[k].isoformat()
+        return d
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One returned memory with everything the trace needs about how it got there."""
+
+    entry: MemoryEntry
+    score: float
+    """The score the hit was ranked by: fused RRF score when hybrid, else the single signal's."""
+    rank: int
+    dense_rank: int | None = None
+    dense_score: float | None = None
+    keyword_rank: int | None = None
+    keyword_score: float | None = None
+    fused_rank: int | None = None
+    fused_score: float | None = None
+    via: str = "primary"
+    """``primary`` or ``kind-fallback`` (added by the unfiltered second search)."""
+
+    @property
+    def id(self) -> str:
+        return self.entry.id
+
+
+@dataclass
+class SearchResult:
+    query: str
+    options: SearchOptions
+    hits: list[SearchHit] = field(default_factory=list)
+    dropped_by_dedupe: list[tuple[str, str, float]] = field(default_factory=list)
+    """(dropped id, kept id, Jaccard) for every hit removed as a near-duplicate."""
+    fallback_added: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    def __iter__(self):
+        return iter(self.hits)
+
+    @property
+    def entries(self) -> list[MemoryEntry]:
+        return [h.entry for h in self.hits]
+
+    @property
+    def source_ids(self) -> list[str]:
+        return list(dict.fromkeys(s for h in self.hits for s in h.entry.source_ids))
+
+    def to_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {
+                    "rank": h.rank, "id": h.id, "text": h.entry.text, "kind": h.entry.kind,
+                    "event_time": h.entry.event_time, "source_ids": list(h.entry.source_ids),
+                    "score": h.score, "dense_rank": h.dense_rank, "dense_score": h.dense_score,
+                    "keyword_rank": h.keyword_rank, "keyword_score": h.keyword_score,
+                    "fused_rank": h.fused_rank, "fused_score": h.fused_score, "via": h.via,
+                }
+                for h in self.hits
+            ]
+        )
+
+
+class Searcher(Protocol):
+    """What a `MemoryService` delegates search to (implemented by `memlab.index.HybridIndex`).
+
+    The service calls the ``on_*`` hooks inside every write so the index never drifts from the store.
+    """
+
+    def on_upsert(self, entry: MemoryEntry) -> None: ...
+
+    def on_delete(self, key: UserKey, memory_id: str) -> None: ...
+
+    def on_clear(self, key: UserKey) -> None: ...
+
+    def search(
+        self, key: UserKey, options: SearchOptions, load_entries: Callable[[], list[MemoryEntry]]
+    ) -> SearchResult:
+        """Search one key; ``load_entries`` hydrates a key the index has not seen since start-up."""
+        ...

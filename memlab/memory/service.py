@@ -1,0 +1,305 @@
+"""One `MemoryService` interface, two backends (in-memory and durable SQLite) behind it.
+
+The base class holds every rule (validation, key scoping, content ids, the op log, keeping the
+attached index in step); a backend only stores rows. Writes are all-or-nothing: validation runs
+before anything is stored, and a failed write is logged with its error.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from memlab.memory.entry import (
+    MemoryEntry,
+    MemoryValidationError,
+    UserKey,
+    check_time_awareness,
+    content_id,
+    validate_fields,
+)
+from memlab.memory.search_types import Searcher, SearchOptions, SearchResult
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class SearchUnavailableError(RuntimeError):
+    """The service has no index attached (see `memlab.index.open_service`)."""
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """Outcome of an update: ``ok`` with the new entry, or ``not_found`` (the caller decides what next)."""
+
+    status: str  # "ok" | "not_found"
+    entry: MemoryEntry | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One line of the append-only operation log."""
+
+    seq: int
+    ts: datetime
+    key: UserKey
+    op: str  # add | update | delete | clear
+    memory_id: str | None
+    inputs: dict[str, Any]
+    result: str  # added | exists | updated | not_found | deleted | absent | cleared:N | error
+    error: str | None = None
+
+
+def _inputs(fields: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in fields.items():
+        if isinstance(v, datetime):
+            v = v.isoformat()
+        elif isinstance(v, tuple):
+            v = list(v)
+        out[k] = v
+    return out
+
+
+class MemoryService(ABC):
+    """add / update / delete / clear / read_recent / search, scoped by `UserKey`, with an op log."""
+
+    def __init__(self, searcher: Searcher | None = None) -> None:
+        self.searcher = searcher
+        self._lock = threading.RLock()
+
+    # ----------------------------------------------------------------- backend storage primitives
+    @abstractmethod
+    def _get(self, key: UserKey, memory_id: str) -> MemoryEntry | None: ...
+
+    @abstractmethod
+    def _put(self, entry: MemoryEntry) -> None: ...
+
+    @abstractmethod
+    def _remove(self, key: UserKey, memory_id: str) -> bool: ...
+
+    @abstractmethod
+    def _remove_all(self, key: UserKey) -> int: ...
+
+    @abstractmethod
+    def _entries(self, key: UserKey) -> list[MemoryEntry]: ...
+
+    @abstractmethod
+    def _append_log(self, rec: OpRecord) -> None: ...
+
+    @abstractmethod
+    def _log(self, key: UserKey | None) -> list[OpRecord]: ...
+
+    @abstractmethod
+    def _next_seq(self) -> int: ...
+
+    @abstractmethod
+    def keys(self) -> list[UserKey]: ...
+
+    def _transaction(self):
+        """A context manager making one op atomic (SQLite overrides it)."""
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    # ----------------------------------------------------------------------------- public API
+    def _any_event_time(self, key: UserKey, exclude_id: str | None = None) -> datetime | None:
+        """Some stored event_time of this key (to refuse mixing naive and aware datetimes)."""
+        for e in self._entries(key):
+            if e.event_time is not None and e.id != exclude_id:
+                return e.event_time
+        return None
+
+    def _record(self, key: UserKey, op: str, memory_id: str | None, inputs: dict[str, Any], result: str,
+                error: str | None = None) -> None:
+        self._append_log(OpRecord(self._next_seq(), datetime.now(timezone.utc), key, op, memory_id,
+                                  _inputs(inputs), result, error))
+
+    def add(
+        self,
+        key: UserKey,
+        text: str,
+        kind: str = "fact",
+        topics: Any = (),
+        event_time: datetime | None = None,
+        participants: Any = (),
+        location: str | None = None,
+        source_ids: Any = (),
+    ) -> MemoryEntry:
+        """Store a memory; the same content again for the same key returns the existing entry
+        (with the new source_ids merged into its provenance)."""
+        raw = {"text": text, "kind": kind, "topics": topics, "event_time": event_time,
+               "participants": participants, "location": location, "source_ids": source_ids}
+        with self._lock:
+            try:
+                f = validate_fields(**raw)
+                check_time_awareness(f["event_time"], self._any_event_time(key), "event_time")
+            except MemoryValidationError as e:
+                self._record(key, "add", None, {k: v for k, v in raw.items() if k != "topics"}, "error", str(e))
+                raise
+            mid = content_id(key, f["text"], f["kind"], f["event_time"])
+            with self._transaction():
+                existing = self._get(key, mid)
+                if existing is not None:
+                    merged = tuple(dict.fromkeys(existing.source_ids + f["source_ids"]))
+                    entry = existing
+                    if merged != existing.source_ids:
+                        entry = existing.with_changes(source_ids=merged, updated_at=datetime.now(timezone.utc))
+                        self._put(entry)
+                    self._record(key, "add", mid, f, "exists")
+                else:
+                    now = datetime.now(timezone.utc)
+                    entry = MemoryEntry(id=mid, key=key, created_at=now, updated_at=now, **f)
+                    self._put(entry)
+                    if self.searcher is not None:
+                        self.searcher.on_upsert(entry)
+                    self._record(key, "add", mid, f, "added")
+            return entry
+
+    def update(self, key: UserKey, memory_id: str, text: str, kind: str | None = None, **fields: Any) -> UpdateResult:
+        """Replace a memory's content (id kept stable); ``not_found`` when the key holds no such id.
+
+        Fields not given keep their value; ``source_ids`` given are merged with the old provenance.
+        """
+        with self._lock:
+            current = self._get(key, memory_id)
+            if current is None:
+                self._record(key, "update", memory_id, {"text": text}, "not_found")
+                return UpdateResult("not_found")
+            unknown = set(fields) - {"topics", "event_time", "participants", "location", "source_ids"}
+            if unknown:
+                raise MemoryValidationError(f"update: unknown field(s) {sorted(unknown)}")
+            raw = {
+                "text": text,
+                "kind": kind or current.kind,
+                "topics": fields.get("topics", current.topics),
+                "event_time": fields.get("event_time", current.event_time),
+                "participants": fields.get("participants", current.participants),
+                "location": fields.get("location", current.location),
+                "source_ids": tuple(current.source_ids) + tuple(fields.get("source_ids") or ()),
+            }
+            try:
+                f = validate_fields(**raw)
+                check_time_awareness(f["event_time"], self._any_event_time(key, memory_id), "event_time")
+            except MemoryValidationError as e:
+                self._record(key, "update", memory_id, {"text": text}, "error", str(e))
+                raise
+            entry = current.with_changes(updated_at=datetime.now(timezone.utc), **f)
+            with self._transaction():
+                self._put(entry)
+                if self.searcher is not None:
+                    self.searcher.on_upsert(entry)
+                self._record(key, "update", memory_id, f, "updated")
+            return UpdateResult("ok", entry)
+
+    def delete(self, key: UserKey, memory_id: str) -> bool:
+        """Delete one memory; a missing id is not an error (returns False)."""
+        with self._lock, self._transaction():
+            gone = self._remove(key, memory_id)
+            if gone and self.searcher is not None:
+                self.searcher.on_delete(key, memory_id)
+            self._record(key, "delete", memory_id, {}, "deleted" if gone else "absent")
+            return gone
+
+    def clear(self, key: UserKey) -> int:
+        """Delete every memory of one key (never another key's); returns how many."""
+        with self._lock, self._transaction():
+            n = self._remove_all(key)
+            if self.searcher is not None:
+                self.searcher.on_clear(key)
+            self._record(key, "clear", None, {}, f"cleared:{n}")
+            return n
+
+    def get(self, key: UserKey, memory_id: str) -> MemoryEntry | None:
+        with self._lock:
+            return self._get(key, memory_id)
+
+    def list(self, key: UserKey) -> list[MemoryEntry]:
+        """All memories of a key, oldest first (by created_at, then id)."""
+        with self._lock:
+            return sorted(self._entries(key), key=lambda e: (e.created_at, e.id))
+
+    def count(self, key: UserKey) -> int:
+        with self._lock:
+            return len(self._entries(key))
+
+    def read_recent(self, key: UserKey, limit: int = 10) -> list[MemoryEntry]:
+        """The ``limit`` most recently updated memories, newest first (``limit`` < 0: all)."""
+        with self._lock:
+            es = sorted(self._entries(key), key=lambda e: (e.updated_at, e.id), reverse=True)
+            return es if limit < 0 else es[:limit]
+
+    def search(self, key: UserKey, options: SearchOptions | str) -> SearchResult:
+        """Search one key's memories; an empty query returns an empty result."""
+        if isinstance(options, str):
+            options = SearchOptions(query=options)
+        if not options.query.strip() or options.max_results == 0:
+            return SearchResult(query=options.query, options=options)
+        if self.searcher is None:
+            raise SearchUnavailableError("this MemoryService has no index; build one with memlab.index.open_service")
+        with self._lock:
+            return self.searcher.search(key, options, lambda: self._entries(key))
+
+    def op_log(self, key: UserKey | None = None) -> list[OpRecord]:
+        with self._lock:
+            return self._log(key)
+
+    def op_log_frame(self, key: UserKey | None = None) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {"seq": r.seq, "ts": r.ts, "app_name": r.key.app_name, "user_id": r.key.user_id, "op": r.op,
+                 "memory_id": r.memory_id, "result": r.result, "error": r.error, "inputs": r.inputs}
+                for r in self.op_log(key)
+            ]
+        )
+
+    def close(self) -> None:
+        """Persist what the attached index keeps (if it does) and release the backend."""
+        close = getattr(self.searcher, "close", None)
+        if close is not None:
+            close()
+
+
+class InMemoryMemoryService(MemoryService):
+    """Dict-backed store: fast, lost at exit; for tests and throwaway sweeps."""
+
+    def __init__(self, searcher: Searcher | None = None) -> None:
+        super().__init__(searcher)
+        self._data: dict[UserKey, dict[str, MemoryEntry]] = {}
+        self._oplog: list[OpRecord] = []
+
+    def _get(self, key, memory_id):
+        return self._data.get(key, {}).get(memory_id)
+
+    def _put(self, entry):
+        self._data.setdefault(entry.key, {})[entry.id] = entry
+
+    def _remove(self, key, memory_id):
+        return self._data.get(key, {}).pop(memory_id, None) is not None
+
+    def _remove_all(self, key):
+        return len(self._data.pop(key, {}))
+
+    def _entries(self, key):
+        return list(self._data.get(key, {}).values())
+
+    def _append_log(self, rec):
+        self._oplog.append(rec)
+
+    def _log(self, key):
+        return [r for r in self._oplog if key is None or r.key == key]
+
+    def _next_seq(self):
+        return len(self._oplog) + 1
+
+    def keys(self):
+        return sorted(k for k, v in self._data.items() if v)
