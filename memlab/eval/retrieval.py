@@ -40,13 +40,14 @@ def memory_set(conv, memory: str, style: str) -> list[dict]:
 def run_recall(
     path: str | None = None,
     memory: str = "turns",
-    style: str = "speaker-date-context",
+    style: str = "speaker-context",
     embedder: str = "tfidf-lsa",
     modes: Sequence[str] = ("dense", "tfidf", "bm25", "hybrid"),
     ks: Sequence[int] = (1, 5, 10, 20),
     dedupe: bool = False,
     conversations: Sequence[str] | None = None,
     rrf_k: int = 60,
+    date_in_text: bool = True,
 ) -> pd.DataFrame:
     """One row per (question, mode) with ``recall@k`` columns (NaN where a question has no evidence)."""
     bad = [m for m in modes if m not in MODES]
@@ -54,7 +55,8 @@ def run_recall(
         raise ValueError(f"modes: unknown {bad}; expected some of {sorted(MODES)}")
     data = load_locomo(path)
     kmax = max(ks)
-    services = {kw: open_service("memory", embedder=embedder, keyword=kw) for kw in {MODES[m][0] for m in modes}}
+    services = {kw: open_service("memory", embedder=embedder, keyword=kw, date_in_text=date_in_text)
+                for kw in {MODES[m][0] for m in modes}}
     rows = []
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
     for conv in tqdm(convs, desc=f"recall {memory}", leave=False):

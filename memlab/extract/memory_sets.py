@@ -10,24 +10,20 @@ from typing import Any
 
 from memlab.data.locomo import Conversation, Turn
 
-TURN_STYLES = ("plain", "speaker", "speaker-date", "speaker-date-context", "speaker-date-window")
+TURN_STYLES = ("plain", "speaker", "speaker-context", "speaker-window")
 
 
-def _date(conv: Conversation, session_index: int) -> str:
-    d = conv.session_date(session_index)
-    return f"{d.day} {d.strftime('%B %Y')}"
-
-
-def turn_text(conv: Conversation, turn: Turn, style: str = "speaker-date-context", previous: Turn | None = None,
+def turn_text(conv: Conversation, turn: Turn, style: str = "speaker-context", previous: Turn | None = None,
               following: Turn | None = None) -> str:
     """The memory text of one turn in a given style (measured in ``benchmarks/retrieval_recall.py``).
 
     - ``plain``: what was said (a shared photo's caption included);
     - ``speaker``: ``"<speaker>: <text>"``;
-    - ``speaker-date``: ``"[8 May 2023] <speaker>: <text>"``;
-    - ``speaker-date-context``: the same, then the previous turn it answers, in parentheses;
-    - ``speaker-date-window``: the same, then the previous and the next turn (the reply often names
-      what the turn only alludes to).
+    - ``speaker-context``: the same, then the previous turn it answers, in parentheses;
+    - ``speaker-window``: the same, then the previous and the next turn.
+
+    The session date is not in the text: it is the memory's ``event_time``, which the index adds
+    to what it searches (`memlab.index.hybrid.index_text`).
     """
     if style not in TURN_STYLES:
         raise ValueError(f"turn style: expected one of {TURN_STYLES}, got {style!r}")
@@ -35,16 +31,14 @@ def turn_text(conv: Conversation, turn: Turn, style: str = "speaker-date-context
     if style == "plain":
         return body
     text = f"{turn.speaker}: {body}"
-    if style in ("speaker-date", "speaker-date-context"):
-        text = f"[{_date(conv, turn.session_index)}] {text}"
-    if style in ("speaker-date-context", "speaker-date-window") and previous is not None:
+    if style in ("speaker-context", "speaker-window") and previous is not None:
         text += f" (replying to {previous.speaker}: {previous.searchable_text})"
-    if style == "speaker-date-window" and following is not None:
+    if style == "speaker-window" and following is not None:
         text += f" (answered by {following.speaker}: {following.searchable_text})"
     return text
 
 
-def turn_memories(conv: Conversation, style: str = "speaker-date-context") -> list[dict[str, Any]]:
+def turn_memories(conv: Conversation, style: str = "speaker-context") -> list[dict[str, Any]]:
     """Every turn one episode memory at its session's date, sourced from its own dia_id only."""
     out = []
     for session in conv.sessions:
@@ -82,14 +76,12 @@ def observation_kind(text: str, speaker: str) -> str:
     return "episode" if re.search(time_words, low) or re.search(event_verbs, low) else "fact"
 
 
-def observation_memories(conv: Conversation, with_date: bool = True) -> list[dict[str, Any]]:
-    """LoCoMo's annotated facts, one memory each, sourced from their dia_ids."""
+def observation_memories(conv: Conversation) -> list[dict[str, Any]]:
+    """LoCoMo's annotated facts, one memory each at its session's date, sourced from their dia_ids."""
     out = []
     for o in conv.observations:
         when = conv.session_by_index.get(o.session_index)
         text = o.text
-        if with_date and when is not None:
-            text = f"[{_date(conv, o.session_index)}] {o.text}"
         kind = observation_kind(o.text, o.speaker)
         out.append({
             "text": text,

@@ -9,9 +9,10 @@ import numpy as np
 class DenseIndex:
     """A FAISS index over L2-normalised rows (inner product = cosine); row i is document i."""
 
-    def __init__(self, factory: str = "Flat", ef_search: int = 128, nprobe: int = 16):
+    def __init__(self, factory: str = "Flat", ef_search: int = 128, nprobe: int = 16, ef_construction: int = 64):
         self.factory = factory
         self.ef_search = ef_search
+        self.ef_construction = ef_construction
         self.nprobe = nprobe
         self.index_: faiss.Index | None = None
         self.effective_factory_: str | None = None
@@ -28,10 +29,11 @@ class DenseIndex:
             idx = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as e:
             raise ValueError(f"index factory {self.factory!r} is not a FAISS factory string: {e}") from None
+        if hasattr(idx, "hnsw"):
+            idx.hnsw.efConstruction = self.ef_construction
+            idx.hnsw.efSearch = self.ef_search
         if not idx.is_trained:
             idx.train(vectors)
-        if hasattr(idx, "hnsw"):
-            idx.hnsw.efSearch = self.ef_search
         if hasattr(idx, "nprobe"):
             idx.nprobe = self.nprobe
         idx.add(vectors)

@@ -47,11 +47,19 @@ DEPTH_MIN = 100
 DEPTH_FACTOR = 10
 
 
-def index_text(entry: MemoryEntry) -> str:
-    """What the retrievers see of a memory: its text plus its topics."""
+def index_text(entry: MemoryEntry, with_date: bool = True) -> str:
+    """What the retrievers see of a memory: ``[8 May 2023]`` from its event_time, its text, its topics.
+
+    The date makes "when did ..." questions and month/year words match (measured in
+    ``benchmarks/retrieval_recall.py``); reconcile and dedupe compare the bare texts.
+    """
+    text = entry.text
+    if with_date and entry.event_time is not None:
+        d = entry.event_time
+        text = f"[{d.day} {d.strftime('%B %Y')}] {text}"
     if entry.topics:
-        return f"{entry.text} ({', '.join(entry.topics)})"
-    return entry.text
+        text = f"{text} ({', '.join(entry.topics)})"
+    return text
 
 
 def _h(text: str) -> str:
@@ -84,6 +92,7 @@ class HybridIndex:
         index: str = "Flat",
         keyword: str = "tfidf",
         refit_growth: float = 0.25,
+        date_in_text: bool = True,
         embedder_params: dict[str, Any] | None = None,
         cache_path: str | None = None,
         persist_path: str | None = None,
@@ -92,6 +101,7 @@ class HybridIndex:
         self.index = index
         self.keyword = keyword
         self.refit_growth = refit_growth
+        self.date_in_text = date_in_text
         self.embedder_params = embedder_params or {}
         self.cache_path = cache_path
         self.persist_path = persist_path
@@ -122,6 +132,14 @@ class HybridIndex:
             st.entries.clear()
             st.dirty = True
 
+    @property
+    def reconcile_signal(self) -> str:
+        """Which hit score reconcile may compare with its thresholds (see `memlab.extract.reconcile`)."""
+        fitted = self.embedder.needs_fit if isinstance(self.embedder, Embedder) else self.embedder == "tfidf-lsa"
+        if not fitted:
+            return "dense"
+        return "keyword" if self.keyword == "tfidf" else "jaccard"
+
     # ---------------------------------------------------------------------------- building
     def _new_embedder(self) -> Embedder:
         if isinstance(self.embedder, Embedder):
@@ -137,7 +155,7 @@ class HybridIndex:
 
     def _build(self, st: _KeyState) -> None:
         rows = sorted(st.entries.values(), key=lambda e: (e.created_at, e.id))
-        texts = [index_text(e) for e in rows]
+        texts = [index_text(e, self.date_in_text) for e in rows]
         if st.embedder is None:
             st.embedder = self._new_embedder()
         n = len(rows)
@@ -350,7 +368,7 @@ class HybridIndex:
     def _config(self) -> dict[str, Any]:
         emb = self.embedder if isinstance(self.embedder, str) else self.embedder.embedder_id
         return {"embedder": emb, "index": self.index, "keyword": self.keyword,
-                "embedder_params": self.embedder_params}
+                "embedder_params": self.embedder_params, "date_in_text": self.date_in_text}
 
     def _load(self, path: str) -> None:
         with open(path, "rb") as f:

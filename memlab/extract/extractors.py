@@ -1,0 +1,264 @@
+"""Extractors: ``extract(request) -> ExtractionResult`` (proposed ops). The model only proposes.
+
+- `TurnsExtractor` (no model): each delta turn one episode memory;
+- `ObservationsExtractor` (no model): LoCoMo's annotated facts of the delta's turns;
+- `LLMExtractor`: one model call with the tools add/update/delete/clear, parsed into typed ops.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from memlab.data.locomo import Conversation
+from memlab.extract.memory_sets import observation_memories, turn_memories
+from memlab.extract.messages import Message
+from memlab.extract.ops import ExtractionResult, MemoryOp
+from memlab.extract.prompts import load_prompt, render
+from memlab.llm import ModelClient
+from memlab.memory.entry import KINDS, MemoryEntry, UserKey
+
+
+@dataclass(frozen=True)
+class ExtractionRequest:
+    key: UserKey
+    delta: Sequence[Message]
+    old_memories: Sequence[MemoryEntry]
+    now: datetime | None = None
+
+    @property
+    def source_ids(self) -> tuple[str, ...]:
+        return tuple(m.id for m in self.delta if m.id)
+
+
+class Extractor(ABC):
+    name: str = "extractor"
+    #: Whether the worker reconciles this extractor's adds. Verbatim turn records opt out: each turn is
+    #: its own memory (keyed by its dialog id), and turns quoting their neighbours would merge.
+    reconciles: bool = True
+    #: Part of the extraction cache key: what, besides the data, decides the ops.
+    def cache_id(self) -> str:
+        return self.name
+
+    @abstractmethod
+    def extract(self, request: ExtractionRequest) -> ExtractionResult: ...
+
+
+def _op(item: dict[str, Any]) -> MemoryOp:
+    return MemoryOp(action="add", text=item["text"], kind=item["kind"], topics=tuple(item.get("topics", ())),
+                    event_time=item.get("event_time"), participants=tuple(item.get("participants", ())),
+                    location=item.get("location"), source_ids=tuple(item["source_ids"]))
+
+
+class TurnsExtractor(Extractor):
+    """Every delta turn becomes one episode at its session date (text style of `turn_memories`)."""
+
+    name = "turns"
+    reconciles = False
+
+    def __init__(self, conversation: Conversation | None = None, style: str = "speaker-context"):
+        self.conversation = conversation
+        self.style = style
+        self._by_id: dict[str, dict[str, Any]] | None = None
+
+    def cache_id(self) -> str:
+        return f"turns({self.style})"
+
+    def extract(self, request: ExtractionRequest) -> ExtractionResult:
+        if self.conversation is not None and self._by_id is None:
+            self._by_id = {m["source_ids"][0]: m for m in turn_memories(self.conversation, self.style)}
+        ops = []
+        for m in request.delta:
+            item = (self._by_id or {}).get(m.id)
+            if item is None:
+                item = {"text": f"{m.speaker or m.role}: {m.text}", "kind": "episode", "event_time": m.timestamp,
+                        "participants": (m.speaker,) if m.speaker else (), "source_ids": (m.id,) if m.id else ()}
+            ops.append(_op(item))
+        return ExtractionResult(ops=ops)
+
+
+class ObservationsExtractor(Extractor):
+    """LoCoMo's annotated observations whose first dialog id is in the delta (kind by
+    `memlab.extract.memory_sets.observation_kind`)."""
+
+    name = "observations"
+
+    def __init__(self, conversation: Conversation):
+        self.conversation = conversation
+        self._by_first: dict[str, list[dict[str, Any]]] | None = None
+
+    def extract(self, request: ExtractionRequest) -> ExtractionResult:
+        if self._by_first is None:
+            self._by_first = {}
+            for item in observation_memories(self.conversation):
+                if item["source_ids"]:
+                    self._by_first.setdefault(item["source_ids"][0], []).append(item)
+        ops = [_op(item) for mid in request.source_ids for item in self._by_first.get(mid, [])]
+        return ExtractionResult(ops=ops)
+
+
+# ----------------------------------------------------------------------------------- the LLM
+_MEMORY_FIELDS: dict[str, Any] = {
+    "memory": {"type": "string", "description": "The memory: one self-contained sentence."},
+    "kind": {"type": "string", "enum": list(KINDS), "description": "fact (stable) or episode (happened at a time)."},
+    "topics": {"type": "array", "items": {"type": "string"}, "description": "1-3 short topic keywords."},
+    "event_time": {"type": "string", "description": "Absolute date of the event: YYYY-MM-DD, YYYY-MM or YYYY."},
+    "participants": {"type": "array", "items": {"type": "string"}, "description": "People involved."},
+    "location": {"type": "string", "description": "Where it happened, if stated."},
+    "source_ids": {"type": "array", "items": {"type": "string"}, "description": "Ids of the source messages."},
+}
+
+
+def extraction_tools() -> list[dict[str, Any]]:
+    """The four tools in OpenAI function-calling form (JSON-schema arguments)."""
+    mid = {"memory_id": {"type": "string", "description": "Id of an existing memory."}}
+    return [
+        {"type": "function", "function": {"name": "add_memory", "description": "Store a new memory.",
+                                          "parameters": {"type": "object", "properties": dict(_MEMORY_FIELDS),
+                                                         "required": ["memory"]}}},
+        {"type": "function", "function": {"name": "update_memory", "description": "Rewrite an existing memory.",
+                                          "parameters": {"type": "object", "properties": {**mid, **_MEMORY_FIELDS},
+                                                         "required": ["memory_id", "memory"]}}},
+        {"type": "function", "function": {"name": "delete_memory", "description": "Delete a memory now false.",
+                                          "parameters": {"type": "object", "properties": mid,
+                                                         "required": ["memory_id"]}}},
+        {"type": "function", "function": {"name": "clear_memories",
+                                          "description": "Forget everything (only on an explicit request).",
+                                          "parameters": {"type": "object", "properties": {}}}},
+    ]
+
+
+_DATE_FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m", "%Y",
+                 "%d %B %Y", "%d %B, %Y", "%B %d, %Y")
+
+
+def parse_event_time(value: Any) -> datetime | None:
+    """An absolute date from the model; raises ValueError naming the value when it is not one."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"event_time: expected an absolute date string, got {value!r}")
+    v = value.strip()
+    for fmt in _DATE_FORMATS:
+        try:
+            return datetime.strptime(v, fmt)
+        except ValueError:
+            continue
+    raise ValueError(f"event_time: {value!r} is not an absolute date (expected YYYY-MM-DD, YYYY-MM or YYYY)")
+
+
+def _str_list(args: dict[str, Any], name: str) -> tuple[str, ...]:
+    v = args.get(name) or []
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise ValueError(f"{name}: expected a list of strings, got {v!r}")
+    return tuple(x for x in v if x.strip())
+
+
+def parse_tool_call(name: str, raw_args: str, delta_ids: Sequence[str]) -> MemoryOp:
+    """One tool call -> one op; raises ValueError with the reason when it is malformed."""
+    try:
+        args = json.loads(raw_args) if raw_args.strip() else {}
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{name}: arguments are not valid JSON ({e.msg})") from None
+    if not isinstance(args, dict):
+        raise ValueError(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
+    if name == "clear_memories":
+        return MemoryOp(action="clear", source_ids=tuple(delta_ids))
+    if name == "delete_memory":
+        mid = args.get("memory_id")
+        if not isinstance(mid, str) or not mid.strip():
+            raise ValueError("delete_memory: missing memory_id")
+        return MemoryOp(action="delete", memory_id=mid.strip(), source_ids=tuple(delta_ids))
+    if name not in ("add_memory", "update_memory"):
+        raise ValueError(f"unknown tool {name!r}")
+    text = args.get("memory")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{name}: missing memory text")
+    kind = args.get("kind") or "fact"
+    if kind not in KINDS:
+        raise ValueError(f"{name}: kind must be one of {KINDS}, got {kind!r}")
+    mid = None
+    if name == "update_memory":
+        mid = args.get("memory_id")
+        if not isinstance(mid, str) or not mid.strip():
+            raise ValueError("update_memory: missing memory_id")
+        mid = mid.strip()
+    cited = [s for s in _str_list(args, "source_ids") if s in set(delta_ids)]
+    loc = args.get("location")
+    return MemoryOp(
+        action="add" if name == "add_memory" else "update", text=text.strip(), kind=kind,
+        topics=_str_list(args, "topics"), event_time=parse_event_time(args.get("event_time")),
+        participants=_str_list(args, "participants"),
+        location=loc.strip() if isinstance(loc, str) and loc.strip() else None,
+        memory_id=mid, source_ids=tuple(cited) if cited else tuple(delta_ids),
+    )
+
+
+def render_messages(delta: Sequence[Message]) -> str:
+    return "\n".join(f"[{m.id or i}] ({m.timestamp:%Y-%m-%d}) {m.speaker or m.role}: {m.text}"
+                     for i, m in enumerate(delta))
+
+
+def render_memories(memories: Sequence[MemoryEntry]) -> str:
+    if not memories:
+        return "(none yet)"
+    out = []
+    for e in memories:
+        when = f" ({e.event_time:%Y-%m-%d})" if e.event_time else ""
+        out.append(f"- [{e.id}] ({e.kind}){when} {e.text}")
+    return "\n".join(out)
+
+
+class LLMExtractor(Extractor):
+    """One model call through litellm; malformed tool calls are dropped one by one with a reason."""
+
+    name = "llm"
+
+    def __init__(self, model: str, prompt: str = "structured", api_base: str | None = None,
+                 api_key: str | None = None, timeout: float = 30.0, max_retries: int = 3, backoff: float = 0.5,
+                 cache_path: str | None = None, client: ModelClient | None = None):
+        self.model = model
+        self.prompt = prompt
+        self.api_base = api_base
+        self.api_key = api_key
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.cache_path = cache_path
+        self.client = client
+
+    def cache_id(self) -> str:
+        import hashlib
+
+        h = hashlib.sha256(load_prompt("extract", self.prompt).encode()).hexdigest()[:12]
+        return f"llm({self.model},{self.prompt}@{h})"
+
+    def _client(self) -> ModelClient:
+        if self.client is None:
+            self.client = ModelClient(self.model, api_base=self.api_base, api_key=self.api_key, timeout=self.timeout,
+                                      max_retries=self.max_retries, backoff=self.backoff, cache_path=self.cache_path)
+        return self.client
+
+    def build_messages(self, request: ExtractionRequest) -> list[dict[str, Any]]:
+        today = (request.now or (request.delta[-1].timestamp if request.delta else datetime.now()))
+        text = render(load_prompt("extract", self.prompt), old_memories=render_memories(request.old_memories),
+                      messages=render_messages(request.delta), today=f"{today:%Y-%m-%d}")
+        return [{"role": "system", "content": text},
+                {"role": "user", "content": "Extract the memories from the new messages now."}]
+
+    def extract(self, request: ExtractionRequest) -> ExtractionResult:
+        comp = self._client().complete(self.build_messages(request), tools=extraction_tools(), tool_choice="auto")
+        ops, dropped = [], []
+        ids = request.source_ids
+        for tc in comp.tool_calls:
+            try:
+                ops.append(parse_tool_call(tc.name, tc.arguments, ids))
+            except ValueError as e:
+                dropped.append(str(e))
+        return ExtractionResult(ops=ops, dropped=dropped, usage=comp.usage, calls=0 if comp.from_cache else 1)
