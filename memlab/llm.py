@@ -37,6 +37,33 @@ def import_litellm() -> Any:
     return litellm
 
 
+def _tiktoken_offline() -> None:
+    """Point tiktoken at litellm's bundled encodings (plain tiktoken would try to download them)."""
+    import importlib.util
+
+    if "TIKTOKEN_CACHE_DIR" in os.environ:
+        return
+    spec = importlib.util.find_spec("litellm")
+    if spec and spec.submodule_search_locations:
+        d = os.path.join(list(spec.submodule_search_locations)[0], "litellm_core_utils", "tokenizers")
+        if os.path.isdir(d):
+            os.environ["TIKTOKEN_CACHE_DIR"] = d
+
+
+_ENCODER: Any = None
+
+
+def count_tokens(text: str) -> int:
+    """o200k tokens of a text, offline and without importing litellm (a model-free cost measure)."""
+    global _ENCODER
+    if _ENCODER is None:
+        _tiktoken_offline()
+        import tiktoken
+
+        _ENCODER = tiktoken.get_encoding("o200k_base")
+    return len(_ENCODER.encode(text, disallowed_special=()))
+
+
 class ModelCallError(RuntimeError):
     """A model call failed after its retries (the message says which model and why)."""
 

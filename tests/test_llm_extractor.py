@@ -22,7 +22,7 @@ from memlab.extract import (
     render,
 )
 from memlab.index import open_service
-from memlab.llm import ModelClient, ModelCallError
+from memlab.llm import ModelCallError, ModelClient
 from memlab.memory import UserKey
 from memlab.testing import Reply, ScriptedServer
 

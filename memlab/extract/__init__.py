@@ -12,9 +12,9 @@ from memlab.extract.extractors import (
 )
 from memlab.extract.messages import CURSOR_KEY, ChatSession, Message, locomo_messages, replay_locomo
 from memlab.extract.ops import ExtractionResult, MemoryOp
-from memlab.extract.prompts import available_prompts, load_prompt, render
 from memlab.extract.reconcile import Decision, ReconcileConfig, decide, reconcile, reconcile_score
 from memlab.extract.worker import AutoMemoryWorker, Counters, JobResult, worker_index
+from memlab.prompts import available_prompts, load_prompt, render
 
 __all__ = [
     "CURSOR_KEY", "AutoMemoryWorker", "ChatSession", "CheckContext", "Counters", "Decision", "ExtractionRequest",

@@ -18,9 +18,9 @@ from memlab.data.locomo import Conversation
 from memlab.extract.memory_sets import observation_memories, turn_memories
 from memlab.extract.messages import Message
 from memlab.extract.ops import ExtractionResult, MemoryOp
-from memlab.extract.prompts import load_prompt, render
 from memlab.llm import ModelClient
 from memlab.memory.entry import KINDS, MemoryEntry, UserKey
+from memlab.prompts import load_prompt, render
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,9 @@ class Extractor(ABC):
     #: Whether the worker reconciles this extractor's adds. Verbatim turn records opt out: each turn is
     #: its own memory (keyed by its dialog id), and turns quoting their neighbours would merge.
     reconciles: bool = True
+    #: Whether the extractor reads the old memories. Model-free extractors do not, and the worker then
+    #: skips the lookup (it would only cost an index rebuild per job; results are identical).
+    reads_old_memories: bool = True
     #: Part of the extraction cache key: what, besides the data, decides the ops.
     def cache_id(self) -> str:
         return self.name
@@ -59,6 +62,7 @@ class TurnsExtractor(Extractor):
 
     name = "turns"
     reconciles = False
+    reads_old_memories = False
 
     def __init__(self, conversation: Conversation | None = None, style: str = "speaker-context"):
         self.conversation = conversation
@@ -86,6 +90,7 @@ class ObservationsExtractor(Extractor):
     `memlab.extract.memory_sets.observation_kind`)."""
 
     name = "observations"
+    reads_old_memories = False
 
     def __init__(self, conversation: Conversation):
         self.conversation = conversation

@@ -101,6 +101,10 @@ class JobResult:
                 else None}
 
 
+class _Skip(Exception):
+    """Internal: the extractor does not read old memories."""
+
+
 def worker_index(key: Any, workers: int) -> int:
     """Stable (process-independent) hash of a UserKey onto a worker."""
     h = hashlib.sha256(f"{key.app_name}\x00{key.user_id}".encode()).digest()
@@ -240,11 +244,16 @@ class AutoMemoryWorker:
             return self._finish(res, "jobs_skipped_by_checker")
         deadline = time.monotonic() + self.job_timeout
 
-        # old memories first
+        # old memories first (skipped for extractors that do not read them: model-free ones)
         query = " ".join(m.text for m in delta if m.role == "user")[:QUERY_CHARS] or delta[-1].text[:QUERY_CHARS]
+        old: list = []
         try:
+            if not getattr(self.extractor, "reads_old_memories", True):
+                raise _Skip
             old = self.service.search(key, SearchOptions(query=query, max_results=self.old_memory_limit,
                                                          kind_fallback=False)).entries
+        except _Skip:
+            pass
         except Exception as e1:
             try:
                 old = self.service.read_recent(key, self.old_memory_limit)

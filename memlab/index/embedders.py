@@ -269,6 +269,16 @@ class CachedEmbedder(Embedder):
     def clone(self) -> CachedEmbedder:
         return CachedEmbedder(self.embedder.clone(), self.cache_path)
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_conn"] = None  # connections and locks are per process
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
             Path(self.cache_path).parent.mkdir(parents=True, exist_ok=True)

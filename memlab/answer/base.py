@@ -1,0 +1,136 @@
+"""What every answerer gets and returns, retrieval with its trace, and the preload rule."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from memlab.data.locomo import Conversation, Question
+from memlab.llm import Usage
+from memlab.memory.entry import MemoryEntry, UserKey
+from memlab.memory.search_types import SearchOptions, SearchResult
+from memlab.memory.service import MemoryService
+
+ABSTAIN = "Not mentioned in the conversation."
+
+
+@dataclass
+class QueryTrace:
+    """One search the arm issued, with every hit's ranks (the retrieval trace layer)."""
+
+    query: str
+    options: dict[str, Any]
+    hits: list[dict[str, Any]]
+    dropped_by_dedupe: list[tuple[str, str, float]] = field(default_factory=list)
+    fallback_added: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @classmethod
+    def from_result(cls, res: SearchResult) -> QueryTrace:
+        return cls(
+            query=res.query,
+            options=res.options.to_dict(),
+            hits=[{"rank": h.rank, "id": h.id, "source_ids": list(h.entry.source_ids), "score": h.score,
+                   "dense_rank": h.dense_rank, "dense_score": h.dense_score, "keyword_rank": h.keyword_rank,
+                   "keyword_score": h.keyword_score, "fused_rank": h.fused_rank, "fused_score": h.fused_score,
+                   "via": h.via, "kind": h.entry.kind} for h in res.hits],
+            dropped_by_dedupe=list(res.dropped_by_dedupe),
+            fallback_added=list(res.fallback_added),
+        )
+
+
+@dataclass
+class Answer:
+    prediction: str
+    context: list[MemoryEntry] = field(default_factory=list)
+    """The memories the reader was given (what retrieval recall and attribution look at)."""
+    queries: list[QueryTrace] = field(default_factory=list)
+    calls: int = 0
+    cached_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    context_tokens: int = 0
+    """Tokens of the reader's context as counted offline (o200k); what an offline arm would cost a model."""
+    latency_s: float = 0.0
+    prompt: str = ""
+    response: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    preload: dict[str, Any] | None = None
+    rule: str = ""
+    """Which rule produced the answer (extractive arm) or how the model finished (model arms)."""
+
+    @property
+    def prompt_hash(self) -> str:
+        return hashlib.sha256(self.prompt.encode("utf-8")).hexdigest()[:16] if self.prompt else ""
+
+    @property
+    def context_source_ids(self) -> list[str]:
+        return list(dict.fromkeys(s for e in self.context for s in e.source_ids))
+
+
+@dataclass
+class AnswerContext:
+    """The world an answerer sees for one question."""
+
+    service: MemoryService
+    key: UserKey
+    conversation: Conversation
+    search: SearchOptions
+    """Base search options (top-k, hybrid, RRF k, dedupe, kind fallback ...); the query is filled per search."""
+    preload_budget: int = 0
+    now: datetime | None = None
+
+
+class Answerer(ABC):
+    name = "answerer"
+    needs_memory = True
+
+    @abstractmethod
+    def answer(self, question: Question, ctx: AnswerContext) -> Answer: ...
+
+    def timed(self, question: Question, ctx: AnswerContext) -> Answer:
+        t0 = time.perf_counter()
+        a = self.answer(question, ctx)
+        a.latency_s = time.perf_counter() - t0
+        return a
+
+
+def retrieve(ctx: AnswerContext, query: str, **overrides: Any) -> tuple[SearchResult, QueryTrace]:
+    """Search the question's key with the run's options (``overrides`` for one call, e.g. a tool's top_k)."""
+    opts = replace(ctx.search, query=query, **overrides)
+    res = ctx.service.search(ctx.key, opts)
+    return res, QueryTrace.from_result(res)
+
+
+def preload(ctx: AnswerContext, message: str) -> tuple[list[MemoryEntry], dict[str, Any]]:
+    """DESIGN's preload rule with budget N (0 = off, -1 = all).
+
+    Read N+1 memories; if at most N exist, inject them all; else search with the current message
+    (hybrid + dedupe, at most N); a search error or empty result injects the N most recent; the
+    first probe failing injects nothing and the run goes on.
+    """
+    n = ctx.preload_budget
+    info: dict[str, Any] = {"budget": n}
+    if n == 0:
+        info["mode"] = "off"
+        return [], info
+    try:
+        probe = ctx.service.read_recent(ctx.key, -1 if n < 0 else n + 1)
+    except Exception as e:
+        info.update(mode="probe-failed", error=str(e))
+        return [], info
+    if n < 0 or len(probe) <= n:
+        info["mode"] = "all"
+        return probe, info
+    try:
+        res = ctx.service.search(ctx.key, replace(ctx.search, query=message, max_results=n, hybrid=True, dedupe=True))
+        if res.hits:
+            info["mode"] = "search"
+            return res.entries, info
+        info["mode"] = "recent (search empty)"
+    except Exception as e:
+        info.update(mode="recent (search failed)", error=str(e))
+    return probe[:n], info

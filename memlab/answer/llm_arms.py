@@ -1,0 +1,212 @@
+"""Model-backed arms over litellm: long-context, original (one retrieval), optimized (memory tools),
+and the LLM judge. Every call goes through `memlab.llm.ModelClient` (cache, retries, usage)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from memlab.answer.base import ABSTAIN, Answer, AnswerContext, Answerer, QueryTrace, preload, retrieve
+from memlab.data.locomo import Conversation, Question
+from memlab.llm import Completion, ModelClient, Usage, count_tokens
+from memlab.memory.entry import MemoryEntry
+from memlab.prompts import load_prompt, render
+
+
+def render_memories(entries: list[MemoryEntry]) -> str:
+    if not entries:
+        return "(no memories)"
+    lines = []
+    for e in entries:
+        when = f"[{e.event_time.day} {e.event_time.strftime('%B %Y')}] " if e.event_time else ""
+        lines.append(f"- {when}{e.text}")
+    return "\n".join(lines)
+
+
+def render_transcript(conv: Conversation) -> str:
+    parts = []
+    for s in conv.sessions:
+        parts.append(f"### Session {s.index} ({s.date_time_raw})")
+        parts.extend(f"{t.speaker}: {t.searchable_text}" for t in s.turns)
+    return "\n".join(parts)
+
+
+def _speakers(conv: Conversation) -> str:
+    return " and ".join(conv.speakers)
+
+
+def _account(ans: Answer, comp: Completion) -> None:
+    ans.usage = ans.usage + comp.usage
+    if comp.from_cache:
+        ans.cached_calls += 1
+    else:
+        ans.calls += 1
+
+
+class LongContextAnswerer(Answerer):
+    """The whole transcript (with session dates) in one prompt."""
+
+    name = "long-context"
+    needs_memory = False
+
+    def __init__(self, client: ModelClient, prompt: str = "long-context"):
+        self.client = client
+        self.prompt = prompt
+
+    def answer(self, question: Question, ctx: AnswerContext) -> Answer:
+        system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation),
+                        transcript=render_transcript(ctx.conversation))
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": question.question}]
+        comp = self.client.complete(msgs)
+        ans = Answer(prediction=comp.text.strip() or ABSTAIN, prompt=system, response=comp.text, rule="model")
+        ans.context_tokens = count_tokens(system)
+        _account(ans, comp)
+        return ans
+
+
+class OriginalAnswerer(Answerer):
+    """One retrieval with the question; the top-k memories (plus any preloaded) into one call."""
+
+    name = "original"
+
+    def __init__(self, client: ModelClient, prompt: str = "original"):
+        self.client = client
+        self.prompt = prompt
+
+    def answer(self, question: Question, ctx: AnswerContext) -> Answer:
+        pre, pinfo = preload(ctx, question.question)
+        res, trace = retrieve(ctx, question.question)
+        seen = {e.id for e in res.entries}
+        context = res.entries + [e for e in pre if e.id not in seen]
+        system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation),
+                        memories=render_memories(context))
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": question.question}]
+        comp = self.client.complete(msgs)
+        ans = Answer(prediction=comp.text.strip() or ABSTAIN, context=context, queries=[trace], prompt=system,
+                     response=comp.text, preload=pinfo, rule="model")
+        ans.context_tokens = count_tokens(system)
+        _account(ans, comp)
+        return ans
+
+
+def memory_tools() -> list[dict[str, Any]]:
+    return [
+        {"type": "function", "function": {
+            "name": "memory_search", "description": "Search the conversation's memories.",
+            "parameters": {"type": "object", "properties": {
+                "query": {"type": "string"},
+                "kind": {"type": "string", "enum": ["fact", "episode"]},
+                "after": {"type": "string", "description": "Only memories dated on/after (YYYY-MM-DD)."},
+                "before": {"type": "string", "description": "Only memories dated on/before (YYYY-MM-DD)."},
+                "top_k": {"type": "integer", "minimum": 1, "maximum": 50}},
+                "required": ["query"]}}},
+        {"type": "function", "function": {
+            "name": "memory_load", "description": "Load the most recent memories.",
+            "parameters": {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1,
+                                                                       "maximum": 100}}}}},
+    ]
+
+
+class OptimizedAnswerer(Answerer):
+    """The model drives ``memory_search`` / ``memory_load`` for up to ``max_rounds`` rounds, then answers."""
+
+    name = "optimized"
+
+    def __init__(self, client: ModelClient, prompt: str = "optimized", max_rounds: int = 4):
+        self.client = client
+        self.prompt = prompt
+        self.max_rounds = max_rounds
+
+    def _tool(self, name: str, raw: str, ctx: AnswerContext, ans: Answer) -> str:
+        """Run one tool call; errors come back to the model as tool errors, never crash the question."""
+        try:
+            args = json.loads(raw or "{}")
+        except json.JSONDecodeError as e:
+            return json.dumps({"error": f"arguments are not valid JSON: {e.msg}"})
+        if name == "memory_search":
+            q = str(args.get("query") or "").strip()
+            if not q:
+                return json.dumps({"results": []})  # empty query: empty result
+            over: dict[str, Any] = {}
+            try:
+                if args.get("kind") in ("fact", "episode"):
+                    over["kind"] = args["kind"]
+                for k in ("after", "before"):
+                    if args.get(k):
+                        over[k] = datetime.strptime(str(args[k])[:10], "%Y-%m-%d")
+                if args.get("top_k"):
+                    over["max_results"] = max(1, min(50, int(args["top_k"])))
+                res, trace = retrieve(ctx, q, **over)
+            except Exception as e:
+                ans.queries.append(QueryTrace(query=q, options=over, hits=[], error=str(e)))
+                return json.dumps({"error": f"memory_search failed: {e}"})
+            ans.queries.append(trace)
+            self._add_context(ans, res.entries)
+            return json.dumps({"results": [self._mem(e) for e in res.entries]})
+        if name == "memory_load":
+            try:
+                entries = ctx.service.read_recent(ctx.key, max(1, min(100, int(args.get("limit") or 10))))
+            except Exception as e:
+                return json.dumps({"error": f"memory_load failed: {e}"})
+            self._add_context(ans, entries)
+            return json.dumps({"results": [self._mem(e) for e in entries]})
+        return json.dumps({"error": f"unknown tool {name!r}"})
+
+    @staticmethod
+    def _mem(e: MemoryEntry) -> dict[str, Any]:
+        return {"id": e.id, "text": e.text, "kind": e.kind,
+                "date": e.event_time.strftime("%Y-%m-%d") if e.event_time else None,
+                "participants": list(e.participants)}
+
+    @staticmethod
+    def _add_context(ans: Answer, entries: list[MemoryEntry]) -> None:
+        have = {e.id for e in ans.context}
+        ans.context.extend(e for e in entries if e.id not in have)
+
+    def answer(self, question: Question, ctx: AnswerContext) -> Answer:
+        pre, pinfo = preload(ctx, question.question)
+        pre_text = f"## Preloaded memories\n{render_memories(pre)}" if pre else ""
+        system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation), preloaded=pre_text)
+        msgs: list[dict[str, Any]] = [{"role": "system", "content": system},
+                                      {"role": "user", "content": question.question}]
+        ans = Answer(prediction=ABSTAIN, context=list(pre), prompt=system, preload=pinfo)
+        tools = memory_tools()
+        for round_ in range(1, self.max_rounds + 1):
+            last = round_ == self.max_rounds
+            comp = self.client.complete(msgs, tools=tools, tool_choice="none" if last else "auto")
+            _account(ans, comp)
+            if not comp.tool_calls or last:
+                ans.prediction = comp.text.strip() or ABSTAIN
+                ans.response = comp.text
+                ans.rule = f"model answered in round {round_}"
+                break
+            msgs.append({"role": "assistant", "content": comp.text or None, "tool_calls": [
+                {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+                for tc in comp.tool_calls]})
+            for tc in comp.tool_calls:
+                ans.tool_calls.append({"round": round_, "name": tc.name, "arguments": tc.arguments})
+                msgs.append({"role": "tool", "tool_call_id": tc.id, "content": self._tool(tc.name, tc.arguments, ctx,
+                                                                                           ans)})
+        ans.context_tokens = count_tokens(json.dumps(msgs, default=str))
+        return ans
+
+
+class Judge:
+    """The LLM judge (J score): CORRECT/WRONG for a prediction against the gold answer."""
+
+    def __init__(self, client: ModelClient, prompt: str = "default"):
+        self.client = client
+        self.prompt = prompt
+
+    def judge(self, question: Question, prediction: str) -> tuple[float, Usage, bool]:
+        gold = question.answer if question.answer is not None else ABSTAIN
+        text = render(load_prompt("judge", self.prompt), question=question.question, gold=gold, prediction=prediction)
+        comp = self.client.complete([{"role": "user", "content": text}])
+        verdict = comp.text.strip().upper()
+        return (1.0 if verdict.startswith("CORRECT") else 0.0), comp.usage, comp.from_cache
+
+
+def with_top_k(ctx: AnswerContext, k: int) -> AnswerContext:
+    return replace(ctx, search=replace(ctx.search, max_results=k))
