@@ -38,6 +38,36 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from memlab.eval import format_summary
+    from memlab.run import ExperimentConfig, run_experiment
+
+    if args.resume:
+        runs = [run_experiment(None, resume=args.resume)]
+    else:
+        if not args.config:
+            raise SystemExit("memlab run: give a CONFIG (a file or a name under configs/) or --resume RUN_DIR")
+        cfg = ExperimentConfig.from_yaml(args.config)
+        if args.set:
+            cfg = cfg.with_overrides(args.set)
+        runs = [run_experiment(c, results=args.results) for c in cfg.expand()]
+    for run in runs:
+        cols = [c for c in ("label", "n", "f1", "bleu1", "j", "recall@10", "tokens_qa", "context_tokens_qa",
+                            "calls_qa", "latency_p50_s", "errors") if c in run.summary.columns]
+        m = run.info.get("models", {})
+        print(f"\n{run.run_dir}  ({run.info['timings']['total_s']:.1f} s; model calls {m.get('model_calls', 0)}, "
+              f"served from cache {m.get('cache_hits', 0)})")
+        print(format_summary(run.summary[cols]))
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from memlab.run.report import compare, format_compare
+
+    print(format_compare(compare(args.runs)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memlab", description="Long-term conversational memory lab (LoCoMo-10).")
     sub = p.add_subparsers(dest="command", required=True)
@@ -55,6 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--path", help="LoCoMo file (default: $MEMLAB_LOCOMO, then the user cache)")
     d.add_argument("--results", help="results root (default ./results)")
     d.set_defaults(func=_cmd_demo)
+    r = sub.add_parser("run", help="run an experiment config (an ablation runs every grid point)")
+    r.add_argument("config", nargs="?", help="YAML file or a name under configs/ (offline, original, ...)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set retrieval.top_k=20 (repeatable)")
+    r.add_argument("--resume", metavar="RUN_DIR", help="finish a killed run: only its missing questions")
+    r.add_argument("--results", help="results root (default ./results or $MEMLAB_RESULTS)")
+    r.set_defaults(func=_cmd_run)
+    rp = sub.add_parser("report", help="per-category comparison of runs, side by side")
+    rp.add_argument("runs", nargs="+", help="run folders under results/")
+    rp.set_defaults(func=_cmd_report)
     return p
 
 
@@ -62,9 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     from memlab.data import ChecksumMismatchError, DataNotFoundError, LoCoMoFormatError
 
     args = build_parser().parse_args(argv)
+    errors: tuple[type[BaseException], ...] = (DataNotFoundError, ChecksumMismatchError, LoCoMoFormatError,
+                                               ConnectionError)
+    if args.command in ("run", "report"):
+        from memlab.run import ConfigError
+
+        errors += (ConfigError, FileNotFoundError)
     try:
         return args.func(args)
-    except (DataNotFoundError, ChecksumMismatchError, LoCoMoFormatError, ConnectionError) as e:
+    except errors as e:
         print(f"memlab: {e}", file=sys.stderr)
         return 2
 

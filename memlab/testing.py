@@ -14,6 +14,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -39,9 +40,12 @@ class Reply:
 class ScriptedServer:
     """Start with ``with ScriptedServer([...]) as srv:``; point litellm at ``srv.api_base``."""
 
-    def __init__(self, script: list[Reply] | None = None, default: Reply | None = None, embed_dim: int = 16):
+    def __init__(self, script: list[Reply] | None = None, default: Reply | None = None, embed_dim: int = 16,
+                 responder: Callable[[dict[str, Any]], Reply] | None = None):
         self.script: deque[Reply] = deque(script or [])
         self.default = default
+        self.responder = responder
+        """Called with the request body when the script is empty (a scripted 'model' that reads its prompt)."""
         self.embed_dim = embed_dim
         self.requests: list[dict[str, Any]] = []
         self.embed_requests: list[dict[str, Any]] = []
@@ -107,10 +111,12 @@ class ScriptedServer:
             self.script.extend(replies)
 
     # ---------------------------------------------------------------------------- answers
-    def _next(self) -> Reply:
+    def _next(self, body: dict[str, Any]) -> Reply:
         with self._lock:
             if self.script:
                 return self.script.popleft()
+        if self.responder is not None:
+            return self.responder(body)
         if self.default is not None:
             return self.default
         return Reply(status=500, text="script exhausted")
@@ -132,7 +138,7 @@ class ScriptedServer:
     def _chat(self, h: Any, body: dict[str, Any]) -> None:
         with self._lock:
             self.requests.append(body)
-        r = self._next()
+        r = self._next(body)
         if self._fault(h, r):
             return
         msg: dict[str, Any] = {"role": "assistant", "content": r.text}

@@ -252,6 +252,12 @@ class LiteLLMEmbedder(Embedder):
     def embedder_id(self) -> str:
         return f"litellm:{self.model}"
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["api_key"] = None  # credentials are never pickled with an index
+        state["_params"] = {**state["_params"], "api_key": None}
+        return state
+
 
 class CachedEmbedder(Embedder):
     """Wraps an embedder with an on-disk cache (SQLite) keyed by (embedder id, sha256 of the text)."""

@@ -367,8 +367,9 @@ class HybridIndex:
 
     def _config(self) -> dict[str, Any]:
         emb = self.embedder if isinstance(self.embedder, str) else self.embedder.embedder_id
+        params = {k: v for k, v in self.embedder_params.items() if k != "api_key"}  # never written to disk
         return {"embedder": emb, "index": self.index, "keyword": self.keyword,
-                "embedder_params": self.embedder_params, "date_in_text": self.date_in_text}
+                "embedder_params": params, "date_in_text": self.date_in_text}
 
     def _load(self, path: str) -> None:
         with open(path, "rb") as f:
@@ -381,6 +382,10 @@ class HybridIndex:
                 dense = DenseIndex(self.index)
                 dense.index_ = faiss.deserialize_index(d["dense"])
                 dense.effective_factory_ = d["effective_factory"]
+            emb = d["embedder"]
+            if emb is not None and not emb.needs_fit:
+                emb = self._new_embedder()  # pretrained: the live instance (credentials are not persisted)
+            d["embedder"] = emb
             self._states[UserKey(app, user)] = _KeyState(
                 entries=d["entries"], dirty=d["dirty"], rows=d["rows"], embedder=d["embedder"], fit_n=d["fit_n"],
                 fit_version=d["fit_version"], vectors=d["vectors"], dense=dense, keyword=d["keyword"],

@@ -199,10 +199,15 @@ def _extract(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], cli
     cdir.mkdir(parents=True, exist_ok=True)
     idx = cfg.index
     index_id = hashlib.sha256(json.dumps(asdict(idx), sort_keys=True).encode()).hexdigest()[:10]
+    emb_params: dict[str, Any] = {}
+    if idx.embedder.startswith("litellm:"):
+        client = clients.get(idx.embedder[len("litellm:"):])
+        emb_params = {"api_base": client.api_base, "api_key": client.api_key, "timeout": client.timeout}
     if cfg.store.backend == "sqlite":
         db = cdir / "store.db"
         svc = open_service("sqlite", path=db, embedder=idx.embedder, index=idx.factory, keyword=idx.keyword,
-                           date_in_text=idx.date_in_text, embedding_cache=cache_root / "embeddings.sqlite")
+                           date_in_text=idx.date_in_text, embedding_cache=cache_root / "embeddings.sqlite",
+                           embedder_params=emb_params)
         svc.searcher.persist_path = str(cdir / f"index-{index_id}.pkl")
         if Path(svc.searcher.persist_path).is_file():
             svc.searcher._load(svc.searcher.persist_path)
@@ -210,7 +215,7 @@ def _extract(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], cli
                 svc.searcher.verify_against(k, svc._entries(k))
     else:
         svc = open_service("memory", embedder=idx.embedder, index=idx.factory, keyword=idx.keyword,
-                           date_in_text=idx.date_in_text)
+                           date_in_text=idx.date_in_text, embedder_params=emb_params)
     state_path = cdir / "state.json"
     states = json.loads(state_path.read_text()) if state_path.is_file() and cfg.store.backend == "sqlite" else {}
     ext_log = cdir / "extraction.jsonl"

@@ -1,0 +1,242 @@
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from memlab.answer import AnswerContext, preload
+from memlab.index import open_service
+from memlab.memory import SearchOptions, UserKey
+from memlab.run import ConfigError, ExperimentConfig, load_run, run_experiment
+from memlab.run.report import compare
+from memlab.testing import Reply, ScriptedServer
+from tests.scripted_model import responder
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_shipped_configs_round_trip():
+    for name in ("offline", "long-context", "original", "optimized", "topk-ablation"):
+        cfg = ExperimentConfig.from_yaml(ROOT / "configs" / f"{name}.yaml")
+        again = ExperimentConfig.from_dict(yaml.safe_load(cfg.to_yaml()))
+        assert again == cfg
+    grid = ExperimentConfig.from_yaml("topk-ablation").expand()
+    assert [c.retrieval.top_k for c in grid] == [5, 10, 20, 40] and all(not c.grid for c in grid)
+
+
+@pytest.mark.parametrize(
+    "doc, needle",
+    [
+        ({"retrieval": {"top_kk": 3}}, "unknown key(s) retrieval.top_kk; allowed under retrieval: top_k"),
+        ({"answer": {"arm": "oracle"}}, "answer.arm = 'oracle'; allowed: extractive, long-context"),
+        ({"index": {"embedder": "word2vec"}}, "index.embedder = 'word2vec'; allowed: tfidf-lsa, minilm"),
+        ({"retrieval": {"top_k": 0}}, "retrieval.top_k = 0; expected an integer >= 1"),
+        ({"retrieval": {"hybrid": "yes"}}, "retrieval.hybrid = 'yes'; expected true or false"),
+        ({"answer": {"arm": "original"}}, "answer.model is required"),
+        ({"extraction": {"reconcile": {"skip_score": 3}}}, "skip_score"),
+        ({"grid": {"retrieval.nope": [1]}}, "unknown key 'retrieval.nope'"),
+        ({"dataset": {"categories": [6]}}, "dataset.categories has [6]"),
+    ],
+)
+def test_config_errors_name_key_and_allowed(doc, needle):
+    with pytest.raises(ConfigError) as e:
+        ExperimentConfig.from_dict(doc)
+    assert needle in str(e.value)
+
+
+def test_overrides():
+    cfg = ExperimentConfig().with_overrides(["retrieval.top_k=20", "dataset.conversations=[conv-26]"])
+    assert cfg.retrieval.top_k == 20 and cfg.dataset.conversations == ["conv-26"]
+    with pytest.raises(ConfigError, match="unknown key 'top'"):
+        ExperimentConfig().with_overrides(["retrieval.top=3"])
+
+
+def test_preload_rule():
+    svc = open_service("memory")
+    k = UserKey("a", "u")
+    for i in range(5):
+        svc.add(k, f"memory number {i} about topic{i}")
+    ctx = lambda n: AnswerContext(service=svc, key=k, conversation=None, search=SearchOptions(),  # noqa: E731
+                                  preload_budget=n)
+    assert preload(ctx(0), "x") == ([], {"budget": 0, "mode": "off"})
+    got, info = preload(ctx(5), "x")
+    assert info["mode"] == "all" and len(got) == 5  # N+1 probe found <= N
+    got, info = preload(ctx(-1), "x")
+    assert info["mode"] == "all" and len(got) == 5
+    got, info = preload(ctx(2), "topic3")
+    assert info["mode"] == "search" and len(got) == 2 and "topic3" in got[0].text
+    strict = AnswerContext(service=svc, key=k, conversation=None, search=SearchOptions(similarity_threshold=0.999),
+                           preload_budget=2)
+    got, info = preload(strict, "zzz unknown words")
+    assert info["mode"] == "recent (search empty)" and len(got) == 2
+
+    class Broken:
+        def read_recent(self, *a):
+            raise RuntimeError("down")
+
+    got, info = preload(AnswerContext(Broken(), k, None, SearchOptions(), 3), "x")
+    assert got == [] and info["mode"] == "probe-failed"
+
+
+def offline_cfg(locomo_path, **over):
+    base = {"name": "t", "dataset": {"path": str(locomo_path), "conversations": ["conv-26"], "question_limit": 40},
+            "extraction": {"extractor": "turns+observations"}, "retrieval": {"participant_boost": True}}
+    cfg = ExperimentConfig.from_dict(base)
+    return cfg.with_overrides(over) if over else cfg
+
+
+def test_offline_run_writes_everything(locomo_path, tmp_path):
+    run = run_experiment(offline_cfg(locomo_path), results=tmp_path, progress=False)
+    d = run.run_dir
+    for f in ("config.yaml", "environment.json", "predictions.csv", "summary.csv", "run.json",
+              "traces/retrieval.jsonl", "traces/answers.jsonl", "traces/extraction.jsonl", "traces/memories.jsonl"):
+        assert (d / f).is_file(), f
+    assert len(run.predictions) == 40 and run.predictions.error.isna().all()
+    assert {"f1", "bleu1", "em", "recall@10", "context_recall", "rule"} <= set(run.predictions.columns)
+    s = run.summary
+    assert {"tokens_qa", "calls_qa", "latency_p50_s", "latency_p95_s", "context_tokens_qa"} <= set(s.columns)
+    assert s.loc["overall 1-5", "n"] == 40 and s.loc["overall 1-5", "calls_qa"] == 0
+    assert 0 < s.loc["overall 1-5", "recall@10"] <= 1
+    again = load_run(d)
+    pd.testing.assert_series_equal(again.summary["f1"], s["f1"], check_names=False)
+    info = json.loads((d / "run.json").read_text())
+    assert info["extraction"]["from_cache"] is False and info["timings"]["total_s"] > 0
+    second = run_experiment(offline_cfg(locomo_path, **{"retrieval.top_k": 5}), results=tmp_path, progress=False)
+    assert second.info["extraction"]["from_cache"] is True  # retrieval ablation re-extracts nothing
+    table = compare([run, second])
+    assert ("f1", run.run_dir.name) in table.columns and ("f1", second.run_dir.name) in table.columns
+
+
+def model_cfg(locomo_path, srv, arm, **over):
+    base = {"name": arm, "dataset": {"path": str(locomo_path), "conversations": ["conv-26"], "question_limit": 12},
+            "extraction": {"extractor": "turns"}, "answer": {"arm": arm, "model": "openai/scripted-reader"},
+            "models": {"api_base": srv.api_base, "max_retries": 1}}
+    cfg = ExperimentConfig.from_dict(base)
+    return cfg.with_overrides(over) if over else cfg
+
+
+def test_original_arm_prompt_has_the_retrieved_memories_and_cache_makes_rerun_free(locomo_path, tmp_path):
+    with ScriptedServer(responder=responder) as srv:
+        run = run_experiment(model_cfg(locomo_path, srv, "original"), results=tmp_path, progress=False)
+        assert run.info["models"]["model_calls"] == 12 and len(srv.requests) == 12
+        rows = [json.loads(x) for x in open(run.run_dir / "traces" / "retrieval.jsonl")]
+        mems = {m["id"]: m["text"] for m in map(json.loads, open(run.run_dir / "traces" / "memories.jsonl"))}
+        for req, r in zip(srv.requests, rows):
+            prompt = req["messages"][0]["content"]
+            top = r["queries"][0]["hits"][0]["id"]
+            assert mems[top] in prompt  # the prompt the model got carries the retrieved memories
+        s = run.summary.loc["overall 1-5"]
+        assert s["calls_qa"] == 1 and s["completion_tokens_qa"] == 6 and s["prompt_tokens_qa"] > 100
+        n_before = len(srv.requests)
+        rerun = run_experiment(model_cfg(locomo_path, srv, "original"), results=tmp_path, progress=False)
+        assert len(srv.requests) == n_before and rerun.info["models"]["model_calls"] == 0
+        assert rerun.info["models"]["cache_hits"] == 12
+        assert list(rerun.predictions.prediction) == list(run.predictions.prediction)
+
+
+def test_optimized_arm_tools_and_accounting(locomo_path, tmp_path):
+    with ScriptedServer(responder=responder) as srv:
+        run = run_experiment(model_cfg(locomo_path, srv, "optimized", **{"retrieval.preload": 3}),
+                             results=tmp_path, progress=False)
+        p = run.predictions
+        assert (p.calls == 2).all() and (p.cached_tokens == 400).all() and (p.prompt_tokens == 800).all()
+        answers = [json.loads(x) for x in open(run.run_dir / "traces" / "answers.jsonl")]
+        assert all([t["name"] for t in a["tool_calls"]] == ["memory_search", "memory_search"] for a in answers)
+        second = srv.requests[1]["messages"]
+        tool_msgs = [m for m in second if m["role"] == "tool"]
+        assert json.loads(tool_msgs[0]["content"])["results"]  # search results went back to the model
+        assert json.loads(tool_msgs[1]["content"]) == {"results": []}  # empty query -> empty result
+        assert "Preloaded memories" in srv.requests[0]["messages"][0]["content"]
+        retr = [json.loads(x) for x in open(run.run_dir / "traces" / "retrieval.jsonl")]
+        assert all(r["preload"]["mode"] == "search" for r in retr)
+        assert run.summary.loc["overall 1-5", "calls_qa"] == 2
+
+
+def test_long_context_arm_and_judge(locomo_path, tmp_path):
+    with ScriptedServer(responder=lambda body: Reply(text="CORRECT") if "grade answers" in
+                        body["messages"][0]["content"] else Reply(text="7 May 2023")) as srv:
+        cfg = model_cfg(locomo_path, srv, "long-context", **{"judge.model": "openai/scripted-judge",
+                                                             "dataset.question_limit": 3})
+        run = run_experiment(cfg, results=tmp_path, progress=False)
+        first = srv.requests[0]["messages"][0]["content"]
+        assert "Session 1 (1:56 pm on 8 May, 2023)" in first and "Caroline:" in first
+        assert (run.predictions.j == 1.0).all() and "j" in run.summary.columns
+        assert run.info["extraction"] == {}  # no memory needed
+
+
+def test_llm_extraction_arm_end_to_end(locomo_path, tmp_path):
+    with ScriptedServer(responder=responder) as srv:
+        cfg = model_cfg(locomo_path, srv, "original", **{"extraction.extractor": "llm",
+                                                         "extraction.model": "openai/scripted-extractor",
+                                                         "dataset.question_limit": 5})
+        run = run_experiment(cfg, results=tmp_path, progress=False)
+        ext = [json.loads(x) for x in open(run.run_dir / "traces" / "extraction.jsonl")]
+        assert len(ext) > 300 and all(e["result"] in ("added", "updated", "skipped", "update->add") for e in ext
+                                      if "result" in e)
+        assert run.info["extraction"]["ops_applied"] > 300
+
+
+def test_a_failed_question_is_recorded_and_the_run_goes_on(locomo_path, tmp_path):
+    with ScriptedServer([Reply(status=400, text="bad request")], responder=responder) as srv:
+        run = run_experiment(model_cfg(locomo_path, srv, "original", **{"dataset.question_limit": 4}),
+                             results=tmp_path, progress=False)
+        p = run.predictions
+        assert p.error.notna().sum() == 1 and "BadRequest" in p.error.dropna().iloc[0]
+        assert p.error.isna().sum() == 3 and run.summary.loc["overall 1-5", "errors"] == 1
+
+
+def test_resume_after_sigkill_matches_uninterrupted(locomo_path, tmp_path):
+    with ScriptedServer(responder=lambda b: (time.sleep(0.05), responder(b))[1]) as srv:
+        cfg = model_cfg(locomo_path, srv, "original", **{"dataset.question_limit": 30})
+        cfg_file = tmp_path / "cfg.yaml"
+        cfg_file.write_text(cfg.to_yaml())
+        killed_root = tmp_path / "killed"
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        proc = subprocess.Popen([sys.executable, "-m", "memlab", "run", str(cfg_file), "--results", str(killed_root)],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        log = None
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            logs = list(killed_root.glob("original-*/predictions.jsonl"))
+            if logs and sum(1 for _ in open(logs[0])) >= 8:
+                log = logs[0]
+                break
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert log is not None, "the run never got going"
+        n_before = sum(1 for _ in open(log))
+        assert n_before < 30 and not (log.parent / "predictions.csv").exists()
+        resumed = run_experiment(None, resume=log.parent, progress=False)
+        assert resumed.info["resumed_skipped"] == n_before and resumed.info["answered_now"] == 30 - n_before
+        straight = run_experiment(cfg, results=tmp_path / "straight", progress=False)
+        a = resumed.predictions.set_index("qid")
+        b = straight.predictions.set_index("qid")
+        assert list(a.index) == list(b.index)
+        pd.testing.assert_series_equal(a.prediction, b.prediction)
+        pd.testing.assert_series_equal(a.f1, b.f1)
+        pd.testing.assert_frame_equal(resumed.summary[["n", "f1", "recall@10"]], straight.summary[["n", "f1", "recall@10"]])
+        retr = [json.loads(x)["qid"] for x in open(log.parent / "traces" / "retrieval.jsonl")]
+        assert sorted(retr) == sorted(a.index)  # one trace line per question, none duplicated
+
+
+def test_cli_run_and_report(locomo_path, tmp_path, capsys):
+    from memlab.cli import main
+
+    rc = main(["run", "offline", "--results", str(tmp_path), "--set", f"dataset.path={locomo_path}",
+               "--set", "dataset.conversations=[conv-30]", "--set", "dataset.question_limit=10"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "overall 1-4" in out and "model calls 0" in out
+    runs = sorted(tmp_path.glob("offline-*"))
+    assert main(["report", str(runs[0])]) == 0
+    assert "f1" in capsys.readouterr().out
+    assert main(["run", "offline", "--set", "answer.arm=magic"]) == 2
+    assert "allowed: extractive" in capsys.readouterr().err
