@@ -6,6 +6,7 @@ import threading
 from datetime import datetime
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from memlab.data import (
@@ -218,5 +219,7 @@ def test_demo_writes_run_folder(synthetic_path, tmp_path, capsys):
 
     run_dir = run_demo(str(synthetic_path), str(tmp_path / "results"))
     out = capsys.readouterr().out
-    assert "overall 1-4" in out and "F1 abstain" in out
-    assert Path(run_dir, "summary_abstain.csv").is_file() and Path(run_dir, "environment.json").is_file()
+    assert "overall 1-4" in out and "F1 always abstain" in out and "F1 offline" in out
+    table = pd.read_csv(Path(run_dir, "demo_comparison.csv"), index_col=0)
+    assert table.loc["5", "F1 always abstain"] == 1.0 and table.loc["overall 1-5", "n"] == 7
+    assert Path(run_dir, "environment.json").is_file() and Path(run_dir, "predictions.csv").is_file()

@@ -223,7 +223,8 @@ def test_resume_after_sigkill_matches_uninterrupted(locomo_path, tmp_path):
         assert list(a.index) == list(b.index)
         pd.testing.assert_series_equal(a.prediction, b.prediction)
         pd.testing.assert_series_equal(a.f1, b.f1)
-        pd.testing.assert_frame_equal(resumed.summary[["n", "f1", "recall@10"]], straight.summary[["n", "f1", "recall@10"]])
+        cols = ["n", "f1", "recall@10"]
+        pd.testing.assert_frame_equal(resumed.summary[cols], straight.summary[cols])
         retr = [json.loads(x)["qid"] for x in open(log.parent / "traces" / "retrieval.jsonl")]
         assert sorted(retr) == sorted(a.index)  # one trace line per question, none duplicated
 
