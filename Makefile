@@ -14,7 +14,7 @@ endif
 EXTRAS ?= dev,minilm
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test lint clean-venv
+.PHONY: demo test lint clean-venv strip-notebooks
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,3 +35,7 @@ lint: $(VENV)/.installed
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Committed notebooks carry no outputs: run this before committing a notebook you executed.
+strip-notebooks: $(VENV)/.installed
+	$(PY) -c "import nbformat,glob;[nbformat.write((lambda n:[c.update(outputs=[],execution_count=None) for c in n.cells if c.cell_type=='code'] and n)(nbformat.read(p,4)),p) for p in glob.glob('notebooks/*.ipynb')]"

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--large", type=int, default=1_000_000, help="0 skips the scale part")
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--queries", type=int, default=1000)
-    ap.add_argument("--ef-search", default="256,512,1024,1536,2048")
+    ap.add_argument("--ef-search", default="256,512,1024,2048")
     ap.add_argument("--ef-construction", type=int, default=128)
     args = ap.parse_args(argv)
     locomo_part(args.path, args.repeats)

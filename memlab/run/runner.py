@@ -271,7 +271,8 @@ def _answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Judge | None, 
     ctx = AnswerContext(service=svc, key=conversation_key(conv), conversation=conv, search=search,
                         preload_budget=r.preload)
     base = {"qid": q.qid, "conversation_id": q.conversation_id, "q_index": q.index, "category": q.category,
-            "question": q.question, "answer": q.answer, "evidence": list(q.evidence_ids)}
+            "question": q.question, "answer": q.answer, "evidence": list(q.evidence_ids),
+            "evidence_raw": list(q.evidence)}
     try:
         a = answerer.timed(q, ctx)
     except Exception as e:  # one failed question is recorded and the run goes on

@@ -1,0 +1,78 @@
+"""Time the `offline` config over all of LoCoMo-10 as whole processes, cold and cached.
+
+    python benchmarks/offline_run.py [--path locomo10.json]
+
+Cold: a fresh results root (extraction with turns + observations into SQLite, indexing, 1,986
+retrievals, extractive answers, scoring, traces). Cached: the same config again (extraction and
+index served from the cache). Prints wall time, peak RSS of the process and the share of time
+per stage (from run.json). Targets: <= 30 s wall and <= 2 GB peak for the cold run.
+
+Then a model-backed config (`original`, scripted OpenAI-compatible server on 127.0.0.1) is run
+twice on conversation conv-26: the rerun must make 0 model calls (response cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_process(args: list[str], env: dict[str, str]) -> tuple[float, float, Path]:
+    t0 = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    out = subprocess.run([sys.executable, "-m", "memlab", "run", *args], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise SystemExit(out.stdout[-3000:] + out.stderr[-3000:])
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    run_dir = Path(next(line.split()[0] for line in out.stdout.splitlines() if line.startswith("/")))
+    return wall, max(peak, before) / 1024.0, run_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="offline run benchmark")
+    ap.add_argument("--path")
+    args = ap.parse_args(argv)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if args.path:
+        env["MEMLAB_LOCOMO"] = str(Path(args.path).resolve())
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"{'run':10s}{'wall s':>9s}{'peak RSS MB':>13s}   stage shares of the run's own total")
+        for label in ("cold", "cached"):
+            wall, peak, run_dir = run_process(["offline", "--results", tmp], env)
+            t = json.loads((run_dir / "run.json").read_text())["timings"]
+            stages = {k[:-2]: v for k, v in t.items() if k.endswith("_s") and k != "total_s"}
+            shares = ", ".join(f"{k} {v / t['total_s']:.0%} ({v:.1f} s)" for k, v in stages.items())
+            print(f"{label:10s}{wall:9.1f}{peak:13.0f}   {shares}")
+            if label == "cold":
+                ok = wall <= 30 and peak <= 2048
+                print(f"{'':10s}targets wall <= 30 s and peak <= 2048 MB: {'MET' if ok else 'NOT MET'}")
+        from memlab.testing import ScriptedServer
+
+        sys.path.insert(0, str(ROOT))
+        from tests.scripted_model import responder
+
+        with ScriptedServer(responder=responder) as srv:
+            sets = ["--set", "dataset.conversations=[conv-26]", "--set", f"models.api_base={srv.api_base}",
+                    "--set", "answer.model=openai/scripted", "--set", "index.embedder=tfidf-lsa",
+                    "--set", "extraction.model=openai/scripted", "--results", tmp]
+            for label in ("model run", "rerun"):
+                n0 = len(srv.requests)
+                wall, _, run_dir = run_process(["original", *sets], env)
+                m = json.loads((run_dir / "run.json").read_text())["models"]
+                print(f"{label:10s}{wall:9.1f}   server saw {len(srv.requests) - n0} requests; "
+                      f"model calls {m['model_calls']}, served from cache {m['cache_hits']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

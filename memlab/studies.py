@@ -1,0 +1,54 @@
+"""Sweeps that need more than one run (kept out of the runner so it stays one experiment at a time)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from memlab.index.text import jaccard, word_set
+from memlab.run import ExperimentConfig, run_experiment
+from memlab.trace import load
+
+NEAR_DUPLICATE = 0.80
+
+
+def near_duplicates(texts: Sequence[str], threshold: float = NEAR_DUPLICATE) -> int:
+    """Pairs of memories whose word sets have Jaccard >= ``threshold`` (what reconcile should prevent)."""
+    sets = [word_set(t) for t in texts]
+    n = 0
+    for i in range(len(sets)):
+        for j in range(i + 1, len(sets)):
+            a, b = sets[i], sets[j]
+            if threshold * len(b) <= len(a) <= len(b) / threshold and jaccard(a, b) >= threshold:
+                n += 1
+    return n
+
+
+def reconcile_sweep(base: ExperimentConfig, settings: Sequence[tuple[float, float, float, float]],
+                    results: str | Path | None = None, include_off: bool = True) -> pd.DataFrame:
+    """One row per reconcile setting (skip score, skip Jaccard, update score, update Jaccard):
+    ops proposed / rewritten to updates / skipped, memories stored, near-duplicate pairs left, recall, F1."""
+    rows = []
+    grid: list[tuple[str, dict]] = []
+    if include_off:
+        grid.append(("off", {"extraction.reconcile.enabled": False}))
+    for s in settings:
+        grid.append((f"{s[0]:.2f}/{s[1]:.2f}/{s[2]:.2f}/{s[3]:.2f}", {
+            "extraction.reconcile.enabled": True, "extraction.reconcile.skip_score": s[0],
+            "extraction.reconcile.skip_jaccard": s[1], "extraction.reconcile.update_score": s[2],
+            "extraction.reconcile.update_jaccard": s[3]}))
+    for label, over in grid:
+        run = run_experiment(base.with_overrides({**over, "name": f"{base.name}-reconcile"}), results=results,
+                             progress=False)
+        tr = load(run.run_dir)
+        ext = tr.extraction
+        rec = ext["reconcile"].apply(lambda r: r or {})
+        dups = sum(near_duplicates(g.text.tolist()) for _, g in tr.memories.groupby("conversation"))
+        s = run.summary.loc["overall 1-4"]
+        rows.append({"setting": label, "proposed": len(ext), "rewritten": int(rec.apply(
+            lambda r: r.get("tier") == "update" and r.get("rewritten", False)).sum()),
+            "skipped": int((ext.result == "skipped").sum()), "memories": len(tr.memories),
+            "near_duplicates": dups, "recall@10": float(s["recall@10"]), "f1": float(s["f1"])})
+    return pd.DataFrame(rows)

@@ -1,0 +1,172 @@
+"""Traces of a run as DataFrames, and one question's three layers in readable form.
+
+Layers, joined by question id and memory id:
+1. extractor — every op that touched a memory sourced from the question's evidence dialog ids
+   (proposed, reconcile tier/score/Jaccard, applied or failed, and the memory's final text);
+2. retrieval — each query issued, its hits with dense / keyword / fused ranks and scores, dedupe
+   drops, kind-fallback additions, and whether a hit's source_ids intersect the evidence;
+3. answer — prompt (truncated, with its hash), response, tool calls, tokens, latency, score.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                out.append(json.loads(line))
+    return out
+
+
+def _as_list(v: Any) -> list[Any]:
+    if isinstance(v, list):
+        return v
+    if isinstance(v, str) and v.startswith("["):
+        return ast.literal_eval(v)
+    return []
+
+
+@dataclass
+class Traces:
+    run_dir: Path
+    questions: pd.DataFrame
+    """One row per question: prediction, scores, tokens, evidence, context ids."""
+    retrieval: pd.DataFrame
+    """One row per (question, query, hit)."""
+    queries: pd.DataFrame
+    """One row per (question, query): the query text, dedupe drops and kind-fallback additions."""
+    answers: pd.DataFrame
+    extraction: pd.DataFrame
+    """One row per applied (or skipped, or failed) extractor op."""
+    memories: pd.DataFrame
+    """The store at answering time: one row per memory."""
+    contexts: dict[str, list[str]]
+    """Per question, the ids of the memories the reader was given (all queries' hits plus preload)."""
+
+    # ------------------------------------------------------------------------ one question
+    def question(self, qid: str) -> dict[str, Any]:
+        """The three layers of one question as DataFrames / dicts."""
+        if qid not in set(self.questions.qid):
+            raise KeyError(f"{qid!r} is not a question of {self.run_dir}")
+        q = self.questions.set_index("qid").loc[qid]
+        evidence = set(_as_list(q["evidence"]))
+        conv = q["conversation_id"]
+        ops = self.extraction
+        if len(ops):
+            ops = ops[(ops.conversation == conv) & ops.source_ids.apply(lambda s: bool(set(s) & evidence))]
+            mem_text = self.memories.set_index("id")["text"].to_dict() if len(self.memories) else {}
+            ops = ops.assign(final_text=ops.memory_id.map(mem_text))
+        mems = self.memories
+        if len(mems):
+            mems = mems[(mems.conversation == conv) & mems.source_ids.apply(lambda s: bool(set(s) & evidence))]
+        hits = self.retrieval[self.retrieval.qid == qid] if len(self.retrieval) else self.retrieval
+        ans = self.answers[self.answers.qid == qid].iloc[0].to_dict() if len(self.answers) else {}
+        return {"question": q.to_dict() | {"qid": qid}, "extractor": ops, "evidence_memories": mems,
+                "retrieval": hits, "queries": self.queries[self.queries.qid == qid] if len(self.queries) else None,
+                "answer": ans}
+
+    def show(self, qid: str, max_hits: int = 10) -> str:
+        """A readable, layer-by-layer account of one question (print it in a notebook)."""
+        v = self.question(qid)
+        q = v["question"]
+        lines = [f"== {qid}  category {q['category']}  F1 {q.get('f1', float('nan')):.3f}",
+                 f"Q: {q['question']}", f"gold: {q['answer']}   prediction: {q['prediction']}",
+                 f"evidence: {', '.join(_as_list(q['evidence'])) or '(none)'}", "",
+                 "-- 1. extractor layer (ops touching memories sourced from the evidence)"]
+        ops = v["extractor"]
+        if ops is None or not len(ops):
+            lines.append("   no op touched the evidence turns: nothing was written from them")
+        else:
+            for _, o in ops.iterrows():
+                rec = o.get("reconcile") or {}
+                lines.append(f"   {o.get('action', '?'):6s} -> {o.get('result', '?'):11s} tier {rec.get('tier')}"
+                             f" score {rec.get('score')} jaccard {rec.get('jaccard')}  [{','.join(o.source_ids)}]"
+                             f"  {str(o.get('final_text') or o.get('text'))[:110]}")
+        lines += ["", "-- 2. retrieval layer"]
+        hits = v["retrieval"]
+        if hits is None or not len(hits):
+            lines.append("   no retrieval (this arm reads no memory)")
+        else:
+            mem_text = self.memories.set_index("id")["text"].to_dict() if len(self.memories) else {}
+            for qi, g in hits.groupby("query_index"):
+                lines.append(f"   query {qi}: {g.iloc[0]['query']!r}")
+                for _, h in g.head(max_hits).iterrows():
+                    mark = "*" if h.evidence_hit else " "
+                    lines.append(f"  {mark} #{h['rank']:<2d} dense {h.dense_rank} kw {h.keyword_rank} fused "
+                                 f"{h.fused_rank} via {h.via:13s} [{','.join(h.source_ids)}] "
+                                 f"{str(mem_text.get(h['id'], ''))[:90]}")
+            lines.append("   (* = sourced from an evidence turn)")
+        a = v["answer"]
+        lines += ["", "-- 3. answer layer",
+                  f"   rule: {a.get('rule')}   calls {a.get('calls')}   usage {a.get('usage')}   "
+                  f"latency {a.get('latency_s', 0):.4f} s   prompt hash {a.get('prompt_hash')}"]
+        if a.get("tool_calls"):
+            lines.append(f"   tool calls: {a['tool_calls']}")
+        if a.get("response"):
+            lines.append(f"   response: {a['response'][:200]}")
+        return "\n".join(lines)
+
+
+def load(run_dir: str | Path) -> Traces:
+    """Load a run folder's traces as DataFrames."""
+    d = Path(run_dir)
+    if not (d / "predictions.jsonl").is_file() and not (d / "predictions.csv").is_file():
+        raise FileNotFoundError(f"{d}: not a run folder (no predictions)")
+    if (d / "predictions.csv").is_file():
+        qs = pd.read_csv(d / "predictions.csv")
+        for col in ("evidence", "evidence_raw", "retrieved_ids"):
+            if col in qs:
+                qs[col] = qs[col].apply(_as_list)
+    else:
+        qs = pd.DataFrame(_read_jsonl(d / "predictions.jsonl"))
+    rows, qrows = [], []
+    contexts: dict[str, list[str]] = {}
+    for r in _read_jsonl(d / "traces" / "retrieval.jsonl"):
+        contexts[r["qid"]] = list(r.get("context_ids") or [])
+        for qi, qt in enumerate(r.get("queries", [])):
+            qrows.append({"qid": r["qid"], "query_index": qi, "query": qt["query"], "n_hits": len(qt["hits"]),
+                          "dropped_by_dedupe": qt.get("dropped_by_dedupe", []),
+                          "fallback_added": qt.get("fallback_added", []), "error": qt.get("error")})
+            for h in qt["hits"]:
+                rows.append({"qid": r["qid"], "query_index": qi, "query": qt["query"], **h})
+    retrieval = pd.DataFrame(rows, columns=["qid", "query_index", "query", "rank", "id", "source_ids", "score",
+                                            "dense_rank", "dense_score", "keyword_rank", "keyword_score",
+                                            "fused_rank", "fused_score", "via", "kind", "evidence_hit"]
+                             if not rows else None)
+    for col in ("rank", "dense_rank", "keyword_rank", "fused_rank"):
+        retrieval[col] = retrieval[col].astype("Int64")
+    ext = []
+    for r in _read_jsonl(d / "traces" / "extraction.jsonl"):
+        op = r.get("op") or {}
+        ext.append({"conversation": r.get("conversation"), "job_status": r.get("job_status"),
+                    "action": op.get("action"), "text": op.get("text"), "kind": op.get("kind"),
+                    "source_ids": op.get("source_ids") or [], "memory_id": r.get("memory_id"),
+                    "result": r.get("result") or ("dropped" if "dropped" in r else r.get("job_status")),
+                    "error": r.get("error") or r.get("dropped") or r.get("reason"), "reconcile": r.get("reconcile")})
+    extraction = pd.DataFrame(ext, columns=None if ext else ["conversation", "job_status", "action", "text", "kind",
+                                                              "source_ids", "memory_id", "result", "error",
+                                                              "reconcile"])
+    mems = pd.DataFrame(_read_jsonl(d / "traces" / "memories.jsonl"))
+    if not len(mems):
+        mems = pd.DataFrame(columns=["conversation", "id", "text", "kind", "event_time", "source_ids"])
+    return Traces(run_dir=d, questions=qs, retrieval=retrieval, queries=pd.DataFrame(qrows),
+                  answers=pd.DataFrame(_read_jsonl(d / "traces" / "answers.jsonl")), extraction=extraction,
+                  memories=mems, contexts=contexts)
+
+
+def trace_size_mb(run_dir: str | Path) -> float:
+    d = Path(run_dir) / "traces"
+    return sum(p.stat().st_size for p in d.glob("*.jsonl")) / 2**20
