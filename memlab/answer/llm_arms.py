@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from memlab.answer.base import ABSTAIN, Answer, AnswerContext, Answerer, QueryTrace, preload, retrieve
-from memlab.data.locomo import Conversation, Question
+from memlab.data.locomo import Conversation, Question, format_day
 from memlab.llm import Completion, ModelClient, Usage, count_tokens
 from memlab.memory.entry import MemoryEntry
 from memlab.prompts import load_prompt, render
@@ -20,7 +20,7 @@ def render_memories(entries: list[MemoryEntry]) -> str:
         return "(no memories)"
     lines = []
     for e in entries:
-        when = f"[{e.event_time.day} {e.event_time.strftime('%B %Y')}] " if e.event_time else ""
+        when = f"[{format_day(e.event_time)}] " if e.event_time else ""
         lines.append(f"- {when}{e.text}")
     return "\n".join(lines)
 

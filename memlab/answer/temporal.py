@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
+from memlab.data.locomo import format_day as fmt_day
+
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _WD = {w[:3]: w for w in WEEKDAYS}
 _NUM = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
@@ -18,10 +20,6 @@ TEMPORAL_QUESTION = re.compile(
     r"^\s*(when|what (year|month|date|day|time)|which (year|month|day|date)|how long ago|in which (year|month))\b",
     re.IGNORECASE,
 )
-
-
-def fmt_day(d: datetime) -> str:
-    return f"{d.day} {d.strftime('%B %Y')}"
 
 
 def fmt_month(d: datetime) -> str:

@@ -22,6 +22,7 @@ from memlab.data.locomo import (
     Question,
     Session,
     Turn,
+    format_day,
     load_locomo,
     parse_session_date,
     recover_evidence_ids,
@@ -30,6 +31,7 @@ from memlab.data.locomo import (
 __all__ = [
     "CATEGORY_LABELS", "HOW_TO_GET", "LOCOMO_SHA256", "LOCOMO_URL", "ChecksumMismatchError", "Conversation",
     "DataNotFoundError", "EvidenceIssue", "LoCoMo", "LoCoMoFormatError", "LoadReport", "Observation",
-    "Question", "Session", "Turn", "default_cache_path", "fetch_locomo", "load_locomo", "parse_session_date",
+    "Question", "Session", "Turn", "default_cache_path", "fetch_locomo", "format_day", "load_locomo",
+    "parse_session_date",
     "recover_evidence_ids", "resolve_locomo_path", "sha256_file",
 ]

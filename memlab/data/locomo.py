@@ -222,6 +222,11 @@ class LoCoMo:
         }
 
 
+def format_day(d: datetime) -> str:
+    """A date the way LoCoMo's answers write it: ``7 May 2023``."""
+    return f"{d.day} {d.strftime('%B %Y')}"
+
+
 def parse_session_date(raw: str) -> datetime:
     """Parse LoCoMo's ``1:56 pm on 8 May, 2023`` form (naive, local to the conversation)."""
     return datetime.strptime(raw.strip(), SESSION_DATE_FORMAT)

@@ -27,6 +27,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from memlab.data.locomo import format_day
 from memlab.index.dense import DenseIndex
 from memlab.index.embedders import Embedder, make_embedder
 from memlab.index.keyword import KeywordScorer, make_keyword_scorer
@@ -55,8 +56,7 @@ def index_text(entry: MemoryEntry, with_date: bool = True) -> str:
     """
     text = entry.text
     if with_date and entry.event_time is not None:
-        d = entry.event_time
-        text = f"[{d.day} {d.strftime('%B %Y')}] {text}"
+        text = f"[{format_day(entry.event_time)}] {text}"
     if entry.topics:
         text = f"{text} ({', '.join(entry.topics)})"
     return text

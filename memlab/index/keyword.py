@@ -46,8 +46,15 @@ class KeywordScorer(ABC):
     def fit(self, docs: list[str]) -> KeywordScorer: ...
 
     @abstractmethod
+    def _query_weights(self, js: np.ndarray, tf: np.ndarray) -> np.ndarray:
+        """Weights of the query's known terms ``js`` (with counts ``tf``)."""
+
     def score(self, query: str) -> np.ndarray:
         """One score per document (0 where no query term occurs)."""
+        js, tf = self._query_counts(query)
+        if len(js) == 0:
+            return np.zeros(self.n_docs, dtype=np.float32)
+        return self._accumulate(js, self._query_weights(js, tf))
 
     def _query_counts(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         counts: dict[int, int] = {}
@@ -78,13 +85,9 @@ class TfidfScorer(KeywordScorer):
         self.n_docs = n
         return self
 
-    def score(self, query: str) -> np.ndarray:
-        js, tf = self._query_counts(query)
-        if len(js) == 0:
-            return np.zeros(self.n_docs, dtype=np.float32)
+    def _query_weights(self, js: np.ndarray, tf: np.ndarray) -> np.ndarray:
         w = (1.0 + np.log(tf)) * self.idf_[js]
-        w /= np.linalg.norm(w)
-        return self._accumulate(js, w)
+        return w / np.linalg.norm(w)
 
 
 class BM25Scorer(KeywordScorer):
@@ -110,11 +113,8 @@ class BM25Scorer(KeywordScorer):
         self.n_docs = n
         return self
 
-    def score(self, query: str) -> np.ndarray:
-        js, tf = self._query_counts(query)
-        if len(js) == 0:
-            return np.zeros(self.n_docs, dtype=np.float32)
-        return self._accumulate(js, self.idf_[js] * tf)
+    def _query_weights(self, js: np.ndarray, tf: np.ndarray) -> np.ndarray:
+        return self.idf_[js] * tf
 
 
 KEYWORD_SCORERS = {"tfidf": TfidfScorer, "bm25": BM25Scorer}
