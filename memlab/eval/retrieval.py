@@ -24,6 +24,8 @@ MODES: dict[str, tuple[str, dict]] = {
     "hybrid-bm25": ("bm25", {"hybrid": True}),
     "hybrid+who": ("tfidf", {"hybrid": True, "participant_boost": True}),
     "hybrid-bm25+who": ("bm25", {"hybrid": True, "participant_boost": True}),
+    "hybrid-bm25+who+prf": ("bm25", {"hybrid": True, "participant_boost": True, "feedback": 3}),
+    "hybrid+prf": ("tfidf", {"hybrid": True, "feedback": 3}),
 }
 
 

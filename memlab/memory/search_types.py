@@ -36,6 +36,8 @@ class SearchOptions:
     rrf_k: int = RRF_K_DEFAULT
     keyword_only: bool = False
     """Rank by the keyword list alone (an ablation arm; hybrid is ignored)."""
+    feedback: int = 0
+    """Rocchio pseudo-relevance feedback on the dense query from the top ``feedback`` hits (0 = off)."""
     participant_boost: bool = False
     """When the query names a participant, fuse in extra lists restricted to that participant's memories
     (a who-did-what signal; memlab's addition, measured in ``benchmarks/retrieval_recall.py``)."""
