@@ -252,3 +252,20 @@ def test_minilm_embedder():
     v = emb.embed(["Caroline went to a support group", "Caroline attended an LGBTQ meeting", "stock prices"])
     assert v.shape == (3, 384) and v.dtype == np.float32
     assert float(v[0] @ v[1]) > float(v[0] @ v[2])
+
+
+def test_feedback_moves_the_dense_query_toward_top_hits():
+    table = {"A": [1, 0, 0], "B": [0.61, 0.79, 0], "C": [0.6, -0.8, 0], "q": [1, 0, 0]}
+    svc = InMemoryMemoryService(HybridIndex(embedder=FixedEmbedder(table)))
+    for t in ("A", "B", "C"):
+        svc.add(K, t)
+    plain = {h.entry.text: h.dense_score for h in svc.search(K, SearchOptions(query="q", hybrid=False)).hits}
+    fb = {h.entry.text: h.dense_score for h in svc.search(K, SearchOptions(query="q", hybrid=False,
+                                                                           feedback=2)).hits}
+    assert plain["C"] == pytest.approx(0.6, abs=1e-5)
+    # Rocchio: q' = norm(q + 0.5 * mean(A, B)) leans toward B and away from C
+    b = np.array([0.61, 0.79, 0]) / np.linalg.norm([0.61, 0.79, 0])  # the embedder normalises rows
+    q2 = np.array([1, 0, 0]) + 0.5 * (np.array([1, 0, 0]) + b) / 2
+    q2 /= np.linalg.norm(q2)
+    assert fb["C"] == pytest.approx(float(q2 @ np.array([0.6, -0.8, 0])), abs=1e-4) and fb["C"] < 0.55
+    assert fb["B"] > plain["B"]
