@@ -7,7 +7,10 @@ memlab's hybrid search (tfidf-lsa dense in FAISS Flat + TF-IDF keyword, RRF, ded
 baseline doing the same work with plain numpy: brute-force dot product over the key's LSA vectors
 plus rank-bm25 (BM25Okapi) scores, fused by the same RRF. Prints build time, queries/s, p50/p95.
 
-Part 2, scale: ``--large`` synthetic memories in one key (clustered unit vectors, ``--dim`` wide):
+Part 2, per-key indexes: the same key searched in a store of 10 keys and of 60 keys: latency must
+not grow with the other users' memories (each key has its own index, built on its first search).
+
+Part 3, scale: ``--large`` synthetic memories in one key (clustered unit vectors, ``--dim`` wide):
 FAISS ``HNSW32`` (memlab's DenseIndex) against ``Flat``: build time, peak memory (RSS), p50/p95
 per query and recall@10 of HNSW against the exact Flat results, over a sweep of efSearch.
 """
@@ -92,6 +95,42 @@ def locomo_part(path: str | None, repeats: int) -> None:
           f"target memlab p50 <= 1 ms: {'MET' if pct(lat_m, 50) <= 1.0 else 'NOT MET'}")
 
 
+def key_scaling_part(path: str | None, copies: int, n_queries: int = 400) -> None:
+    """Search cost follows the searched key, not the store: the same key searched in a store of 10
+    keys and in one of ``10 * copies`` keys (copies of the conversations under other users)."""
+    from memlab.data import load_locomo
+    from memlab.extract.memory_sets import turn_memories
+    from memlab.index import open_service
+    from memlab.memory import SearchOptions, UserKey
+
+    data = load_locomo(path)
+    conv = data.conversations[0]
+    qs = [q.question for q in conv.questions][:n_queries]
+    print(f"\n== per-key indexes: one key (~{len(conv.turns)} memories) searched in stores of growing size ==")
+    print(f"{'keys in store':>14s}{'memories':>10s}{'first search s':>16s}{'p50 ms':>9s}{'p95 ms':>9s}"
+          f"{'keys built':>12s}")
+    for n_copies in (1, copies):
+        svc = open_service("memory")
+        total = 0
+        for c in range(n_copies):
+            for other in data:
+                key = UserKey(f"app{c}", other.sample_id)
+                for it in turn_memories(other):
+                    svc.add(key, **it)
+                    total += 1
+        target = UserKey("app0", conv.sample_id)
+        t = time.perf_counter()
+        svc.search(target, SearchOptions(query=qs[0]))
+        first = time.perf_counter() - t
+        lat = []
+        for q in qs:
+            t = time.perf_counter()
+            svc.search(target, SearchOptions(query=q, kind_fallback=False))
+            lat.append(time.perf_counter() - t)
+        print(f"{len(svc.keys()):14d}{total:10,d}{first:16.2f}{pct(lat, 50):9.3f}{pct(lat, 95):9.3f}"
+              f"{len(svc.searcher._states):12d}")
+
+
 def rss_now_mb() -> float:
     import psutil
 
@@ -155,11 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--large", type=int, default=1_000_000, help="0 skips the scale part")
     ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--key-copies", type=int, default=6, help="store size multiplier of the per-key part")
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--ef-search", default="256,512,1024,2048")
     ap.add_argument("--ef-construction", type=int, default=128)
     args = ap.parse_args(argv)
     locomo_part(args.path, args.repeats)
+    key_scaling_part(args.path, args.key_copies)
     if args.large:
         large_part(args.large, args.dim, args.queries, [int(v) for v in args.ef_search.split(",")],
                    args.ef_construction)
