@@ -160,3 +160,22 @@ def test_sqlite_schema_version_checked(tmp_path):
 
     with pytest.raises(SchemaVersionError, match="schema version 99"):
         SQLiteMemoryService(db)
+
+
+def test_unreadable_or_old_index_file_is_rebuilt(tmp_path):
+    import pickle
+
+    db = tmp_path / "store.db"
+    s = open_service("sqlite", path=db)
+    s.add(A, "Alice likes pottery")
+    s.close()
+    idx = tmp_path / "store.db.index"
+    idx.write_bytes(b"not a pickle")
+    s2 = open_service("sqlite", path=db)
+    assert [h.entry.text for h in s2.search(A, "pottery")] == ["Alice likes pottery"]
+    s2.close()
+    idx.write_bytes(pickle.dumps({"version": 1, "config": {}, "keys": {}}))  # an older format
+    s3 = open_service("sqlite", path=db)
+    assert s3.searcher.builds == 0 and [h.entry.text for h in s3.search(A, "pottery")] == ["Alice likes pottery"]
+    assert s3.searcher.builds == 1
+    s3.close()

@@ -48,6 +48,8 @@ DEPTH_MIN = 100
 DEPTH_FACTOR = 10
 #: Rocchio weight of the feedback centroid (``SearchOptions.feedback``), measured in the recall benchmark.
 FEEDBACK_WEIGHT = 0.5
+#: Version of the saved-index format; a file of another version is ignored and rebuilt.
+INDEX_FORMAT = 2
 
 
 def index_text(entry: MemoryEntry, with_date: bool = True) -> str:
@@ -113,7 +115,7 @@ class HybridIndex:
         self._shared_embedder: Embedder | None = None
         self.builds = 0
         if persist_path and Path(persist_path).is_file():
-            self._load(persist_path)
+            self.load(persist_path)
 
     # ------------------------------------------------------------------ store hooks (Searcher)
     def _state(self, key: UserKey) -> _KeyState | None:
@@ -365,7 +367,7 @@ class HybridIndex:
         if not str(target):
             raise ValueError("HybridIndex.save: no path given and no persist_path set")
         target.parent.mkdir(parents=True, exist_ok=True)
-        blob: dict[str, Any] = {"version": 1, "config": self._config(), "keys": {}}
+        blob: dict[str, Any] = {"version": INDEX_FORMAT, "config": self._config(), "keys": {}}
         for key, st in self._states.items():
             dense = None
             if st.dense is not None and st.dense.index_ is not None:
@@ -390,11 +392,16 @@ class HybridIndex:
         return {"embedder": emb, "index": self.index, "keyword": self.keyword,
                 "embedder_params": params, "date_in_text": self.date_in_text}
 
-    def _load(self, path: str) -> None:
-        with open(path, "rb") as f:
-            blob = pickle.load(f)
-        if blob.get("config") != self._config():
-            return  # built with other settings: rebuild from the store instead
+    def load(self, path: str | os.PathLike[str]) -> bool:
+        """Reuse a saved index; False (and the store rebuilds it lazily) when the file is unreadable,
+        of another format version, or built with other settings."""
+        try:
+            with open(path, "rb") as f:
+                blob = pickle.load(f)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError):
+            return False
+        if not isinstance(blob, dict) or blob.get("version") != INDEX_FORMAT or blob.get("config") != self._config():
+            return False
         for (app, user), d in blob["keys"].items():
             dense = None
             if d["dense"] is not None:
@@ -411,6 +418,7 @@ class HybridIndex:
                 is_fact=d["is_fact"], event_ts=d["event_ts"], participants=d["participants"],
                 word_sets=d["word_sets"], matrix=d["matrix"], row_of=d["row_of"],
             )
+        return True
 
     def verify_against(self, key: UserKey, entries: list[MemoryEntry]) -> None:
         """Drop a loaded key whose entries differ from the store's (the store is the truth)."""

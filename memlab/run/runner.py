@@ -210,7 +210,7 @@ def _extract(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], cli
                            embedder_params=emb_params)
         svc.searcher.persist_path = str(cdir / f"index-{index_id}.pkl")
         if Path(svc.searcher.persist_path).is_file():
-            svc.searcher._load(svc.searcher.persist_path)
+            svc.searcher.load(svc.searcher.persist_path)
             for k in list(svc.searcher._states):
                 svc.searcher.verify_against(k, svc._entries(k))
     else:
