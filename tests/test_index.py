@@ -269,3 +269,15 @@ def test_feedback_moves_the_dense_query_toward_top_hits():
     q2 /= np.linalg.norm(q2)
     assert fb["C"] == pytest.approx(float(q2 @ np.array([0.6, -0.8, 0])), abs=1e-4) and fb["C"] < 0.55
     assert fb["B"] > plain["B"]
+
+
+def test_text_score_is_the_bounded_tfidf_cosine_with_any_keyword_scorer():
+    for kw in ("bm25", "tfidf"):
+        s = open_service("memory", keyword=kw)
+        for t in CORPUS:
+            s.add(K, t)
+        hits = s.search(K, SearchOptions(query="Caroline support group", max_results=8)).hits
+        assert all(h.text_score is not None and 0.0 <= h.text_score <= 1.0 + 1e-6 for h in hits)
+        best = max(hits, key=lambda h: h.text_score)
+        assert best.entry.text == CORPUS[0]
+        assert s.searcher.reconcile_signal == "tfidf"

@@ -78,9 +78,9 @@ def test_search_failure_keeps_the_op():
 
 def test_reconcile_score_signals():
     e = entry("e1", "x")
-    h = SearchHit(entry=e, score=0.03, rank=1, dense_score=0.8, keyword_score=0.4, keyword_rank=1)
+    h = SearchHit(entry=e, score=0.03, rank=1, dense_score=0.8, keyword_score=7.5, keyword_rank=1, text_score=0.4)
     assert reconcile_score(h, "dense") == 0.8
-    assert reconcile_score(h, "keyword") == 0.4
+    assert reconcile_score(h, "tfidf") == 0.4  # never the (BM25) keyword score
     assert reconcile_score(h, "jaccard") == 0.0
     with pytest.raises(ValueError, match="signal"):
         reconcile_score(h, "bm25")
@@ -90,7 +90,7 @@ def test_reconcile_score_signals():
         calls.append((text, n))
         return [h]
 
-    ds = reconcile([ADD], search, ReconcileConfig(), signal="keyword")
+    ds = reconcile([ADD], search, ReconcileConfig(), signal="tfidf")
     assert calls == [(ADD.text, 3)] and ds[0].score == 0.4 and ds[0].tier == "keep"
 
 

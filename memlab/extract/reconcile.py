@@ -15,11 +15,14 @@ Which score: scores live on different scales per signal, so the index names the 
 reads (``HybridIndex.reconcile_signal``), and `reconcile_score` takes it:
 
 - ``dense``: the dense cosine in [-1, 1], for pretrained embedders (minilm, ``litellm:<model>``);
-- ``keyword``: the TF-IDF cosine in [0, 1], for the corpus-fitted tfidf-lsa embedder, whose cosines
-  on a small per-user corpus run high (few SVD dimensions: unrelated memories of one person score
-  above 0.6), so the dense score would rewrite most adds;
-- ``jaccard``: none (score 0, Jaccard decides alone), for tfidf-lsa with BM25, whose scores are
-  unbounded and never compared with these thresholds.
+- ``tfidf``: the TF-IDF cosine in [0, 1] (``SearchHit.text_score``, computed whatever the keyword
+  scorer, BM25 included), for the corpus-fitted tfidf-lsa embedder, whose cosines on a small
+  per-user corpus run high (few SVD dimensions: unrelated memories of one person score above
+  0.6: with the observations extractor the dense score rewrote or skipped 58-93 % of a
+  conversation's adds (conv-49, conv-26), the TF-IDF cosine 1-13 %);
+- ``jaccard``: no score (0), Jaccard decides alone (an ablation).
+
+BM25 scores are unbounded and never compared with these thresholds.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ class Decision:
                 "rewritten": self.rewritten, "op": None if self.op is None else self.op.to_dict()}
 
 
-SIGNALS = ("dense", "keyword", "jaccard")
+SIGNALS = ("dense", "tfidf", "jaccard")
 
 
 def reconcile_score(hit: SearchHit, signal: str = "dense") -> float:
@@ -79,8 +82,8 @@ def reconcile_score(hit: SearchHit, signal: str = "dense") -> float:
         raise ValueError(f"reconcile signal: expected one of {SIGNALS}, got {signal!r}")
     if signal == "dense":
         return float(hit.dense_score) if hit.dense_score is not None else 0.0
-    if signal == "keyword":
-        return float(hit.keyword_score) if hit.keyword_score is not None else 0.0
+    if signal == "tfidf":
+        return float(hit.text_score) if hit.text_score is not None else 0.0
     return 0.0
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from memlab.data.locomo import format_day
 from memlab.index.dense import DenseIndex
 from memlab.index.embedders import Embedder, make_embedder
-from memlab.index.keyword import KeywordScorer, make_keyword_scorer
+from memlab.index.keyword import KeywordScorer, TfidfScorer, make_keyword_scorer
 from memlab.index.text import jaccard, word_set, words
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import (
@@ -49,7 +49,7 @@ DEPTH_FACTOR = 10
 #: Rocchio weight of the feedback centroid (``SearchOptions.feedback``), measured in the recall benchmark.
 FEEDBACK_WEIGHT = 0.5
 #: Version of the saved-index format; a file of another version is ignored and rebuilt.
-INDEX_FORMAT = 2
+INDEX_FORMAT = 3
 
 
 def index_text(entry: MemoryEntry, with_date: bool = True) -> str:
@@ -81,6 +81,7 @@ class _KeyState:
     vectors: dict[str, tuple[str, int, np.ndarray]] = field(default_factory=dict)
     dense: DenseIndex | None = None
     keyword: KeywordScorer | None = None
+    tfidf: TfidfScorer | None = None  # the bounded lexical score of every hit (the keyword scorer when tfidf)
     is_fact: np.ndarray | None = None
     event_ts: np.ndarray | None = None  # float seconds, NaN where absent
     participants: dict[str, np.ndarray] = field(default_factory=dict)  # lower-cased name -> row mask
@@ -142,9 +143,7 @@ class HybridIndex:
     def reconcile_signal(self) -> str:
         """Which hit score reconcile may compare with its thresholds (see `memlab.extract.reconcile`)."""
         fitted = self.embedder.needs_fit if isinstance(self.embedder, Embedder) else self.embedder == "tfidf-lsa"
-        if not fitted:
-            return "dense"
-        return "keyword" if self.keyword == "tfidf" else "jaccard"
+        return "tfidf" if fitted else "dense"
 
     # ---------------------------------------------------------------------------- building
     def _new_embedder(self) -> Embedder:
@@ -188,8 +187,9 @@ class HybridIndex:
             st.matrix = mat
             st.dense = DenseIndex(self.index).build(mat)
             st.keyword = make_keyword_scorer(self.keyword).fit(texts)
+            st.tfidf = st.keyword if isinstance(st.keyword, TfidfScorer) else TfidfScorer().fit(texts)
         else:
-            st.dense, st.keyword = None, None
+            st.dense, st.keyword, st.tfidf = None, None, None
         st.is_fact = np.array([e.kind == "fact" for e in rows], dtype=bool)
         st.event_ts = np.array([e.event_time.timestamp() if e.event_time else np.nan for e in rows], dtype=float)
         st.word_sets = [word_set(e.text) for e in rows]
@@ -342,6 +342,11 @@ class HybridIndex:
         else:
             chosen, dropped = [int(i) for i in ranked[: options.max_results]], []
 
+        if options.hybrid and isinstance(st.keyword, TfidfScorer) and not np.isnan(k_score).all():
+            text = np.nan_to_num(k_score, nan=0.0)
+        else:
+            text = st.tfidf.score(options.query)
+
         def opt(arr: np.ndarray, i: int) -> int | None:
             return int(arr[i]) or None
 
@@ -355,6 +360,7 @@ class HybridIndex:
                 dense_rank=opt(d_rank, i), dense_score=optf(d_score, i),
                 keyword_rank=opt(k_rank, i), keyword_score=optf(k_score, i),
                 fused_rank=opt(f_rank, i), fused_score=None if fused is None else float(fused[i]),
+                text_score=float(text[i]),
             )
             for r, i in enumerate(chosen, start=1)
         ]
@@ -376,7 +382,7 @@ class HybridIndex:
                 "entries": st.entries, "dirty": st.dirty, "rows": st.rows, "embedder": st.embedder,
                 "fit_n": st.fit_n, "fit_version": st.fit_version, "vectors": st.vectors, "dense": dense,
                 "effective_factory": None if st.dense is None else st.dense.effective_factory_,
-                "keyword": st.keyword, "is_fact": st.is_fact, "event_ts": st.event_ts,
+                "keyword": st.keyword, "tfidf": st.tfidf, "is_fact": st.is_fact, "event_ts": st.event_ts,
                 "participants": st.participants, "word_sets": st.word_sets, "matrix": st.matrix,
                 "row_of": st.row_of,
             }
@@ -415,6 +421,7 @@ class HybridIndex:
             self._states[UserKey(app, user)] = _KeyState(
                 entries=d["entries"], dirty=d["dirty"], rows=d["rows"], embedder=d["embedder"], fit_n=d["fit_n"],
                 fit_version=d["fit_version"], vectors=d["vectors"], dense=dense, keyword=d["keyword"],
+                tfidf=d["tfidf"],
                 is_fact=d["is_fact"], event_ts=d["event_ts"], participants=d["participants"],
                 word_sets=d["word_sets"], matrix=d["matrix"], row_of=d["row_of"],
             )

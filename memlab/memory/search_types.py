@@ -71,6 +71,9 @@ class SearchHit:
     keyword_score: float | None = None
     fused_rank: int | None = None
     fused_score: float | None = None
+    text_score: float | None = None
+    """TF-IDF cosine of query and memory, in [0, 1] whatever the keyword scorer: the bounded lexical
+    score reconcile reads for corpus-fitted embedders."""
     via: str = "primary"
     """``primary`` or ``kind-fallback`` (added by the unfiltered second search)."""
 
@@ -112,7 +115,8 @@ class SearchResult:
                     "event_time": h.entry.event_time, "source_ids": list(h.entry.source_ids),
                     "score": h.score, "dense_rank": h.dense_rank, "dense_score": h.dense_score,
                     "keyword_rank": h.keyword_rank, "keyword_score": h.keyword_score,
-                    "fused_rank": h.fused_rank, "fused_score": h.fused_score, "via": h.via,
+                    "fused_rank": h.fused_rank, "fused_score": h.fused_score, "text_score": h.text_score,
+                    "via": h.via,
                 }
                 for h in self.hits
             ]
