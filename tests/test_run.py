@@ -52,6 +52,12 @@ def test_config_errors_name_key_and_allowed(doc, needle):
     assert needle in str(e.value)
 
 
+def test_judge_shorthand():
+    assert ExperimentConfig.from_dict({"judge": "litellm:gpt-4o-mini"}).judge.model == "gpt-4o-mini"
+    with pytest.raises(ConfigError, match="litellm:<model>"):
+        ExperimentConfig.from_dict({"judge": "gpt-4o-mini"})
+
+
 def test_overrides():
     cfg = ExperimentConfig().with_overrides(["retrieval.top_k=20", "dataset.conversations=[conv-26]"])
     assert cfg.retrieval.top_k == 20 and cfg.dataset.conversations == ["conv-26"]

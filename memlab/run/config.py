@@ -126,7 +126,13 @@ class ExperimentConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "config") -> ExperimentConfig:
-        cfg = _build(cls, d or {}, where)
+        d = dict(d or {})
+        if isinstance(d.get("judge"), str):  # the shorthand ``judge: litellm:<model>``
+            spec = d["judge"]
+            if not spec.startswith("litellm:") or len(spec) <= len("litellm:"):
+                raise ConfigError(f"{where}: judge = {spec!r}; expected litellm:<model> or a judge section")
+            d["judge"] = {"model": spec[len("litellm:"):]}
+        cfg = _build(cls, d, where)
         cfg.validate(where)
         return cfg
 
