@@ -247,3 +247,7 @@ def test_cli_run_and_report(locomo_path, tmp_path, capsys):
     assert "f1" in capsys.readouterr().out
     assert main(["run", "offline", "--set", "answer.arm=magic"]) == 2
     assert "allowed: extractive" in capsys.readouterr().err
+    (runs[0] / "predictions.csv").unlink()
+    assert main(["report", str(runs[0])]) == 2
+    assert "memlab run --resume" in capsys.readouterr().err
+    assert main(["report", str(tmp_path)]) == 2 and "not a run folder" in capsys.readouterr().err

@@ -470,6 +470,11 @@ def run_ablation(config: ExperimentConfig | str | Path, results: str | Path | No
 def load_run(run_dir: str | Path) -> Run:
     """Reopen a finished run folder as a `Run` (tables from disk)."""
     d = Path(run_dir)
+    if not (d / "config.yaml").is_file():
+        raise FileNotFoundError(f"{d}: not a run folder (no config.yaml)")
+    if not (d / "predictions.csv").is_file():
+        raise FileNotFoundError(f"{d}: the run did not finish (no predictions.csv); "
+                                f"finish it with: memlab run --resume {d}")
     cfg = ExperimentConfig.from_dict(yaml.safe_load((d / "config.yaml").read_text()), where=str(d))
     pred = pd.read_csv(d / "predictions.csv")
     summ = pd.read_csv(d / "summary.csv", index_col=0)
