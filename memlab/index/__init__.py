@@ -30,22 +30,24 @@ def open_service(
     index: str = "Flat",
     keyword: str = "tfidf",
     embedding_cache: str | os.PathLike[str] | None = None,
+    index_path: str | os.PathLike[str] | None = None,
     **index_params: Any,
 ) -> MemoryService:
     """A `MemoryService` with a `HybridIndex` attached; with SQLite at ``path`` the index is saved
-    beside the database (``<path>.index``) on close and reloaded on open."""
+    (``index_path``, default ``<path>.index``) on close and reused on open where it still matches
+    the store (the store is the truth: a key whose memories changed is rebuilt)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     persist = None
     if backend == "sqlite" and path is not None and str(path) != ":memory:":
-        persist = str(Path(path).with_name(Path(path).name + ".index"))
+        persist = str(index_path or Path(path).with_name(Path(path).name + ".index"))
     searcher = HybridIndex(embedder=embedder, index=index, keyword=keyword, persist_path=persist,
                            cache_path=None if embedding_cache is None else str(embedding_cache), **index_params)
     if backend == "memory":
         return InMemoryMemoryService(searcher)
     svc = SQLiteMemoryService(":memory:" if path is None else path, searcher)
-    for key in list(searcher._states):
-        searcher.verify_against(key, svc._entries(key))
+    for key in searcher.keys():
+        searcher.verify_against(key, svc.list(key))
     return svc
 
 

@@ -118,6 +118,10 @@ class HybridIndex:
         if persist_path and Path(persist_path).is_file():
             self.load(persist_path)
 
+    def keys(self) -> list[UserKey]:
+        """Keys this index holds state for (loaded from disk or seen since start-up)."""
+        return list(self._states)
+
     # ------------------------------------------------------------------ store hooks (Searcher)
     def _state(self, key: UserKey) -> _KeyState | None:
         return self._states.get(key)

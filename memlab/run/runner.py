@@ -207,12 +207,7 @@ def _extract(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], cli
         db = cdir / "store.db"
         svc = open_service("sqlite", path=db, embedder=idx.embedder, index=idx.factory, keyword=idx.keyword,
                            date_in_text=idx.date_in_text, embedding_cache=cache_root / "embeddings.sqlite",
-                           embedder_params=emb_params)
-        svc.searcher.persist_path = str(cdir / f"index-{index_id}.pkl")
-        if Path(svc.searcher.persist_path).is_file():
-            svc.searcher.load(svc.searcher.persist_path)
-            for k in list(svc.searcher._states):
-                svc.searcher.verify_against(k, svc._entries(k))
+                           embedder_params=emb_params, index_path=cdir / f"index-{index_id}.pkl")
     else:
         svc = open_service("memory", embedder=idx.embedder, index=idx.factory, keyword=idx.keyword,
                            date_in_text=idx.date_in_text, embedder_params=emb_params)
@@ -257,7 +252,7 @@ def _extract(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], cli
     _jsonl(traces / "memories.jsonl", mem_rows)
     t1 = time.perf_counter()
     for conv in convs:  # build the per-key indexes now, so answering latency excludes it
-        svc.searcher.ensure_built(conversation_key(conv), lambda c=conv: svc._entries(conversation_key(c)))
+        svc.searcher.ensure_built(conversation_key(conv), lambda c=conv: svc.list(conversation_key(c)))
     timings["indexing_s"] = time.perf_counter() - t1
     info["memories"] = len(mem_rows)
     return svc, info
