@@ -201,6 +201,7 @@ def test_reconcile_in_the_worker_rewrites_and_skips():
     w = AutoMemoryWorker(svc, Scripted(ops))
     r = w.run_job(ChatSession("s", K, msgs("...")))
     assert [a.result for a in r.applied] == ["skipped", "updated", "added"]
+    assert r.applied[0].op.text == "in the morning Alice likes green tea" and r.applied[0].memory_id == old.id
     assert r.applied[1].memory_id == old.id and w.counters.ops_rewritten_by_reconcile == 1
     assert w.counters.ops_skipped_by_reconcile == 1 and svc.count(K) == 2
 

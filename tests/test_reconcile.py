@@ -60,6 +60,7 @@ def test_decide_table(candidates, cfg, tier, action, cand):
         assert d.op.memory_id == cand and d.rewritten and "reconcile: add->update" in d.op.note
     if tier == "skip":
         assert d.op is None and d.rewritten
+    assert d.proposed == ADD  # the trace always keeps what the extractor proposed
 
 
 def test_non_add_ops_pass_through():

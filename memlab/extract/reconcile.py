@@ -28,7 +28,7 @@ BM25 scores are unbounded and never compared with these thresholds.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memlab.extract.ops import MemoryOp
 from memlab.index.text import jaccard, word_set
@@ -67,10 +67,13 @@ class Decision:
     score: float | None = None
     jaccard: float | None = None
     rewritten: bool = False
+    proposed: MemoryOp | None = None
+    """The op as the extractor proposed it (kept for the trace, also when skipped or rewritten)."""
 
     def to_dict(self) -> dict:
         return {"tier": self.tier, "candidate_id": self.candidate_id, "score": self.score, "jaccard": self.jaccard,
-                "rewritten": self.rewritten, "op": None if self.op is None else self.op.to_dict()}
+                "rewritten": self.rewritten, "op": None if self.op is None else self.op.to_dict(),
+                "proposed": None if self.proposed is None else self.proposed.to_dict()}
 
 
 SIGNALS = ("dense", "tfidf", "jaccard")
@@ -97,6 +100,10 @@ def tier_of(score: float, jac: float, cfg: ReconcileConfig) -> str:
 
 def decide(op: MemoryOp, candidates: Sequence[tuple[MemoryEntry, float]], cfg: ReconcileConfig) -> Decision:
     """Pure policy: one proposed op against (entry, score) candidates."""
+    return replace(_decide(op, candidates, cfg), proposed=op)
+
+
+def _decide(op: MemoryOp, candidates: Sequence[tuple[MemoryEntry, float]], cfg: ReconcileConfig) -> Decision:
     if op.action != "add":
         return Decision("not-an-add", op)
     if not cfg.enabled:
@@ -139,7 +146,7 @@ def reconcile(ops: Sequence[MemoryOp], search: Callable[[str, int], Sequence[Sea
         try:
             hits = search(op.text, cfg.candidates)
         except Exception:  # never drop data on uncertainty
-            out.append(Decision("search-failed", op))
+            out.append(Decision("search-failed", op, proposed=op))
             continue
         out.append(decide(op, [(h.entry, reconcile_score(h, signal)) for h in hits], cfg))
     return out

@@ -307,8 +307,9 @@ class AutoMemoryWorker:
                     self.counters.ops_skipped_by_reconcile += 1
                 else:
                     self.counters.ops_rewritten_by_reconcile += 1
-        if d.op is None:
-            return AppliedOp(op=MemoryOp(action="add"), decision=d, result="skipped", memory_id=d.candidate_id)
+        if d.op is None:  # skipped: the trace keeps the proposed op and the memory it duplicated
+            return AppliedOp(op=d.proposed or MemoryOp(action="add"), decision=d, result="skipped",
+                             memory_id=d.candidate_id)
         op = d.op
         try:
             if op.action == "add":
