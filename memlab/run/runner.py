@@ -178,7 +178,7 @@ def extraction_cache_key(cfg: ExperimentConfig, dataset_sha: str, extractor_id: 
     llm = ex.extractor == "llm"
     payload = {"dataset": dataset_sha, "extractor": extractor_id, "prompt": ex.prompt if llm else None,
                "model": ex.model if llm else None, "reconcile": asdict(ex.reconcile),
-               "turn_style": ex.turn_style, "backend": cfg.store.backend, "version": 1}
+               "turn_style": ex.turn_style, "backend": cfg.store.backend, "version": 2}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
