@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from memlab.atomic import write_table
 from memlab.data import load_locomo
 from memlab.eval import category_summary, format_summary, score_frame
-from memlab.rundir import write_table
 
 ABSTAIN_ANSWER = "Not mentioned in the conversation."
 

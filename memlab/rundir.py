@@ -1,18 +1,14 @@
-"""Run folders under ``results/<run_id>/``: ids, environment capture and atomic table writes."""
+"""Run folders under ``results/<run_id>/``: ids and environment capture."""
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import sys
-import tempfile
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 TRACKED_PACKAGES = (
     "memlab", "numpy", "scipy", "scikit-learn", "faiss-cpu", "pandas", "litellm", "nltk", "regex", "pyyaml",
@@ -50,22 +46,3 @@ def environment() -> dict[str, Any]:
         "packages": versions,
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-
-
-def write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    """Write JSON atomically (temp file + rename) so a kill never leaves half a file."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, default=str)
-        f.write("\n")
-    os.replace(tmp, p)
-
-
-def write_table(path: str | os.PathLike[str], frame: pd.DataFrame) -> None:
-    """Write a CSV atomically."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    os.close(fd)
-    frame.to_csv(tmp, index=True)
-    os.replace(tmp, p)

@@ -4,7 +4,6 @@ and the LLM judge. Every call goes through `memlab.llm.ModelClient` (cache, retr
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -206,7 +205,3 @@ class Judge:
         comp = self.client.complete([{"role": "user", "content": text}])
         verdict = comp.text.strip().upper()
         return (1.0 if verdict.startswith("CORRECT") else 0.0), comp.usage, comp.from_cache
-
-
-def with_top_k(ctx: AnswerContext, k: int) -> AnswerContext:
-    return replace(ctx, search=replace(ctx.search, max_results=k))

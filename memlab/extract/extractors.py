@@ -267,3 +267,29 @@ class LLMExtractor(Extractor):
             except ValueError as e:
                 dropped.append(str(e))
         return ExtractionResult(ops=ops, dropped=dropped, usage=comp.usage, calls=0 if comp.from_cache else 1)
+
+
+class CombinedExtractor(Extractor):
+    """Several extractors' ops for the same delta (e.g. turns + observations).
+
+    Not reconciled: a verbatim turn and an annotated fact about it are different memories, and
+    reconciling would fold the facts into the turns they summarise."""
+
+    reconciles = False
+
+    def __init__(self, parts: list[Extractor]):
+        self.parts = parts
+        self.name = "+".join(p.name for p in parts)
+        self.reads_old_memories = any(p.reads_old_memories for p in parts)
+
+    def cache_id(self) -> str:
+        return "+".join(p.cache_id() for p in self.parts)
+
+    def extract(self, request: ExtractionRequest) -> ExtractionResult:
+        out = ExtractionResult()
+        for p in self.parts:
+            r = p.extract(request)
+            out.ops += r.ops
+            out.dropped += r.dropped
+            out.calls += r.calls
+        return out

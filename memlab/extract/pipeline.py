@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from tqdm.auto import tqdm
 
+from memlab.atomic import write_json
 from memlab.data.locomo import Conversation, LoCoMo
 from memlab.extract.checkers import Checker
-from memlab.extract.extractors import Extractor, LLMExtractor, ObservationsExtractor, TurnsExtractor
+from memlab.extract.extractors import (
+    CombinedExtractor,
+    Extractor,
+    LLMExtractor,
+    ObservationsExtractor,
+    TurnsExtractor,
+)
 from memlab.extract.messages import ChatSession, replay_locomo
 from memlab.extract.reconcile import ReconcileConfig
 from memlab.extract.worker import AutoMemoryWorker, JobResult
 from memlab.memory.entry import UserKey
 from memlab.memory.service import MemoryService
 
-EXTRACTORS = ("turns", "observations", "llm")
+EXTRACTORS = ("turns", "observations", "turns+observations", "llm")
 APP_NAME = "locomo"
 
 
@@ -29,13 +36,30 @@ def conversation_key(conv: Conversation) -> UserKey:
 
 
 def make_extractor(name: str, conv: Conversation, **params: Any) -> Extractor:
+    """An extractor by name for one conversation; ``params`` go to its constructor (``style`` for
+    turns, ``model``/``prompt``/``client`` ... for llm)."""
     if name == "turns":
         return TurnsExtractor(conv, **params)
     if name == "observations":
         return ObservationsExtractor(conv)
+    if name == "turns+observations":
+        return CombinedExtractor([TurnsExtractor(conv, **params), ObservationsExtractor(conv)])
     if name == "llm":
         return LLMExtractor(**params)
     raise ValueError(f"extractor: expected one of {EXTRACTORS}, got {name!r}")
+
+
+def trace_rows(conversation_id: str, results: Sequence[JobResult]) -> list[dict[str, Any]]:
+    """The extraction trace lines of some jobs: every applied/skipped/failed op, dropped proposal, failed job."""
+    rows: list[dict[str, Any]] = []
+    for res in results:
+        for a in res.applied:
+            rows.append({"conversation": conversation_id, "job_status": res.status, **a.to_dict()})
+        for reason in res.dropped:
+            rows.append({"conversation": conversation_id, "job_status": res.status, "dropped": reason})
+        if res.status == "failed":
+            rows.append({"conversation": conversation_id, "job_status": "failed", "reason": res.reason})
+    return rows
 
 
 def extract_conversation(
@@ -66,11 +90,13 @@ def extract_dataset(
     reconcile: ReconcileConfig | None = None,
     state_path: str | Path | None = None,
     conversations: Sequence[str] | None = None,
+    on_conversation: Callable[[Conversation, AutoMemoryWorker], None] | None = None,
 ) -> tuple[pd.DataFrame, list[JobResult]]:
     """Extract every (selected) conversation; returns per-conversation counts and all job results.
 
-    With ``state_path`` the chat sessions' cursors are read from and written to that JSON file, so a
-    rerun over the same sessions resumes after the cursor and adds nothing twice.
+    With ``state_path`` the chat sessions' cursors are read from and written to that JSON file
+    (after each conversation), so a rerun over the same sessions resumes after the cursor, adds
+    nothing twice, and retries only jobs that failed. ``on_conversation`` sees each finished worker.
     """
     states: dict[str, dict[str, Any]] = {}
     if state_path is not None and Path(state_path).is_file():
@@ -85,6 +111,10 @@ def extract_dataset(
         chat, worker = extract_conversation(service, conv, ex, checkers, reconcile, session=chat)
         c = worker.counters
         states[conv.sample_id] = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in chat.state.items()}
+        if state_path is not None:
+            write_json(state_path, states)
+        if on_conversation is not None:
+            on_conversation(conv, worker)
         rows.append({"conversation": conv.sample_id, "sessions": len(conv.sessions), "turns": len(conv.turns),
                      "jobs_run": c.jobs_run, "jobs_noop": c.jobs_noop, "jobs_failed": c.jobs_failed,
                      "ops_proposed": c.ops_proposed, "ops_applied": c.ops_applied,
@@ -92,6 +122,4 @@ def extract_dataset(
                      "ops_failed": c.ops_failed, "model_calls": c.model_calls,
                      "memories_added": service.count(key) - before, "memories": service.count(key)})
         results.extend(worker.results)
-    if state_path is not None:
-        Path(state_path).write_text(json.dumps(states, indent=1))
     return pd.DataFrame(rows).set_index("conversation"), results

@@ -16,7 +16,6 @@ import concurrent.futures as cf
 import hashlib
 import json
 import os
-import shutil
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -37,51 +36,18 @@ from memlab.answer import (
     OptimizedAnswerer,
     OriginalAnswerer,
 )
+from memlab.atomic import write_json, write_table
 from memlab.data import Conversation, LoCoMo, Question, load_locomo, sha256_file
 from memlab.eval import category_summary, evidence_recall, score_frame
-from memlab.extract.extractors import (
-    Extractor,
-    LLMExtractor,
-    ObservationsExtractor,
-    TurnsExtractor,
-)
-from memlab.extract.messages import ChatSession
-from memlab.extract.ops import ExtractionResult
-from memlab.extract.pipeline import conversation_key, extract_conversation
+from memlab.extract.pipeline import conversation_key, extract_dataset, make_extractor, trace_rows
 from memlab.index import open_service
 from memlab.llm import ModelClient
 from memlab.memory import MemoryService, SearchOptions
 from memlab.run.config import ExperimentConfig
-from memlab.rundir import environment, new_run_dir, results_root, write_json, write_table
+from memlab.rundir import environment, new_run_dir, results_root
 
 RECALL_KS = (1, 5, 10, 20)
 PREDICTIONS_LOG = "predictions.jsonl"
-
-
-class CombinedExtractor(Extractor):
-    """Several model-free extractors' ops for the same delta (e.g. turns + observations).
-
-    Not reconciled: a verbatim turn and an annotated fact about it are different memories, and
-    reconciling would fold the facts into the turns they summarise."""
-
-    reconciles = False
-
-    def __init__(self, parts: list[Extractor]):
-        self.reads_old_memories = any(p.reads_old_memories for p in parts)
-        self.parts = parts
-        self.name = "+".join(p.name for p in parts)
-
-    def cache_id(self) -> str:
-        return "+".join(p.cache_id() for p in self.parts)
-
-    def extract(self, request):
-        out = ExtractionResult()
-        for p in self.parts:
-            r = p.extract(request)
-            out.ops += r.ops
-            out.dropped += r.dropped
-            out.calls += r.calls
-        return out
 
 
 @dataclass
@@ -132,15 +98,14 @@ class Clients:
                 "failures": sum(c.failures for c in self._clients.values())}
 
 
-def build_extractor(cfg: ExperimentConfig, conv: Conversation, clients: Clients) -> Extractor:
+def extractor_params(cfg: ExperimentConfig, clients: Clients) -> dict[str, Any]:
+    """Constructor parameters of the configured extractor (`memlab.extract.pipeline.make_extractor`)."""
     ex = cfg.extraction
-    if ex.extractor == "turns":
-        return TurnsExtractor(conv, ex.turn_style)
-    if ex.extractor == "observations":
-        return ObservationsExtractor(conv)
-    if ex.extractor == "turns+observations":
-        return CombinedExtractor([TurnsExtractor(conv, ex.turn_style), ObservationsExtractor(conv)])
-    return LLMExtractor(ex.model, prompt=ex.prompt, client=clients.get(ex.model))
+    if ex.extractor in ("turns", "turns+observations"):
+        return {"style": ex.turn_style}
+    if ex.extractor == "llm":
+        return {"model": ex.model, "prompt": ex.prompt, "client": clients.get(ex.model)}
+    return {}
 
 
 def build_answerer(cfg: ExperimentConfig, clients: Clients) -> Answerer:
@@ -193,7 +158,9 @@ def _extract(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], cli
              run_dir: Path, timings: dict[str, float]) -> tuple[MemoryService, dict[str, Any]]:
     t0 = time.perf_counter()
     sha = sha256_file(data.report.path)
-    probe = build_extractor(cfg, convs[0], clients) if convs else None
+    ex = cfg.extraction
+    params = extractor_params(cfg, clients)
+    probe = make_extractor(ex.extractor, convs[0], **params) if convs else None
     key = extraction_cache_key(cfg, sha, probe.cache_id() if probe else "none")
     cdir = cache_root / "extract" / key
     cdir.mkdir(parents=True, exist_ok=True)
@@ -211,30 +178,19 @@ def _extract(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], cli
     else:
         svc = open_service("memory", embedder=idx.embedder, index=idx.factory, keyword=idx.keyword,
                            date_in_text=idx.date_in_text, embedder_params=emb_params)
-    state_path = cdir / "state.json"
-    states = json.loads(state_path.read_text()) if state_path.is_file() and cfg.store.backend == "sqlite" else {}
     ext_log = cdir / "extraction.jsonl"
-    info = {"cache_key": key, "cache_dir": str(cdir), "conversations_extracted": 0, "ops_applied": 0}
-    todo = [c for c in convs if c.sample_id not in states]
-    for conv in tqdm(todo, desc="extract", leave=False, disable=not todo):
-        ex = build_extractor(cfg, conv, clients)
-        chat = ChatSession(id=f"locomo:{conv.sample_id}", key=conversation_key(conv))
-        chat, worker = extract_conversation(svc, conv, ex, reconcile=cfg.extraction.reconcile, session=chat)
-        rows = []
-        for res in worker.results:
-            for a in res.applied:
-                rows.append({"conversation": conv.sample_id, "job_status": res.status, **a.to_dict()})
-            for reason in res.dropped:
-                rows.append({"conversation": conv.sample_id, "job_status": res.status, "dropped": reason})
-            if res.status == "failed":
-                rows.append({"conversation": conv.sample_id, "job_status": "failed", "reason": res.reason})
-        _jsonl(ext_log, rows, mode="a")
-        states[conv.sample_id] = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in chat.state.items()}
-        states[conv.sample_id]["counters"] = worker.counters.to_dict()
-        state_path.write_text(json.dumps(states, indent=1))
-        info["conversations_extracted"] += 1
-        info["ops_applied"] += worker.counters.ops_applied
-    info["from_cache"] = len(todo) == 0
+    if cfg.store.backend != "sqlite":
+        ext_log.unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
+
+    def log_conversation(conv: Conversation, worker: Any) -> None:
+        _jsonl(ext_log, trace_rows(conv.sample_id, worker.results), mode="a")
+
+    table, _ = extract_dataset(svc, data, ex.extractor, params, reconcile=ex.reconcile,
+                               state_path=cdir / "state.json" if cfg.store.backend == "sqlite" else None,
+                               conversations=[c.sample_id for c in convs], on_conversation=log_conversation)
+    info = {"cache_key": key, "cache_dir": str(cdir), "conversations_extracted": int((table.jobs_run > 0).sum()),
+            "ops_applied": int(table.ops_applied.sum()), "jobs_failed": int(table.jobs_failed.sum()),
+            "from_cache": bool(table.jobs_run.sum() == 0)}
     timings["extraction_s"] = time.perf_counter() - t0
     traces = run_dir / "traces"
     traces.mkdir(exist_ok=True)
@@ -476,7 +432,3 @@ def load_run(run_dir: str | Path) -> Run:
     summ.index = [int(i) if str(i).isdigit() else i for i in summ.index]
     info = json.loads((d / "run.json").read_text()) if (d / "run.json").is_file() else {}
     return Run(run_dir=d, config=cfg, predictions=pred, summary=summ, info=info)
-
-
-def clear_cache(results: str | Path | None = None) -> None:
-    shutil.rmtree((Path(results) if results else results_root()) / ".cache", ignore_errors=True)
