@@ -259,12 +259,12 @@ class HybridIndex:
         """Rocchio pseudo-relevance feedback: the query vector moved toward its top ``feedback`` hits."""
         if not options.feedback or options.keyword_only:
             return None
-        first, _ = self._ranked(st, replace(options, feedback=0, dedupe=False, max_results=options.feedback), kind)
+        q = st.embedder.embed([options.query])
+        first, _ = self._ranked(st, replace(options, feedback=0, dedupe=False, max_results=options.feedback), kind, q)
         if not first:
             return None
-        q = st.embedder.embed([options.query])[0]
         top = np.vstack([st.matrix[st.row_of[h.id]] for h in first])
-        moved = q + FEEDBACK_WEIGHT * top.mean(axis=0)
+        moved = q[0] + FEEDBACK_WEIGHT * top.mean(axis=0)
         return (moved / (np.linalg.norm(moved) or 1.0)).astype(np.float32)[None, :]
 
     def _ranked(self, st: _KeyState, options: SearchOptions, kind: str | None, qvec: np.ndarray | None = None
