@@ -20,7 +20,7 @@ from memlab.extract.reconcile import ReconcileConfig
 EXTRACTORS = ("turns", "observations", "turns+observations", "llm")
 BACKENDS = ("sqlite", "memory")
 KEYWORDS = ("tfidf", "bm25")
-ARMS = ("extractive", "long-context", "original", "optimized")
+ARMS = ("extractive", "long-context", "original", "optimized", "session-recall")
 SPANS = ("novel", "clause", "memory")
 
 
@@ -79,6 +79,12 @@ class AnswerConfig:
     span: str = "novel"
     abstain: bool = True
     speaker_window: int = 1
+    recall_unit: str = "session"
+    """session-recall: load whole ``session``s around the top turn hits, or a ``window`` of turns."""
+    recall_window: int = 3
+    """session-recall, ``recall_unit: window``: turns loaded either side of each hit."""
+    recall_max: int = 3
+    """session-recall: at most this many sessions (or windows) loaded into the prompt."""
 
 
 @dataclass
@@ -169,10 +175,13 @@ class ExperimentConfig:
             raise ConfigError(f"{where}: index.embedder = {emb!r}; allowed: tfidf-lsa, minilm, litellm:<model>")
         if self.extraction.extractor == "llm" and not self.extraction.model:
             raise ConfigError(f"{where}: extraction.model is required when extraction.extractor = 'llm'")
-        if self.answer.arm != "extractive" and not self.answer.model:
+        one_of("answer.recall_unit", self.answer.recall_unit, ("session", "window"))
+        if self.answer.arm not in ("extractive", "session-recall") and not self.answer.model:
             raise ConfigError(f"{where}: answer.model is required for answer.arm = {self.answer.arm!r}")
         ints = (("retrieval.top_k", self.retrieval.top_k, 1), ("retrieval.rrf_k", self.retrieval.rrf_k, 1),
-                ("run.concurrency", self.run.concurrency, 1), ("answer.max_rounds", self.answer.max_rounds, 1))
+                ("run.concurrency", self.run.concurrency, 1), ("answer.max_rounds", self.answer.max_rounds, 1),
+                ("answer.recall_window", self.answer.recall_window, 0),
+                ("answer.recall_max", self.answer.recall_max, 1))
         for key, v, lo in ints:
             if not isinstance(v, int) or v < lo:
                 raise ConfigError(f"{where}: {key} = {v!r}; expected an integer >= {lo}")

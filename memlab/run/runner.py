@@ -35,6 +35,7 @@ from memlab.answer import (
     LongContextAnswerer,
     OptimizedAnswerer,
     OriginalAnswerer,
+    SessionRecallAnswerer,
 )
 from memlab.atomic import write_json, write_table
 from memlab.data import Conversation, LoCoMo, Question, load_locomo, sha256_file
@@ -112,6 +113,19 @@ def build_answerer(cfg: ExperimentConfig, clients: Clients) -> Answerer:
     a = cfg.answer
     if a.arm == "extractive":
         return ExtractiveAnswerer(span=a.span, abstain=a.abstain, speaker_window=a.speaker_window)
+    if a.arm == "session-recall":  # offline (no answer.model): the extractive reader over the loaded turns
+        idx = cfg.index
+        emb = {}
+        if idx.embedder.startswith("litellm:"):
+            c = clients.get(idx.embedder[len("litellm:"):])
+            emb = {"api_base": c.api_base, "api_key": c.api_key, "timeout": c.timeout}
+        return SessionRecallAnswerer(
+            clients.get(a.model) if a.model else None, prompt=a.prompt or "session-recall",
+            reader=ExtractiveAnswerer(span=a.span, abstain=a.abstain, speaker_window=a.speaker_window),
+            unit=a.recall_unit, window=a.recall_window, max_units=a.recall_max, embedder=idx.embedder,
+            keyword=idx.keyword, index=idx.factory, date_in_text=idx.date_in_text,
+            turn_style=cfg.extraction.turn_style, embedder_params=emb,
+            embedding_cache=str(clients.cache_path.parent / "embeddings.sqlite"))
     client = clients.get(a.model)
     if a.arm == "long-context":
         return LongContextAnswerer(client, prompt=a.prompt or "long-context")
