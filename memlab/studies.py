@@ -27,9 +27,11 @@ def near_duplicates(texts: Sequence[str], threshold: float = NEAR_DUPLICATE) -> 
 
 
 def reconcile_sweep(base: ExperimentConfig, settings: Sequence[tuple[float, float, float, float]],
-                    results: str | Path | None = None, include_off: bool = True) -> pd.DataFrame:
-    """One row per reconcile setting (skip score, skip Jaccard, update score, update Jaccard):
-    ops proposed / rewritten to updates / skipped, memories stored, near-duplicate pairs left, recall, F1."""
+                    results: str | Path | None = None, include_off: bool = True,
+                    policies: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per reconcile setting (skip score, skip Jaccard, update score, update Jaccard) and update
+    policy (``policies``; default: the base config's): ops proposed / rewritten to updates / skipped,
+    memories stored (all, and current = not superseded), near-duplicate pairs left, recall, F1."""
     rows = []
     grid: list[tuple[str, dict]] = []
     if include_off:
@@ -39,16 +41,22 @@ def reconcile_sweep(base: ExperimentConfig, settings: Sequence[tuple[float, floa
             "extraction.reconcile.enabled": True, "extraction.reconcile.skip_score": s[0],
             "extraction.reconcile.skip_jaccard": s[1], "extraction.reconcile.update_score": s[2],
             "extraction.reconcile.update_jaccard": s[3]}))
-    for label, over in grid:
-        run = run_experiment(base.with_overrides({**over, "name": f"{base.name}-reconcile"}), results=results,
-                             progress=False)
-        tr = load(run.run_dir)
-        ext = tr.extraction
-        rec = ext["reconcile"].apply(lambda r: r or {})
-        dups = sum(near_duplicates(g.text.tolist()) for _, g in tr.memories.groupby("conversation"))
-        s = run.summary.loc["overall 1-4"]
-        rows.append({"setting": label, "proposed": len(ext), "rewritten": int(rec.apply(
-            lambda r: r.get("tier") == "update" and r.get("rewritten", False)).sum()),
-            "skipped": int((ext.result == "skipped").sum()), "memories": len(tr.memories),
-            "near_duplicates": dups, "recall@10": float(s["recall@10"]), "f1": float(s["f1"])})
+    for policy in policies or [base.extraction.policy]:
+        for label, over in grid:
+            run = run_experiment(base.with_overrides({**over, "extraction.policy": policy,
+                                                      "name": f"{base.name}-reconcile"}),
+                                 results=results, progress=False)
+            tr = load(run.run_dir)
+            ext = tr.extraction
+            rec = ext["reconcile"].apply(lambda r: r or {})
+            mems = tr.memories
+            sup = mems["superseded_at"].notna() if "superseded_at" in mems else pd.Series(False, index=mems.index)
+            dups = sum(near_duplicates(g.text.tolist()) for _, g in mems[~sup].groupby("conversation"))
+            s = run.summary.loc["overall 1-4"]
+            rows.append({"policy": policy, "setting": label, "proposed": len(ext), "rewritten": int(rec.apply(
+                lambda r: r.get("tier") == "update" and r.get("rewritten", False)).sum()),
+                "skipped": int((ext.result == "skipped").sum()), "memories": len(mems),
+                "current": int((~sup).sum()), "superseded": int(sup.sum()), "near_duplicates": dups,
+                "n": int(s["n"]), "recall@10": float(s["recall@10"]), "context_recall": float(s["context_recall"]),
+                "f1": float(s["f1"])})
     return pd.DataFrame(rows)

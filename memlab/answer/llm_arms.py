@@ -20,7 +20,8 @@ def render_memories(entries: list[MemoryEntry]) -> str:
     lines = []
     for e in entries:
         when = f"[{format_day(e.event_time)}] " if e.event_time else ""
-        lines.append(f"- {when}{e.text}")
+        old = f" (superseded on {format_day(e.superseded_at)})" if e.superseded_at else ""
+        lines.append(f"- {when}{e.text}{old}")
     return "\n".join(lines)
 
 

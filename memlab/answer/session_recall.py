@@ -22,7 +22,7 @@ from typing import Any
 from memlab.answer.base import ABSTAIN, Answer, AnswerContext, Answerer, retrieve
 from memlab.data.locomo import Conversation, Question
 from memlab.extract.memory_sets import turn_memories
-from memlab.index import open_service
+from memlab.index import index_text, open_service
 from memlab.llm import ModelClient, count_tokens
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import SearchOptions, SearchResult
@@ -108,9 +108,11 @@ class SessionRecallAnswerer(Answerer):
                 self._built[conv.sample_id] = entries
         return self._service, key
 
-    def indexed_texts(self) -> dict[str, list[str]]:
-        """Per conversation, the turn texts this arm embedded (its memory-building cost)."""
-        return {cid: [e.text for e in es] for cid, es in self._built.items()}
+    def build_texts(self, conv: Conversation) -> list[str]:
+        """The texts this arm embeds for a conversation (its memory-building cost): every turn as indexed."""
+        key = UserKey(APP_NAME, conv.sample_id)
+        return [index_text(MemoryEntry(id=m["source_ids"][0], key=key, text=m["text"], event_time=m["event_time"]),
+                           self.date_in_text) for m in turn_memories(conv, self.turn_style)]
 
     # ------------------------------------------------------------------------------ loading
     def select(self, conv: Conversation, hit_ids: list[str]) -> list[tuple[int, list[str]]]:

@@ -21,6 +21,7 @@ from memlab.extract.extractors import (
     TurnsExtractor,
 )
 from memlab.extract.messages import ChatSession, replay_locomo
+from memlab.extract.policy import DEFAULT_POLICY
 from memlab.extract.reconcile import ReconcileConfig
 from memlab.extract.worker import AutoMemoryWorker, JobResult
 from memlab.memory.entry import UserKey
@@ -70,10 +71,11 @@ def extract_conversation(
     reconcile: ReconcileConfig | None = None,
     session: ChatSession | None = None,
     user_speaker: str | None = None,
+    policy: str = DEFAULT_POLICY,
 ) -> tuple[ChatSession, AutoMemoryWorker]:
     """Replay a conversation session by session, running one extraction job after each."""
     key = conversation_key(conv)
-    worker = AutoMemoryWorker(service, extractor, checkers=checkers, reconcile_config=reconcile)
+    worker = AutoMemoryWorker(service, extractor, checkers=checkers, reconcile_config=reconcile, policy=policy)
     chat = session
     for chat in replay_locomo(conv, key, user_speaker=user_speaker, session=session):
         worker.run_job(chat)
@@ -91,6 +93,7 @@ def extract_dataset(
     state_path: str | Path | None = None,
     conversations: Sequence[str] | None = None,
     on_conversation: Callable[[Conversation, AutoMemoryWorker], None] | None = None,
+    policy: str = DEFAULT_POLICY,
 ) -> tuple[pd.DataFrame, list[JobResult]]:
     """Extract every (selected) conversation; returns per-conversation counts and all job results.
 
@@ -108,7 +111,7 @@ def extract_dataset(
         before = service.count(key)
         chat = ChatSession(id=f"locomo:{conv.sample_id}", key=key, state=dict(states.get(conv.sample_id, {})))
         ex = make_extractor(extractor, conv, **(extractor_params or {}))
-        chat, worker = extract_conversation(service, conv, ex, checkers, reconcile, session=chat)
+        chat, worker = extract_conversation(service, conv, ex, checkers, reconcile, session=chat, policy=policy)
         c = worker.counters
         states[conv.sample_id] = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in chat.state.items()}
         if state_path is not None:
@@ -119,7 +122,8 @@ def extract_dataset(
                      "jobs_run": c.jobs_run, "jobs_noop": c.jobs_noop, "jobs_failed": c.jobs_failed,
                      "ops_proposed": c.ops_proposed, "ops_applied": c.ops_applied,
                      "rewritten": c.ops_rewritten_by_reconcile, "skipped": c.ops_skipped_by_reconcile,
-                     "ops_failed": c.ops_failed, "model_calls": c.model_calls,
+                     "ops_failed": c.ops_failed, "refused": c.ops_refused_by_policy,
+                     "superseded": c.memories_superseded, "model_calls": c.model_calls,
                      "memories_added": service.count(key) - before, "memories": service.count(key)})
         results.extend(worker.results)
     return pd.DataFrame(rows).set_index("conversation"), results

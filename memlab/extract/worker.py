@@ -33,6 +33,7 @@ from memlab.extract.checkers import CheckContext, Checker, should_extract
 from memlab.extract.extractors import ExtractionRequest, Extractor
 from memlab.extract.messages import ChatSession
 from memlab.extract.ops import MemoryOp
+from memlab.extract.policy import DEFAULT_POLICY, check_policy
 from memlab.extract.reconcile import Decision, ReconcileConfig, reconcile
 from memlab.memory.search_types import SearchOptions
 from memlab.memory.service import MemoryService
@@ -58,6 +59,8 @@ class Counters:
     ops_rewritten_by_reconcile: int = 0
     ops_skipped_by_reconcile: int = 0
     ops_failed: int = 0
+    ops_refused_by_policy: int = 0
+    memories_superseded: int = 0
     model_calls: int = 0
 
     def to_dict(self) -> dict[str, int]:
@@ -68,7 +71,8 @@ class Counters:
 class AppliedOp:
     op: MemoryOp
     decision: Decision
-    result: str  # added | exists | updated | update->add | deleted | absent | cleared:N | skipped | error
+    result: str  # added | exists | updated | superseded | update->add | deleted | absent | cleared:N | skipped
+    #              | refused (append-only) | error
     memory_id: str | None = None
     error: str | None = None
 
@@ -90,6 +94,8 @@ class JobResult:
     applied: list[AppliedOp] = field(default_factory=list)
     usage: Any = None
     ran_sync: bool = False
+    lookup_query: str = ""
+    """The old-memory search query (embedded: part of the memory-building cost); empty when none ran."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "reason": self.reason, "session_id": self.session_id,
@@ -125,6 +131,7 @@ class AutoMemoryWorker:
         job_timeout: float = DEFAULT_JOB_TIMEOUT_S,
         old_memory_limit: int = OLD_MEMORY_LIMIT,
         adds_enabled: bool = True,
+        policy: str = DEFAULT_POLICY,
     ):
         if workers < 1 or capacity < 1:
             raise ValueError(f"workers and capacity must be >= 1, got {workers} and {capacity}")
@@ -137,6 +144,7 @@ class AutoMemoryWorker:
         self.job_timeout = job_timeout
         self.old_memory_limit = old_memory_limit
         self.adds_enabled = adds_enabled
+        self.policy = check_policy(policy)
         self.counters = Counters()
         self.results: list[JobResult] = []
         self._lock = threading.Lock()
@@ -250,13 +258,14 @@ class AutoMemoryWorker:
         try:
             if not getattr(self.extractor, "reads_old_memories", True):
                 raise _Skip
+            res.lookup_query = query
             old = self.service.search(key, SearchOptions(query=query, max_results=self.old_memory_limit,
-                                                         kind_fallback=False)).entries
+                                                         kind_fallback=False, include_superseded=False)).entries
         except _Skip:
             pass
         except Exception as e1:
             try:
-                old = self.service.read_recent(key, self.old_memory_limit)
+                old = [e for e in self.service.read_recent(key, -1) if not e.superseded][: self.old_memory_limit]
             except Exception as e2:
                 res.status, res.reason = "failed", f"old-memory lookup failed: search: {e1}; recent: {e2}"
                 return self._finish(res, "jobs_failed")
@@ -283,15 +292,15 @@ class AutoMemoryWorker:
         # reconcile, then apply one by one
         def search(text: str, n: int):
             return self.service.search(key, SearchOptions(query=text, max_results=n, dedupe=False,
-                                                          kind_fallback=False)).hits
+                                                          kind_fallback=False, include_superseded=False)).hits
 
         cfg = self.reconcile_config
-        if not getattr(self.extractor, "reconciles", True):
+        if not getattr(self.extractor, "reconciles", True) or self.policy == "append-only":
             cfg = ReconcileConfig(**{**asdict(cfg), "enabled": False})
         signal = getattr(self.service.searcher, "reconcile_signal", "dense")
         decisions = reconcile(out.ops, search, cfg, signal)
         for d in decisions:
-            res.applied.append(self._apply(key, d))
+            res.applied.append(self._apply(key, d, now))
         if time.monotonic() > deadline:
             # ops already written stay (each op is its own transaction), but the job did not finish in time
             res.status, res.reason = "failed", f"job timeout after {self.job_timeout:g} s while applying ops"
@@ -300,7 +309,7 @@ class AutoMemoryWorker:
         res.cursor_after = session.cursor
         return self._finish(res, "jobs_run")
 
-    def _apply(self, key: Any, d: Decision) -> AppliedOp:
+    def _apply(self, key: Any, d: Decision, now: datetime | None = None) -> AppliedOp:
         with self._lock:
             if d.rewritten:
                 if d.op is None:
@@ -317,6 +326,27 @@ class AutoMemoryWorker:
                     return self._count(AppliedOp(op, d, "adds-disabled"))
                 e = self.service.add(key, **op.add_kwargs())
                 return self._count(AppliedOp(op, d, "added", e.id))
+            if self.policy == "append-only" and op.action in ("delete", "clear"):
+                with self._lock:
+                    self.counters.ops_refused_by_policy += 1
+                return AppliedOp(op, d, "refused (append-only)", op.memory_id)
+            if op.action == "update" and self.policy == "append-only":
+                if not self.adds_enabled:
+                    return self._count(AppliedOp(op, d, "adds-disabled"))
+                e = self.service.add(key, **op.add_kwargs())
+                return self._count(AppliedOp(op, d, "update->add (append-only)", e.id))
+            if op.action == "update" and self.policy == "preserve-history":
+                kw = op.add_kwargs()
+                text, kind = kw.pop("text"), kw.pop("kind")
+                r = self.service.supersede(key, op.memory_id or "", text, kind=kind, at=now, **kw)
+                if r.ok:
+                    with self._lock:
+                        self.counters.memories_superseded += 1
+                    return self._count(AppliedOp(op, d, "superseded", r.entry.id))
+                if self.adds_enabled:
+                    e = self.service.add(key, **op.add_kwargs())
+                    return self._count(AppliedOp(op, d, "update->add", e.id))
+                return self._count(AppliedOp(op, d, "not_found", op.memory_id))
             if op.action == "update":
                 kw = op.add_kwargs()
                 text = kw.pop("text")

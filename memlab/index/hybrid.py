@@ -49,7 +49,7 @@ DEPTH_FACTOR = 10
 #: Rocchio weight of the feedback centroid (``SearchOptions.feedback``), measured in the recall benchmark.
 FEEDBACK_WEIGHT = 0.5
 #: Version of the saved-index format; a file of another version is ignored and rebuilt.
-INDEX_FORMAT = 3
+INDEX_FORMAT = 4
 
 
 def index_text(entry: MemoryEntry, with_date: bool = True) -> str:
@@ -243,6 +243,8 @@ class HybridIndex:
 
     def _mask(self, st: _KeyState, options: SearchOptions, kind: str | None) -> np.ndarray:
         mask = np.ones(len(st.rows), dtype=bool)
+        if not options.include_superseded:
+            mask &= np.array([e.superseded_at is None for e in st.rows], dtype=bool)
         if kind is not None:
             mask &= st.is_fact if kind == "fact" else ~st.is_fact
         if options.after is not None or options.before is not None:

@@ -46,11 +46,19 @@ class MemoryEntry:
     """Dialog ids (``D3:7``) the memory came from: what failure attribution follows back."""
     created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     updated_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    superseded_at: datetime | None = None
+    """Set when an update under the ``preserve-history`` policy replaced this memory: it stays in the
+    store (history answers "when did X change" questions), marked with when and by which id."""
+    superseded_by: str | None = None
+
+    @property
+    def superseded(self) -> bool:
+        return self.superseded_at is not None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["key"] = {"app_name": self.key.app_name, "user_id": self.key.user_id}
-        for k in ("event_time", "created_at", "updated_at"):
+        for k in ("event_time", "created_at", "updated_at", "superseded_at"):
             d[k] = None if d[k] is None else d[k].isoformat()
         for k in ("topics", "participants", "source_ids"):
             d[k] = list(d[k])
@@ -73,6 +81,8 @@ class MemoryEntry:
             source_ids=tuple(d.get("source_ids") or ()),
             created_at=dt(d["created_at"]),
             updated_at=dt(d["updated_at"]),
+            superseded_at=dt(d.get("superseded_at")),
+            superseded_by=d.get("superseded_by"),
         )
 
     def with_changes(self, **changes: Any) -> MemoryEntry:

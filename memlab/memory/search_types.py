@@ -41,6 +41,10 @@ class SearchOptions:
     participant_boost: bool = False
     """When the query names a participant, fuse in extra lists restricted to that participant's memories
     (a who-did-what signal; memlab's addition, measured in ``benchmarks/retrieval_recall.py``)."""
+    include_superseded: bool = True
+    """Whether memories superseded under the ``preserve-history`` update policy are searched. They are
+    by default (answering sees the history, so temporal questions about a change can be answered);
+    the extraction worker's old-memory lookup and reconcile search only current memories."""
 
     def __post_init__(self) -> None:
         if self.max_results < 0:

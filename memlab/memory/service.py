@@ -199,6 +199,70 @@ class MemoryService(ABC):
                 self._record(key, "update", memory_id, f, "updated")
             return UpdateResult("ok", entry)
 
+    def supersede(self, key: UserKey, memory_id: str, text: str, kind: str | None = None,
+                  at: datetime | None = None, **fields: Any) -> UpdateResult:
+        """An update that keeps history (the ``preserve-history`` policy).
+
+        The new version is stored as its own memory (content id; the old provenance merged into its
+        ``source_ids``); the old one stays, marked ``superseded_at`` (``at``, default now) and
+        ``superseded_by`` the new id. An update of an already-superseded memory follows the chain to
+        the current version; a new version whose content equals an older superseded one revives it.
+        """
+        with self._lock:
+            current = self._get(key, memory_id)
+            seen: set[str] = set()
+            while current is not None and current.superseded_by and current.id not in seen:
+                seen.add(current.id)
+                nxt = self._get(key, current.superseded_by)
+                if nxt is None:
+                    break
+                current = nxt
+            if current is None:
+                self._record(key, "update", memory_id, {"text": text}, "not_found")
+                return UpdateResult("not_found")
+            unknown = set(fields) - {"topics", "event_time", "participants", "location", "source_ids"}
+            if unknown:
+                raise MemoryValidationError(f"supersede: unknown field(s) {sorted(unknown)}")
+            raw = {
+                "text": text,
+                "kind": kind or current.kind,
+                "topics": fields.get("topics", current.topics),
+                "event_time": fields.get("event_time", current.event_time),
+                "participants": fields.get("participants", current.participants),
+                "location": fields.get("location", current.location),
+                "source_ids": tuple(current.source_ids) + tuple(fields.get("source_ids") or ()),
+            }
+            try:
+                f = validate_fields(**raw)
+                check_time_awareness(f["event_time"], self._any_event_time(key), "event_time")
+            except MemoryValidationError as e:
+                self._record(key, "update", memory_id, {"text": text}, "error", str(e))
+                raise
+            now = datetime.now(timezone.utc)
+            mid = content_id(key, f["text"], f["kind"], f["event_time"])
+            with self._transaction():
+                if mid == current.id:  # the same content: nothing to supersede, provenance merged
+                    entry = current
+                    if f["source_ids"] != current.source_ids:
+                        entry = current.with_changes(source_ids=f["source_ids"], updated_at=now)
+                        self._put(entry)
+                    self._record(key, "update", current.id, f, "exists")
+                    return UpdateResult("ok", entry)
+                existing = self._get(key, mid)
+                if existing is not None:
+                    merged = tuple(dict.fromkeys(existing.source_ids + f["source_ids"]))
+                    entry = existing.with_changes(source_ids=merged, updated_at=now, superseded_at=None,
+                                                  superseded_by=None)
+                else:
+                    entry = MemoryEntry(id=mid, key=key, created_at=now, updated_at=now, **f)
+                old = current.with_changes(superseded_at=at or now, superseded_by=mid)
+                for e in (entry, old):
+                    self._put(e)
+                    if self.searcher is not None:
+                        self.searcher.on_upsert(e)
+                self._record(key, "update", current.id, {**f, "superseded_by": mid}, "superseded")
+            return UpdateResult("ok", entry)
+
     def delete(self, key: UserKey, memory_id: str) -> bool:
         """Delete one memory; a missing id is not an error (returns False)."""
         with self._lock, self._transaction():

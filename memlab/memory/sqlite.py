@@ -13,7 +13,8 @@ from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import Searcher
 from memlab.memory.service import MemoryService, OpRecord
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Version 2 added the two supersession columns; a version-1 file is migrated in place on open.
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -22,6 +23,7 @@ CREATE TABLE IF NOT EXISTS memories (
     text TEXT NOT NULL, kind TEXT NOT NULL CHECK (kind IN ('fact', 'episode')),
     topics TEXT NOT NULL, event_time TEXT, participants TEXT NOT NULL, location TEXT,
     source_ids TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+    superseded_at TEXT, superseded_by TEXT,
     PRIMARY KEY (app_name, user_id, id)
 );
 CREATE TABLE IF NOT EXISTS oplog (
@@ -55,6 +57,10 @@ class SQLiteMemoryService(MemoryService):
         row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         if row is None:
             self._conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(row[0]) == 1:  # version 1 -> 2: add the supersession columns (existing rows stay current)
+            self._conn.executescript("BEGIN; ALTER TABLE memories ADD COLUMN superseded_at TEXT; "
+                                     "ALTER TABLE memories ADD COLUMN superseded_by TEXT; "
+                                     "UPDATE meta SET value='2' WHERE key='schema_version'; COMMIT;")
         elif int(row[0]) != SCHEMA_VERSION:
             raise SchemaVersionError(
                 f"{self.path}: schema version {row[0]}, this memlab reads version {SCHEMA_VERSION}"
@@ -83,6 +89,7 @@ class SQLiteMemoryService(MemoryService):
             id=r[2], key=UserKey(r[0], r[1]), text=r[3], kind=r[4], topics=tuple(json.loads(r[5])),
             event_time=_dt(r[6]), participants=tuple(json.loads(r[7])), location=r[8],
             source_ids=tuple(json.loads(r[9])), created_at=_dt(r[10]), updated_at=_dt(r[11]),
+            superseded_at=_dt(r[12]), superseded_by=r[13],
         )
 
     def _get(self, key, memory_id):
@@ -93,10 +100,11 @@ class SQLiteMemoryService(MemoryService):
 
     def _put(self, e):
         self._conn.execute(
-            "INSERT OR REPLACE INTO memories VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT OR REPLACE INTO memories VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (e.key.app_name, e.key.user_id, e.id, e.text, e.kind, json.dumps(list(e.topics)),
              None if e.event_time is None else e.event_time.isoformat(), json.dumps(list(e.participants)),
-             e.location, json.dumps(list(e.source_ids)), e.created_at.isoformat(), e.updated_at.isoformat()),
+             e.location, json.dumps(list(e.source_ids)), e.created_at.isoformat(), e.updated_at.isoformat(),
+             None if e.superseded_at is None else e.superseded_at.isoformat(), e.superseded_by),
         )
 
     def _remove(self, key, memory_id):

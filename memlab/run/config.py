@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from memlab.extract.policy import POLICIES
 from memlab.extract.reconcile import ReconcileConfig
 
 EXTRACTORS = ("turns", "observations", "turns+observations", "llm")
@@ -43,6 +44,8 @@ class ExtractionConfig:
     prompt: str = "structured"
     model: str | None = None
     turn_style: str = "speaker-context"
+    policy: str = "merge-similar"
+    """Update policy (`memlab.extract.policy`): merge-similar | preserve-history | append-only."""
     reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
 
 
@@ -68,6 +71,8 @@ class RetrievalConfig:
     kind_fallback: bool = True
     participant_boost: bool = False
     preload: int = 0
+    include_superseded: bool = True
+    """Whether answering searches memories superseded under ``extraction.policy: preserve-history``."""
 
 
 @dataclass
@@ -104,6 +109,12 @@ class ModelsConfig:
 
 
 @dataclass
+class CostConfig:
+    prices: str | None = None
+    """A price table (YAML or CSV, USD per million tokens) overriding litellm's bundled map."""
+
+
+@dataclass
 class RunConfig:
     concurrency: int = 1
     seed: int = 0
@@ -121,6 +132,7 @@ class ExperimentConfig:
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
     grid: dict[str, list[Any]] = field(default_factory=dict)
 
     # ----------------------------------------------------------------------------- YAML
@@ -166,6 +178,7 @@ class ExperimentConfig:
                 raise ConfigError(f"{where}: {key} = {value!r}; allowed: {', '.join(map(str, allowed))}")
 
         one_of("extraction.extractor", self.extraction.extractor, EXTRACTORS)
+        one_of("extraction.policy", self.extraction.policy, POLICIES)
         one_of("store.backend", self.store.backend, BACKENDS)
         one_of("index.keyword", self.index.keyword, KEYWORDS)
         one_of("answer.arm", self.answer.arm, ARMS)

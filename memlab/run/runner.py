@@ -40,6 +40,7 @@ from memlab.answer import (
 from memlab.atomic import write_json, write_table
 from memlab.data import Conversation, LoCoMo, Question, load_locomo, sha256_file
 from memlab.eval import category_summary, evidence_recall, score_frame
+from memlab.eval import cost as costs
 from memlab.extract.pipeline import conversation_key, extract_dataset, make_extractor, trace_rows
 from memlab.index import open_service
 from memlab.llm import ModelClient
@@ -157,7 +158,7 @@ def extraction_cache_key(cfg: ExperimentConfig, dataset_sha: str, extractor_id: 
     llm = ex.extractor == "llm"
     payload = {"dataset": dataset_sha, "extractor": extractor_id, "prompt": ex.prompt if llm else None,
                "model": ex.model if llm else None, "reconcile": asdict(ex.reconcile),
-               "turn_style": ex.turn_style, "backend": cfg.store.backend, "version": 2}
+               "turn_style": ex.turn_style, "backend": cfg.store.backend, "policy": ex.policy, "version": 2}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -192,33 +193,39 @@ def _extract(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], cli
     else:
         svc = open_service("memory", embedder=idx.embedder, index=idx.factory, keyword=idx.keyword,
                            date_in_text=idx.date_in_text, embedder_params=emb_params)
-    ext_log = cdir / "extraction.jsonl"
+    ext_log, build_log = cdir / "extraction.jsonl", cdir / "build_cost.jsonl"
     if cfg.store.backend != "sqlite":
         ext_log.unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
+        build_log.unlink(missing_ok=True)
 
     def log_conversation(conv: Conversation, worker: Any) -> None:
         _jsonl(ext_log, trace_rows(conv.sample_id, worker.results), mode="a")
+        _jsonl(build_log, [costs.build_usage(conv.sample_id, worker.results, idx.date_in_text)], mode="a")
 
     table, _ = extract_dataset(svc, data, ex.extractor, params, reconcile=ex.reconcile,
                                state_path=cdir / "state.json" if cfg.store.backend == "sqlite" else None,
-                               conversations=[c.sample_id for c in convs], on_conversation=log_conversation)
+                               conversations=[c.sample_id for c in convs], on_conversation=log_conversation,
+                               policy=ex.policy)
     info = {"cache_key": key, "cache_dir": str(cdir), "conversations_extracted": int((table.jobs_run > 0).sum()),
             "ops_applied": int(table.ops_applied.sum()), "jobs_failed": int(table.jobs_failed.sum()),
+            "policy": ex.policy, "superseded": int(table.superseded.sum()), "refused": int(table.refused.sum()),
             "from_cache": bool(table.jobs_run.sum() == 0)}
     timings["extraction_s"] = time.perf_counter() - t0
     traces = run_dir / "traces"
     traces.mkdir(exist_ok=True)
     wanted = {c.sample_id for c in convs}
-    if ext_log.is_file():
-        with open(ext_log, encoding="utf-8") as src, open(traces / "extraction.jsonl", "w", encoding="utf-8") as dst:
-            for line in src:
-                if json.loads(line).get("conversation") in wanted:
-                    dst.write(line)
+    for log in (ext_log, build_log):
+        if log.is_file():
+            with open(log, encoding="utf-8") as src, open(traces / log.name, "w", encoding="utf-8") as dst:
+                for line in src:
+                    if json.loads(line).get("conversation") in wanted:
+                        dst.write(line)
     mem_rows = []
     for conv in convs:
         for e in svc.list(conversation_key(conv)):
             mem_rows.append({"conversation": conv.sample_id, "id": e.id, "text": e.text, "kind": e.kind,
-                             "event_time": e.event_time, "source_ids": list(e.source_ids)})
+                             "event_time": e.event_time, "source_ids": list(e.source_ids),
+                             "superseded_at": e.superseded_at, "superseded_by": e.superseded_by})
     _jsonl(traces / "memories.jsonl", mem_rows)
     t1 = time.perf_counter()
     for conv in convs:  # build the per-key indexes now, so answering latency excludes it
@@ -232,7 +239,8 @@ def _answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Judge | None, 
                 conv: Conversation, q: Question) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     r = cfg.retrieval
     search = SearchOptions(max_results=r.top_k, hybrid=r.hybrid, rrf_k=r.rrf_k, dedupe=r.dedupe,
-                           kind_fallback=r.kind_fallback, participant_boost=r.participant_boost)
+                           kind_fallback=r.kind_fallback, participant_boost=r.participant_boost,
+                           include_superseded=r.include_superseded)
     ctx = AnswerContext(service=svc, key=conversation_key(conv), conversation=conv, search=search,
                         preload_budget=r.preload)
     base = {"qid": q.qid, "conversation_id": q.conversation_id, "q_index": q.index, "category": q.category,
@@ -260,7 +268,9 @@ def _answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Judge | None, 
            "cached_tokens": a.usage.cached_tokens, "tokens_estimated": a.usage.estimated,
            "context_tokens": a.context_tokens, "latency_s": a.latency_s, "retrieved_ids": a.context_source_ids,
            "first_query_ids": [[s for s in h["source_ids"]] for h in first], "j": j, "rule": a.rule,
-           "judge_prompt_tokens": judge_usage.prompt_tokens if judge_usage else 0}
+           "judge_prompt_tokens": judge_usage.prompt_tokens if judge_usage else 0,
+           "judge_completion_tokens": judge_usage.completion_tokens if judge_usage else 0,
+           "judge_cached_tokens": judge_usage.cached_tokens if judge_usage else 0}
     retrieval = {"qid": q.qid, "evidence": list(q.evidence_ids), "preload": a.preload,
                  "queries": [asdict(t) for t in a.queries],
                  "context_ids": [e.id for e in a.context]}
@@ -297,7 +307,7 @@ def summarize(pred: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
             "context_tokens_qa": g.context_tokens.sum() / n, "calls_qa": g.calls.sum() / n,
             "latency_p50_s": float(np.percentile(g.latency_s, 50)) if len(g) else np.nan,
             "latency_p95_s": float(np.percentile(g.latency_s, 95)) if len(g) else np.nan,
-            "errors": int(g.error.notna().sum()),
+            "errors": int(g.error.notna().sum()), **costs.cost_columns(g),
         }
     return summ.join(pd.DataFrame(extra).T)
 
@@ -313,6 +323,7 @@ def _finalize(run_dir: Path, cfg: ExperimentConfig, info: dict[str, Any]) -> Run
         pred[f"recall@{k}"] = [_recall_at(r, k) for r in rows]
     if "j" in pred:
         pred["j"] = pd.to_numeric(pred["j"], errors="coerce")
+    pred = _costs(run_dir, cfg, pred, info)
     summ = summarize(pred, cfg)
     out = pred.drop(columns=["first_query_ids"]).set_index("qid")
     write_table(run_dir / "predictions.csv", out)
@@ -320,6 +331,22 @@ def _finalize(run_dir: Path, cfg: ExperimentConfig, info: dict[str, Any]) -> Run
     write_json(run_dir / "summary.json", json.loads(summ.to_json(orient="index")))
     return Run(run_dir=run_dir, config=cfg, predictions=pred.drop(columns=["first_query_ids"]), summary=summ,
                info=info)
+
+
+def _costs(run_dir: Path, cfg: ExperimentConfig, pred: pd.DataFrame, info: dict[str, Any]) -> pd.DataFrame:
+    """Memory-building and judge cost per question, and dollars (`memlab.eval.cost`)."""
+    p = run_dir / "traces" / "build_cost.jsonl"
+    rows = [json.loads(x) for x in open(p, encoding="utf-8")] if p.is_file() else []
+    build = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["conversation"])
+    pred = costs.amortize(pred, build, info.get("questions_per_conversation", {}))
+    m = cfg.models
+    models = costs.Models(answer=cfg.answer.model, judge=cfg.judge.model, api_base=m.api_base,
+                          extract=cfg.extraction.model if cfg.extraction.extractor == "llm" else None,
+                          embed=cfg.index.embedder if info.get("extraction") or len(build) else None)
+    table = costs.PriceTable.from_file(cfg.cost.prices) if cfg.cost.prices else None
+    pred, sources = costs.add_dollars(pred, models, table)
+    info["cost"] = {"prices": sources, "build": {c: float(build[c].sum()) for c in costs.BUILD_COLS if c in build}}
+    return pred
 
 
 def run_experiment(config: ExperimentConfig | str | Path, results: str | Path | None = None,
@@ -412,10 +439,14 @@ def run_experiment(config: ExperimentConfig | str | Path, results: str | Path | 
         for f in files.values():
             f.close()
     timings["answering_s"] = time.perf_counter() - t0
+    if hasattr(answerer, "build_texts"):  # an arm that indexes raw turns itself: its embedding cost
+        _jsonl(run_dir / "traces" / "build_cost.jsonl",
+               costs.index_usage({c.sample_id: answerer.build_texts(c) for c in convs}))
     t0 = time.perf_counter()
     info = {"run_id": run_dir.name, "status": "complete", "questions": len(picks), "resumed_skipped": len(done),
             "answered_now": len(todo), "qid_order": [q.qid for _, q in picks], "extraction": ext_info,
-            "models": clients.totals(), "dataset": data.report.path}
+            "models": clients.totals(), "dataset": data.report.path,
+            "questions_per_conversation": {c.sample_id: len(c.questions) for c in convs}}
     run = _finalize(run_dir, cfg, info)
     timings["scoring_s"] = time.perf_counter() - t0
     timings["total_s"] = time.perf_counter() - t_start
