@@ -57,8 +57,14 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, flo
 
 
 def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 4, 5, "overall 1-4"),
-                 metric: str = "f1", ax: plt.Axes | None = None, save_to: str | Path | None = None) -> Figure:
-    """One point per (arm, category): x Tokens/QA (log), y F1; dashed Pareto front per category."""
+                 metric: str = "f1", ax: plt.Axes | None = None, save_to: str | Path | None = None,
+                 tokens: str = "answer") -> Figure:
+    """One point per (arm, category): x Tokens/QA (log), y F1; dashed Pareto front per category.
+
+    ``tokens="answer"``: answering tokens only (what the reference reports); ``"total"``: plus the
+    memory-building tokens per question (extraction + embeddings, amortized; `memlab.eval.cost`)."""
+    if tokens not in ("answer", "total"):
+        raise ValueError(f"tokens: expected 'answer' or 'total', got {tokens!r}")
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(8, 5.5))
     markers = "osD^vP*X"
     for c in categories:
@@ -68,6 +74,11 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
             if c not in s.index:
                 continue
             x, y = float(tokens_per_qa(s).loc[c]), float(s.loc[c, metric])
+            if tokens == "total":
+                if "build_tokens_qa" not in s:
+                    raise ValueError(f"{arm}: its summary has no build_tokens_qa (a run from before build costs "
+                                     "were counted); rerun it, or plot tokens='answer'")
+                x += float(s.loc[c, "build_tokens_qa"])
             pts.append((x, y))
             label = f"{CATEGORY_LABELS.get(c, c)}" if i == 0 else None
             ax.scatter([x], [y], color=CATEGORY_COLORS.get(c, "k"), marker=markers[i % len(markers)], s=55,
@@ -77,7 +88,8 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
         if len(front) > 1:
             ax.plot([p[0] for p in front], [p[1] for p in front], ls="--", lw=1, color=CATEGORY_COLORS.get(c, "k"))
     ax.set_xscale("log")
-    ax.set_xlabel("Tokens/QA (provider usage; offline arms: reader context tokens)")
+    ax.set_xlabel("Tokens/QA (provider usage; offline arms: reader context tokens)"
+                  + (" + memory-building tokens/QA" if tokens == "total" else ""))
     ax.set_ylabel(metric.upper() if metric != "f1" else "F1 (official LoCoMo)")
     ax.set_title("Per-category quality against token cost")
     ax.grid(True, alpha=0.3)

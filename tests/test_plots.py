@@ -10,6 +10,7 @@ matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
 
 from memlab import plots  # noqa: E402
 
@@ -44,6 +45,17 @@ def test_f1_vs_tokens_draws_each_arm_and_category(tmp_path):
     fronts = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
     assert len(fronts) == 2 and list(fronts[0].get_xdata()) == [400.0, 1000.0, 3000.0]
     assert (tmp_path / "f1_vs_tokens.png").is_file() and (tmp_path / "f1_vs_tokens.svg").is_file()
+
+
+def test_f1_vs_tokens_total_adds_the_build_tokens(tmp_path):
+    a, b = fake_run(0.3, 1000.0), fake_run(0.5, 3000.0)
+    a.summary["build_tokens_qa"], b.summary["build_tokens_qa"] = 5000.0, 10.0
+    fig = plots.f1_vs_tokens({"a": a, "b": b}, categories=(1,), tokens="total")
+    pts = sorted(tuple(np.round(c.get_offsets()[0], 3)) for c in fig.axes[0].collections)
+    assert pts == [(3010.0, 0.5), (6000.0, 0.3)] and "memory-building" in fig.axes[0].get_xlabel()
+    del b.summary["build_tokens_qa"]
+    with pytest.raises(ValueError, match="b: its summary has no build_tokens_qa"):
+        plots.f1_vs_tokens({"a": a, "b": b}, categories=(1,), tokens="total")
 
 
 def test_topk_curve_orders_by_k():
