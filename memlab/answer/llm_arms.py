@@ -4,10 +4,21 @@ and the LLM judge. Every call goes through `memlab.llm.ModelClient` (cache, retr
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from memlab.answer.base import ABSTAIN, Answer, AnswerContext, Answerer, QueryTrace, preload, retrieve
+from memlab.answer.base import (
+    ABSTAIN,
+    ANSWERERS,
+    JUDGES,
+    Answer,
+    AnswerContext,
+    Answerer,
+    QueryTrace,
+    preload,
+    retrieve,
+)
 from memlab.data.locomo import Conversation, Question, format_day
 from memlab.llm import Completion, ModelClient, Usage, count_tokens
 from memlab.memory.entry import MemoryEntry
@@ -44,11 +55,17 @@ def _account(ans: Answer, comp: Completion) -> None:
         ans.calls += 1
 
 
+@ANSWERERS.register("long-context")
 class LongContextAnswerer(Answerer):
     """The whole transcript (with session dates) in one prompt."""
 
     name = "long-context"
     needs_memory = False
+    uses_top_k = False
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
+        return cls(client_for("reader"), prompt=section.prompt or cls.name)
 
     def __init__(self, client: ModelClient, prompt: str = "long-context"):
         self.client = client
@@ -65,10 +82,15 @@ class LongContextAnswerer(Answerer):
         return ans
 
 
+@ANSWERERS.register("original")
 class OriginalAnswerer(Answerer):
     """One retrieval with the question; the top-k memories (plus any preloaded) into one call."""
 
     name = "original"
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
+        return cls(client_for("reader"), prompt=section.prompt or cls.name)
 
     def __init__(self, client: ModelClient, prompt: str = "original"):
         self.client = client
@@ -108,10 +130,15 @@ def memory_tools() -> list[dict[str, Any]]:
     ]
 
 
+@ANSWERERS.register("optimized")
 class OptimizedAnswerer(Answerer):
     """The model drives ``memory_search`` / ``memory_load`` for up to ``max_rounds`` rounds, then answers."""
 
     name = "optimized"
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
+        return cls(client_for("reader"), prompt=section.prompt or cls.name, max_rounds=section.max_rounds)
 
     def __init__(self, client: ModelClient, prompt: str = "optimized", max_rounds: int = 4):
         self.client = client
@@ -192,8 +219,13 @@ class OptimizedAnswerer(Answerer):
         return ans
 
 
+@JUDGES.register("llm")
 class Judge:
     """The LLM judge (J score): CORRECT/WRONG for a prediction against the gold answer."""
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Judge:
+        return cls(client_for("judge"), prompt=section.prompt)
 
     def __init__(self, client: ModelClient, prompt: str = "default"):
         self.client = client
