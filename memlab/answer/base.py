@@ -94,6 +94,8 @@ class Answerer(ABC):
     needs_memory = True
     #: Whether the arm's answer depends on ``retrieval.top_k`` (a sweep over k is flat otherwise).
     uses_top_k = True
+    #: Whether the arm calls a model (then ``answer.model`` is required).
+    requires_model = False
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:

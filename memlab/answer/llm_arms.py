@@ -25,7 +25,8 @@ from memlab.memory.entry import MemoryEntry
 from memlab.prompts import load_prompt, render
 
 
-def render_memories(entries: list[MemoryEntry]) -> str:
+def render_context(entries: list[MemoryEntry]) -> str:
+    """Memories as the reader sees them: dated lines, no ids."""
     if not entries:
         return "(no memories)"
     lines = []
@@ -60,6 +61,7 @@ class LongContextAnswerer(Answerer):
     """The whole transcript (with session dates) in one prompt."""
 
     name = "long-context"
+    requires_model = True
     needs_memory = False
     uses_top_k = False
 
@@ -87,6 +89,7 @@ class OriginalAnswerer(Answerer):
     """One retrieval with the question; the top-k memories (plus any preloaded) into one call."""
 
     name = "original"
+    requires_model = True
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
@@ -102,7 +105,7 @@ class OriginalAnswerer(Answerer):
         seen = {e.id for e in res.entries}
         context = res.entries + [e for e in pre if e.id not in seen]
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation),
-                        memories=render_memories(context))
+                        memories=render_context(context))
         msgs = [{"role": "system", "content": system}, {"role": "user", "content": question.question}]
         comp = self.client.complete(msgs)
         ans = Answer(prediction=comp.text.strip() or ABSTAIN, context=context, queries=[trace], prompt=system,
@@ -135,6 +138,7 @@ class OptimizedAnswerer(Answerer):
     """The model drives ``memory_search`` / ``memory_load`` for up to ``max_rounds`` rounds, then answers."""
 
     name = "optimized"
+    requires_model = True
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
@@ -193,7 +197,7 @@ class OptimizedAnswerer(Answerer):
 
     def answer(self, question: Question, ctx: AnswerContext) -> Answer:
         pre, pinfo = preload(ctx, question.question)
-        pre_text = f"## Preloaded memories\n{render_memories(pre)}" if pre else ""
+        pre_text = f"## Preloaded memories\n{render_context(pre)}" if pre else ""
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation), preloaded=pre_text)
         msgs: list[dict[str, Any]] = [{"role": "system", "content": system},
                                       {"role": "user", "content": question.question}]

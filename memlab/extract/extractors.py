@@ -54,6 +54,8 @@ class Extractor(ABC):
     #: Whether the extractor reads the old memories. Model-free extractors do not, and the worker then
     #: skips the lookup (it would only cost an index rebuild per job; results are identical).
     reads_old_memories: bool = True
+    #: Whether the extractor calls a model (then ``extraction.model`` is required).
+    requires_model: bool = False
 
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
@@ -261,7 +263,8 @@ def render_messages(delta: Sequence[Message]) -> str:
                      for i, m in enumerate(delta))
 
 
-def render_memories(memories: Sequence[MemoryEntry]) -> str:
+def render_old_memories(memories: Sequence[MemoryEntry]) -> str:
+    """The old memories as the extractor sees them: with ids, so it can update or delete one."""
     if not memories:
         return "(none yet)"
     out = []
@@ -276,6 +279,7 @@ class LLMExtractor(Extractor):
     """One model call through litellm; malformed tool calls are dropped one by one with a reason."""
 
     name = "llm"
+    requires_model = True
 
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
@@ -308,7 +312,7 @@ class LLMExtractor(Extractor):
 
     def build_messages(self, request: ExtractionRequest) -> list[dict[str, Any]]:
         today = (request.now or (request.delta[-1].timestamp if request.delta else datetime.now()))
-        text = render(load_prompt("extract", self.prompt), old_memories=render_memories(request.old_memories),
+        text = render(load_prompt("extract", self.prompt), old_memories=render_old_memories(request.old_memories),
                       messages=render_messages(request.delta), today=f"{today:%Y-%m-%d}")
         return [{"role": "system", "content": text},
                 {"role": "user", "content": "Extract the memories from the new messages now."}]

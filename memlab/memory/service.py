@@ -267,9 +267,8 @@ class MemoryService(ABC):
 
     def close(self) -> None:
         """Persist what the attached index keeps (if it does) and release the backend."""
-        close = getattr(self.searcher, "close", None)
-        if close is not None:
-            close()
+        if self.searcher is not None:
+            self.searcher.close()
 
 
 class InMemoryMemoryService(MemoryService):

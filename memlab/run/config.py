@@ -254,7 +254,7 @@ class ExperimentConfig:
             raise ConfigError(f"{where}: index.factory = {self.index.factory!r}; expected a FAISS factory string "
                               f"memlab builds: Flat, HNSW<M> (M >= 1), IVF<n>,Flat, IVF<n>,PQ<m>, PQ<m> or LSH")
         prompts = [("answer", "answer.prompt", self.answer.prompt), ("judge", "judge.prompt", self.judge.prompt)]
-        if self.extraction.extractor == "llm":
+        if EXTRACTORS.get(self.extraction.extractor).requires_model:
             prompts.append(("extract", "extraction.prompt", self.extraction.prompt))
         for stage, key, name in prompts:
             if name is not None:
@@ -262,9 +262,10 @@ class ExperimentConfig:
                     load_prompt(stage, name)
                 except FileNotFoundError as e:
                     raise ConfigError(f"{where}: {key} = {name!r}: {e}") from None
-        if self.extraction.extractor == "llm" and not self.extraction.model:
-            raise ConfigError(f"{where}: extraction.model is required when extraction.extractor = 'llm'")
-        if self.answer.arm != "extractive" and not self.answer.model:
+        if EXTRACTORS.get(self.extraction.extractor).requires_model and not self.extraction.model:
+            raise ConfigError(f"{where}: extraction.model is required when extraction.extractor = "
+                              f"{self.extraction.extractor!r}")
+        if ANSWERERS.get(self.answer.arm).requires_model and not self.answer.model:
             raise ConfigError(f"{where}: answer.model is required for answer.arm = {self.answer.arm!r}")
         ints = (("retrieval.top_k", self.retrieval.top_k, 1), ("retrieval.rrf_k", self.retrieval.rrf_k, 1),
                 ("run.concurrency", self.run.concurrency, 1), ("answer.max_rounds", self.answer.max_rounds, 1),
