@@ -70,10 +70,12 @@ def extract_conversation(
     reconcile: ReconcileConfig | None = None,
     session: ChatSession | None = None,
     user_speaker: str | None = None,
+    job_timeout: float | None = None,
 ) -> tuple[ChatSession, AutoMemoryWorker]:
     """Replay a conversation session by session, running one extraction job after each."""
     key = conversation_key(conv)
-    worker = AutoMemoryWorker(service, extractor, checkers=checkers, reconcile_config=reconcile)
+    worker = AutoMemoryWorker(service, extractor, checkers=checkers, reconcile_config=reconcile,
+                              **({"job_timeout": job_timeout} if job_timeout is not None else {}))
     chat = session
     for chat in replay_locomo(conv, key, user_speaker=user_speaker, session=session):
         worker.run_job(chat)
@@ -91,6 +93,7 @@ def extract_dataset(
     state_path: str | Path | None = None,
     conversations: Sequence[str] | None = None,
     on_conversation: Callable[[Conversation, AutoMemoryWorker], None] | None = None,
+    job_timeout: float | None = None,
 ) -> tuple[pd.DataFrame, list[JobResult]]:
     """Extract every (selected) conversation; returns per-conversation counts and all job results.
 
@@ -108,7 +111,8 @@ def extract_dataset(
         before = service.count(key)
         chat = ChatSession(id=f"locomo:{conv.sample_id}", key=key, state=dict(states.get(conv.sample_id, {})))
         ex = make_extractor(extractor, conv, **(extractor_params or {}))
-        chat, worker = extract_conversation(service, conv, ex, checkers, reconcile, session=chat)
+        chat, worker = extract_conversation(service, conv, ex, checkers, reconcile, session=chat,
+                                            job_timeout=job_timeout)
         c = worker.counters
         states[conv.sample_id] = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in chat.state.items()}
         if state_path is not None:
@@ -120,6 +124,7 @@ def extract_dataset(
                      "ops_proposed": c.ops_proposed, "ops_applied": c.ops_applied,
                      "rewritten": c.ops_rewritten_by_reconcile, "skipped": c.ops_skipped_by_reconcile,
                      "ops_failed": c.ops_failed, "model_calls": c.model_calls,
+                     "malformed_tool_calls": c.malformed_tool_calls,
                      "memories_added": service.count(key) - before, "memories": service.count(key)})
         results.extend(worker.results)
     return pd.DataFrame(rows).set_index("conversation"), results

@@ -73,29 +73,32 @@ class Run:
 
 # ------------------------------------------------------------------------------- building
 class Clients:
-    """One `ModelClient` per model name, sharing the on-disk response cache."""
+    """One `ModelClient` per (model, role), each with its role's endpoint (``models.<role>`` over
+    ``models``), sharing the on-disk response cache."""
 
     def __init__(self, cfg: ExperimentConfig, cache_path: Path):
         self.cfg = cfg
         self.cache_path = cache_path
-        self._clients: dict[str, ModelClient] = {}
+        self._clients: dict[tuple[str, str], ModelClient] = {}
         self._lock = threading.Lock()
 
-    def get(self, model: str) -> ModelClient:
+    def get(self, model: str, role: str = "reader") -> ModelClient:
         with self._lock:
-            if model not in self._clients:
-                m = self.cfg.models
-                key = os.environ.get(m.api_key_env) if m.api_key_env else None
-                if m.api_base and key is None:
+            if (model, role) not in self._clients:
+                m = self.cfg.models.resolve(role)
+                key = os.environ.get(m["api_key_env"]) if m["api_key_env"] else None
+                if m["api_base"] and key is None:
                     key = "memlab-local"
-                self._clients[model] = ModelClient(model, api_base=m.api_base, api_key=key, timeout=m.timeout,
-                                                   max_retries=m.max_retries, cache_path=self.cache_path)
-            return self._clients[model]
+                self._clients[(model, role)] = ModelClient(
+                    model, api_base=m["api_base"], api_key=key, timeout=m["timeout"], max_retries=m["max_retries"],
+                    cache_path=self.cache_path, concurrency=m["concurrency"], context_window=m["context_window"])
+            return self._clients[(model, role)]
 
     def totals(self) -> dict[str, int]:
         return {"model_calls": sum(c.calls for c in self._clients.values()),
                 "cache_hits": sum(c.cache_hits for c in self._clients.values()),
-                "failures": sum(c.failures for c in self._clients.values())}
+                "failures": sum(c.failures for c in self._clients.values()),
+                "malformed_tool_calls": sum(c.malformed_tool_calls for c in self._clients.values())}
 
 
 def extractor_params(cfg: ExperimentConfig, clients: Clients) -> dict[str, Any]:
@@ -104,7 +107,7 @@ def extractor_params(cfg: ExperimentConfig, clients: Clients) -> dict[str, Any]:
     if ex.extractor in ("turns", "turns+observations"):
         return {"style": ex.turn_style}
     if ex.extractor == "llm":
-        return {"model": ex.model, "prompt": ex.prompt, "client": clients.get(ex.model)}
+        return {"model": ex.model, "prompt": ex.prompt, "client": clients.get(ex.model, "extractor")}
     return {}
 
 
@@ -118,6 +121,16 @@ def build_answerer(cfg: ExperimentConfig, clients: Clients) -> Answerer:
     if a.arm == "original":
         return OriginalAnswerer(client, prompt=a.prompt or "original")
     return OptimizedAnswerer(client, prompt=a.prompt or "optimized", max_rounds=a.max_rounds)
+
+
+def job_timeout(cfg: ExperimentConfig) -> float | None:
+    """``extraction.job_timeout``, or for an LLM extractor its call timeout x (retries + 1) + 30 s."""
+    if cfg.extraction.job_timeout is not None:
+        return cfg.extraction.job_timeout
+    if cfg.extraction.extractor != "llm":
+        return None
+    r = cfg.models.resolve("extractor")
+    return r["timeout"] * (r["max_retries"] + 1) + 30.0
 
 
 def select_questions(cfg: ExperimentConfig, data: LoCoMo) -> list[tuple[Conversation, Question]]:
@@ -168,7 +181,7 @@ def _extract(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], cli
     index_id = hashlib.sha256(json.dumps(asdict(idx), sort_keys=True).encode()).hexdigest()[:10]
     emb_params: dict[str, Any] = {}
     if idx.embedder.startswith("litellm:"):
-        client = clients.get(idx.embedder[len("litellm:"):])
+        client = clients.get(idx.embedder[len("litellm:"):], "embedder")
         emb_params = {"api_base": client.api_base, "api_key": client.api_key, "timeout": client.timeout}
     if cfg.store.backend == "sqlite":
         db = cdir / "store.db"
@@ -187,7 +200,8 @@ def _extract(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], cli
 
     table, _ = extract_dataset(svc, data, ex.extractor, params, reconcile=ex.reconcile,
                                state_path=cdir / "state.json" if cfg.store.backend == "sqlite" else None,
-                               conversations=[c.sample_id for c in convs], on_conversation=log_conversation)
+                               conversations=[c.sample_id for c in convs], on_conversation=log_conversation,
+                               job_timeout=job_timeout(cfg))
     info = {"cache_key": key, "cache_dir": str(cdir), "conversations_extracted": int((table.jobs_run > 0).sum()),
             "ops_applied": int(table.ops_applied.sum()), "jobs_failed": int(table.jobs_failed.sum()),
             "from_cache": bool(table.jobs_run.sum() == 0)}
@@ -227,10 +241,15 @@ def _answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Judge | None, 
     try:
         a = answerer.timed(q, ctx)
     except Exception as e:  # one failed question is recorded and the run goes on
-        row = {**base, "prediction": "", "error": f"{type(e).__name__}: {e}", "calls": 0, "cached_calls": 0,
-               "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "tokens_estimated": False,
-               "context_tokens": 0, "latency_s": 0.0, "retrieved_ids": [], "first_query_ids": [], "j": None,
-               "rule": "error"}
+        p = getattr(e, "partial", None)  # a ModelError keeps what the question's rounds already cost
+        row = {**base, "prediction": "", "error": f"{type(e).__name__}: {e}", "calls": p.calls if p else 0,
+               "cached_calls": p.cached_calls if p else 0, "prompt_tokens": p.usage.prompt_tokens if p else 0,
+               "completion_tokens": p.usage.completion_tokens if p else 0,
+               "cached_tokens": p.usage.cached_tokens if p else 0,
+               "tokens_estimated": p.usage.estimated if p else False,
+               "context_tokens": 0, "latency_s": p.latency_s if p else 0.0, "retrieved_ids": [],
+               "first_query_ids": [], "j": None, "rule": "error",
+               "malformed_tool_calls": p.malformed_tool_calls if p else 0}
         return row, {"qid": q.qid, "queries": []}, {"qid": q.qid, "error": row["error"]}
     first = a.queries[0].hits if a.queries else []
     j = None
@@ -246,6 +265,7 @@ def _answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Judge | None, 
            "cached_tokens": a.usage.cached_tokens, "tokens_estimated": a.usage.estimated,
            "context_tokens": a.context_tokens, "latency_s": a.latency_s, "retrieved_ids": a.context_source_ids,
            "first_query_ids": [[s for s in h["source_ids"]] for h in first], "j": j, "rule": a.rule,
+           "malformed_tool_calls": a.malformed_tool_calls,
            "judge_prompt_tokens": judge_usage.prompt_tokens if judge_usage else 0}
     retrieval = {"qid": q.qid, "evidence": list(q.evidence_ids), "preload": a.preload,
                  "queries": [asdict(t) for t in a.queries],
@@ -340,7 +360,7 @@ def run_experiment(config: ExperimentConfig | str | Path, results: str | Path | 
     svc, ext_info = (None, {})
     if answerer.needs_memory:
         svc, ext_info = _extract(cfg, data, convs, clients, cache_root, run_dir, timings)
-    judge = Judge(clients.get(cfg.judge.model), cfg.judge.prompt) if cfg.judge.model else None
+    judge = Judge(clients.get(cfg.judge.model, "judge"), cfg.judge.prompt) if cfg.judge.model else None
 
     log = run_dir / PREDICTIONS_LOG
     done: set[str] = set()
@@ -401,7 +421,7 @@ def run_experiment(config: ExperimentConfig | str | Path, results: str | Path | 
     t0 = time.perf_counter()
     info = {"run_id": run_dir.name, "status": "complete", "questions": len(picks), "resumed_skipped": len(done),
             "answered_now": len(todo), "qid_order": [q.qid for _, q in picks], "extraction": ext_info,
-            "models": clients.totals(), "dataset": data.report.path}
+            "models": clients.totals(), "model_roles": cfg.describe_models(), "dataset": data.report.path}
     run = _finalize(run_dir, cfg, info)
     timings["scoring_s"] = time.perf_counter() - t0
     timings["total_s"] = time.perf_counter() - t_start
