@@ -30,10 +30,14 @@ _OFFLINE_ENV = {
 }
 
 
+_IMPORT_LOCK = threading.Lock()
+
+
 def import_litellm() -> Any:
     for k, v in _OFFLINE_ENV.items():
         os.environ.setdefault(k, v)
-    import litellm
+    with _IMPORT_LOCK:  # threads importing it at once (first calls of a parallel run) were slow
+        import litellm
 
     litellm.telemetry = False
     litellm.suppress_debug_info = True

@@ -84,6 +84,7 @@ class ScriptedServer:
         self.ignore_tool_choice = ignore_tool_choice
         self.models = models if models is not None else [{"id": "scripted", "object": "model"}]
         self._busy = threading.Lock()
+        self._local = threading.local()
         self.in_flight = 0
         self.max_in_flight = 0
         self.busy_arrivals = 0
@@ -121,7 +122,7 @@ class ScriptedServer:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802
-                with server._serving():
+                with server._serving(work=False):
                     if self.path.rstrip("/").endswith("/models"):
                         self._send(200, {"object": "list", "data": server.models})
                     else:
@@ -141,6 +142,7 @@ class ScriptedServer:
             def _send(self, status: int, obj: Any, raw: bytes | None = None,
                       headers: dict[str, str] | None = None) -> None:
                 data = raw if raw is not None else json.dumps(obj).encode()
+                server._finished()  # no longer in flight once the answer is on its way
                 self.send_response(status)
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
@@ -179,24 +181,34 @@ class ScriptedServer:
             self.script.extend(replies)
 
     @contextlib.contextmanager
-    def _serving(self) -> Iterator[None]:
-        """Count requests in flight; a ``serial`` server handles one at a time (the others wait)."""
+    def _serving(self, work: bool = True) -> Iterator[None]:
+        """Count requests in flight; a ``serial`` server handles one at a time (the others wait).
+
+        ``work``: a chat or embedding request (counted in ``arrivals``/``busy_arrivals``); a ``/models``
+        probe waits like them but is not counted."""
         with self._lock:
-            self.arrivals.append(time.monotonic())
-            if self.serial and self._busy.locked():
+            if work:
+                self.arrivals.append(time.monotonic())
+            if work and self.serial and self._busy.locked():
                 self.busy_arrivals += 1
         if self.serial:
             self._busy.acquire()
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self._local.counted = True
         try:
             yield
         finally:
-            with self._lock:
-                self.in_flight -= 1
+            self._finished()
             if self.serial:
                 self._busy.release()
+
+    def _finished(self) -> None:
+        if getattr(self._local, "counted", False):
+            self._local.counted = False
+            with self._lock:
+                self.in_flight -= 1
 
     # ---------------------------------------------------------------------------- answers
     def _next(self, body: dict[str, Any]) -> Reply:
