@@ -270,8 +270,9 @@ class ExperimentConfig:
             if role == "embedder" and names[role] is None:
                 remote = [x for x in ROLES if x != "embedder" and self.role_in_use(x) and self.models.resolve(x)[
                     "api_base"]]
-                note = (f"; the chat endpoint{'s' if len(remote) > 1 else ''} of {', '.join(remote)} "
-                        "is not used for embeddings") if remote else ""
+                plural = len(remote) > 1
+                note = (f"; the chat endpoint{'s' if plural else ''} of {', '.join(remote)} "
+                        f"{'are' if plural else 'is'} not used for embeddings") if remote else ""
                 lines.append(f"embedder: {self.index.embedder} (local, in this process){note}")
                 continue
             if not self.role_in_use(role):
