@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from memlab.run import ConfigError, ExperimentConfig, run_experiment
-from memlab.run.runner import job_timeout
+from memlab.run.extraction import job_timeout
 from memlab.testing import Reply, ScriptedServer
 from tests.scripted_model import responder
 
@@ -29,7 +29,7 @@ def test_roles_fall_back_to_models_and_override_one_key_at_a_time():
     assert c.models.resolve("judge")["concurrency"] == 8 and c.models.resolve("extractor")["timeout"] == 300.0
     assert ExperimentConfig.from_dict(c.to_dict()).models.resolve("extractor")["timeout"] == 300.0  # round trip
     assert job_timeout(c) == 300.0 * 3 + 30.0  # above the extractor's own timeout x attempts
-    assert job_timeout(cfg(**{"extraction.job_timeout": 45.0})) == 45.0
+    assert job_timeout(cfg(**{"extraction.worker.job_timeout_s": 45.0})) == 45.0
 
 
 @pytest.mark.parametrize("over, needle", [
@@ -39,7 +39,7 @@ def test_roles_fall_back_to_models_and_override_one_key_at_a_time():
     ({"models.extractor.context_window": 0}, "models.extractor.context_window = 0"),
     ({"models.reader.api_base": "localhost:8000"}, "expected an http(s):// URL"),
     ({"models.reader.concurrency": 2}, "one endpoint, one limit"),
-    ({"extraction.job_timeout": 0}, "extraction.job_timeout = 0"),
+    ({"extraction.worker.job_timeout_s": 0}, "extraction.worker.job_timeout_s = 0"),
 ])
 def test_bad_role_values_are_config_errors_naming_the_key(over, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
@@ -86,9 +86,8 @@ def test_job_timeout_from_config_bounds_a_slow_extraction(synthetic_path, tmp_pa
     with ScriptedServer(responder=lambda b: dataclasses.replace(responder(b), delay=0.6)) as srv:
         c = ExperimentConfig.from_dict({
             "name": "slow", "dataset": {"path": str(synthetic_path), "conversations": ["syn-2"]},
-            "extraction": {"extractor": "llm", "model": "openai/ex", "job_timeout": 0.2},
+            "extraction": {"extractor": "llm", "model": "openai/ex", "worker": {"job_timeout_s": 0.2}},
             "answer": {"arm": "extractive"}, "models": {"api_base": srv.api_base, "max_retries": 0}})
-        run = run_experiment(c, results=tmp_path, progress=False)
-        assert run.info["extraction"]["jobs_failed"] == 1
-        trace = (run.run_dir / "traces" / "extraction.jsonl").read_text()
-        assert "job timeout after 0.2 s" in trace
+        with pytest.raises(Exception, match=r"syn-2: job timeout after 0.2 s") as ei:
+            run_experiment(c, results=tmp_path, progress=False)
+        assert type(ei.value).__name__ == "ExtractionFailed"
