@@ -3,8 +3,14 @@
 Each request to ``/v1/chat/completions`` takes the next step of the script; ``/v1/embeddings``
 returns deterministic hashed vectors (or a scripted fault). A step is a `Reply`: plain text,
 tool calls, usage numbers (prompt / completion / cached), a delay, an HTTP error status, a
-malformed body, or a hang past the client's timeout. Every request body is recorded so a test can
-check what the model was shown.
+malformed body, a hang past the client's timeout, or an error with ``Retry-After``. Every request
+body is recorded so a test can check what the model was shown.
+
+Real servers' quirks are switches (``ScriptedServer.imitating("llama-cpp-python")`` sets them as
+measured; see `QUIRKS`): tool calls written as text, HTTP 500 on a tool-call message without
+``content``, no or per-token embeddings, a ``/v1/models`` listing with or without a context length,
+and one request at a time (``serial``: a request that arrives while another runs waits, and is
+counted in ``busy_arrivals``). `closed_port_api_base` gives an endpoint that is down.
 """
 
 from __future__ import annotations
