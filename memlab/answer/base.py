@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from memlab.data.locomo import Conversation, Question
-from memlab.llm import Usage
+from memlab.llm import CallStats, ModelError, Usage
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
@@ -64,6 +64,12 @@ class Answer:
     preload: dict[str, Any] | None = None
     rule: str = ""
     """Which rule produced the answer (extractive arm) or how the model finished (model arms)."""
+    malformed_tool_calls: int = 0
+    """Tool calls the model wrote as text (recovered by parsing or a forced re-ask); a run sums them."""
+
+    def stats(self) -> CallStats:
+        return CallStats(usage=self.usage, calls=self.calls, cached_calls=self.cached_calls,
+                         latency_s=self.latency_s, malformed_tool_calls=self.malformed_tool_calls)
 
     @property
     def prompt_hash(self) -> str:
@@ -106,8 +112,13 @@ class Answerer(ABC):
     def answer(self, question: Question, ctx: AnswerContext) -> Answer: ...
 
     def timed(self, question: Question, ctx: AnswerContext) -> Answer:
+        """`answer` with its wall time; a `ModelError`'s ``partial`` gets the wall time spent too."""
         t0 = time.perf_counter()
-        a = self.answer(question, ctx)
+        try:
+            a = self.answer(question, ctx)
+        except ModelError as e:
+            e.partial.latency_s = time.perf_counter() - t0
+            raise
         a.latency_s = time.perf_counter() - t0
         return a
 

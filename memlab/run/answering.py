@@ -108,6 +108,7 @@ def _copy_usage(row: PredictionRecord, a: Any) -> None:
     row.cached_tokens = a.usage.cached_tokens
     row.tokens_estimated = a.usage.estimated
     row.latency_s = a.latency_s
+    row.malformed_tool_calls = getattr(a, "malformed_tool_calls", 0)
 
 
 def load_done(run_dir: Path) -> list[PredictionRecord]:

@@ -94,6 +94,8 @@ class PredictionRecord(Record):
     judge_error: str | None = None
     judge_prompt_tokens: int = 0
     judge_completion_tokens: int = 0
+    malformed_tool_calls: int = 0
+    """Tool calls the model wrote as text (recovered by parsing or a forced re-ask, or the error)."""
     schema: int = SCHEMA_VERSION
 
 

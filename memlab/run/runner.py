@@ -167,7 +167,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
             "status": (RunStatus.COMPLETE_WITH_ERRORS if errors else RunStatus.COMPLETE).value,
             "errors": errors, "judge_errors": int(pred["judge_error"].notna().sum()),
             "error_rate": errors / max(len(pred), 1), "resumed_skipped": len(done), "answered_now": answered,
-            "models": clients.totals(),
+            "models": clients.totals(), "model_roles": cfg.describe_models(),
         })
         return Run(run_dir=run_dir, config=cfg, predictions=pred, summary=summ, info=info)
     except BaseException as e:
