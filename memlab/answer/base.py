@@ -134,3 +134,57 @@ def preload(ctx: AnswerContext, message: str) -> tuple[list[MemoryEntry], dict[s
     except Exception as e:
         info.update(mode="recent (search failed)", error=str(e))
     return probe[:n], info
+
+
+TRACE_DEPTH = 100
+"""How deep the trace-only ranking goes: an evidence memory below this rank is recorded as absent."""
+
+
+def _options_of(trace: QueryTrace, base: SearchOptions) -> SearchOptions:
+    """The `SearchOptions` a traced query ran with (``trace.options`` is its ``to_dict``)."""
+    opts = dict(trace.options or {})
+    for k in ("after", "before"):
+        if isinstance(opts.get(k), str):
+            opts[k] = datetime.fromisoformat(opts[k])
+    known = {f for f in SearchOptions.__dataclass_fields__}
+    return replace(base, **{k: v for k, v in opts.items() if k in known})
+
+
+def evidence_ranks(ctx: AnswerContext, queries: list[QueryTrace], evidence: set[str], context_ids: set[str],
+                   depth: int = TRACE_DEPTH) -> dict[str, Any]:
+    """Where every memory sourced from the evidence sits in each query's full ranking (trace only).
+
+    Each traced query is searched again with its own options but ``max_results = depth`` and no
+    event-time ordering, so a rank is a relevance rank, comparable with top-k (ranks up to the
+    run's k are the hits the reader saw, unless the query ordered by event time). The reader's
+    context is not touched: this runs after the answer. Returns the evidence memories (id,
+    source ids, whether the reader was given it) and, per query, ``memory_ranks`` (memory id ->
+    rank or None = not within ``depth``), ``evidence_ranks`` (evidence dialog id -> best rank of a
+    memory sourced from it, or None) and ``deduped`` (evidence memories dropped as near-duplicates).
+    """
+    mems = [e for e in ctx.service.list(ctx.key) if set(e.source_ids) & evidence]
+    out: dict[str, Any] = {"depth": depth, "evidence_memories": [
+        {"id": e.id, "source_ids": list(e.source_ids), "in_context": e.id in context_ids} for e in mems],
+        "queries": []}
+    for t in queries:
+        if t.error is not None or not t.query.strip():
+            out["queries"].append(None)
+            continue
+        opts = replace(_options_of(t, ctx.search), query=t.query, max_results=max(depth, 1),
+                       order_by_event_time=False)
+        res = ctx.service.search(ctx.key, opts)
+        rank = {h.id: h.rank for h in res.hits}
+        dropped = {d[0] for d in res.dropped_by_dedupe}
+        mranks = {e.id: rank.get(e.id) for e in mems}
+        best: dict[str, int | None] = {}
+        for e in mems:
+            for s in e.source_ids:
+                if s in evidence:
+                    r = mranks[e.id]
+                    if r is not None and (best.get(s) is None or r < best[s]):
+                        best[s] = r
+                    else:
+                        best.setdefault(s, None)
+        out["queries"].append({"memory_ranks": mranks, "evidence_ranks": best,
+                               "deduped": sorted(e.id for e in mems if e.id in dropped)})
+    return out

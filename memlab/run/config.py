@@ -22,6 +22,7 @@ BACKENDS = ("sqlite", "memory")
 KEYWORDS = ("tfidf", "bm25")
 ARMS = ("extractive", "long-context", "original", "optimized")
 SPANS = ("novel", "clause", "memory")
+SCORING_PROFILES = ("locomo", "mem0", "trpc-agent-go")  # memlab.eval.profiles.PROFILES
 
 
 class ConfigError(ValueError):
@@ -88,6 +89,14 @@ class JudgeConfig:
 
 
 @dataclass
+class ScoringConfig:
+    """How answers are scored: a harness profile (`memlab.eval.profiles`) and an optional errata CSV."""
+
+    profile: str = "locomo"
+    errata: str | None = None
+
+
+@dataclass
 class ModelsConfig:
     """Where model names resolve: a local OpenAI-compatible server (``api_base``) or a provider."""
 
@@ -113,6 +122,7 @@ class ExperimentConfig:
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     run: RunConfig = field(default_factory=RunConfig)
     grid: dict[str, list[Any]] = field(default_factory=dict)
@@ -164,6 +174,7 @@ class ExperimentConfig:
         one_of("index.keyword", self.index.keyword, KEYWORDS)
         one_of("answer.arm", self.answer.arm, ARMS)
         one_of("answer.span", self.answer.span, SPANS)
+        one_of("scoring.profile", self.scoring.profile, SCORING_PROFILES)
         emb = self.index.embedder
         if emb not in ("tfidf-lsa", "minilm") and not (emb.startswith("litellm:") and len(emb) > 8):
             raise ConfigError(f"{where}: index.embedder = {emb!r}; allowed: tfidf-lsa, minilm, litellm:<model>")

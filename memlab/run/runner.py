@@ -31,14 +31,16 @@ from memlab.answer import (
     AnswerContext,
     Answerer,
     ExtractiveAnswerer,
-    Judge,
     LongContextAnswerer,
     OptimizedAnswerer,
     OriginalAnswerer,
 )
+from memlab.answer.base import evidence_ranks
 from memlab.atomic import write_json, write_table
 from memlab.data import Conversation, LoCoMo, Question, load_locomo, sha256_file
-from memlab.eval import category_summary, evidence_recall, score_frame
+from memlab.eval import category_summary, evidence_recall
+from memlab.eval.errata import errata_columns, errata_counts, load_errata
+from memlab.eval.profiles import ProfileJudge, get_profile, score_predictions
 from memlab.extract.pipeline import conversation_key, extract_dataset, make_extractor, trace_rows
 from memlab.index import open_service
 from memlab.llm import ModelClient
@@ -214,7 +216,7 @@ def _extract(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], cli
     return svc, info
 
 
-def _answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Judge | None, svc: MemoryService | None,
+def _answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: ProfileJudge | None, svc: MemoryService | None,
                 conv: Conversation, q: Question) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     r = cfg.retrieval
     search = SearchOptions(max_results=r.top_k, hybrid=r.hybrid, rrf_k=r.rrf_k, dedupe=r.dedupe,
@@ -235,24 +237,34 @@ def _answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Judge | None, 
     first = a.queries[0].hits if a.queries else []
     j = None
     judge_usage = None
+    judge_error = None
     if judge is not None:
         try:
             j, judge_usage, _ = judge.judge(q, a.prediction)
         except Exception as e:
             j = None
+            judge_error = f"{type(e).__name__}: {e}"
             a.rule += f" (judge failed: {e})"
     row = {**base, "prediction": a.prediction, "error": None, "calls": a.calls, "cached_calls": a.cached_calls,
            "prompt_tokens": a.usage.prompt_tokens, "completion_tokens": a.usage.completion_tokens,
            "cached_tokens": a.usage.cached_tokens, "tokens_estimated": a.usage.estimated,
            "context_tokens": a.context_tokens, "latency_s": a.latency_s, "retrieved_ids": a.context_source_ids,
            "first_query_ids": [[s for s in h["source_ids"]] for h in first], "j": j, "rule": a.rule,
-           "judge_prompt_tokens": judge_usage.prompt_tokens if judge_usage else 0}
+           "judge_prompt_tokens": judge_usage.prompt_tokens if judge_usage else 0, "judge_error": judge_error}
     retrieval = {"qid": q.qid, "evidence": list(q.evidence_ids), "preload": a.preload,
                  "queries": [asdict(t) for t in a.queries],
                  "context_ids": [e.id for e in a.context]}
     for t in retrieval["queries"]:
         for h in t["hits"]:
             h["evidence_hit"] = bool(set(h["source_ids"]) & set(q.evidence_ids))
+    if svc is not None:  # evidence memories' ranks in each query's full ranking (trace only, after answering)
+        try:
+            deep = evidence_ranks(ctx, a.queries, set(q.evidence_ids), {e.id for e in a.context})
+            retrieval.update(rank_depth=deep["depth"], evidence_memories=deep["evidence_memories"])
+            for t, d in zip(retrieval["queries"], deep["queries"]):
+                t.update(d or {})
+        except Exception as e:
+            retrieval["rank_error"] = f"{type(e).__name__}: {e}"
     answer = {"qid": q.qid, "prompt_hash": a.prompt_hash, "prompt": a.prompt if len(a.prompt) < 4000 else
               a.prompt[:4000] + f"... [{len(a.prompt)} chars]", "response": a.response, "tool_calls": a.tool_calls,
               "prediction": a.prediction, "rule": a.rule, "usage": asdict(a.usage), "calls": a.calls,
@@ -270,7 +282,7 @@ def summarize(pred: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
     scores = pred
     metrics = ["f1", "bleu1", "em"] + (["j"] if cfg.judge.model else [])
     metrics += [f"recall@{k}" for k in RECALL_KS] + ["context_recall"]
-    summ = category_summary(scores, metrics=metrics)
+    summ = category_summary(scores, metrics=metrics, labels=get_profile(cfg.scoring.profile).labels)
     groups = [(int(c), scores[scores.category == c]) for c in sorted(scores.category.unique())]
     groups += [("overall 1-4", scores[scores.category.isin([1, 2, 3, 4])]), ("overall 1-5", scores)]
     extra = {}
@@ -293,13 +305,19 @@ def _finalize(run_dir: Path, cfg: ExperimentConfig, info: dict[str, Any]) -> Run
     order = {qid: i for i, qid in enumerate(info.get("qid_order", []))}
     rows.sort(key=lambda r: order.get(r["qid"], len(order)))
     pred = pd.DataFrame(rows)
-    pred = score_frame(pred)
+    errata = load_errata(cfg.scoring.errata) if cfg.scoring.errata else None
+    pred = score_predictions(pred, cfg.scoring.profile, errata)  # errata, then the profile's scores
     pred["context_recall"] = [evidence_recall(r, e) for r, e in zip(pred.retrieved_ids, pred.evidence)]
     for k in RECALL_KS:
         pred[f"recall@{k}"] = [_recall_at(r, k) for r in rows]
     if "j" in pred:
         pred["j"] = pd.to_numeric(pred["j"], errors="coerce")
-    summ = summarize(pred, cfg)
+    if "j" in pred:
+        pred.loc[~pred["scored"], "j"] = np.nan
+    summ = summarize(pred[pred["scored"]], cfg)
+    info["scoring"] = {"profile": cfg.scoring.profile, "errata": cfg.scoring.errata, **errata_counts(pred)}
+    if errata is not None:
+        summ = summ.join(errata_columns(pred, summ.index))
     out = pred.drop(columns=["first_query_ids"]).set_index("qid")
     write_table(run_dir / "predictions.csv", out)
     write_table(run_dir / "summary.csv", summ)
@@ -340,7 +358,10 @@ def run_experiment(config: ExperimentConfig | str | Path, results: str | Path | 
     svc, ext_info = (None, {})
     if answerer.needs_memory:
         svc, ext_info = _extract(cfg, data, convs, clients, cache_root, run_dir, timings)
-    judge = Judge(clients.get(cfg.judge.model), cfg.judge.prompt) if cfg.judge.model else None
+    judge = ProfileJudge(clients.get(cfg.judge.model), cfg.scoring.profile, cfg.judge.prompt) if cfg.judge.model \
+        else None
+    if cfg.scoring.errata:  # fail before answering on a bad errata file or an unknown qid
+        load_errata(cfg.scoring.errata).check_known(q.qid for c in data for q in c.questions)
 
     log = run_dir / PREDICTIONS_LOG
     done: set[str] = set()
