@@ -321,10 +321,13 @@ class ProfileJudge:
     request `memlab.answer.Judge` sends, so cached verdicts are reused.
     """
 
-    def __init__(self, client: Any, profile: str | ScoringProfile = "locomo", prompt: str | None = None):
+    def __init__(self, client: Any, profile: str | ScoringProfile = "locomo", prompt: str | None = None,
+                 errata: Errata | None = None):
         self.client = client
         self.profile = get_profile(profile)
         self.prompt = prompt if (prompt and self.profile.name == "locomo") else self.profile.judge_prompt
+        self.errata = errata
+        """Corrected gold answers are what the judge sees; errata-invalid questions are not judged."""
 
     def messages(self, question: str, answer: str | None, category: int, prediction: str
                  ) -> list[dict[str, Any]] | None:
@@ -334,7 +337,12 @@ class ProfileJudge:
         return self.profile.judge_messages(question, gold, prediction, self.prompt)
 
     def judge(self, question: Question, prediction: str) -> tuple[float | None, Usage, bool]:
-        msgs = self.messages(question.question, question.answer, question.category, prediction)
+        answer = question.answer
+        if self.errata is not None and question.qid in self.errata.entries:
+            answer = self.errata.entries[question.qid]
+            if answer is None:
+                return None, Usage(), False
+        msgs = self.messages(question.question, answer, question.category, prediction)
         if msgs is None:
             return None, Usage(), False
         comp = self.client.complete(msgs)

@@ -361,7 +361,10 @@ def run_experiment(config: ExperimentConfig | str | Path, results: str | Path | 
     judge = ProfileJudge(clients.get(cfg.judge.model), cfg.scoring.profile, cfg.judge.prompt) if cfg.judge.model \
         else None
     if cfg.scoring.errata:  # fail before answering on a bad errata file or an unknown qid
-        load_errata(cfg.scoring.errata).check_known(q.qid for c in data for q in c.questions)
+        errata = load_errata(cfg.scoring.errata)
+        errata.check_known(q.qid for c in data for q in c.questions)
+        if judge is not None:
+            judge.errata = errata
 
     log = run_dir / PREDICTIONS_LOG
     done: set[str] = set()
