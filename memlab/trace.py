@@ -183,8 +183,7 @@ def load(run_dir: str | Path) -> Traces:
             qrows.append({"qid": r["qid"], "query_index": qi, "query": qt["query"], "n_hits": len(qt["hits"]),
                           "dropped_by_dedupe": qt.get("dropped_by_dedupe", []),
                           "fallback_added": qt.get("fallback_added", []), "error": qt.get("error"),
-                          "evidence_ranks": qt.get("evidence_ranks"), "memory_ranks": qt.get("memory_ranks"),
-                          "deduped": qt.get("deduped")})
+                          "evidence_ranks": qt.get("evidence_ranks"), "memory_ranks": qt.get("memory_ranks")})
             for h in qt["hits"]:
                 rows.append({"qid": r["qid"], "query_index": qi, "query": qt["query"], **h})
     retrieval = pd.DataFrame(rows, columns=["qid", "query_index", "query", "rank", "id", "source_ids", "score",

@@ -9,6 +9,7 @@ model be called. The result is written next to the run's files as ``summary-<pro
 
 from __future__ import annotations
 
+import ast
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,6 @@ from memlab.eval.errata import Errata, errata_columns, errata_counts, load_errat
 from memlab.eval.profiles import PROFILES, ProfileJudge, get_profile, score_predictions
 from memlab.llm import ModelClient
 from memlab.run.runner import Run, load_run
-from memlab.trace import _as_list
 
 
 class CacheMissError(RuntimeError):
@@ -72,9 +72,10 @@ def rescore(run: Run | str | Path, profile: str = "locomo", allow_model_calls: b
     if "answer_original" in pred.columns:  # start from the dataset's gold; errata are applied again below
         pred["answer"] = pred["answer_original"]
         pred = pred.drop(columns=["answer_original", "errata"], errors="ignore")
-    for col in ("evidence", "retrieved_ids"):
+    for col in ("evidence", "retrieved_ids"):  # lists in the JSONL log; strings only in the CSV fallback
         if col in pred.columns:
-            pred[col] = pred[col].apply(_as_list)
+            pred[col] = pred[col].apply(lambda v: ast.literal_eval(v) if isinstance(v, str) and v.startswith("[")
+                                        else v)
     if errata is None and r.config.scoring.errata:
         errata = r.config.scoring.errata
     e = errata if (errata is None or isinstance(errata, Errata)) else load_errata(errata)
