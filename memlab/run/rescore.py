@@ -112,6 +112,8 @@ def rescore(run: Run | str | Path, profile: str = "locomo", allow_model_calls: b
         info["judge"] = {"model": r.config.judge.model, "prompt": judge.prompt, "cache_misses": misses,
                          "unreadable": failures, "model_calls": client.calls, "from_cache": client.cache_hits}
     summary = category_summary(scores[scores["scored"]], metrics=metrics, labels=prof.labels)
+    if prof.excluded_categories:  # "overall 1-5" would silently be the 1-4 figure
+        summary = summary.drop(index=["overall 1-5"])
     if e is not None:
         summary = summary.join(errata_columns(scores, summary.index))
     out = Rescored(profile=prof.name, scores=scores, summary=summary, info=info)
