@@ -182,3 +182,35 @@ def test_attribution_on_a_real_run(locomo_path, locomo, tmp_path):
     assert "tier disabled" not in text and "score None" not in text and "usage" not in text
     with pytest.raises(KeyError):
         tr.question("nope/q0")
+
+
+def test_evidence_ranks_per_query_to_a_depth():
+    from memlab.answer.base import AnswerContext, evidence_ranks, retrieve
+    from memlab.index import open_service
+    from memlab.memory import SearchOptions
+    from memlab.memory.entry import UserKey
+
+    svc = open_service("memory")
+    key = UserKey("app", "u")
+    texts = {"D1:1": "Bob adopted a dog named Rex", "D2:1": "Bob moved to Oslo from Sweden",
+             "D3:1": "Alice paints blue vases", "D4:1": "Alice runs a pottery class on Mondays"}
+    ids = {d: svc.add(key, t, source_ids=[d]).id for d, t in texts.items()}
+    ctx = AnswerContext(service=svc, key=key, conversation=None,
+                        search=SearchOptions(max_results=1, dedupe=False, kind_fallback=False))
+    _, q_dog = retrieve(ctx, "dog Rex")
+    _, q_oslo = retrieve(ctx, "Oslo Sweden")
+    out = evidence_ranks(ctx, [q_dog, q_oslo], {"D1:1", "D2:1", "D9:9"}, context_ids={ids["D1:1"]}, depth=2)
+    assert {m["id"]: m["in_context"] for m in out["evidence_memories"]} == {ids["D1:1"]: True, ids["D2:1"]: False}
+    dog, oslo = out["queries"]
+    assert dog["evidence_ranks"]["D1:1"] == 1 and oslo["evidence_ranks"]["D2:1"] == 1  # each query's own ranking
+    assert dog["memory_ranks"][ids["D1:1"]] == q_dog.hits[0]["rank"] == 1
+    assert "D9:9" not in dog["evidence_ranks"]  # never written: no memory, so no rank (shown as "not written")
+    from memlab.trace import format_ranks
+
+    text = format_ranks(["D1:1", "D2:1", "D9:9"], {"D1:1": 1, "D2:1": None})
+    assert text == "D1:1 at rank 1, D2:1 absent, D9:9 not written"
+    # the tail beyond the depth is absent; the full ranking is deeper than the reader's k = 1
+    deep = evidence_ranks(ctx, [q_dog], {"D1:1", "D2:1", "D3:1", "D4:1"}, set(), depth=4)["queries"][0]
+    assert sorted(r for r in deep["evidence_ranks"].values() if r is not None)[:2] == [1, 2]
+    shallow = evidence_ranks(ctx, [q_dog], {"D1:1", "D2:1", "D3:1", "D4:1"}, set(), depth=1)["queries"][0]
+    assert list(shallow["evidence_ranks"].values()).count(None) == 3

@@ -191,7 +191,8 @@ def test_errata_in_a_run(synthetic_path, tmp_path):
 
     info = json.loads((run.run_dir / "run.json").read_text())
     assert info["scoring"]["errata_corrected"] == 1 and info["scoring"]["errata_excluded"] == 1
-    assert run.summary.loc["overall 1-5", "n"] == plain.summary.loc["overall 1-5", "n"] - 1
+    assert run.summary.loc["overall 1-5", "n"] == plain.summary.loc["overall 1-5", "n"]  # every question counted
+    assert run.summary.loc["overall 1-5", "n_scored"] == plain.summary.loc["overall 1-5", "n_scored"] - 1
     assert run.summary.loc["overall 1-5", "errata_excluded"] == 1
     p = run.predictions.set_index("qid")
     assert p.loc[fix.qid, "answer"] == f"{fix.answer}, extra words" and p.loc[fix.qid, "errata"] == "corrected"

@@ -122,7 +122,7 @@ def errata_columns(frame: pd.DataFrame, groups: Iterable[object]) -> pd.DataFram
         if isinstance(g, str) and g.startswith("overall"):
             lo, hi = (int(x) for x in g.split()[-1].split("-"))
             part = frame[frame["category"].between(lo, hi)]
-        else:
-            part = frame[frame["category"] == g]
+        else:  # a category number (an int, or the summary's string index "1".."5")
+            part = frame[frame["category"] == int(g)]
         rows[g] = errata_counts(part)
     return pd.DataFrame.from_dict(rows, orient="index")

@@ -291,27 +291,39 @@ def check_categories(categories: pd.Series, reference: Mapping[int, int] = LOCOM
             raise ProfileError(f"category counts {over} exceed LoCoMo-10's {dict(reference)}")
 
 
-def score_predictions(predictions: pd.DataFrame, profile: str | ScoringProfile = "locomo",
-                      errata: Errata | None = None) -> pd.DataFrame:
-    """Errata, then the official scores (`score_frame`), then the profile's F1/BLEU-1 over them.
+def apply_scoring(scored: pd.DataFrame, profile: str | ScoringProfile = "locomo", errata: Errata | None = None
+                  ) -> pd.DataFrame:
+    """A frame already scored with the official metric, under ``profile`` and ``errata``.
 
-    Adds ``scored`` (False for errata-invalid questions and a profile's excluded categories) and
-    ``profile``. With ``locomo`` and no errata the scores equal `score_frame`'s exactly.
+    Corrected gold answers replace the old ones (kept in ``answer_original``); F1 / BLEU-1 / EM are
+    recomputed where the answer changed or the profile is not ``locomo``. Adds ``scored`` (False
+    for errata-invalid questions, a profile's excluded categories and errored questions, whose
+    scores are NaN) and ``profile``. With ``locomo`` and no errata every score is left as it was.
     """
     prof = get_profile(profile)
-    check_categories(predictions["category"])
-    out = score_frame(apply_errata(predictions, errata))
-    if prof.name != "locomo":
+    check_categories(scored["category"])
+    out = apply_errata(scored, errata)
+    cats = [int(c) for c in out["category"]]
+    errored = out["error"].notna().tolist() if "error" in out.columns else [False] * len(out)
+    redo = [prof.name != "locomo" or e == "corrected" for e in out["errata"]]
+    if any(redo):
         preds = out["prediction"].fillna("").astype(str).tolist()
         answers = [None if (a is None or (isinstance(a, float) and math.isnan(a))) else str(a) for a in out["answer"]]
-        cats = [int(c) for c in out["category"]]
-        out["f1"] = [prof.f1(p, a, c) if prof.scored(c) else math.nan for p, a, c in zip(preds, answers, cats)]
-        out["bleu1"] = [prof.bleu1(p, a, c) if prof.scored(c) else math.nan for p, a, c in zip(preds, answers, cats)]
-    out["scored"] = [(e != INVALID) and prof.scored(int(c)) for e, c in zip(out["errata"], out["category"])]
-    for m in ("f1", "bleu1", "em"):
-        out.loc[~out["scored"], m] = math.nan
+        for col, fn in (("f1", prof.f1), ("bleu1", prof.bleu1), ("em", scoring.exact_match)):
+            out[col] = [fn(p, a, c) if r and prof.scored(c) else v
+                        for p, a, c, r, v in zip(preds, answers, cats, redo, out[col])]
+    out["scored"] = [e != INVALID and prof.scored(c) and not bad for e, c, bad in zip(out["errata"], cats, errored)]
+    for m in ("f1", "bleu1", "em", "j"):
+        if m in out.columns:
+            out.loc[~out["scored"], m] = math.nan
     out["profile"] = prof.name
     return out
+
+
+def score_predictions(predictions: pd.DataFrame, profile: str | ScoringProfile = "locomo",
+                      errata: Errata | None = None) -> pd.DataFrame:
+    """Unscored predictions (prediction, answer, category ...) scored under ``profile`` and ``errata``."""
+    return apply_scoring(score_frame(apply_errata(predictions, errata).drop(columns=["errata"])), profile, errata)
 
 
 class ProfileJudge:

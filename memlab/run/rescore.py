@@ -9,7 +9,6 @@ model be called. The result is written next to the run's files as ``summary-<pro
 
 from __future__ import annotations
 
-import ast
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,9 +20,10 @@ import pandas as pd
 from memlab.atomic import write_table
 from memlab.eval import category_summary
 from memlab.eval.errata import Errata, errata_columns, errata_counts, load_errata
-from memlab.eval.profiles import PROFILES, ProfileJudge, get_profile, score_predictions
+from memlab.eval.profiles import PROFILES, ProfileJudge, apply_scoring, get_profile
 from memlab.llm import ModelClient
-from memlab.run.runner import Run, load_run
+from memlab.run.answering import read_log
+from memlab.run.results import Run, load_run, score_records
 
 
 class CacheMissError(RuntimeError):
@@ -67,19 +67,11 @@ def rescore(run: Run | str | Path, profile: str = "locomo", allow_model_calls: b
     """Score a finished run under ``profile``; J from the response cache (see the module doc)."""
     r = run if isinstance(run, Run) else load_run(run)
     prof = get_profile(profile)
-    log = r.run_dir / "predictions.jsonl"  # exact strings (a CSV round trip turns "None" or "007" into numbers)
-    pred = pd.read_json(log, lines=True, dtype=False) if log.is_file() else r.predictions.copy()
-    if "answer_original" in pred.columns:  # start from the dataset's gold; errata are applied again below
-        pred["answer"] = pred["answer_original"]
-        pred = pred.drop(columns=["answer_original", "errata"], errors="ignore")
-    for col in ("evidence", "retrieved_ids"):  # lists in the JSONL log; strings only in the CSV fallback
-        if col in pred.columns:
-            pred[col] = pred[col].apply(lambda v: ast.literal_eval(v) if isinstance(v, str) and v.startswith("[")
-                                        else v)
+    pred = score_records(read_log(r.run_dir))  # the log keeps exact strings (the judge request must match)
     if errata is None and r.config.scoring.errata:
         errata = r.config.scoring.errata
     e = errata if (errata is None or isinstance(errata, Errata)) else load_errata(errata)
-    scores = score_predictions(pred, prof, e)
+    scores = apply_scoring(pred, prof, e)
     info: dict[str, Any] = {"profile": prof.name, "questions": len(scores), "scored": int(scores["scored"].sum()),
                             **errata_counts(scores), "judge": None}
     client = _judge_client(r, allow_model_calls)
