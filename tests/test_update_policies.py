@@ -21,7 +21,7 @@ from memlab.memory import SearchOptions, UserKey
 from memlab.memory.entry import content_id
 from memlab.memory.sqlite import SQLiteMemoryService
 from memlab.run import ConfigError, ExperimentConfig
-from memlab.run.runner import extraction_cache_key
+from memlab.run.extraction import extraction_cache_key
 
 K = UserKey("app", "alice")
 T0 = datetime(2023, 5, 8, 13, 0)

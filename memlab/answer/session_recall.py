@@ -16,10 +16,12 @@ The reference report measures this arm as its best (F1 0.549 at 3,694 tokens/QA,
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from memlab.answer.base import ABSTAIN, Answer, AnswerContext, Answerer, retrieve
+from memlab.answer.base import ABSTAIN, ANSWERERS, Answer, AnswerContext, Answerer, retrieve
+from memlab.answer.extractive import ExtractiveAnswerer
 from memlab.data.locomo import Conversation, Question
 from memlab.extract.memory_sets import turn_memories
 from memlab.index import index_text, open_service
@@ -56,11 +58,32 @@ class _Restricted:
         return full
 
 
+@ANSWERERS.register("session-recall")
 class SessionRecallAnswerer(Answerer):
     """Turn search -> sessions (or windows) around the top hits -> one read (model or extractive)."""
 
     name = "session-recall"
     needs_memory = False  # it searches the raw turns, never the extracted store
+    requires_model = False  # with answer.model it reads with the model, without it offline
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
+        """``answer`` section: ``model`` (optional), ``prompt``, ``recall_unit``, ``recall_window``,
+        ``recall_max``, and the extractive reader's knobs for the offline read."""
+        return cls(client_for("reader") if section.model else None, prompt=section.prompt or "session-recall",
+                   reader=ExtractiveAnswerer.from_config(section, client_for), unit=section.recall_unit,
+                   window=section.recall_window, max_units=section.recall_max)
+
+    def use_index(self, **params: Any) -> None:
+        """Index settings (embedder, keyword, index, date_in_text, turn_style, embedder_params,
+        embedding_cache) before the first question; the runner passes the run's ``index`` section."""
+        if self._built:
+            raise RuntimeError("session-recall: index settings change after turns were indexed")
+        for k, v in params.items():
+            if k not in ("embedder", "keyword", "index", "date_in_text", "turn_style", "embedder_params",
+                         "embedding_cache"):
+                raise TypeError(f"session-recall use_index: unknown setting {k!r}")
+            setattr(self, k, v if k != "embedder_params" else (v or {}))
 
     def __init__(self, client: ModelClient | None = None, prompt: str = "session-recall",
                  reader: Answerer | None = None, unit: str = "session", window: int = 3, max_units: int = 2,

@@ -207,14 +207,18 @@ class Models:
     embed: str | None = None
     judge: str | None = None
     api_base: str | None = None
+    api_bases: Mapping[str, str | None] | None = None
+    """Per role (answer, extract, embed, judge), where it differs from ``api_base``."""
+
+    def base(self, role: str) -> str | None:
+        return (self.api_bases or {}).get(role, self.api_base)
 
 
 def add_dollars(pred: pd.DataFrame, models: Models, table: PriceTable | None = None
                 ) -> tuple[pd.DataFrame, dict[str, str]]:
     """Per-question USD columns (answer, extract, embed, judge, total) and where each price came from."""
     table = table or PriceTable()
-    prices = {role: table.price(getattr(models, role), None if role == "embed" and
-                                (models.embed or "") in LOCAL_EMBEDDERS else models.api_base)
+    prices = {role: table.price(getattr(models, role), models.base(role))
               for role in ("answer", "extract", "embed", "judge")}
     out = pred.copy()
 
