@@ -80,7 +80,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from memlab.run.report import compare, format_compare
 
+    if args.profiles:
+        from memlab.run.rescore import profile_table
+
+        for run in args.runs:
+            print(f"{run}: one run under the scoring profiles {args.profiles}")
+            print(format_compare(profile_table(run, [p.strip() for p in args.profiles.split(",") if p.strip()])))
+        return 0
     print(format_compare(compare(args.runs)))
+    return 0
+
+
+def _cmd_rescore(args: argparse.Namespace) -> int:
+    from memlab.eval import format_summary
+    from memlab.run.rescore import explain, rescore
+
+    res = rescore(args.run, args.profile, allow_model_calls=args.allow_model_calls, errata=args.errata)
+    print(f"{args.run} under the {res.profile} profile -> {res.path}")
+    print(format_summary(res.summary))
+    print(explain(res))
+    if res.info.get("errata_corrected") or res.info.get("errata_excluded"):
+        print(f"errata: {res.info['errata_corrected']} corrected, {res.info['errata_excluded']} excluded")
     return 0
 
 
@@ -120,7 +140,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_cmd_run)
     rp = sub.add_parser("report", help="per-category comparison of runs, side by side")
     rp.add_argument("runs", nargs="+", help="run folders under results/")
+    rp.add_argument("--profiles", help="show one run under these scoring profiles side by side, "
+                                       "e.g. locomo,mem0,trpc-agent-go (no model calls: J from the cache)")
     rp.set_defaults(func=_cmd_report)
+    rs = sub.add_parser("rescore", help="score a finished run under another scoring profile (no model calls)")
+    rs.add_argument("run", help="a finished run folder")
+    rs.add_argument("--profile", default="locomo", help="locomo (default), mem0 or trpc-agent-go")
+    rs.add_argument("--errata", help="CSV qid,answer (corrected answer or 'invalid'); default: the run's")
+    rs.add_argument("--allow-model-calls", action="store_true",
+                    help="call the judge model for verdicts not in the response cache (default: leave J empty)")
+    rs.set_defaults(func=_cmd_rescore)
     return p
 
 
@@ -130,12 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     errors: tuple[type[BaseException], ...] = (DataNotFoundError, ChecksumMismatchError, LoCoMoFormatError,
                                                ConnectionError)
-    if args.command in ("run", "report"):
+    if args.command in ("run", "report", "rescore"):
+        from memlab.eval.errata import ErrataError
+        from memlab.eval.profiles import ProfileError
         from memlab.run import ConfigError
         from memlab.run.extraction import ExtractionFailed
         from memlab.run.records import RecordSchemaError
 
-        errors += (ConfigError, FileNotFoundError, ExtractionFailed, RecordSchemaError)
+        errors += (ConfigError, FileNotFoundError, ExtractionFailed, RecordSchemaError, ErrataError, ProfileError)
     try:
         return args.func(args)
     except errors as e:
