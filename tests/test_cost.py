@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -128,3 +129,17 @@ def test_offline_run_counts_build_embeddings_at_zero_dollars(synthetic_path, tmp
     rows = [json.loads(x) for x in open(sr.run_dir / "traces" / "build_cost.jsonl")]
     assert {r["conversation"]: r["embed_texts"] for r in rows} == {"syn-1": 5, "syn-2": 2}  # every turn indexed
     assert sr.summary.loc["overall 1-5", "embed_tokens_qa"] > 0
+
+
+def test_cached_extraction_keeps_its_build_cost_and_a_missing_record_is_unknown_not_zero(synthetic_path, tmp_path):
+    cfg = ExperimentConfig.from_yaml("offline").with_overrides({"dataset.path": str(synthetic_path)})
+    first = run_experiment(cfg, results=tmp_path, progress=False)
+    again = run_experiment(cfg, results=tmp_path, progress=False)
+    assert again.info["extraction"]["from_cache"]
+    e1, e2 = (r.summary.loc["overall 1-5", "embed_tokens_qa"] for r in (first, again))
+    assert e1 > 0 and e2 == pytest.approx(e1)  # the cache's build record, not a second (zero) build
+    (Path(first.info["extraction"]["cache_dir"]) / "build_cost.jsonl").unlink()
+    stale = run_experiment(cfg, results=tmp_path, progress=False)
+    s = stale.summary.loc["overall 1-5"]
+    assert pd.isna(s["embed_tokens_qa"]) and pd.isna(s["total_tokens_qa"]) and pd.isna(s["total_usd_qa"])
+    assert "syn-1" in stale.info["cost"]["build_unknown"]

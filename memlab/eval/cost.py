@@ -184,18 +184,34 @@ BUILD_COLS = ("extract_calls", "extract_prompt_tokens", "extract_completion_toke
               "embed_tokens", "embed_texts")
 
 
-def amortize(pred: pd.DataFrame, build: pd.DataFrame, questions_per_conversation: Mapping[str, int]) -> pd.DataFrame:
-    """Per question, its conversation's build usage divided by that conversation's question count."""
+def amortize(pred: pd.DataFrame, build: pd.DataFrame, questions_per_conversation: Mapping[str, int],
+             expect_build: bool = False) -> pd.DataFrame:
+    """Per question, its conversation's build usage divided by that conversation's question count.
+
+    ``expect_build``: the arm built a memory, so a conversation without a build record has an
+    *unknown* build cost (NaN: e.g. an extraction cache written before build costs were logged),
+    never a silent 0."""
     out = pred.copy()
     sums = build.groupby("conversation")[[c for c in BUILD_COLS if c in build]].sum() if len(build) else None
     for c in BUILD_COLS:
         share = []
         for conv in out.conversation_id:
             n = questions_per_conversation.get(conv, 0)
-            v = 0.0 if sums is None or conv not in sums.index or c not in sums else float(sums.loc[conv, c])
+            known = sums is not None and conv in sums.index
+            if not known and expect_build:
+                share.append(float("nan"))
+                continue
+            v = float(sums.loc[conv, c]) if known and c in sums else 0.0
             share.append(v / n if n else 0.0)
         out[c] = share
     return out
+
+
+def unknown_build(pred: pd.DataFrame) -> list[str]:
+    """Conversations whose build cost is unknown (see `amortize`)."""
+    if "embed_tokens" not in pred:
+        return []
+    return sorted(set(pred.loc[pred["embed_tokens"].isna(), "conversation_id"]))
 
 
 @dataclass(frozen=True)
@@ -223,7 +239,7 @@ def add_dollars(pred: pd.DataFrame, models: Models, table: PriceTable | None = N
     out = pred.copy()
 
     def col(name: str) -> pd.Series:
-        return out[name].fillna(0).astype(float) if name in out else pd.Series(0.0, index=out.index)
+        return out[name].astype(float) if name in out else pd.Series(0.0, index=out.index)  # NaN stays unknown
 
     out["answer_usd"] = [prices["answer"].cost(p, c, k) for p, c, k in
                          zip(col("prompt_tokens"), col("completion_tokens"), col("cached_tokens"))]
@@ -233,7 +249,7 @@ def add_dollars(pred: pd.DataFrame, models: Models, table: PriceTable | None = N
     out["embed_usd"] = [prices["embed"].cost(t) for t in col("embed_tokens")]
     out["judge_usd"] = [prices["judge"].cost(p, c, k) for p, c, k in
                         zip(col("judge_prompt_tokens"), col("judge_completion_tokens"), col("judge_cached_tokens"))]
-    out["total_usd"] = out[["answer_usd", "extract_usd", "embed_usd", "judge_usd"]].sum(axis=1)
+    out["total_usd"] = out[["answer_usd", "extract_usd", "embed_usd", "judge_usd"]].sum(axis=1, skipna=False)
     return out, {role: p.source for role, p in prices.items()}
 
 
@@ -241,8 +257,8 @@ def cost_columns(g: pd.DataFrame) -> dict[str, float]:
     """The summary's cost columns for one group of questions (means per question)."""
     n = max(len(g), 1)
 
-    def s(name: str) -> float:
-        return float(g[name].fillna(0).sum()) if name in g else 0.0
+    def s(name: str) -> float:  # NaN when any question's value is unknown (never summed as 0)
+        return float(g[name].sum(skipna=False)) if name in g else 0.0
 
     answer = s("prompt_tokens") + s("completion_tokens")
     extract = s("extract_prompt_tokens") + s("extract_completion_tokens")

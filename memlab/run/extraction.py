@@ -136,7 +136,8 @@ def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation
 
     def log_conversation(conv: Conversation, worker: Any) -> None:
         _jsonl(ext_log, trace_rows(conv.sample_id, worker.results), mode="a")
-        _jsonl(build_log, [costs.build_usage(conv.sample_id, worker.results, cfg.index.date_in_text)], mode="a")
+        if any(r.status in ("ran", "failed") for r in worker.results):  # a cached one was logged when built
+            _jsonl(build_log, [costs.build_usage(conv.sample_id, worker.results, cfg.index.date_in_text)], mode="a")
 
     w = ex.worker
     table, results = extract_dataset(

@@ -117,14 +117,14 @@ def summarize(pred: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
     return summ[cols]
 
 
-def add_costs(run_dir: Path, cfg: ExperimentConfig, pred: pd.DataFrame,
-              questions_per_conversation: dict[str, int]) -> tuple[pd.DataFrame, dict[str, Any]]:
+def add_costs(run_dir: Path, cfg: ExperimentConfig, pred: pd.DataFrame, questions_per_conversation: dict[str, int],
+              expect_build: bool = False) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Memory-building and judge cost per question, and dollars (`memlab.eval.cost`); returns the frame
     and what run.json records (where each price came from, the run's build totals)."""
     p = run_dir / "traces" / "build_cost.jsonl"
     rows = [json.loads(x) for x in open(p, encoding="utf-8")] if p.is_file() else []
     build = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["conversation"])
-    pred = costs.amortize(pred, build, questions_per_conversation)
+    pred = costs.amortize(pred, build, questions_per_conversation, expect_build)
     roles = {"answer": "reader", "extract": "extractor", "embed": "embedder", "judge": "judge"}
     models = costs.Models(answer=cfg.answer.model, judge=cfg.judge.model,
                           api_bases={r: cfg.models.resolve(role)["api_base"] for r, role in roles.items()},
@@ -132,7 +132,14 @@ def add_costs(run_dir: Path, cfg: ExperimentConfig, pred: pd.DataFrame,
                           embed=cfg.index.embedder if len(build) else None)
     table = costs.PriceTable.from_file(cfg.cost.prices) if cfg.cost.prices else None
     pred, sources = costs.add_dollars(pred, models, table)
-    return pred, {"prices": sources, "build": {c: float(build[c].sum()) for c in costs.BUILD_COLS if c in build}}
+    info: dict[str, Any] = {"prices": sources,
+                            "build": {c: float(build[c].sum()) for c in costs.BUILD_COLS if c in build}}
+    unknown = costs.unknown_build(pred)
+    if unknown:
+        info["build_unknown"] = (f"{len(unknown)} conversation(s) have no build-cost record (an extraction cache "
+                                 f"written before build costs were logged): their build columns are NaN; "
+                                 f"delete the cache dir to re-extract: {unknown}")
+    return pred, info
 
 
 def write_results(run_dir: Path, pred: pd.DataFrame, summ: pd.DataFrame) -> None:

@@ -172,7 +172,10 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
         records = sorted(read_log(run_dir), key=lambda r: order.get(r.qid, len(order)))
         pred = score_records(records, top_k=cfg.retrieval.top_k if answerer.uses_top_k else None)
         pred = apply_scoring(pred, cfg.scoring.profile, errata)  # errata, then the profile's scores
-        pred, info["cost"] = add_costs(run_dir, cfg, pred, {c.sample_id: len(c.questions) for c in convs})
+        pred, info["cost"] = add_costs(run_dir, cfg, pred, {c.sample_id: len(c.questions) for c in convs},
+                                       expect_build=answerer.needs_memory or hasattr(answerer, "build_texts"))
+        if info["cost"].get("build_unknown"):
+            print(f"memlab: {info['cost']['build_unknown']}")
         summ = summarize(pred, cfg)
         info["scoring"] = {"profile": cfg.scoring.profile, "errata": cfg.scoring.errata, **errata_counts(pred)}
         if errata is not None:
