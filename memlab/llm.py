@@ -1,4 +1,4 @@
-"""The one door to models: every call (extract, answer, judge) goes through `ModelClient` and litellm.
+"""The one door to models: every call (extract, answer, judge, embed) goes through `ModelClient` and litellm.
 
 - litellm is imported lazily (7-8 s) and never allowed to fetch remote config at import;
 - retries with exponential backoff on rate limits, server errors, timeouts and unparsable replies,
@@ -548,11 +548,38 @@ class ModelClient:
 
     def _call(self, payload: dict[str, Any], messages: list[dict[str, Any]]) -> Completion:
         litellm = import_litellm()
+        kw = self._endpoint_kw(payload)
+        resp, attempts, spent = self._retrying(lambda: litellm.completion(**kw))
+        comp = self._parse(resp, messages)
+        comp.latency_s = spent
+        comp.attempts = comp.calls = attempts
+        return comp
+
+    def embed(self, texts: list[str]) -> tuple[list[Any], Usage, CallStats]:
+        """Embedding vectors of ``texts`` (one request), with the chat calls' retries, endpoint slots
+        and accounting; usage is the provider's, else counted (``estimated``)."""
+        litellm = import_litellm()
+        kw = self._endpoint_kw({"model": self.model, "input": list(texts)})
+        resp, attempts, spent = self._retrying(lambda: litellm.embedding(**kw))
+        data = sorted(resp.data, key=lambda d: d["index"] if isinstance(d, dict) else d.index)
+        vecs = [d["embedding"] if isinstance(d, dict) else d.embedding for d in data]
+        u = getattr(resp, "usage", None)
+        n = int(getattr(u, "prompt_tokens", 0) or 0) if u is not None else 0
+        usage = Usage(n, 0, 0, False) if n else Usage(sum(count_tokens(t) for t in texts), 0, 0, True)
+        return vecs, usage, CallStats(usage=usage, calls=attempts, latency_s=spent)
+
+    def _endpoint_kw(self, payload: dict[str, Any]) -> dict[str, Any]:
         kw = dict(payload, timeout=self.timeout, num_retries=0)
         if self.api_base:
             kw["api_base"] = self.api_base
         if self.api_key:
             kw["api_key"] = self.api_key
+        return kw
+
+    def _retrying(self, send: Any) -> tuple[Any, int, float]:
+        """``send()`` with bounded retries (backoff, Retry-After, the endpoint's slots, the busy wait
+        after a timeout); returns (response, attempts, seconds) or raises `ModelCallError` /
+        `EndpointUnreachable` carrying the attempts as partial cost."""
         last: Exception | None = None
         spent = 0.0
         ep = self.endpoint
@@ -565,11 +592,8 @@ class ModelClient:
             try:
                 with self._lock:
                     self.calls += 1
-                resp = litellm.completion(**kw)
-                comp = self._parse(resp, messages)
-                comp.latency_s = spent + time.perf_counter() - t0
-                comp.attempts = comp.calls = attempt
-                return comp
+                resp = send()
+                return resp, attempt, spent + time.perf_counter() - t0
             except Exception as e:  # litellm maps provider errors to its own exception classes
                 last = e
                 if _is_timeout(e) and ep is not None:

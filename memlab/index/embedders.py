@@ -218,7 +218,8 @@ class MiniLMEmbedder(Embedder):
 
 @EMBEDDERS.register("litellm")
 class LiteLLMEmbedder(Embedder):
-    """An embedding model behind litellm (imported lazily: litellm takes seconds to import)."""
+    """An embedding model behind litellm, called through `memlab.llm.ModelClient` (the chat calls'
+    retries, endpoint slots and accounting); litellm is imported on the first call."""
 
     def __init__(self, model: str, batch_size: int = 128, api_base: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0, num_retries: int = 2):
@@ -230,38 +231,35 @@ class LiteLLMEmbedder(Embedder):
         self.api_key = api_key
         self.timeout = timeout
         self.num_retries = num_retries
+        self._client: Any = None
+        self.usage_tokens = 0
+        """Tokens embedded through the model (what the provider bills), summed over calls."""
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from memlab.llm import ModelClient, registered_endpoint
+
+            shared = registered_endpoint(self.api_base)  # queue behind the chat clients of the same server
+            self._client = ModelClient(self.model, api_base=self.api_base, api_key=self.api_key,
+                                       timeout=self.timeout, max_retries=self.num_retries,
+                                       concurrency=shared.concurrency if shared is not None else None)
+        return self._client
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        from memlab.llm import import_litellm
-
-        litellm = import_litellm()
         out: list[np.ndarray] = []
         texts = list(texts)
+        where = f" at {self.api_base}" if self.api_base else ""
         for i in range(0, len(texts), self.batch_size):
             batch = texts[i:i + self.batch_size]
-            kw: dict[str, Any] = {"model": self.model, "input": batch, "timeout": self.timeout,
-                                  "num_retries": self.num_retries}
-            if self.api_base:
-                kw["api_base"] = self.api_base
-            if self.api_key:
-                kw["api_key"] = self.api_key
-            where = f" at {self.api_base}" if self.api_base else ""
-            from memlab.llm import registered_endpoint
-
-            slot = registered_endpoint(self.api_base)  # share the chat clients' slots of the same server
             try:
-                if slot is not None:
-                    with slot.slots:
-                        resp = litellm.embedding(**kw)
-                else:
-                    resp = litellm.embedding(**kw)
+                vecs, usage, _ = self.client.embed(batch)
             except Exception as e:
                 raise RuntimeError(f"{self.model}{where}: embedding call failed ({type(e).__name__}: "
                                    f"{str(e)[:200]}); a chat server often serves no embeddings: give the "
                                    "embedder its own endpoint (models.embedder.api_base) or use a local "
                                    "embedder (index.embedder: tfidf-lsa or minilm)") from e
-            data = sorted(resp.data, key=lambda d: d["index"] if isinstance(d, dict) else d.index)
-            vecs = [d["embedding"] if isinstance(d, dict) else d.embedding for d in data]
+            self.usage_tokens += usage.prompt_tokens
             if len(vecs) != len(batch):
                 raise RuntimeError(f"{self.model}: asked for {len(batch)} embeddings, got {len(vecs)}")
             nested = next((v for v in vecs if v and isinstance(v[0], (list, tuple))), None)
@@ -282,6 +280,7 @@ class LiteLLMEmbedder(Embedder):
         state = dict(self.__dict__)
         state["api_key"] = None  # credentials are never pickled with an index
         state["_params"] = {**state["_params"], "api_key": None}
+        state["_client"] = None  # a client holds locks and connections: rebuilt on use
         return state
 
 
