@@ -27,6 +27,7 @@ import pandas as pd
 import yaml
 from tqdm.auto import tqdm
 
+from memlab import cache_integrity
 from memlab.answer import (
     AnswerContext,
     Answerer,
@@ -39,7 +40,7 @@ from memlab.answer import (
 from memlab.atomic import write_json, write_table
 from memlab.data import Conversation, LoCoMo, Question, load_locomo, sha256_file
 from memlab.eval import category_summary, evidence_recall, score_frame
-from memlab.extract.pipeline import conversation_key, extract_dataset, make_extractor, trace_rows
+from memlab.extract.pipeline import conversation_key, extract_dataset, make_extractor
 from memlab.index import open_service
 from memlab.llm import ModelClient
 from memlab.memory import MemoryService, SearchOptions
@@ -143,7 +144,7 @@ def extraction_cache_key(cfg: ExperimentConfig, dataset_sha: str, extractor_id: 
     llm = ex.extractor == "llm"
     payload = {"dataset": dataset_sha, "extractor": extractor_id, "prompt": ex.prompt if llm else None,
                "model": ex.model if llm else None, "reconcile": asdict(ex.reconcile),
-               "turn_style": ex.turn_style, "backend": cfg.store.backend, "version": 2}
+               "turn_style": ex.turn_style, "backend": cfg.store.backend, "version": 3}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -174,32 +175,20 @@ def _extract(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], cli
         db = cdir / "store.db"
         svc = open_service("sqlite", path=db, embedder=idx.embedder, index=idx.factory, keyword=idx.keyword,
                            date_in_text=idx.date_in_text, embedding_cache=cache_root / "embeddings.sqlite",
-                           embedder_params=emb_params, index_path=cdir / f"index-{index_id}.pkl")
+                           embedder_params=emb_params, index_path=cdir / f"index-{index_id}.npz",
+                           on_corrupt="rebuild")
     else:
         svc = open_service("memory", embedder=idx.embedder, index=idx.factory, keyword=idx.keyword,
                            date_in_text=idx.date_in_text, embedder_params=emb_params)
-    ext_log = cdir / "extraction.jsonl"
-    if cfg.store.backend != "sqlite":
-        ext_log.unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
-
-    def log_conversation(conv: Conversation, worker: Any) -> None:
-        _jsonl(ext_log, trace_rows(conv.sample_id, worker.results), mode="a")
-
     table, _ = extract_dataset(svc, data, ex.extractor, params, reconcile=ex.reconcile,
-                               state_path=cdir / "state.json" if cfg.store.backend == "sqlite" else None,
-                               conversations=[c.sample_id for c in convs], on_conversation=log_conversation)
+                               conversations=[c.sample_id for c in convs])
     info = {"cache_key": key, "cache_dir": str(cdir), "conversations_extracted": int((table.jobs_run > 0).sum()),
             "ops_applied": int(table.ops_applied.sum()), "jobs_failed": int(table.jobs_failed.sum()),
             "from_cache": bool(table.jobs_run.sum() == 0)}
     timings["extraction_s"] = time.perf_counter() - t0
     traces = run_dir / "traces"
     traces.mkdir(exist_ok=True)
-    wanted = {c.sample_id for c in convs}
-    if ext_log.is_file():
-        with open(ext_log, encoding="utf-8") as src, open(traces / "extraction.jsonl", "w", encoding="utf-8") as dst:
-            for line in src:
-                if json.loads(line).get("conversation") in wanted:
-                    dst.write(line)
+    _jsonl(traces / "extraction.jsonl", svc.extraction_trace([c.sample_id for c in convs]))
     mem_rows = []
     for conv in convs:
         for e in svc.list(conversation_key(conv)):
@@ -328,7 +317,8 @@ def run_experiment(config: ExperimentConfig | str | Path, results: str | Path | 
         run_dir = new_run_dir(cfg.name, root)
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
         write_json(run_dir / "environment.json", environment())
-    cache_root = root / ".cache"
+    cache_root = root.resolve() / ".cache"
+    integrity_mark = cache_integrity.mark()
     (run_dir / "traces").mkdir(exist_ok=True)
     t0 = time.perf_counter()
     data = load_locomo(cfg.dataset.path)
@@ -401,7 +391,8 @@ def run_experiment(config: ExperimentConfig | str | Path, results: str | Path | 
     t0 = time.perf_counter()
     info = {"run_id": run_dir.name, "status": "complete", "questions": len(picks), "resumed_skipped": len(done),
             "answered_now": len(todo), "qid_order": [q.qid for _, q in picks], "extraction": ext_info,
-            "models": clients.totals(), "dataset": data.report.path}
+            "models": clients.totals(), "dataset": data.report.path,
+            "cache_integrity": [e.to_dict() for e in cache_integrity.since(integrity_mark)]}
     run = _finalize(run_dir, cfg, info)
     timings["scoring_s"] = time.perf_counter() - t0
     timings["total_s"] = time.perf_counter() - t_start
