@@ -326,8 +326,8 @@ class CachedEmbedder(Embedder):
         problem = None
         if crc(eid, h, dim, v) != c:
             problem = "fails its checksum"
-        elif arr is None or not np.isfinite(arr).all() or not np.linalg.norm(arr) > 0:
-            problem = "is not a finite non-zero vector"
+        elif arr is None or not np.isfinite(arr).all():
+            problem = "is not a finite vector of its dimension"
         if problem is None:
             return arr
         report("embedding-cache", self.cache_path, f"entry {eid}/{h[:12]} {problem}", "entry dropped, text re-embedded")
