@@ -68,3 +68,9 @@ def write_table(path: str | os.PathLike[str], frame: pd.DataFrame) -> None:
     """Write a CSV atomically."""
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=True)
+
+
+def write_parquet(path: str | os.PathLike[str], frame: pd.DataFrame, index: bool = True) -> None:
+    """Write a Parquet file atomically (pyarrow)."""
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=index)

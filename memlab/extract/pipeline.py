@@ -10,20 +10,13 @@ from tqdm.auto import tqdm
 
 from memlab.data.locomo import Conversation, LoCoMo
 from memlab.extract.checkers import Checker
-from memlab.extract.extractors import (
-    CombinedExtractor,
-    Extractor,
-    LLMExtractor,
-    ObservationsExtractor,
-    TurnsExtractor,
-)
+from memlab.extract.extractors import EXTRACTORS, Extractor
 from memlab.extract.messages import ChatSession, replay_locomo
 from memlab.extract.reconcile import ReconcileConfig
 from memlab.extract.worker import AutoMemoryWorker, JobResult
 from memlab.memory.entry import UserKey
 from memlab.memory.service import MemoryService
 
-EXTRACTORS = ("turns", "observations", "turns+observations", "llm")
 APP_NAME = "locomo"
 
 
@@ -32,18 +25,11 @@ def conversation_key(conv: Conversation) -> UserKey:
     return UserKey(APP_NAME, conv.sample_id)
 
 
-def make_extractor(name: str, conv: Conversation, **params: Any) -> Extractor:
-    """An extractor by name for one conversation; ``params`` go to its constructor (``style`` for
-    turns, ``model``/``prompt``/``client`` ... for llm)."""
-    if name == "turns":
-        return TurnsExtractor(conv, **params)
-    if name == "observations":
-        return ObservationsExtractor(conv)
-    if name == "turns+observations":
-        return CombinedExtractor([TurnsExtractor(conv, **params), ObservationsExtractor(conv)])
-    if name == "llm":
-        return LLMExtractor(**params)
-    raise ValueError(f"extractor: expected one of {EXTRACTORS}, got {name!r}")
+def resolve_extractor(extractor: Extractor | str, **params: Any) -> Extractor:
+    """An extractor object as given, or a registered one by name built with ``params``."""
+    if isinstance(extractor, Extractor):
+        return extractor
+    return EXTRACTORS.get(extractor)(**params)
 
 
 def trace_rows(conversation_id: str, results: Sequence[JobResult]) -> list[dict[str, Any]]:
@@ -84,10 +70,13 @@ def extract_conversation(
     reconcile: ReconcileConfig | None = None,
     session: ChatSession | None = None,
     user_speaker: str | None = None,
+    worker_params: dict[str, Any] | None = None,
 ) -> tuple[ChatSession, AutoMemoryWorker]:
-    """Replay a conversation session by session, running one extraction job after each."""
+    """Replay a conversation session by session, running one extraction job after each
+    (``worker_params``: workers, capacity, job_timeout of `AutoMemoryWorker`)."""
     key = conversation_key(conv)
-    worker = AutoMemoryWorker(service, extractor, checkers=checkers, reconcile_config=reconcile)
+    worker = AutoMemoryWorker(service, extractor, checkers=checkers, reconcile_config=reconcile,
+                              **(worker_params or {}))
     chat = session
     for chat in replay_locomo(conv, key, user_speaker=user_speaker, session=session):
         worker.run_job(chat)
@@ -98,33 +87,41 @@ def extract_conversation(
 def extract_dataset(
     service: MemoryService,
     data: LoCoMo,
-    extractor: str = "observations",
+    extractor: Extractor | str = "observations",
     extractor_params: dict[str, Any] | None = None,
     checkers: Sequence[Checker] = (),
     reconcile: ReconcileConfig | None = None,
     conversations: Sequence[str] | None = None,
     on_conversation: Callable[[Conversation, AutoMemoryWorker], None] | None = None,
+    worker_params: dict[str, Any] | None = None,
 ) -> tuple[pd.DataFrame, list[JobResult]]:
     """Extract every (selected) conversation; returns per-conversation counts and all job results.
 
+    ``extractor`` is an `Extractor` (bound to each conversation in turn) or a registered name built
+    with ``extractor_params``.
     Each conversation's chat-session cursor and its trace lines are saved in the service (for
     SQLite: in the store file, in one transaction with each other, after each conversation), so a
     rerun on the same store resumes after the cursor, adds nothing twice and retries only jobs that
     failed; the store's own integrity check covers them, and a store rebuilt after corruption has
-    no cursor, so everything is extracted again. ``service.extraction_trace()`` reads the trace
-    back. ``on_conversation`` sees each finished worker.
+    no cursor, so everything is extracted again. A conversation with text that ends with no memory
+    at all is not recorded as done (no cursor is saved), so a rerun extracts it again.
+    ``service.extraction_trace()`` reads the trace back. ``on_conversation`` sees each finished worker.
     """
     rows, results = [], []
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
-    for conv in tqdm(convs, desc=f"extract ({extractor})", leave=False):
+    base = resolve_extractor(extractor, **(extractor_params or {}))
+    for conv in tqdm(convs, desc=f"extract ({base.name})", leave=False):
         key = conversation_key(conv)
         before = service.count(key)
         saved = service.extraction_state(conv.sample_id) or {}
         chat = ChatSession(id=f"locomo:{conv.sample_id}", key=key, state=dict(saved))
-        ex = make_extractor(extractor, conv, **(extractor_params or {}))
-        chat, worker = extract_conversation(service, conv, ex, checkers, reconcile, session=chat)
+        ex = base.bind(conv)
+        chat, worker = extract_conversation(service, conv, ex, checkers, reconcile, session=chat,
+                                            worker_params=worker_params)
         c = worker.counters
-        state = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in chat.state.items()}
+        state: dict[str, Any] = {}
+        if not (service.count(key) == 0 and conv.turns):  # nothing written: never cached as done
+            state = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in chat.state.items()}
         service.save_extraction(conv.sample_id, state, keyed_trace_rows(conv.sample_id, worker.results))
         if on_conversation is not None:
             on_conversation(conv, worker)
@@ -133,6 +130,7 @@ def extract_dataset(
                      "ops_proposed": c.ops_proposed, "ops_applied": c.ops_applied,
                      "rewritten": c.ops_rewritten_by_reconcile, "skipped": c.ops_skipped_by_reconcile,
                      "ops_failed": c.ops_failed, "model_calls": c.model_calls,
+                     "malformed_tool_calls": c.malformed_tool_calls,
                      "memories_added": service.count(key) - before, "memories": service.count(key)})
         results.extend(worker.results)
     return pd.DataFrame(rows).set_index("conversation"), results
