@@ -133,7 +133,7 @@ def test_reconcile_rewritten_update_follows_the_policy():
     assert out["append-only"] == ([(first, False), (similar, False)], ["disabled"], ["added"])
 
 
-def test_superseded_fields_survive_sqlite_and_a_version_1_file_is_migrated(tmp_path):
+def test_superseded_fields_survive_sqlite(tmp_path):
     db = tmp_path / "m.db"
     svc = SQLiteMemoryService(db)
     svc, _, _ = run_sequence("preserve-history", service=svc)
@@ -142,26 +142,14 @@ def test_superseded_fields_survive_sqlite_and_a_version_1_file_is_migrated(tmp_p
     again = SQLiteMemoryService(db)
     assert state(again) == before and before[PARIS][1] == cid(BERLIN)
     again.close()
-    import sqlite3
+    with pytest.raises(Exception, match="schema version"):  # a store of another schema is refused, named
+        import sqlite3
 
-    old = tmp_path / "v1.db"
-    con = sqlite3.connect(old)
-    con.executescript(
-        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-        "INSERT INTO meta VALUES ('schema_version', '1');"
-        "CREATE TABLE memories (app_name TEXT NOT NULL, user_id TEXT NOT NULL, id TEXT NOT NULL, text TEXT NOT NULL,"
-        " kind TEXT NOT NULL, topics TEXT NOT NULL, event_time TEXT, participants TEXT NOT NULL, location TEXT,"
-        " source_ids TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,"
-        " PRIMARY KEY (app_name, user_id, id));"
-        "INSERT INTO memories VALUES ('app','alice','x1','old memory','fact','[]',NULL,'[]',NULL,'[\"D1:1\"]',"
-        " '2023-01-01T00:00:00+00:00','2023-01-01T00:00:00+00:00');")
-    con.commit()
-    con.close()
-    migrated = SQLiteMemoryService(old)
-    (e,) = migrated.list(K)
-    assert e.text == "old memory" and e.superseded_at is None and e.superseded_by is None
-    assert migrated._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "2"
-    migrated.close()
+        con = sqlite3.connect(db)
+        con.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+        con.commit()
+        con.close()
+        SQLiteMemoryService(db)
 
 
 def test_policy_is_validated_and_part_of_the_extraction_cache_key():

@@ -21,13 +21,13 @@ from memlab.data import Conversation, LoCoMo
 from memlab.eval import cost as costs
 from memlab.extract.checkers import Checker, checks_all, checks_any, message_threshold, time_interval
 from memlab.extract.extractors import Extractor
-from memlab.extract.pipeline import conversation_key, extract_dataset, trace_rows
+from memlab.extract.pipeline import conversation_key, extract_dataset
 from memlab.index import open_service
 from memlab.memory import MemoryService
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: cursor and trace live in the store (checksummed), index saved as .npz
 
 
 class ExtractionFailed(RuntimeError):
@@ -64,11 +64,11 @@ def extraction_cache_key(cfg: ExperimentConfig, dataset_sha: str, extractor_id: 
     payload: dict[str, Any] = {"dataset": dataset_sha, "extractor": extractor_id, "prompt": ex.prompt if llm else None,
                                "model": ex.model if llm else None, "reconcile": asdict(ex.reconcile),
                                "turn_style": ex.turn_style, "backend": cfg.store.backend, "version": CACHE_VERSION}
-    if ex.policy != "merge-similar":
-        payload["policy"] = ex.policy  # only when not the default, so existing caches stay valid
     checkers = asdict(ex.checkers)
     if checkers != {"message_threshold": None, "time_interval_s": None, "combine": "all"}:
         payload["checkers"] = checkers  # only when set, so the default keeps existing caches valid
+    if ex.policy != "merge-similar":
+        payload["policy"] = ex.policy  # likewise: only when not the default update policy
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -100,7 +100,7 @@ def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Cli
               "embedder_params": emb_params}
     if cfg.store.backend == "sqlite":
         return open_service("sqlite", path=cdir / "store.db", embedding_cache=cache_root / "embeddings.sqlite",
-                            index_path=cdir / f"index-{index_id}.pkl", **common)
+                            index_path=cdir / f"index-{index_id}.npz", on_corrupt="rebuild", **common)
     return open_service("memory", **common)
 
 
@@ -128,22 +128,18 @@ def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation
     cdir = cache_root / "extract" / key
     cdir.mkdir(parents=True, exist_ok=True)
     svc = open_store(cfg, cdir, cache_root, clients)
-    ext_log, build_log = cdir / "extraction.jsonl", cdir / "build_cost.jsonl"
-    durable = cfg.store.backend == "sqlite"
-    if not durable:
-        ext_log.unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
-        build_log.unlink(missing_ok=True)
+    build_log = cdir / "build_cost.jsonl"  # what building each conversation cost (memlab.eval.cost)
+    if cfg.store.backend != "sqlite":
+        build_log.unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
 
-    def log_conversation(conv: Conversation, worker: Any) -> None:
-        _jsonl(ext_log, trace_rows(conv.sample_id, worker.results), mode="a")
+    def log_build(conv: Conversation, worker: Any) -> None:
         if any(r.status in ("ran", "failed") for r in worker.results):  # a cached one was logged when built
             _jsonl(build_log, [costs.build_usage(conv.sample_id, worker.results, cfg.index.date_in_text)], mode="a")
 
     w = ex.worker
     table, results = extract_dataset(
         svc, data, extractor, reconcile=ex.reconcile, checkers=build_checkers(cfg),
-        state_path=cdir / "state.json" if durable else None, conversations=[c.sample_id for c in convs],
-        on_conversation=log_conversation,
+        conversations=[c.sample_id for c in convs], on_conversation=log_build,
         worker_params={"workers": w.workers, "capacity": w.capacity, "job_timeout": job_timeout(cfg),
                        "policy": ex.policy})
     worked = int((table.jobs_run + table.jobs_failed).sum())
@@ -170,7 +166,7 @@ def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation
                                "run.allow_failed_extraction=true to answer anyway)")
     traces = run_dir / "traces"
     traces.mkdir(exist_ok=True)
-    _copy_trace(ext_log, traces / "extraction.jsonl", {c.sample_id for c in convs})
+    _jsonl(traces / "extraction.jsonl", svc.extraction_trace([c.sample_id for c in convs]))
     _copy_trace(build_log, traces / "build_cost.jsonl", {c.sample_id for c in convs})
     mem_rows = []
     for conv in convs:
