@@ -68,6 +68,35 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from memlab.eval.stats import format_comparison
+    from memlab.run.compare import compare_runs
+
+    runs = list(args.runs)
+    if args.baseline:
+        runs = [args.baseline] + [r for r in runs if r != args.baseline]
+    if len(runs) < 2:
+        raise SystemExit("memlab compare: give at least two runs (the first, or --baseline, is the baseline)")
+    metrics = args.metrics.split(",") if args.metrics else None
+    kw = {"metrics": metrics} if metrics else {}
+    table, comps = compare_runs(runs, questions="intersection" if args.intersection else "same",
+                                threshold_metric=args.threshold_metric, threshold=args.threshold, **kw)
+    if len(comps) == 1:
+        table = table.drop(columns=["run", "p_perm_holm", "p_mcnemar_holm"])
+    print(f"baseline: {runs[0]}; delta = run - baseline; 95 % paired clustered-bootstrap CI [lo, hi]; "
+          f"p_perm: conversation sign-flip; p_mcnemar: exact, correct = {args.threshold_metric} >= {args.threshold}"
+          + ("; *_holm: Holm over the runs" if len(comps) > 1 else ""))
+    print(format_comparison(table))
+    for name, c in comps.items():
+        for note in c.notes:
+            print(f"note ({name}): {note}")
+        fl = c.flipped
+        if len(fl):
+            fixed = int(fl.direction.str.startswith("fixed").sum())
+            print(f"{name}: {len(fl)} questions flipped ({fixed} fixed, {len(fl) - fixed} broken)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memlab", description="Long-term conversational memory lab (LoCoMo-10).")
     sub = p.add_subparsers(dest="command", required=True)
@@ -95,6 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="per-category comparison of runs, side by side")
     rp.add_argument("runs", nargs="+", help="run folders under results/")
     rp.set_defaults(func=_cmd_report)
+    cp = sub.add_parser("compare", help="paired comparison of runs (CIs, permutation, McNemar, MDD; Holm for >2)")
+    cp.add_argument("runs", nargs="+", help="run folders; all are compared with the first (or --baseline)")
+    cp.add_argument("--baseline", help="the run the others are compared with (default: the first)")
+    cp.add_argument("--intersection", action="store_true",
+                    help="compare on the shared questions when the question sets differ (default: refuse)")
+    cp.add_argument("--metrics", help="comma-separated (default f1,bleu1,em,j,context_recall)")
+    cp.add_argument("--threshold-metric", default="f1", help="metric that defines correct for McNemar/flips")
+    cp.add_argument("--threshold", type=float, default=0.5, help="correct = metric >= this (default 0.5)")
+    cp.set_defaults(func=_cmd_compare)
     return p
 
 
@@ -104,10 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     errors: tuple[type[BaseException], ...] = (DataNotFoundError, ChecksumMismatchError, LoCoMoFormatError,
                                                ConnectionError)
-    if args.command in ("run", "report"):
+    if args.command in ("run", "report", "compare"):
+        from memlab.eval.stats import ComparisonError
         from memlab.run import ConfigError
 
-        errors += (ConfigError, FileNotFoundError)
+        errors += (ConfigError, FileNotFoundError, ComparisonError)
     try:
         return args.func(args)
     except errors as e:

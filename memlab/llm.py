@@ -171,7 +171,10 @@ class ModelClient:
         return self._cache
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                 tool_choice: str | dict[str, Any] | None = None, **params: Any) -> Completion:
+                 tool_choice: str | dict[str, Any] | None = None, cache_tag: str | None = None,
+                 **params: Any) -> Completion:
+        """One completion; ``cache_tag`` is part of the response-cache key only (not sent), so repeated
+        samples of one request (judge repeats) are cached apart."""
         payload: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
             payload["tools"] = tools
@@ -180,7 +183,7 @@ class ModelClient:
         if self.temperature is not None:
             payload.setdefault("temperature", self.temperature)
         payload.update(params)
-        h = request_hash(payload)
+        h = request_hash(payload if cache_tag is None else {**payload, "_memlab_cache_tag": cache_tag})
         cache = self.cache
         if cache is not None:
             hit = cache.get(h)

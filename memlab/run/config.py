@@ -85,6 +85,10 @@ class AnswerConfig:
 class JudgeConfig:
     model: str | None = None
     prompt: str = "default"
+    """A name under memlab/prompts/judge/ (default, generous, strict) or a file path."""
+    repeats: int = 1
+    """Ask the judge this many times per question (each repeat cached apart); J = the mean verdict."""
+    temperature: float = 0.0
 
 
 @dataclass
@@ -172,7 +176,8 @@ class ExperimentConfig:
         if self.answer.arm != "extractive" and not self.answer.model:
             raise ConfigError(f"{where}: answer.model is required for answer.arm = {self.answer.arm!r}")
         ints = (("retrieval.top_k", self.retrieval.top_k, 1), ("retrieval.rrf_k", self.retrieval.rrf_k, 1),
-                ("run.concurrency", self.run.concurrency, 1), ("answer.max_rounds", self.answer.max_rounds, 1))
+                ("run.concurrency", self.run.concurrency, 1), ("answer.max_rounds", self.answer.max_rounds, 1),
+                ("judge.repeats", self.judge.repeats, 1))
         for key, v, lo in ints:
             if not isinstance(v, int) or v < lo:
                 raise ConfigError(f"{where}: {key} = {v!r}; expected an integer >= {lo}")

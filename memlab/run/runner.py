@@ -39,10 +39,12 @@ from memlab.answer import (
 from memlab.atomic import write_json, write_table
 from memlab.data import Conversation, LoCoMo, Question, load_locomo, sha256_file
 from memlab.eval import category_summary, evidence_recall, score_frame
+from memlab.eval.stats import judge_repeat_sd
 from memlab.extract.pipeline import conversation_key, extract_dataset, make_extractor, trace_rows
 from memlab.index import open_service
 from memlab.llm import ModelClient
 from memlab.memory import MemoryService, SearchOptions
+from memlab.run.checks import inert_knobs
 from memlab.run.config import ExperimentConfig
 from memlab.rundir import environment, new_run_dir, results_root
 
@@ -230,22 +232,26 @@ def _answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Judge | None, 
         row = {**base, "prediction": "", "error": f"{type(e).__name__}: {e}", "calls": 0, "cached_calls": 0,
                "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "tokens_estimated": False,
                "context_tokens": 0, "latency_s": 0.0, "retrieved_ids": [], "first_query_ids": [], "j": None,
+               "j_repeats": [],
                "rule": "error"}
         return row, {"qid": q.qid, "queries": []}, {"qid": q.qid, "error": row["error"]}
     first = a.queries[0].hits if a.queries else []
     j = None
     judge_usage = None
+    j_repeats: list[float] = []
     if judge is not None:
         try:
-            j, judge_usage, _ = judge.judge(q, a.prediction)
+            j_repeats, judge_usage = judge.judge_repeats(q, a.prediction)
+            j = float(np.mean(j_repeats))
         except Exception as e:
-            j = None
+            j, j_repeats = None, []
             a.rule += f" (judge failed: {e})"
     row = {**base, "prediction": a.prediction, "error": None, "calls": a.calls, "cached_calls": a.cached_calls,
            "prompt_tokens": a.usage.prompt_tokens, "completion_tokens": a.usage.completion_tokens,
            "cached_tokens": a.usage.cached_tokens, "tokens_estimated": a.usage.estimated,
            "context_tokens": a.context_tokens, "latency_s": a.latency_s, "retrieved_ids": a.context_source_ids,
-           "first_query_ids": [[s for s in h["source_ids"]] for h in first], "j": j, "rule": a.rule,
+           "first_query_ids": [[s for s in h["source_ids"]] for h in first], "j": j, "j_repeats": j_repeats,
+           "rule": a.rule,
            "judge_prompt_tokens": judge_usage.prompt_tokens if judge_usage else 0}
     retrieval = {"qid": q.qid, "evidence": list(q.evidence_ids), "preload": a.preload,
                  "queries": [asdict(t) for t in a.queries],
@@ -266,11 +272,14 @@ def _recall_at(row: dict[str, Any], k: int) -> float:
 
 
 def summarize(pred: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
-    """Per-category table: F1, BLEU-1, EM, J, Recall@k, tokens, calls, latency p50/p95."""
+    """Per-category table: F1, BLEU-1, EM, J, Recall@k (k <= top_k), each with its 95 % clustered bootstrap
+    interval (seed ``run.seed``), tokens, calls, latency p50/p95 (column names: `memlab.eval.stats`)."""
     scores = pred
     metrics = ["f1", "bleu1", "em"] + (["j"] if cfg.judge.model else [])
-    metrics += [f"recall@{k}" for k in RECALL_KS] + ["context_recall"]
-    summ = category_summary(scores, metrics=metrics)
+    metrics += [f"recall@{k}" for k in RECALL_KS if k <= cfg.retrieval.top_k] + ["context_recall"]
+    summ = category_summary(scores, metrics=metrics, seed=cfg.run.seed)
+    if cfg.judge.model and "j_repeats" in scores.columns:
+        summ = summ.join(judge_repeat_sd(scores))
     groups = [(int(c), scores[scores.category == c]) for c in sorted(scores.category.unique())]
     groups += [("overall 1-4", scores[scores.category.isin([1, 2, 3, 4])]), ("overall 1-5", scores)]
     extra = {}
@@ -295,8 +304,8 @@ def _finalize(run_dir: Path, cfg: ExperimentConfig, info: dict[str, Any]) -> Run
     pred = pd.DataFrame(rows)
     pred = score_frame(pred)
     pred["context_recall"] = [evidence_recall(r, e) for r, e in zip(pred.retrieved_ids, pred.evidence)]
-    for k in RECALL_KS:
-        pred[f"recall@{k}"] = [_recall_at(r, k) for r in rows]
+    for k in RECALL_KS:  # past top_k there is nothing more to find: not a measurement, so NaN (see run.json notes)
+        pred[f"recall@{k}"] = [_recall_at(r, k) if k <= cfg.retrieval.top_k else np.nan for r in rows]
     if "j" in pred:
         pred["j"] = pd.to_numeric(pred["j"], errors="coerce")
     summ = summarize(pred, cfg)
@@ -340,7 +349,9 @@ def run_experiment(config: ExperimentConfig | str | Path, results: str | Path | 
     svc, ext_info = (None, {})
     if answerer.needs_memory:
         svc, ext_info = _extract(cfg, data, convs, clients, cache_root, run_dir, timings)
-    judge = Judge(clients.get(cfg.judge.model), cfg.judge.prompt) if cfg.judge.model else None
+    judge = Judge(clients.get(cfg.judge.model), cfg.judge.prompt, repeats=cfg.judge.repeats,
+                  temperature=cfg.judge.temperature) if cfg.judge.model else None
+    notes = inert_knobs(cfg, RECALL_KS)
 
     log = run_dir / PREDICTIONS_LOG
     done: set[str] = set()
@@ -401,7 +412,8 @@ def run_experiment(config: ExperimentConfig | str | Path, results: str | Path | 
     t0 = time.perf_counter()
     info = {"run_id": run_dir.name, "status": "complete", "questions": len(picks), "resumed_skipped": len(done),
             "answered_now": len(todo), "qid_order": [q.qid for _, q in picks], "extraction": ext_info,
-            "models": clients.totals(), "dataset": data.report.path}
+            "models": clients.totals(), "dataset": data.report.path,
+            "dataset_sha256": sha256_file(data.report.path), "notes": notes}
     run = _finalize(run_dir, cfg, info)
     timings["scoring_s"] = time.perf_counter() - t0
     timings["total_s"] = time.perf_counter() - t_start
