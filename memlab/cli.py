@@ -52,7 +52,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             cfg = cfg.with_overrides(args.set)
         runs = [run_experiment(c, results=args.results) for c in cfg.expand()]
     for run in runs:
-        cols = [c for c in ("label", "n", "f1", "bleu1", "j", "recall@10", "tokens_qa", "context_tokens_qa",
+        cols = [c for c in ("label", "n", "f1", "f1_lo", "f1_hi", "bleu1", "j", "j_lo", "j_hi", "j_sd", "recall@10",
+                            "tokens_qa", "context_tokens_qa",
                             "calls_qa", "latency_p50_s", "errors") if c in run.summary.columns]
         m = run.info.get("models", {})
         print(f"\n{run.run_dir}  ({run.info['timings']['total_s']:.1f} s; model calls {m.get('model_calls', 0)}, "

@@ -241,6 +241,7 @@ def test_judge_repeats_cached_apart_over_http(synthetic_path, tmp_path):
         assert s.j_repeats == 3 and s.j == pytest.approx(2 / 3)
         assert s.j_sd == pytest.approx(np.std([1.0, 0.0, 1.0], ddof=1))  # every question got C, W, C in order
         assert s.j_lo <= s.j <= s.j_hi
+        assert (run.run_dir / "judge_disagreements.csv").is_file()
         rerun = run_experiment(cfg, results=tmp_path, progress=False)
         assert len(srv.requests) == 3 * n and rerun.info["models"]["cache_hits"] == 3 * n
         assert rerun.predictions.j.tolist() == run.predictions.j.tolist()

@@ -39,7 +39,7 @@ from memlab.answer import (
 from memlab.atomic import write_json, write_table
 from memlab.data import Conversation, LoCoMo, Question, load_locomo, sha256_file
 from memlab.eval import category_summary, evidence_recall, score_frame
-from memlab.eval.stats import judge_repeat_sd
+from memlab.eval.stats import judge_disagreements, judge_repeat_sd
 from memlab.extract.pipeline import conversation_key, extract_dataset, make_extractor, trace_rows
 from memlab.index import open_service
 from memlab.llm import ModelClient
@@ -312,6 +312,8 @@ def _finalize(run_dir: Path, cfg: ExperimentConfig, info: dict[str, Any]) -> Run
     out = pred.drop(columns=["first_query_ids"]).set_index("qid")
     write_table(run_dir / "predictions.csv", out)
     write_table(run_dir / "summary.csv", summ)
+    if cfg.judge.model:  # questions where F1 and J disagree: where the judge (or F1) deserves a look
+        write_table(run_dir / "judge_disagreements.csv", judge_disagreements(pred))
     write_json(run_dir / "summary.json", json.loads(summ.to_json(orient="index")))
     return Run(run_dir=run_dir, config=cfg, predictions=pred.drop(columns=["first_query_ids"]), summary=summ,
                info=info)
