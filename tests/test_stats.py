@@ -166,9 +166,9 @@ def test_category_summary_carries_intervals_n_and_mdd():
     s = category_summary(a, seed=3)
     for m in ("f1", "bleu1", "em"):
         assert (s[f"{m}_lo"] <= s[m]).all() and (s[m] <= s[f"{m}_hi"]).all()
-    assert list(s.columns[:5]) == ["label", "n", "f1", "f1_lo", "f1_hi"]
-    assert s.loc["overall 1-5", "n"] == 400 and s.loc[1, "n"] == 80
-    assert (s.f1_mdd > 0).all() and s.loc[1, "f1_mdd"] > s.loc["overall 1-5", "f1_mdd"]  # fewer questions
+    assert list(s.columns[:6]) == ["category", "label", "n", "f1", "f1_lo", "f1_hi"]
+    assert s.loc["overall 1-5", "n"] == 400 and s.loc["1", "n"] == 80
+    assert (s.f1_mdd > 0).all() and s.loc["1", "f1_mdd"] > s.loc["overall 1-5", "f1_mdd"]  # fewer questions
     assert s.equals(category_summary(a, seed=3)) and not s.equals(category_summary(a, seed=4))
     with pytest.warns(UserWarning, match="independent"):
         category_summary(a.drop(columns=["conversation_id"]))

@@ -5,17 +5,20 @@ from __future__ import annotations
 import hashlib
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from memlab.data.locomo import Conversation, Question
-from memlab.llm import Usage
+from memlab.llm import CallStats, ModelError, Usage
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
+from memlab.registry import Registry
 
 ABSTAIN = "Not mentioned in the conversation."
+"""The one abstain phrase every arm and baseline uses (the official scorer accepts it for category 5)."""
 
 
 @dataclass
@@ -61,6 +64,12 @@ class Answer:
     preload: dict[str, Any] | None = None
     rule: str = ""
     """Which rule produced the answer (extractive arm) or how the model finished (model arms)."""
+    malformed_tool_calls: int = 0
+    """Tool calls the model wrote as text (recovered by parsing or a forced re-ask); a run sums them."""
+
+    def stats(self) -> CallStats:
+        return CallStats(usage=self.usage, calls=self.calls, cached_calls=self.cached_calls,
+                         latency_s=self.latency_s, malformed_tool_calls=self.malformed_tool_calls)
 
     @property
     def prompt_hash(self) -> str:
@@ -85,17 +94,39 @@ class AnswerContext:
 
 
 class Answerer(ABC):
+    """One verb, `answer`; registered in `ANSWERERS` under its ``answer.arm`` name."""
+
     name = "answerer"
     needs_memory = True
+    #: Whether the arm's answer depends on ``retrieval.top_k`` (a sweep over k is flat otherwise).
+    uses_top_k = True
+    #: Whether the arm calls a model (then ``answer.model`` is required).
+    requires_model = False
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
+        """Build from the ``answer`` config section; ``client_for(role)`` gives a model client."""
+        return cls()
 
     @abstractmethod
     def answer(self, question: Question, ctx: AnswerContext) -> Answer: ...
 
     def timed(self, question: Question, ctx: AnswerContext) -> Answer:
+        """`answer` with its wall time; a `ModelError`'s ``partial`` gets the wall time spent too."""
         t0 = time.perf_counter()
-        a = self.answer(question, ctx)
+        try:
+            a = self.answer(question, ctx)
+        except ModelError as e:
+            e.partial.latency_s = time.perf_counter() - t0
+            raise
         a.latency_s = time.perf_counter() - t0
         return a
+
+
+#: Answer arms by config name (``answer.arm``).
+ANSWERERS: Registry[Answerer] = Registry("answer arm")
+#: Judges by config name (``judge.kind``); each has ``judge(question, prediction)``.
+JUDGES: Registry[Any] = Registry("judge")
 
 
 def retrieve(ctx: AnswerContext, query: str, **overrides: Any) -> tuple[SearchResult, QueryTrace]:

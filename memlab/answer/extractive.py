@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from typing import Any
 
-from memlab.answer.base import ABSTAIN, Answer, AnswerContext, Answerer, retrieve
+from memlab.answer.base import ABSTAIN, ANSWERERS, Answer, AnswerContext, Answerer, retrieve
 from memlab.answer.temporal import is_temporal_question, resolve
 from memlab.data.locomo import Question
 from memlab.index.text import STOP_WORDS, analyze, stem, words
@@ -72,6 +74,7 @@ def is_list_question(question: str) -> bool:
     return bool(LIST_QUESTION.search(question))
 
 
+@ANSWERERS.register("extractive")
 class ExtractiveAnswerer(Answerer):
     """The offline reader over the whole retrieved context (every top-k memory is a candidate).
 
@@ -85,6 +88,14 @@ class ExtractiveAnswerer(Answerer):
     """
 
     name = "extractive"
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
+        return cls(span=section.span, abstain=section.abstain, speaker_window=section.speaker_window,
+                   temporal_window=section.temporal_window, span_window=section.span_window,
+                   max_words=section.max_words, split=section.split, drop_filler=section.drop_filler,
+                   rank_weight=section.rank_weight, list_spans=section.list_spans, phrase_bonus=section.phrase_bonus,
+                   temporal_rank_weight=section.temporal_rank_weight)
 
     def __init__(self, span: str = "novel", abstain: bool = True, speaker_window: int = 1,
                  temporal_window: int | None = None, span_window: int | None = None, max_words: int = 12,

@@ -10,12 +10,13 @@ evidence for recall, a failed judge) drops out of that metric's mean and of its 
 
 Column names (what `category_summary` and `Comparison.table` write, and reports read):
 
-- summary rows (index: category number, then ``"overall 1-4"``, ``"overall 1-5"``): ``label``,
+- summary rows (index ``group``: the category number as text, then ``"overall 1-4"``, ``"overall 1-5"``):
+  ``category``, ``label``,
   ``n`` (questions in the row), each metric (``f1``, ``bleu1``, ``em``, ``j``, ``recall@k``,
   ``context_recall``, ...) followed by ``<metric>_lo`` and ``<metric>_hi`` (95 % clustered
   bootstrap), and ``f1_mdd`` (and ``j_mdd`` when judged): the minimum difference a comparison
   with an equally noisy independent run could detect, ``2.8 * sqrt(2) * SE``.
-- `Comparison.table` (one row per group x metric): ``group``, ``label``, ``metric``, ``n``
+- `Comparison.table` (one row per group x metric): ``group`` (as above), ``label``, ``metric``, ``n``
   (shared questions with a value in both runs), ``a``, ``b`` (the two means), ``delta`` (b - a),
   ``lo``, ``hi`` (95 % paired clustered bootstrap of delta), ``p_perm`` (paired sign-flip
   permutation test), ``p_mcnemar`` (exact McNemar on correct = metric >= threshold), ``wins``
@@ -125,10 +126,11 @@ def mean_ci(values: Sequence[float], clusters: Sequence[object], n_boot: int = N
 
 
 def groups_of(frame: pd.DataFrame, category_col: str = "category") -> list[tuple[object, str, pd.DataFrame]]:
-    """(group, label, rows): each category present, then overall 1-4 and overall 1-5."""
+    """(group, label, rows): each category present (group = its number as text, like the summary index),
+    then overall 1-4 and overall 1-5."""
     out: list[tuple[object, str, pd.DataFrame]] = []
     for cat, g in frame.groupby(category_col, sort=True):
-        out.append((int(cat), CATEGORY_LABELS.get(int(cat), str(cat)), g))
+        out.append((str(int(cat)), CATEGORY_LABELS.get(int(cat), str(cat)), g))
     for name, cats in OVERALL.items():
         out.append((name, "", frame[frame[category_col].isin(cats)]))
     return out

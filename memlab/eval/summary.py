@@ -57,7 +57,9 @@ def category_summary(
 ) -> pd.DataFrame:
     """Per-category means with question counts, then the two question-weighted overall rows.
 
-    The index is the category number (an int) followed by ``"overall 1-4"`` and ``"overall 1-5"``.
+    The index (``group``) is all strings, so a table round-trips through files unchanged: the
+    category number as text (``"1"`` ... ``"5"``) then ``"overall 1-4"`` and ``"overall 1-5"``; the
+    ``category`` column holds the number (missing on the overall rows).
     With ``ci`` each metric is followed by ``<metric>_lo`` / ``<metric>_hi``, its 95 % clustered
     bootstrap interval (conversations, then questions within them; ``seed`` fixes the draws), and
     ``f1_mdd`` / ``j_mdd`` are added (see `memlab.eval.stats`). Without a ``cluster_col`` column the
@@ -67,16 +69,17 @@ def category_summary(
     metrics = [m for m in metrics if m in scores.columns]
     rows = []
     for cat, g in scores.groupby(category_col, sort=True):
-        row = {"group": int(cat), "label": labels.get(int(cat), str(cat)), "n": len(g)}
+        row = {"group": str(int(cat)), "category": int(cat), "label": labels.get(int(cat), str(cat)), "n": len(g)}
         row.update({m: float(pd.to_numeric(g[m], errors="coerce").mean()) for m in metrics})
         rows.append(row)
     for name, cats in OVERALL_GROUPS.items():
         g = scores[scores[category_col].isin(cats)]
-        row = {"group": name, "label": "", "n": len(g)}
+        row = {"group": name, "category": None, "label": "", "n": len(g)}
         row.update({m: float(pd.to_numeric(g[m], errors="coerce").mean()) if len(g) else float("nan")
                     for m in metrics})
         rows.append(row)
     out = pd.DataFrame(rows).set_index("group")
+    out["category"] = out["category"].astype("Int64")
     if not ci or not metrics:
         return out
     frame = scores
@@ -87,7 +90,7 @@ def category_summary(
     bounds = ci_columns(frame, metrics, cluster_col=cluster_col, category_col=category_col, n_boot=n_boot,
                         seed=seed)
     out = out.join(bounds)
-    order = ["label", "n"] + [c for m in metrics for c in (m, f"{m}_lo", f"{m}_hi")]
+    order = ["category", "label", "n"] + [c for m in metrics for c in (m, f"{m}_lo", f"{m}_hi")]
     return out[order + [c for c in out.columns if c not in order]]
 
 

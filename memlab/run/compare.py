@@ -9,7 +9,7 @@ import pandas as pd
 
 from memlab.data import sha256_file
 from memlab.eval.stats import Comparison, compare_grid, compare_predictions
-from memlab.run.runner import Run, load_run
+from memlab.run.results import Run, load_run
 
 DEFAULT_METRICS = ("f1", "bleu1", "em", "j", "context_recall")
 
