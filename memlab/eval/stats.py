@@ -290,13 +290,11 @@ def compare_predictions(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str]
     B = b.set_index("qid").loc[shared]
     used = []
     for m in metrics:
-        if m not in A.columns or m not in B.columns:
-            notes.append(f"{m}: not in both runs, skipped")
-        elif pd.to_numeric(A[m], errors="coerce").notna().sum() == 0 or \
-                pd.to_numeric(B[m], errors="coerce").notna().sum() == 0:
-            notes.append(f"{m}: no values in one run, skipped")
-        else:
+        has = [m in F.columns and pd.to_numeric(F[m], errors="coerce").notna().any() for F in (A, B)]
+        if all(has):
             used.append(m)
+        elif any(has):  # a metric neither run has (J without a judge) is simply not compared
+            notes.append(f"{m}: only {a_name if has[0] else b_name} has values, skipped")
     frame = A[["category", cluster_col]].copy()
     rows = []
     for name, label, g in groups_of(frame.reset_index()):
