@@ -110,6 +110,11 @@ def test_bootstrap_handles_nan_and_is_seeded():
     assert {round(v, 9) for v in b1[:, 1][~np.isnan(b1[:, 1])]} <= allowed
 
 
+def test_empty_input_gives_nan_not_a_crash():
+    assert np.isnan(cluster_bootstrap(np.empty((0, 3)), [], n_boot=10)).all()
+    assert np.isnan(cluster_bootstrap([], [], n_boot=10)).all()
+
+
 def test_holm_on_known_pvalues():
     got = holm([0.01, 0.04, 0.03, 0.005])
     # sorted 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> running max 0.06

@@ -69,7 +69,7 @@ def cluster_bootstrap(values: np.ndarray | Sequence[float], clusters: Sequence[o
     """
     x = np.asarray(values, dtype=float)
     one = x.ndim == 1
-    x = x.reshape(len(x), -1)
+    x = x.reshape(len(x), -1) if x.size else x.reshape(0, x.shape[1] if x.ndim == 2 else 1)
     cl = np.asarray(pd.factorize(pd.Series(list(clusters), dtype=object))[0])
     if len(cl) != len(x):
         raise ValueError(f"cluster_bootstrap: {len(x)} values but {len(cl)} cluster labels")
