@@ -116,6 +116,12 @@ def percentile_ci(boot: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np
         return np.nanquantile(boot, a, axis=0), np.nanquantile(boot, 1 - a, axis=0)
 
 
+def _sd(x: np.ndarray) -> float:
+    """Sample SD of the non-NaN values (NaN with fewer than two)."""
+    v = x[~np.isnan(x)]
+    return float(np.std(v, ddof=1)) if len(v) > 1 else float("nan")
+
+
 def mean_ci(values: Sequence[float], clusters: Sequence[object], n_boot: int = N_BOOT, seed: int = 0,
             level: float = 0.95) -> tuple[float, float, float]:
     """(mean, lo, hi) of one metric with the clustered bootstrap interval."""
@@ -153,8 +159,7 @@ def ci_columns(frame: pd.DataFrame, metrics: Sequence[str], cluster_col: str = "
         for i, m in enumerate(metrics):
             row[f"{m}_lo"], row[f"{m}_hi"] = float(lo[i]), float(hi[i])
             if m in mdd_metrics:
-                row[f"{m}_mdd"] = MDD_FACTOR * np.sqrt(2) * float(np.nanstd(boot[:, i], ddof=1)) if len(g) > 1 \
-                    else float("nan")
+                row[f"{m}_mdd"] = MDD_FACTOR * np.sqrt(2) * _sd(boot[:, i]) if len(g) > 1 else float("nan")
         rows[name] = row
     return pd.DataFrame.from_dict(rows, orient="index")
 
@@ -318,7 +323,7 @@ def compare_predictions(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str]
                                          n_perm=n_perm, seed=seed),
                 "p_mcnemar": p_mc,
                 "wins": int((di > 0).sum()), "losses": int((di < 0).sum()), "ties": int((di == 0).sum()),
-                "mdd": MDD_FACTOR * float(np.nanstd(boot[:, i], ddof=1)) if ok.sum() > 1 else np.nan,
+                "mdd": MDD_FACTOR * _sd(boot[:, i]) if ok.sum() > 1 else np.nan,
             })
     table = pd.DataFrame(rows)
     flipped = flipped_questions(A, B, threshold_metric, threshold, a_name, b_name)
