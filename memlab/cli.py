@@ -55,9 +55,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         runs = [run_experiment(c, results=args.results) for c in cfg.expand()]
     rc = 0
     for run in runs:
-        judged = ("j", "judge_errors") if run.config.judge.model else ()
-        cols = [c for c in ("label", "n", "n_scored", "errors", "f1", "bleu1", *judged, "recall@10", "tokens_qa",
-                            "total_tokens_qa", "context_tokens_qa", "calls_qa", "latency_p50_s")
+        judged = ("j", "j_lo", "j_hi", "j_sd", "judge_errors") if run.config.judge.model else ()
+        cols = [c for c in ("label", "n", "n_scored", "errors", "f1", "f1_lo", "f1_hi", "bleu1", *judged, "recall@10",
+                            "tokens_qa", "total_tokens_qa", "context_tokens_qa", "calls_qa", "latency_p50_s")
                 if c in run.summary.columns]
         m = run.info.get("models", {})
         ext = run.info.get("extraction") or {}
@@ -89,6 +89,35 @@ def _cmd_report(args: argparse.Namespace) -> int:
             print(format_compare(profile_table(run, [p.strip() for p in args.profiles.split(",") if p.strip()])))
         return 0
     print(format_compare(compare(args.runs)))
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from memlab.eval.stats import format_comparison
+    from memlab.run.compare import compare_runs
+
+    runs = list(args.runs)
+    if args.baseline:
+        runs = [args.baseline] + [r for r in runs if r != args.baseline]
+    if len(runs) < 2:
+        raise SystemExit("memlab compare: give at least two runs (the first, or --baseline, is the baseline)")
+    metrics = args.metrics.split(",") if args.metrics else None
+    kw = {"metrics": metrics} if metrics else {}
+    table, comps = compare_runs(runs, questions="intersection" if args.intersection else "same",
+                                threshold_metric=args.threshold_metric, threshold=args.threshold, **kw)
+    if len(comps) == 1:
+        table = table.drop(columns=["run", "p_perm_holm", "p_mcnemar_holm"])
+    print(f"baseline: {runs[0]}; delta = run - baseline; 95 % paired clustered-bootstrap CI [lo, hi]; "
+          f"p_perm: conversation sign-flip; p_mcnemar: exact, correct = {args.threshold_metric} >= {args.threshold}"
+          + ("; *_holm: Holm over the runs" if len(comps) > 1 else ""))
+    print(format_comparison(table))
+    for name, c in comps.items():
+        for note in c.notes:
+            print(f"note ({name}): {note}")
+        fl = c.flipped
+        if len(fl):
+            fixed = int(fl.direction.str.startswith("fixed").sum())
+            print(f"{name}: {len(fl)} questions flipped ({fixed} fixed, {len(fl) - fixed} broken)")
     return 0
 
 
@@ -144,6 +173,17 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--profiles", help="show one run under these scoring profiles side by side, "
                                        "e.g. locomo,mem0,trpc-agent-go (no model calls: J from the cache)")
     rp.set_defaults(func=_cmd_report)
+    cp = sub.add_parser("compare", help="paired comparison of runs (CIs, permutation, McNemar, MDD; Holm for >2)")
+    cp.add_argument("runs", nargs="+", help="run folders; all are compared with the first (or --baseline)")
+    cp.add_argument("--baseline", help="the run the others are compared with (default: the first)")
+    cp.add_argument("--intersection", action="store_true",
+                    help="compare on the shared questions when the question sets differ (default: refuse)")
+    cp.add_argument("--metrics", help="comma-separated (default f1,bleu1,em,j,context_recall)")
+    cp.add_argument("--threshold-metric", default="f1", help="metric that defines correct for McNemar/flips")
+    cp.add_argument("--threshold", type=float, default=0.5, help="correct = metric >= this (default 0.5)")
+    cp.set_defaults(func=_cmd_compare)
+
+
     rs = sub.add_parser("rescore", help="score a finished run under another scoring profile (no model calls)")
     rs.add_argument("run", help="a finished run folder")
     rs.add_argument("--profile", default="locomo", help="locomo (default), mem0 or trpc-agent-go")
@@ -160,14 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     errors: tuple[type[BaseException], ...] = (DataNotFoundError, ChecksumMismatchError, LoCoMoFormatError,
                                                ConnectionError)
-    if args.command in ("run", "report", "rescore"):
+    if args.command in ("run", "report", "compare", "rescore"):
         from memlab.eval.errata import ErrataError
         from memlab.eval.profiles import ProfileError
+        from memlab.eval.stats import ComparisonError
         from memlab.run import ConfigError
         from memlab.run.extraction import ExtractionFailed
         from memlab.run.records import RecordSchemaError
 
-        errors += (ConfigError, FileNotFoundError, ExtractionFailed, RecordSchemaError, ErrataError, ProfileError)
+        errors += (ConfigError, FileNotFoundError, ExtractionFailed, RecordSchemaError, ErrataError, ProfileError,
+                   ComparisonError)
     try:
         return args.func(args)
     except errors as e:

@@ -521,10 +521,13 @@ class ModelClient:
 
     # ------------------------------------------------------------------------------- calls
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                 tool_choice: str | dict[str, Any] | None = None, **params: Any) -> Completion:
+                 tool_choice: str | dict[str, Any] | None = None, cache_tag: str | None = None,
+                 **params: Any) -> Completion:
         """One completion. Raises `EmptyReply` (no text, no tool call), `MalformedToolCall` (a tool
         call written as text that neither parses nor comes back well-formed when re-asked with the
-        tool forced), `PromptTooLong` or `ModelCallError`; none of these is cached."""
+        tool forced), `PromptTooLong` or `ModelCallError`; none of these is cached. ``cache_tag`` is
+        part of the response-cache key only (not sent), so repeated samples of one request (judge
+        repeats) are cached apart."""
         messages = explicit_content(messages)
         payload: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
@@ -534,7 +537,7 @@ class ModelClient:
         if self.temperature is not None:
             payload.setdefault("temperature", self.temperature)
         payload.update(params)
-        h = request_hash(payload)
+        h = request_hash(payload if cache_tag is None else {**payload, "_memlab_cache_tag": cache_tag})
         cache = self.cache
         if cache is not None:
             hit = cache.get(h)

@@ -265,17 +265,35 @@ class Judge:
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Judge:
-        return cls(client_for("judge"), prompt=section.prompt)
+        return cls(client_for("judge"), prompt=section.prompt, repeats=getattr(section, "repeats", 1),
+                   temperature=getattr(section, "temperature", None))
 
-    def __init__(self, client: ModelClient, prompt: str = "default"):
+    def __init__(self, client: ModelClient, prompt: str = "default", repeats: int = 1,
+                 temperature: float | None = None):
+        if repeats < 1:
+            raise ValueError(f"judge repeats: expected an integer >= 1, got {repeats!r}")
         self.client = client
         self.prompt = prompt
+        self.repeats = repeats
+        self.temperature = temperature
 
-    def judge(self, question: Question, prediction: str) -> tuple[float, Usage, bool]:
+    def judge(self, question: Question, prediction: str, repeat: int = 0) -> tuple[float, Usage, bool]:
+        """One verdict; repeat ``r`` > 0 is cached under its own key, so N repeats are N samples."""
         gold = question.answer if question.answer is not None else ABSTAIN
         text = render(load_prompt("judge", self.prompt), question=question.question, gold=gold, prediction=prediction)
-        comp = self.client.complete([{"role": "user", "content": text}])  # empty: EmptyReply
+        params = {} if self.temperature is None else {"temperature": self.temperature}
+        comp = self.client.complete([{"role": "user", "content": text}],  # empty: EmptyReply
+                                    cache_tag=f"judge-repeat-{repeat}" if repeat else None, **params)
         return verdict(comp), comp.usage, comp.from_cache
+
+    def judge_repeats(self, question: Question, prediction: str) -> tuple[list[float], Usage]:
+        """``repeats`` verdicts (J of the question = their mean) and their summed usage."""
+        verdicts, usage = [], Usage()
+        for r in range(self.repeats):
+            v, u, _ = self.judge(question, prediction, repeat=r)
+            verdicts.append(v)
+            usage = usage + u
+        return verdicts, usage
 
 
 _VERDICT = re.compile(r"\b(CORRECT|WRONG|INCORRECT)\b")

@@ -340,8 +340,13 @@ class ProfileJudge:
     """
 
     def __init__(self, client: Any, profile: str | ScoringProfile = "locomo", prompt: str | None = None,
-                 errata: Errata | None = None):
+                 errata: Errata | None = None, repeats: int = 1, temperature: float | None = None):
+        if repeats < 1:
+            raise ValueError(f"judge repeats: expected an integer >= 1, got {repeats!r}")
         self.client = client
+        self.repeats = repeats
+        self.temperature = temperature
+        """Sent with every judge request when set (the client's default otherwise, 0)."""
         self.profile = get_profile(profile)
         self.prompt = prompt if (prompt and self.profile.name == "locomo") else self.profile.judge_prompt
         self.errata = errata
@@ -354,7 +359,8 @@ class ProfileJudge:
             return None
         return self.profile.judge_messages(question, gold, prediction, self.prompt)
 
-    def judge(self, question: Question, prediction: str) -> tuple[float | None, Usage, bool]:
+    def judge(self, question: Question, prediction: str, repeat: int = 0) -> tuple[float | None, Usage, bool]:
+        """One verdict (None: not judged); repeat ``r`` > 0 is cached under its own key (N repeats, N samples)."""
         answer = question.answer
         if self.errata is not None and question.qid in self.errata.entries:
             answer = self.errata.entries[question.qid]
@@ -363,5 +369,18 @@ class ProfileJudge:
         msgs = self.messages(question.question, answer, question.category, prediction)
         if msgs is None:
             return None, Usage(), False
-        comp = self.client.complete(msgs)
+        params = {} if self.temperature is None else {"temperature": self.temperature}
+        comp = self.client.complete(msgs, cache_tag=f"judge-repeat-{repeat}" if repeat else None, **params)
         return self.profile.judge_score(comp.text), comp.usage, comp.from_cache
+
+    def judge_repeats(self, question: Question, prediction: str) -> tuple[list[float] | None, Usage]:
+        """``repeats`` verdicts (J of the question = their mean; None: not judged) and their summed usage."""
+        verdicts: list[float] = []
+        usage = Usage()
+        for r in range(self.repeats):
+            v, u, _ = self.judge(question, prediction, repeat=r)
+            if v is None:
+                return None, usage
+            verdicts.append(v)
+            usage = usage + u
+        return verdicts, usage

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -9,6 +10,7 @@ import pandas as pd
 
 from memlab.data.locomo import CATEGORY_LABELS
 from memlab.eval.scoring import bleu1, evidence_recall, exact_match, score_answer
+from memlab.eval.stats import N_BOOT, ci_columns
 
 #: The two overall figures: 1-4 is what most papers report (1,540 questions on LoCoMo-10); 1-5
 #: adds the adversarial questions, whose abstention rule rewards a system that says little.
@@ -48,28 +50,48 @@ def category_summary(
     metrics: Sequence[str] = ("f1", "bleu1", "em"),
     category_col: str = "category",
     labels: Mapping[int, str] | None = None,
+    ci: bool = True,
+    seed: int = 0,
+    n_boot: int = N_BOOT,
+    cluster_col: str = "conversation_id",
 ) -> pd.DataFrame:
     """Per-category means with question counts, then the two question-weighted overall rows.
 
     The index (``group``) is all strings, so a table round-trips through files unchanged: the
     category number as text (``"1"`` ... ``"5"``) then ``"overall 1-4"`` and ``"overall 1-5"``; the
     ``category`` column holds the number (missing on the overall rows).
+    With ``ci`` each metric is followed by ``<metric>_lo`` / ``<metric>_hi``, its 95 % clustered
+    bootstrap interval (conversations, then questions within them; ``seed`` fixes the draws), and
+    ``f1_mdd`` / ``j_mdd`` are added (see `memlab.eval.stats`). Without a ``cluster_col`` column the
+    interval treats questions as independent (a warning says so: too narrow if they are clustered).
     """
     labels = dict(CATEGORY_LABELS if labels is None else labels)
     metrics = [m for m in metrics if m in scores.columns]
     rows = []
     for cat, g in scores.groupby(category_col, sort=True):
         row = {"group": str(int(cat)), "category": int(cat), "label": labels.get(int(cat), str(cat)), "n": len(g)}
-        row.update({m: float(g[m].mean()) for m in metrics})
+        row.update({m: float(pd.to_numeric(g[m], errors="coerce").mean()) for m in metrics})
         rows.append(row)
     for name, cats in OVERALL_GROUPS.items():
         g = scores[scores[category_col].isin(cats)]
         row = {"group": name, "category": None, "label": "", "n": len(g)}
-        row.update({m: float(g[m].mean()) if len(g) else float("nan") for m in metrics})
+        row.update({m: float(pd.to_numeric(g[m], errors="coerce").mean()) if len(g) else float("nan")
+                    for m in metrics})
         rows.append(row)
     out = pd.DataFrame(rows).set_index("group")
     out["category"] = out["category"].astype("Int64")
-    return out
+    if not ci or not metrics:
+        return out
+    frame = scores
+    if cluster_col not in scores.columns:
+        warnings.warn(f"category_summary: no {cluster_col!r} column, so the intervals treat questions as "
+                      "independent (too narrow when questions of one conversation are correlated)", stacklevel=2)
+        frame = scores.assign(**{cluster_col: np.arange(len(scores))})
+    bounds = ci_columns(frame, metrics, cluster_col=cluster_col, category_col=category_col, n_boot=n_boot,
+                        seed=seed)
+    out = out.join(bounds)
+    order = ["category", "label", "n"] + [c for m in metrics for c in (m, f"{m}_lo", f"{m}_hi")]
+    return out[order + [c for c in out.columns if c not in order]]
 
 
 def format_summary(summary: pd.DataFrame, digits: int = 3) -> str:

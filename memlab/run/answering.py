@@ -79,8 +79,13 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     row.first_query_ids = [list(h["source_ids"]) for h in first]
     if judge is not None:
         try:
-            j, usage, _ = judge.judge(q, a.prediction)
-            row.j = j
+            if hasattr(judge, "judge_repeats"):  # judge.repeats verdicts, J = their mean
+                verdicts, usage = judge.judge_repeats(q, a.prediction)
+            else:  # a user judge with only judge(): one verdict
+                v, usage, _ = judge.judge(q, a.prediction)
+                verdicts = None if v is None else [v]
+            if verdicts:
+                row.j, row.j_repeats = float(sum(verdicts) / len(verdicts)), list(verdicts)
             row.judge_prompt_tokens = usage.prompt_tokens
             row.judge_completion_tokens = usage.completion_tokens
             row.judge_cached_tokens = usage.cached_tokens

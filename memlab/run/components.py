@@ -36,7 +36,8 @@ def build_judge(cfg: ExperimentConfig, clients: Clients) -> Any | None:
     if not cfg.judge.model:
         return None
     if cfg.judge.kind == "llm":  # the scoring profile's judge (locomo: the same request as JUDGES["llm"])
-        return ProfileJudge(clients.for_role("judge"), cfg.scoring.profile, cfg.judge.prompt)
+        return ProfileJudge(clients.for_role("judge"), cfg.scoring.profile, cfg.judge.prompt,
+                            repeats=cfg.judge.repeats, temperature=cfg.judge.temperature)
     return JUDGES.get(cfg.judge.kind).from_config(cfg.judge, clients.for_role)
 
 

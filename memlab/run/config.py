@@ -149,18 +149,29 @@ class AnswerConfig:
     """session-recall, ``recall_unit: window``: turns loaded either side of each hit."""
     recall_max: int = 3
     """session-recall: at most this many sessions (or windows) loaded into the prompt."""
-    temporal_window: int = 3
-    span_window: int = 1
+    temporal_window: int | None = None
+    """Ranks a time question's answer may come from (None: every retrieved memory)."""
+    span_window: int | None = None
+    """Ranks a span may come from (None: every retrieved memory)."""
     max_words: int = 12
     split: str = "sentence"
     drop_filler: bool = True
+    rank_weight: float = 3.0
+    """Span score = question overlap - rank_weight * log2(rank)."""
+    temporal_rank_weight: float = 1.0
+    phrase_bonus: float = 4.0
+    list_spans: int = 3
 
 
 @dataclass
 class JudgeConfig:
     model: str | None = None
     prompt: str = "default"
+    """A name under memlab/prompts/judge/ (default, generous, strict) or a file path."""
     kind: str = "llm"
+    repeats: int = 1
+    """Ask the judge this many times per question (each repeat cached apart); J = the mean verdict."""
+    temperature: float = 0.0
 
 
 @dataclass
@@ -342,10 +353,13 @@ class ExperimentConfig:
                 ("extraction.worker.workers", self.extraction.worker.workers, 1),
                 ("extraction.worker.capacity", self.extraction.worker.capacity, 1),
                 ("answer.speaker_window", self.answer.speaker_window, 1),
-                ("answer.temporal_window", self.answer.temporal_window, 1),
-                ("answer.span_window", self.answer.span_window, 1), ("answer.max_words", self.answer.max_words, 1),
+                ("answer.max_words", self.answer.max_words, 1), ("judge.repeats", self.judge.repeats, 1),
                 ("answer.recall_window", self.answer.recall_window, 0),
                 ("answer.recall_max", self.answer.recall_max, 1))
+        for key, v in (("answer.temporal_window", self.answer.temporal_window),
+                       ("answer.span_window", self.answer.span_window)):
+            if v is not None:
+                ints += ((key, v, 1),)
         if self.dataset.question_limit is not None:
             ints += (("dataset.question_limit", self.dataset.question_limit, 1),)
         if self.extraction.checkers.message_threshold is not None:

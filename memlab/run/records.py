@@ -91,6 +91,8 @@ class PredictionRecord(Record):
     """Source ids of each hit of the first query, in rank order (Recall@k reads these)."""
     rule: str = ""
     j: float | None = None
+    j_repeats: list[float] = field(default_factory=list)
+    """Each judge repeat's verdict (``judge.repeats``); ``j`` is their mean."""
     judge_error: str | None = None
     judge_prompt_tokens: int = 0
     judge_completion_tokens: int = 0

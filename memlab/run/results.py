@@ -16,10 +16,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from memlab.atomic import write_json
+from memlab.atomic import write_json, write_table
 from memlab.eval import OVERALL_GROUPS, category_summary, evidence_recall, score_frame
 from memlab.eval import cost as costs
 from memlab.eval.profiles import get_profile
+from memlab.eval.stats import judge_disagreements, judge_repeat_sd
 from memlab.run.config import ExperimentConfig
 from memlab.run.records import PredictionRecord, read_frame, write_frame
 
@@ -82,8 +83,10 @@ def summarize(pred: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
     scored = pred[ok]
     metrics = ["f1", "bleu1", "em"] + (["j"] if cfg.judge.model else [])
     metrics += [f"recall@{k}" for k in RECALL_KS if k <= cfg.retrieval.top_k] + ["context_recall"]
-    summ = category_summary(scored, metrics=metrics, labels=get_profile(cfg.scoring.profile).labels
-                            ).rename(columns={"n": "n_scored"})
+    summ = category_summary(scored, metrics=metrics, labels=get_profile(cfg.scoring.profile).labels,
+                            seed=cfg.run.seed).rename(columns={"n": "n_scored"})
+    if cfg.judge.model and "j_repeats" in scored.columns:
+        summ = summ.join(judge_repeat_sd(scored))
     groups = [(str(int(c)), pred[pred.category == c]) for c in sorted(pred.category.unique())]
     groups += [(name, pred[pred.category.isin(cats)]) for name, cats in OVERALL_GROUPS.items()]
     extra = {}
@@ -145,6 +148,8 @@ def add_costs(run_dir: Path, cfg: ExperimentConfig, pred: pd.DataFrame, question
 def write_results(run_dir: Path, pred: pd.DataFrame, summ: pd.DataFrame) -> None:
     write_frame(run_dir / "predictions", pred.set_index("qid"))
     write_frame(run_dir / "summary", summ)
+    if pred["j"].notna().any():  # questions where F1 and J disagree: where the judge (or F1) deserves a look
+        write_table(run_dir / "judge_disagreements.csv", judge_disagreements(pred))
     write_json(run_dir / "summary.json", json.loads(summ.to_json(orient="index")))
 
 

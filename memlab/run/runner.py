@@ -30,12 +30,13 @@ from memlab.eval.errata import errata_columns, errata_counts, load_errata
 from memlab.eval.profiles import apply_scoring
 from memlab.extract.extractors import EXTRACTORS, Extractor
 from memlab.run.answering import answer_all, load_done, read_log
+from memlab.run.checks import inert_knobs
 from memlab.run.clients import Clients, check_endpoints
 from memlab.run.components import build_answerer, build_extractor, build_judge, component_label
 from memlab.run.config import ConfigError, ExperimentConfig
 from memlab.run.extraction import run_extraction
 from memlab.run.records import RunStatus
-from memlab.run.results import Run, add_costs, load_run, score_records, summarize, write_results
+from memlab.run.results import RECALL_KS, Run, add_costs, load_run, score_records, summarize, write_results
 from memlab.run.selection import select_questions
 from memlab.rundir import environment, new_run_dir, results_root
 
@@ -111,6 +112,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
     judge = build_judge(cfg, clients)
     if errata is not None and hasattr(judge, "errata"):
         judge.errata = errata  # the judge sees corrected gold answers and skips invalid ones
+    notes = inert_knobs(cfg, RECALL_KS)
     # -- the run folder
     if resume is not None:
         run_dir = Path(resume)
@@ -124,7 +126,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
         "config": cfg.to_dict(), "environment": environment(),
         "components": {"answerer": component_label(answerer),
                        "extractor": component_label(extractor) if extractor is not None else None, "custom": custom},
-        "sessions": prev.get("sessions", []),
+        "sessions": prev.get("sessions", []), "notes": notes,
     }
     timings: dict[str, float] = {"load_s": load_s}
     write_json(run_dir / "run.json", {**info, "timings": timings})
