@@ -1,0 +1,334 @@
+"""One self-contained HTML page over finished runs (``memlab report --html OUT.html RUN [RUN ...]``).
+
+The page needs no server and no network: plots are embedded as base64 PNG, the data as inline JSON, and
+the script and style are inline. It holds the per-category table with 95 % intervals, the paired
+comparisons of every run against the first, the plots, and a question browser: filter by category,
+failure label (`memlab.attribution`), correct / incorrect (F1 >= 0.5) and flipped between runs; click a
+question to see, per run, its three trace layers (`memlab.trace`): the extractor ops that touched its
+evidence memories, the retrieval ranks of every query, and the answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import html
+import io
+import json
+import math
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import numpy as np
+import pandas as pd
+
+from memlab import attribution, plots, trace
+from memlab.data import load_locomo
+from memlab.run.report import (
+    CONTEXT_NOTE,
+    _bootstrap,
+    category_name,
+    display_frame,
+    distinguishing,
+    load_runs,
+    order_runs,
+    report_table,
+    run_labels,
+)
+from memlab.run.runner import Run
+
+CORRECT_F1 = 0.5
+MAX_TEXT = 300
+ASSETS = Path(__file__).resolve().parent / "assets"
+
+
+# ---------------------------------------------------------------------------------- pieces
+def _png(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _asset(name: str) -> str:
+    """The page's inline style and script (kept as files so they read as CSS and JavaScript)."""
+    return (ASSETS / name).read_text(encoding="utf-8").replace("</script", "<\\/script")
+
+
+def _clean(v: Any) -> Any:
+    """JSON-safe values (NaN -> None, numpy scalars -> Python)."""
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if v is pd.NA or v is pd.NaT:
+        return None
+    return v
+
+
+def _short(text: Any, n: int = MAX_TEXT) -> str:
+    s = "" if text is None or (isinstance(text, float) and math.isnan(text)) else str(text)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _table_html(df: pd.DataFrame, cls: str = "") -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r) + "</tr>"
+                   for r in df.itertuples(index=False))
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+def correct(f1: Any) -> bool:
+    try:
+        return float(f1) >= CORRECT_F1
+    except (TypeError, ValueError):
+        return False
+
+
+def paired_table(a: Run, b: Run, metrics: Sequence[str] = ("f1",)) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-category deltas, flipped questions) of run b against run a.
+
+    Uses `memlab.compare` where the package provides it (permutation and McNemar p-values, MDD); otherwise a
+    paired clustered-bootstrap interval of the mean difference here, p-values shown as n/a.
+    """
+    import memlab
+
+    cmp = getattr(memlab, "compare", None)
+    if cmp is not None:
+        res = cmp(a, b)
+        return res.table, res.flipped
+    pa = a.predictions.set_index("qid")
+    pb = b.predictions.set_index("qid")
+    both = pa.index.intersection(pb.index)
+    pa, pb = pa.loc[both], pb.loc[both]
+    seed = int(getattr(a.config.run, "seed", 0) or 0)
+    rows = []
+    groups: list[tuple[Any, pd.Series]] = [(int(c), pa.category == c) for c in sorted(pa.category.unique())]
+    groups += [("overall 1-4", pa.category.isin([1, 2, 3, 4])), ("overall 1-5", pa.category.isin([1, 2, 3, 4, 5]))]
+    for g, mask in groups:
+        for m in metrics:
+            if m not in pa.columns or m not in pb.columns:
+                continue
+            d = (pd.to_numeric(pb[m], errors="coerce") - pd.to_numeric(pa[m], errors="coerce"))[mask]
+            lo, hi = _bootstrap(d.to_numpy(float), pa.conversation_id[mask].to_numpy(), 2000, seed)
+            rows.append({"group": g, "metric": m, "delta": float(d.mean()) if len(d) else np.nan, "lo": lo, "hi": hi,
+                         "p_perm": np.nan, "p_mcnemar": np.nan, "wins": int((d > 0).sum()),
+                         "losses": int((d < 0).sum()), "ties": int((d == 0).sum()), "mdd": np.nan, "n": int(len(d))})
+    ca, cb = pa.f1.map(correct), pb.f1.map(correct)
+    flip = ca != cb
+    flipped = pd.DataFrame({"qid": both[flip], "category": pa.category[flip].to_numpy(),
+                            "prediction_a": pa.prediction[flip].to_numpy(),
+                            "prediction_b": pb.prediction[flip].to_numpy(),
+                            "f1_a": pa.f1[flip].to_numpy(), "f1_b": pb.f1[flip].to_numpy()})
+    return pd.DataFrame(rows), flipped
+
+
+def _comparison_display(table: pd.DataFrame) -> pd.DataFrame:
+    def num(x: Any, fmt: str = "{:+.3f}") -> str:
+        return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+
+    out = []
+    for r in table.to_dict("records"):
+        out.append({"category": category_name(r.get("group", r.get("category"))), "metric": r.get("metric", "f1"),
+                    "n": r.get("n", ""), "delta [95 % CI]": f"{num(r.get('delta'))} [{num(r.get('lo'))}, "
+                                                            f"{num(r.get('hi'))}]",
+                    "p (permutation)": num(r.get("p_perm"), "{:.3g}"), "p (McNemar)": num(r.get("p_mcnemar"), "{:.3g}"),
+                    "wins / losses / ties": f"{r.get('wins', '')} / {r.get('losses', '')} / {r.get('ties', '')}",
+                    "MDD": num(r.get("mdd"), "{:.3f}")})
+    return pd.DataFrame(out)
+
+
+# ---------------------------------------------------------------------------------- traces
+def _by_conversation(tr: trace.Traces) -> dict[str, trace.Traces]:
+    """The run's traces split per conversation, so `Traces.question` filters small tables."""
+    q2c = dict(zip(tr.questions.qid, tr.questions.conversation_id))
+
+    def rows_of(df: pd.DataFrame, col: str, keep: Any) -> pd.DataFrame:
+        return df[df[col].isin(keep)] if len(df) and col in df.columns else df
+
+    out = {}
+    for conv, qs in tr.questions.groupby("conversation_id"):
+        qids = set(qs.qid)
+        out[conv] = dataclasses.replace(
+            tr, questions=qs, retrieval=rows_of(tr.retrieval, "qid", qids), queries=rows_of(tr.queries, "qid", qids),
+            answers=rows_of(tr.answers, "qid", qids), extraction=rows_of(tr.extraction, "conversation", [conv]),
+            memories=rows_of(tr.memories, "conversation", [conv]),
+            contexts={k: v for k, v in tr.contexts.items() if q2c.get(k) == conv})
+    return out
+
+
+def _layers(tr: trace.Traces, qid: str, mem_text: dict[str, str]) -> dict[str, Any]:
+    v = tr.question(qid)
+    ops = []
+    ex = v["extractor"]
+    if ex is not None and len(ex):
+        for o in ex.to_dict("records"):
+            rec = o.get("reconcile") or {}
+            ops.append({"action": o.get("action"), "result": o.get("result"), "tier": rec.get("tier"),
+                        "score": rec.get("score"), "jaccard": rec.get("jaccard"),
+                        "src": list(o.get("source_ids") or []),
+                        "text": _short(o.get("final_text") or o.get("text")), "error": _short(o.get("error"), 160)})
+    mems = [{"id": m["id"], "text": _short(m["text"]), "src": list(m.get("source_ids") or [])}
+            for m in (v["evidence_memories"].to_dict("records") if len(v["evidence_memories"]) else [])]
+    queries = []
+    qmeta = v["queries"].to_dict("records") if v["queries"] is not None and len(v["queries"]) else []
+    hits = v["retrieval"]
+    for qm in qmeta:
+        qh = hits[hits.query_index == qm["query_index"]] if len(hits) else hits
+        queries.append({"query": qm["query"], "error": qm.get("error"),
+                        "dropped": len(qm.get("dropped_by_dedupe") or []),
+                        "fallback": len(qm.get("fallback_added") or []),
+                        "hits": [{"rank": h["rank"], "dense": h["dense_rank"], "kw": h["keyword_rank"],
+                                  "fused": h["fused_rank"], "via": h.get("via"), "ev": bool(h.get("evidence_hit")),
+                                  "src": list(h.get("source_ids") or []),
+                                  "text": _short(mem_text.get(h["id"], ""), 200)}
+                                 for h in qh.to_dict("records")]})
+    a = v["answer"] or {}
+    answer = {"rule": a.get("rule"), "calls": a.get("calls"), "usage": a.get("usage"), "latency": a.get("latency_s"),
+              "prompt": _short(a.get("prompt"), 4000), "response": _short(a.get("response"), 1000),
+              "tools": _short(json.dumps(a.get("tool_calls") or [], default=str), 1000)
+              if a.get("tool_calls") else ""}
+    return _clean({"ops": ops, "mems": mems, "queries": queries, "answer": answer})
+
+
+def question_data(runs: Sequence[Run], labels: Sequence[str], attributions: Sequence[pd.DataFrame],
+                  flipped: set[str]) -> list[dict[str, Any]]:
+    """One record per question (in the first run's order): the question, and per run its outcome and layers."""
+    per_run = []
+    for run in runs:
+        tr = trace.load(run.run_dir)
+        mem_text = dict(zip(tr.memories.id, tr.memories.text)) if len(tr.memories) else {}
+        per_run.append((_by_conversation(tr), tr.questions.set_index("qid"), mem_text))
+    order: list[str] = []
+    seen: set[str] = set()
+    for _, qs, _ in per_run:
+        for q in qs.index:
+            if q not in seen:
+                seen.add(q)
+                order.append(q)
+    atts = [att.set_index("qid") if len(att) else att for att in attributions]
+    out = []
+    for qid in order:
+        ref = next(qs.loc[qid] for _, qs, _ in per_run if qid in qs.index)
+        rec = {"qid": qid, "cat": int(ref["category"]), "catName": category_name(int(ref["category"])),
+               "conv": ref["conversation_id"], "q": str(ref["question"]), "gold": _short(ref["answer"], 500),
+               "ev": list(trace._as_list(ref["evidence"])), "flip": qid in flipped, "r": []}
+        for (convs, qs, mem_text), att in zip(per_run, atts):
+            if qid not in qs.index:
+                rec["r"].append(None)
+                continue
+            row = qs.loc[qid]
+            lab = att.loc[qid] if len(att) and qid in att.index else None
+            rec["r"].append(_clean({
+                "pred": _short(row["prediction"], 500), "f1": float(row["f1"]), "ok": correct(row["f1"]),
+                "label": None if lab is None else lab["label"], "reason": None if lab is None else lab["reason"],
+                "error": None if pd.isna(row.get("error")) else str(row.get("error")),
+                "layers": _layers(convs[row["conversation_id"]], qid, mem_text)}))
+        out.append(rec)
+    return out
+
+
+# ---------------------------------------------------------------------------------- page
+def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table: pd.DataFrame | None = None) -> str:
+    """The page as a string (see the module docstring)."""
+    matplotlib.use("Agg", force=False)
+    loaded, skipped = load_runs(runs, warn=False)
+    if not loaded:
+        raise FileNotFoundError("memlab report --html: no finished run among " + ", ".join(str(d) for d, _ in skipped))
+    loaded = order_runs(loaded)
+    labels = run_labels(loaded)
+    if table is None:
+        table = report_table(loaded, warn=False)
+    by_label = dict(zip(labels, loaded))
+    datasets: dict[str, Any] = {}
+    atts = []
+    for run in loaded:
+        path = run.info.get("dataset") or run.config.dataset.path
+        key = str(path)
+        if key not in datasets:
+            datasets[key] = load_locomo(path)
+        atts.append(attribution.attribute(run, datasets[key]))
+
+    figs: list[tuple[str, str]] = []
+    figs.append(("F1 per category", _png(plots.category_bars(by_label, "f1"))))
+    figs.append(("F1 against tokens", _png(plots.f1_vs_tokens(by_label))))
+    figs.append(("Failure attribution", _png(plots.attribution_bars(
+        dict(zip(labels, atts)), n={lab: {int(k): int(v) for k, v in r.summary["n"].items() if str(k).isdigit()}
+                                    for lab, r in by_label.items()}))))
+    diffs = distinguishing(loaded)
+    if len(loaded) > 1 and all(set(d) == {"retrieval.top_k"} for d in diffs):
+        figs.append(("Top-k curve", _png(plots.topk_curve(loaded))))
+    figs.append((f"Evidence recall ({labels[0]})", _png(plots.recall_curves(loaded[0]))))
+
+    comparisons = []
+    flipped: set[str] = set()
+    for lab, run in zip(labels[1:], loaded[1:]):
+        t, fl = paired_table(loaded[0], run)
+        flipped |= set(map(str, fl.qid)) if len(fl) else set()
+        comparisons.append((lab, t, fl))
+
+    questions = question_data(loaded, labels, atts, flipped)
+    data = {"runs": [{"label": lab, "dir": str(r.run_dir)} for lab, r in zip(labels, loaded)],
+            "questions": questions, "labels": list(attribution.LABELS),
+            "cats": sorted({(q["cat"], q["catName"]) for q in questions})}
+    payload = json.dumps(_clean(data), ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+
+    notes = ["Means with 95 % clustered-bootstrap intervals [lo, hi] (conversations, then questions within them)."]
+    if (table.get("tokens_source") == "context").any():
+        notes.append(CONTEXT_NOTE)
+    notes += [f"Skipped {d}: the run {why}." for d, why in skipped]
+    parts = [f"<h1>{html.escape(title or 'memlab report')}</h1>",
+             f'<p class="meta">{len(loaded)} run(s); generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. '
+             f"Correct = F1 &ge; {CORRECT_F1}.</p>",
+             _table_html(pd.DataFrame({"run": labels, "folder": [str(r.run_dir) for r in loaded],
+                                       "questions": [len(r.predictions) for r in loaded]}), "runs"),
+             '<h2 id="summary">Summary per category</h2>', _table_html(display_frame(table), "summary"),
+             "".join(f'<p class="note">{html.escape(n)}</p>' for n in notes)]
+    if comparisons:
+        parts.append('<h2 id="compare">Paired comparisons (question by question, against the first run)</h2>')
+        for lab, t, fl in comparisons:
+            parts.append(f"<h3>{html.escape(lab)} &minus; {html.escape(labels[0])}: {len(fl)} flipped question(s)</h3>")
+            parts.append(_table_html(_comparison_display(t), "compare"))
+    parts.append('<h2 id="plots">Plots</h2><div class="plots">' + "".join(
+        f'<figure><img alt="{html.escape(c)}" src="{src}"><figcaption>{html.escape(c)}</figcaption></figure>'
+        for c, src in figs) + "</div>")
+    parts.append(_BROWSER)
+    body = "\n".join(parts)
+    head = f'<meta charset="utf-8"><title>{html.escape(title or "memlab report")}</title>'
+    return (f'<!DOCTYPE html><html lang="en"><head>{head}<style>{_asset("report.css")}</style></head><body>{body}'
+            f'<script type="application/json" id="memlab-data">{payload}</script>'
+            f'<script>{_asset("report.js")}</script></body></html>')
+
+
+def write_html(out: str | Path, runs: Sequence[Run | str | Path], title: str | None = None,
+               table: pd.DataFrame | None = None) -> Path:
+    p = Path(out)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(build_html(runs, title=title, table=table), encoding="utf-8")
+    return p
+
+
+_BROWSER = """
+<h2 id="questions">Question browser</h2>
+<div class="filters">
+ <label>judge by run <select id="f-run"></select></label>
+ <label>category <select id="f-cat"><option value="">all</option></select></label>
+ <label>failure label <select id="f-label"><option value="">any</option></select></label>
+ <label>outcome <select id="f-outcome"><option value="">all</option><option value="ok">correct</option>
+   <option value="bad">incorrect</option></select></label>
+ <label><input type="checkbox" id="f-flip"> flipped between runs only</label>
+ <label>text <input id="f-text" size="16" placeholder="question or answer"></label>
+ <span id="f-count"></span>
+</div>
+<div id="browser"><div id="qlist"><table><thead id="qhead"></thead><tbody id="qbody"></tbody></table></div>
+<div id="detail"><p class="note">Click a question to see its three trace layers in every run.</p></div></div>
+"""
