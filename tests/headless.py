@@ -128,6 +128,12 @@ class Chromium:
             raise CDPError(f"{expression[:80]!r}: {r['exceptionDetails'].get('exception', {}).get('description')}")
         return r.get("result", {}).get("value")
 
+    def set_value(self, selector: str, value: str | bool) -> None:
+        """Set a form control (a select's value, a checkbox's state) and fire its change event, as a user would."""
+        prop = "checked" if isinstance(value, bool) else "value"
+        self.eval(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
+                  f"e.{prop} = {json.dumps(value)}; e.dispatchEvent(new Event('change', {{bubbles: true}})); }})()")
+
     def console_errors(self) -> list[str]:
         out = []
         for e in self.events:

@@ -72,7 +72,12 @@ def load_runs(runs: Iterable[Run | str | Path], warn: bool = True) -> tuple[list
     """
     done: list[Run] = []
     skipped: list[tuple[Path, str]] = []
+    seen: set[Path] = set()
     for r in runs:
+        key = Path(r.run_dir if isinstance(r, Run) else r).resolve()
+        if key in seen:  # a folder given twice (a shell glob and a name) is reported once
+            continue
+        seen.add(key)
         if isinstance(r, Run):
             done.append(r)
             continue
