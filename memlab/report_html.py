@@ -29,18 +29,19 @@ from memlab import attribution, plots, trace
 from memlab.data import load_locomo
 from memlab.run.report import (
     CONTEXT_NOTE,
-    _bootstrap,
+    CORRECT_F1,
     category_name,
+    correct,
     display_frame,
     distinguishing,
     load_runs,
     order_runs,
+    paired,
     report_table,
     run_labels,
 )
 from memlab.run.runner import Run
 
-CORRECT_F1 = 0.5
 MAX_TEXT = 300
 ASSETS = Path(__file__).resolve().parent / "assets"
 
@@ -85,51 +86,6 @@ def _table_html(df: pd.DataFrame, cls: str = "") -> str:
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r) + "</tr>"
                    for r in df.itertuples(index=False))
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
-
-
-def correct(f1: Any) -> bool:
-    try:
-        return float(f1) >= CORRECT_F1
-    except (TypeError, ValueError):
-        return False
-
-
-def paired_table(a: Run, b: Run, metrics: Sequence[str] = ("f1",)) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-category deltas, flipped questions) of run b against run a.
-
-    Uses `memlab.compare` where the package provides it (permutation and McNemar p-values, MDD); otherwise a
-    paired clustered-bootstrap interval of the mean difference here, p-values shown as n/a.
-    """
-    import memlab
-
-    cmp = getattr(memlab, "compare", None)
-    if cmp is not None:
-        res = cmp(a, b)
-        return res.table, res.flipped
-    pa = a.predictions.set_index("qid")
-    pb = b.predictions.set_index("qid")
-    both = pa.index.intersection(pb.index)
-    pa, pb = pa.loc[both], pb.loc[both]
-    seed = int(getattr(a.config.run, "seed", 0) or 0)
-    rows = []
-    groups: list[tuple[Any, pd.Series]] = [(int(c), pa.category == c) for c in sorted(pa.category.unique())]
-    groups += [("overall 1-4", pa.category.isin([1, 2, 3, 4])), ("overall 1-5", pa.category.isin([1, 2, 3, 4, 5]))]
-    for g, mask in groups:
-        for m in metrics:
-            if m not in pa.columns or m not in pb.columns:
-                continue
-            d = (pd.to_numeric(pb[m], errors="coerce") - pd.to_numeric(pa[m], errors="coerce"))[mask]
-            lo, hi = _bootstrap(d.to_numpy(float), pa.conversation_id[mask].to_numpy(), 2000, seed)
-            rows.append({"group": g, "metric": m, "delta": float(d.mean()) if len(d) else np.nan, "lo": lo, "hi": hi,
-                         "p_perm": np.nan, "p_mcnemar": np.nan, "wins": int((d > 0).sum()),
-                         "losses": int((d < 0).sum()), "ties": int((d == 0).sum()), "mdd": np.nan, "n": int(len(d))})
-    ca, cb = pa.f1.map(correct), pb.f1.map(correct)
-    flip = ca != cb
-    flipped = pd.DataFrame({"qid": both[flip], "category": pa.category[flip].to_numpy(),
-                            "prediction_a": pa.prediction[flip].to_numpy(),
-                            "prediction_b": pb.prediction[flip].to_numpy(),
-                            "f1_a": pa.f1[flip].to_numpy(), "f1_b": pb.f1[flip].to_numpy()})
-    return pd.DataFrame(rows), flipped
 
 
 def _comparison_display(table: pd.DataFrame) -> pd.DataFrame:
@@ -272,7 +228,8 @@ def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table
     comparisons = []
     flipped: set[str] = set()
     for lab, run in zip(labels[1:], loaded[1:]):
-        t, fl = paired_table(loaded[0], run)
+        res = paired(loaded[0], run)
+        t, fl = res.table, res.flipped
         flipped |= set(map(str, fl.qid)) if len(fl) else set()
         comparisons.append((lab, t, fl))
 

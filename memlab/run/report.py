@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -419,6 +420,65 @@ def write_report(table: pd.DataFrame, out: str | Path, fmt: str | None = None) -
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(format_report(table, fmt) + "\n", encoding="utf-8")
     return p
+
+
+# ---------------------------------------------------------------------------------- paired
+CORRECT_F1 = 0.5
+
+
+def correct(f1: Any) -> bool:
+    """The correct/incorrect threshold the report's browser and flips use (F1 >= 0.5)."""
+    try:
+        return float(f1) >= CORRECT_F1
+    except (TypeError, ValueError):
+        return False
+
+
+@dataclass
+class Paired:
+    table: pd.DataFrame
+    """Per group x metric: delta (b - a), lo, hi, p_perm, p_mcnemar, wins, losses, ties, mdd, n."""
+    flipped: pd.DataFrame
+    """qid, category, prediction_a, prediction_b, f1_a, f1_b of the questions correct in one run only."""
+    notes: list[str]
+
+
+def paired(a: Run, b: Run, metrics: Sequence[str] = ("f1",)) -> Any:
+    """Run b against run a, question by question: ``.table`` (per category x metric) and ``.flipped``.
+
+    Uses `memlab.compare` where the package provides it (permutation and McNemar p-values, MDD); otherwise a
+    paired clustered-bootstrap interval of the mean difference here, p-values shown as n/a.
+    """
+    import memlab
+
+    cmp = getattr(memlab, "compare", None)
+    if cmp is not None:
+        return cmp(a, b)
+    pa = a.predictions.set_index("qid")
+    pb = b.predictions.set_index("qid")
+    both = pa.index.intersection(pb.index)
+    pa, pb = pa.loc[both], pb.loc[both]
+    seed = int(getattr(a.config.run, "seed", 0) or 0)
+    rows = []
+    groups: list[tuple[Any, pd.Series]] = [(int(c), pa.category == c) for c in sorted(pa.category.unique())]
+    groups += [("overall 1-4", pa.category.isin([1, 2, 3, 4])), ("overall 1-5", pa.category.isin([1, 2, 3, 4, 5]))]
+    for g, mask in groups:
+        for m in metrics:
+            if m not in pa.columns or m not in pb.columns:
+                continue
+            d = (pd.to_numeric(pb[m], errors="coerce") - pd.to_numeric(pa[m], errors="coerce"))[mask]
+            lo, hi = _bootstrap(d.to_numpy(float), pa.conversation_id[mask].to_numpy(), 2000, seed)
+            rows.append({"group": g, "metric": m, "delta": float(d.mean()) if len(d) else np.nan, "lo": lo, "hi": hi,
+                         "p_perm": np.nan, "p_mcnemar": np.nan, "wins": int((d > 0).sum()),
+                         "losses": int((d < 0).sum()), "ties": int((d == 0).sum()), "mdd": np.nan, "n": int(len(d))})
+    ca, cb = pa.f1.map(correct), pb.f1.map(correct)
+    flip = ca != cb
+    flipped = pd.DataFrame({"qid": both[flip], "category": pa.category[flip].to_numpy(),
+                            "prediction_a": pa.prediction[flip].to_numpy(),
+                            "prediction_b": pb.prediction[flip].to_numpy(),
+                            "f1_a": pa.f1[flip].to_numpy(), "f1_b": pb.f1[flip].to_numpy()})
+    return Paired(table=pd.DataFrame(rows), flipped=flipped, notes=["p-values need memlab.compare (not available)"])
+
 
 
 # ---------------------------------------------------------------------------------- legacy wide view
