@@ -158,6 +158,7 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
     arms = list(runs)
     top = 0.0
     shown = []
+    intervals = {arm: interval(runs[arm], metric) for arm in arms}
     for c in categories:
         pts = []
         for i, arm in enumerate(arms):
@@ -165,7 +166,7 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
             if c not in s.index:
                 continue
             x, y = float(tokens_per_qa(s).loc[c]), float(s.loc[c, metric])
-            iv = interval(runs[arm], metric)
+            iv = intervals[arm]
             e = _yerr(y, float(iv[0].loc[c]), float(iv[1].loc[c])) if iv is not None else None
             pts.append((x, y))
             ax.errorbar([x], [y], yerr=e, fmt=MARKERS[i % len(MARKERS)], color=CATEGORY_COLORS.get(c, "k"),

@@ -160,11 +160,11 @@ def order_runs(runs: Sequence[Run]) -> list[Run]:
 
 def _base_name(run: Run, diff: dict[str, Any]) -> str:
     """The run's name without the suffixes an ablation grid appended (``topk-top_k5`` -> ``topk``)."""
-    name = run.config.name
-    grid_suffix = [k for k in diff if f"-{k.split('.')[-1]}{diff[k]}" in name]
-    for k in grid_suffix:
-        name = name.replace(f"-{k.split('.')[-1]}{diff[k]}", "")
-    return name
+    parts = run.config.name.split("-")
+    suffixes = {f"{k.split('.')[-1]}{v}" for k, v in diff.items()}
+    while len(parts) > 1 and parts[-1] in suffixes:
+        parts.pop()
+    return "-".join(parts)
 
 
 def run_labels(runs: Sequence[Run]) -> list[str]:
