@@ -28,7 +28,7 @@ from matplotlib.lines import Line2D
 from memlab.attribution import LABELS
 from memlab.run.report import category_name, ci_frame
 
-CATEGORY_COLORS = {1: "#1f77b4", 2: "#ff7f0e", 3: "#2ca02c", 4: "#d62728", 5: "#9467bd",
+CATEGORY_COLORS = {"1": "#1f77b4", "2": "#ff7f0e", "3": "#2ca02c", "4": "#d62728", "5": "#9467bd",
                    "overall 1-4": "#333333", "overall 1-5": "#888888"}
 LABEL_COLORS = {"label-issue": "#bbbbbb", "abstain-error": "#9467bd", "write-miss": "#d62728",
                 "retrieval-miss": "#ff7f0e", "reading-miss": "#1f77b4"}
@@ -51,7 +51,19 @@ def _save(fig: Figure, save_to: str | Path | None, name: str) -> None:
 
 
 def _summary(run: Any) -> pd.DataFrame:
-    return run.summary if hasattr(run, "summary") else run
+    """The run's summary with string group keys ("1".."5", "overall 1-4"), whatever the index type on disk."""
+    s = run.summary if hasattr(run, "summary") else run
+    if not all(isinstance(i, str) for i in s.index):
+        s = s.set_axis([str(i) for i in s.index])
+    return s
+
+
+def _keys(categories: Sequence[Any]) -> list[str]:
+    return [str(c) for c in categories]
+
+
+def _color(c: Any) -> str:
+    return CATEGORY_COLORS.get(str(c), "k")
 
 
 def tokens_per_qa(summary: pd.DataFrame) -> pd.Series:
@@ -74,6 +86,7 @@ def interval(run: Any, metric: str) -> tuple[pd.Series, pd.Series] | None:
     if hasattr(run, "predictions") and hasattr(run, "config"):
         ci = ci_frame(run, [metric])
         if f"{metric}_lo" in ci.columns:
+            ci = ci.set_axis([str(i) for i in ci.index])
             return ci[f"{metric}_lo"].astype(float), ci[f"{metric}_hi"].astype(float)
     return None
 
@@ -106,7 +119,7 @@ def category_bars(runs: Mapping[str, Any], metric: str = "f1",
                   save_to: str | Path | None = None) -> Figure:
     """One group of bars per category (its number, label and n), one bar per arm, 95 % interval error bars."""
     arms = list(runs)
-    cats = [c for c in categories if any(c in _summary(r).index for r in runs.values())]
+    cats = [c for c in _keys(categories) if any(c in _summary(r).index for r in runs.values())]
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(max(7, 1.3 * len(cats) + 2), 4.8))
     width = 0.8 / max(1, len(arms))
     top = 0.0
@@ -159,7 +172,7 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
     top = 0.0
     shown = []
     intervals = {arm: interval(runs[arm], metric) for arm in arms}
-    for c in categories:
+    for c in _keys(categories):
         pts = []
         for i, arm in enumerate(arms):
             s = _summary(runs[arm])
@@ -169,14 +182,14 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
             iv = intervals[arm]
             e = _yerr(y, float(iv[0].loc[c]), float(iv[1].loc[c])) if iv is not None else None
             pts.append((x, y))
-            ax.errorbar([x], [y], yerr=e, fmt=MARKERS[i % len(MARKERS)], color=CATEGORY_COLORS.get(c, "k"),
+            ax.errorbar([x], [y], yerr=e, fmt=MARKERS[i % len(MARKERS)], color=_color(c),
                         ms=7, capsize=3, elinewidth=1, zorder=3)
             top = max(top, y if e is None else y + float(e[1, 0]))
         if pts:
             shown.append(c)
         front = pareto_front(pts)
         if len(front) > 1:
-            ax.plot([p[0] for p in front], [p[1] for p in front], ls="--", lw=1, color=CATEGORY_COLORS.get(c, "k"))
+            ax.plot([p[0] for p in front], [p[1] for p in front], ls="--", lw=1, color=_color(c))
     ax.set_xscale("log")
     offline = [not sends_prompt(_summary(r)) for r in runs.values()]
     ax.set_xlabel(CONTEXT_AXIS if all(offline) else TOKENS_AXIS + ("; offline arms: context tokens"
@@ -185,7 +198,7 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
     _quality_ylim(ax, top)
     ax.set_title("Per-category quality against token cost (bars: 95 % interval)")
     ax.grid(True, alpha=0.3)
-    cat_handles = [Line2D([], [], color=CATEGORY_COLORS.get(c, "k"), marker="s", ls="", ms=8,
+    cat_handles = [Line2D([], [], color=_color(c), marker="s", ls="", ms=8,
                           label=_group_n(runs, c)) for c in shown]
     arm_handles = [Line2D([], [], color="#555555", marker=MARKERS[i % len(MARKERS)], ls="", ms=7,
                           label=arm + (" (context tokens)" if off and not all(offline) else ""))
@@ -204,6 +217,7 @@ def topk_curve(runs: Sequence[Any], group: Any = "overall 1-4", metric: str = "f
                save_to: str | Path | None = None) -> Figure:
     """F1 with its interval (left axis) and tokens/QA (right axis) against the retrieval top-k of each run."""
     rows = []
+    group = str(group)
     for r in runs:
         s = _summary(r)
         iv = interval(r, metric)
@@ -239,6 +253,12 @@ def topk_curve(runs: Sequence[Any], group: Any = "overall 1-4", metric: str = "f
     return fig
 
 
+def _n_of(counts: Mapping[Any, Any], c: int) -> int:
+    """Questions of category ``c`` in a mapping keyed by int or by string (a summary's ``n`` column)."""
+    v = counts.get(c, counts.get(str(c), 0))
+    return int(v) if v == v else 0
+
+
 def attribution_bars(attributions: Mapping[str, pd.DataFrame], n: Mapping[str, Mapping[int, int]] | None = None,
                      save_to: str | Path | None = None) -> Figure:
     """Failure labels stacked per category and arm, as shares with the count written in each segment.
@@ -255,7 +275,7 @@ def attribution_bars(attributions: Mapping[str, pd.DataFrame], n: Mapping[str, M
         counts = att.groupby(["category", "label"]).size().unstack(fill_value=0).reindex(
             index=cats, columns=list(LABELS), fill_value=0)
         if n is not None:
-            totals = np.array([max(int(n[arm].get(c, 0)), 1) for c in cats], dtype=float)
+            totals = np.array([max(_n_of(n[arm], c), 1) for c in cats], dtype=float)
         else:
             totals = np.maximum(counts.sum(axis=1).to_numpy(dtype=float), 1)
         bottom = np.zeros(len(cats))
@@ -278,7 +298,7 @@ def attribution_bars(attributions: Mapping[str, pd.DataFrame], n: Mapping[str, M
         ax.tick_params(axis="x", which="major", pad=14)
     ax.set_xticks(range(len(cats)))
     if n is not None:
-        ax.set_xticklabels([category_name(c) + "\n(n=" + "/".join(f"{int(n[a].get(c, 0)):,}" for a in arms) + ")"
+        ax.set_xticklabels([category_name(c) + "\n(n=" + "/".join(f"{_n_of(n[a], c):,}" for a in arms) + ")"
                             for c in cats], fontsize=8)
     else:
         ax.set_xticklabels([category_name(c) for c in cats], fontsize=8)
@@ -305,7 +325,7 @@ def recall_curves(run: Any, ks: Sequence[int] = (1, 5, 10, 20), save_to: str | P
     ks = [k for k in ks if (top_k is None or k <= top_k) and f"recall@{k}" in s.columns]
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     ivs = {k: interval(run, f"recall@{k}") for k in ks}
-    for c in [i for i in s.index if i in CATEGORY_COLORS]:
+    for c in [i for i in s.index if i in CATEGORY_COLORS]:  # string keys (see _summary)
         ys = [float(s.loc[c, f"recall@{k}"]) for k in ks]
         err = None
         if ks and all(ivs[k] is not None for k in ks):

@@ -10,13 +10,14 @@ Layers, joined by question id and memory id:
 
 from __future__ import annotations
 
-import ast
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from memlab.run.records import PredictionRecord, read_frame, read_jsonl
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -32,11 +33,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _as_list(v: Any) -> list[Any]:
-    if isinstance(v, list):
-        return v
-    if isinstance(v, str) and v.startswith("["):
-        return ast.literal_eval(v)
-    return []
+    return list(v) if isinstance(v, (list, tuple)) else []
 
 
 @dataclass
@@ -123,15 +120,12 @@ class Traces:
 def load(run_dir: str | Path) -> Traces:
     """Load a run folder's traces as DataFrames."""
     d = Path(run_dir)
-    if not (d / "predictions.jsonl").is_file() and not (d / "predictions.csv").is_file():
-        raise FileNotFoundError(f"{d}: not a run folder (no predictions)")
-    if (d / "predictions.csv").is_file():
-        qs = pd.read_csv(d / "predictions.csv")
-        for col in ("evidence", "evidence_raw", "retrieved_ids"):
-            if col in qs:
-                qs[col] = qs[col].apply(_as_list)
+    if (d / "predictions.parquet").is_file():
+        qs = read_frame(d / "predictions").reset_index()
+    elif (d / "predictions.jsonl").is_file():  # a run still going, or killed: its resume log
+        qs = pd.DataFrame([r.to_dict() for r in read_jsonl(d / "predictions.jsonl", PredictionRecord)])
     else:
-        qs = pd.DataFrame(_read_jsonl(d / "predictions.jsonl"))
+        raise FileNotFoundError(f"{d}: not a run folder (no predictions)")
     rows, qrows = [], []
     contexts: dict[str, list[str]] = {}
     for r in _read_jsonl(d / "traces" / "retrieval.jsonl"):

@@ -100,11 +100,11 @@ def test_unfinished_runs_are_skipped_with_a_warning(sweep, tmp_path):
     done = sweep["k"][10].run_dir
     broken = tmp_path / "offline-killed"
     shutil.copytree(done, broken)
-    (broken / "predictions.csv").unlink()
+    (broken / "predictions.parquet").unlink()
     with pytest.warns(UserWarning, match="memlab run --resume"):
         table = report_table([done, broken])
     assert set(table.run_dir) == {str(done)}
-    assert table.attrs["skipped"] == [(str(broken), "did not finish (no predictions.csv)")]
+    assert table.attrs["skipped"] == [(str(broken), "did not finish (no predictions.parquet)")]
     assert "skipped" in format_report(table, "md")
     with pytest.warns(UserWarning), pytest.raises(ReportError, match="nothing to report"):
         report_table([broken])
@@ -134,7 +134,7 @@ def test_cli_report(sweep, tmp_path, capsys):
 
     broken = tmp_path / "offline-killed"
     shutil.copytree(sweep["k"][10].run_dir, broken)
-    (broken / "predictions.csv").unlink()
+    (broken / "predictions.parquet").unlink()
     out = tmp_path / "table.tex"
     rc = main(["report", str(sweep["k"][20].run_dir), str(sweep["k"][5].run_dir), str(broken), "--out", str(out)])
     cap = capsys.readouterr()

@@ -62,7 +62,7 @@ def test_build_refuses_when_no_run_finished(tmp_path, two_arms):
 
     d = tmp_path / "killed"
     shutil.copytree(two_arms["a"].run_dir, d)
-    (d / "predictions.csv").unlink()
+    (d / "predictions.parquet").unlink()
     with pytest.raises(FileNotFoundError, match="no finished run"):
         build_html([d])
 

