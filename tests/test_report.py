@@ -39,7 +39,9 @@ def sweep(tmp_path_factory):
     data.write_text(json.dumps(synthetic_samples()), encoding="utf-8")
     runs = {k: run_experiment(base_cfg(data, **{"retrieval.top_k": k}), results=root / "results", progress=False)
             for k in (20, 5, 10)}
-    obs = run_experiment(base_cfg(data, **{"extraction.extractor": "observations", "name": "offline-obs"}),
+    # syn-2 has no annotated observations: that arm answers its questions from an empty store, on purpose
+    obs = run_experiment(base_cfg(data, **{"extraction.extractor": "observations", "name": "offline-obs",
+                                           "run.allow_failed_extraction": True}),
                          results=root / "results", progress=False)
     return {"root": root, "k": runs, "obs": obs}
 
@@ -50,9 +52,10 @@ def test_labels_name_the_distinguishing_values_and_sweeps_sort_numerically(sweep
     assert list(dict.fromkeys(table.run)) == ["offline k=5", "offline k=10", "offline k=20"]
     mixed = report_table([sweep["obs"].run_dir, *dirs])
     labels = list(dict.fromkeys(mixed.run))
-    assert labels[0] == "offline-obs extractor=observations, k=10"  # given first, its name group stays first
-    assert labels[1:] == ["offline extractor=turns+observations, k=5", "offline extractor=turns+observations, k=10",
-                          "offline extractor=turns+observations, k=20"]
+    # given first, its name group stays first; every value that differs is named
+    assert labels[0] == "offline-obs extractor=observations, k=10, allow_failed_extraction=True"
+    assert labels[1:] == [f"offline extractor=turns+observations, k={k}, allow_failed_extraction=False"
+                          for k in (5, 10, 20)]
     twin = sweep["root"] / "results" / "offline-rerun"
     shutil.copytree(dirs[0], twin)
     same = load_runs([dirs[0], twin, dirs[0]])[0]  # a folder given twice is reported once

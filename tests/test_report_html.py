@@ -23,7 +23,8 @@ def two_arms(tmp_path_factory):
     data = root / "syn.json"
     data.write_text(json.dumps(synthetic_samples()), encoding="utf-8")
     base = ExperimentConfig.from_dict({"name": "offline", "dataset": {"path": str(data)},
-                                       "extraction": {"extractor": "turns+observations"}})
+                                       "extraction": {"extractor": "turns+observations"},
+                                       "run": {"allow_failed_extraction": True}})  # syn-2 has no observations
     a = run_experiment(base, results=root / "results", progress=False)
     b = run_experiment(base.with_overrides({"name": "offline-obs", "extraction.extractor": "observations"}),
                        results=root / "results", progress=False)

@@ -40,7 +40,9 @@ HEADERS = {"f1": "F1", "bleu1": "BLEU-1", "em": "EM", "j": "J", "tokens_qa": "To
            "latency_p95_s": "latency p95 (s)", "context_recall": "context recall"}
 #: Short names for swept keys in run labels.
 KEY_ALIASES = {"retrieval.top_k": "k"}
-IGNORED_KEYS = ("name", "grid")
+#: Config keys that never change a result (names, how a run is driven): left out of run labels.
+IGNORED_KEYS = ("name", "grid", "run.concurrency", "run.max_error_rate", "run.check_endpoint", "models.timeout",
+                "models.max_retries")
 CONTEXT_MARK = "†"
 CONTEXT_NOTE = (f"{CONTEXT_MARK} context tokens: this arm sends no prompt (no model call); the figure is the "
                 "retrieved context a model would have been sent, counted offline.")
@@ -115,7 +117,7 @@ def distinguishing(runs: Sequence[Run]) -> list[dict[str, Any]]:
     """Per run, the config values (dotted keys) that are not the same in every run (name and grid aside)."""
     flat = [_config_dict(r) for r in runs]
     keys = sorted({k for f in flat for k in f})
-    differ = [k for k in keys if not k.startswith(IGNORED_KEYS)
+    differ = [k for k in keys if k not in IGNORED_KEYS and not k.startswith("grid.")
               and len({yaml.safe_dump(f.get(k)) for f in flat}) > 1]
     return [{k: f.get(k) for k in differ} for f in flat]
 
