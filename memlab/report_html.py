@@ -231,7 +231,7 @@ def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table
         res = paired(loaded[0], run)
         t, fl = res.table, res.flipped
         flipped |= set(map(str, fl.qid)) if len(fl) else set()
-        comparisons.append((lab, t, fl))
+        comparisons.append((lab, t, fl, list(getattr(res, "notes", []) or [])))
 
     questions = question_data(loaded, labels, atts, flipped)
     data = {"runs": [{"label": lab, "dir": str(r.run_dir)} for lab, r in zip(labels, loaded)],
@@ -252,9 +252,10 @@ def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table
              "".join(f'<p class="note">{html.escape(n)}</p>' for n in notes)]
     if comparisons:
         parts.append('<h2 id="compare">Paired comparisons (question by question, against the first run)</h2>')
-        for lab, t, fl in comparisons:
+        for lab, t, fl, cnotes in comparisons:
             parts.append(f"<h3>{html.escape(lab)} &minus; {html.escape(labels[0])}: {len(fl)} flipped question(s)</h3>")
             parts.append(_table_html(_comparison_display(t), "compare"))
+            parts.append("".join(f'<p class="note">{html.escape(str(n))}</p>' for n in cnotes))
     parts.append('<h2 id="plots">Plots</h2><div class="plots">' + "".join(
         f'<figure><img alt="{html.escape(c)}" src="{src}"><figcaption>{html.escape(c)}</figcaption></figure>'
         for c, src in figs) + "</div>")
