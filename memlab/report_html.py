@@ -104,26 +104,58 @@ def _comparison_display(table: pd.DataFrame) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------- traces
-def _by_conversation(tr: trace.Traces) -> dict[str, trace.Traces]:
-    """The run's traces split per conversation, so `Traces.question` filters small tables."""
-    q2c = dict(zip(tr.questions.qid, tr.questions.conversation_id))
+class QuestionTraces:
+    """`Traces.question` for every question of a run, fast: each call sees a `Traces` cut down to that question's
+    rows (its hits, queries, answer, and the extractor ops and memories sourced from its evidence), found through
+    indexes built once, so the layers are memlab.trace's own and a full LoCoMo run takes seconds, not minutes."""
 
-    def rows_of(df: pd.DataFrame, col: str, keep: Any) -> pd.DataFrame:
-        return df[df[col].isin(keep)] if len(df) and col in df.columns else df
+    def __init__(self, tr: trace.Traces):
+        self.tr = tr
+        self.q = tr.questions.set_index("qid", drop=False)
+        self.by_qid = {name: {k: g for k, g in df.groupby("qid")} if len(df) else {}
+                       for name, df in (("retrieval", tr.retrieval), ("queries", tr.queries), ("answers", tr.answers))}
+        self.ops: dict[tuple[str, str], list[int]] = {}
+        ex = tr.extraction
+        if len(ex):
+            for pos, (conv, src) in enumerate(zip(ex.conversation, ex.source_ids)):
+                for sid in src or []:
+                    self.ops.setdefault((conv, sid), []).append(pos)
+        self.mems: dict[tuple[str, str], list[int]] = {}
+        self.mem_pos: dict[str, int] = {}
+        mm = tr.memories
+        if len(mm):
+            for pos, (conv, mid, src) in enumerate(zip(mm.conversation, mm.id, mm.source_ids)):
+                self.mem_pos[mid] = pos
+                for sid in src or []:
+                    self.mems.setdefault((conv, sid), []).append(pos)
 
-    out = {}
-    for conv, qs in tr.questions.groupby("conversation_id"):
-        qids = set(qs.qid)
-        out[conv] = dataclasses.replace(
-            tr, questions=qs, retrieval=rows_of(tr.retrieval, "qid", qids), queries=rows_of(tr.queries, "qid", qids),
-            answers=rows_of(tr.answers, "qid", qids), extraction=rows_of(tr.extraction, "conversation", [conv]),
-            memories=rows_of(tr.memories, "conversation", [conv]),
-            contexts={k: v for k, v in tr.contexts.items() if q2c.get(k) == conv})
-    return out
+    def _rows(self, name: str, qid: str) -> pd.DataFrame:
+        df = getattr(self.tr, name)
+        return self.by_qid[name].get(qid, df.iloc[0:0]) if len(df) else df
+
+    def question(self, qid: str) -> dict[str, Any]:
+        row = self.q.loc[[qid]]
+        conv = row.conversation_id.iloc[0]
+        evidence = trace._as_list(row.evidence.iloc[0])
+        ops = sorted({p for e in evidence for p in self.ops.get((conv, e), ())})
+        ex = self.tr.extraction.iloc[ops] if len(self.tr.extraction) else self.tr.extraction
+        mems = {p for e in evidence for p in self.mems.get((conv, e), ())}
+        if len(ex):  # the memories those ops wrote, for their final text
+            mems |= {self.mem_pos[m] for m in ex.memory_id if m in self.mem_pos}
+        sub = dataclasses.replace(
+            self.tr, questions=row.reset_index(drop=True), retrieval=self._rows("retrieval", qid),
+            queries=self._rows("queries", qid), answers=self._rows("answers", qid), extraction=ex,
+            memories=self.tr.memories.iloc[sorted(mems)] if len(self.tr.memories) else self.tr.memories,
+            contexts={qid: self.tr.contexts.get(qid, [])})
+        return sub.question(qid)
 
 
-def _layers(tr: trace.Traces, qid: str, mem_text: dict[str, str]) -> dict[str, Any]:
-    v = tr.question(qid)
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def layers(v: dict[str, Any], mem_text: dict[str, str]) -> dict[str, Any]:
+    """One question's three layers (a `Traces.question` result) as compact JSON for the page."""
     ops = []
     ex = v["extractor"]
     if ex is not None and len(ex):
@@ -132,7 +164,8 @@ def _layers(tr: trace.Traces, qid: str, mem_text: dict[str, str]) -> dict[str, A
             ops.append({"action": o.get("action"), "result": o.get("result"), "tier": rec.get("tier"),
                         "score": rec.get("score"), "jaccard": rec.get("jaccard"),
                         "src": list(o.get("source_ids") or []),
-                        "text": _short(o.get("final_text") or o.get("text")), "error": _short(o.get("error"), 160)})
+                        "text": _short(o.get("text") if _missing(o.get("final_text")) else o.get("final_text")),
+                        "error": _short(o.get("error"), 160)})
     mems = [{"id": m["id"], "text": _short(m["text"]), "src": list(m.get("source_ids") or [])}
             for m in (v["evidence_memories"].to_dict("records") if len(v["evidence_memories"]) else [])]
     queries = []
@@ -163,7 +196,7 @@ def question_data(runs: Sequence[Run], labels: Sequence[str], attributions: Sequ
     for run in runs:
         tr = trace.load(run.run_dir)
         mem_text = dict(zip(tr.memories.id, tr.memories.text)) if len(tr.memories) else {}
-        per_run.append((_by_conversation(tr), tr.questions.set_index("qid"), mem_text))
+        per_run.append((QuestionTraces(tr), tr.questions.set_index("qid"), mem_text))
     order: list[str] = []
     seen: set[str] = set()
     for _, qs, _ in per_run:
@@ -178,7 +211,7 @@ def question_data(runs: Sequence[Run], labels: Sequence[str], attributions: Sequ
         rec = {"qid": qid, "cat": int(ref["category"]), "catName": category_name(int(ref["category"])),
                "conv": ref["conversation_id"], "q": str(ref["question"]), "gold": _short(ref["answer"], 500),
                "ev": list(trace._as_list(ref["evidence"])), "flip": qid in flipped, "r": []}
-        for (convs, qs, mem_text), att in zip(per_run, atts):
+        for (qt, qs, mem_text), att in zip(per_run, atts):
             if qid not in qs.index:
                 rec["r"].append(None)
                 continue
@@ -188,7 +221,7 @@ def question_data(runs: Sequence[Run], labels: Sequence[str], attributions: Sequ
                 "pred": _short(row["prediction"], 500), "f1": float(row["f1"]), "ok": correct(row["f1"]),
                 "label": None if lab is None else lab["label"], "reason": None if lab is None else lab["reason"],
                 "error": None if pd.isna(row.get("error")) else str(row.get("error")),
-                "layers": _layers(convs[row["conversation_id"]], qid, mem_text)}))
+                "layers": layers(qt.question(qid), mem_text)}))
         out.append(rec)
     return out
 

@@ -58,6 +58,20 @@ def test_page_is_self_contained(two_arms):
     assert "Paired comparisons" in text and "Summary per category" in text
 
 
+def test_indexed_question_traces_match_memlab_trace(two_arms):
+    from memlab import trace
+    from memlab.report_html import QuestionTraces, layers
+
+    for run in (two_arms["a"], two_arms["b"]):
+        tr = trace.load(run.run_dir)
+        fast = QuestionTraces(tr)
+        mem_text = dict(zip(tr.memories.id, tr.memories.text))
+        for qid in tr.questions.qid:
+            want = layers(tr.question(qid), mem_text)
+            assert layers(fast.question(qid), mem_text) == want
+            assert want["queries"] and want["answer"]["rule"]
+
+
 def test_build_refuses_when_no_run_finished(tmp_path, two_arms):
     import shutil
 
