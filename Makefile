@@ -18,7 +18,7 @@ TORCH ?= torch==2.13.0
 # clone), `make test` installs it once; elsewhere, or with CHROMIUM=0, that test skips and says why.
 CHROMIUM ?= 1
 
-.PHONY: demo test lint clean-venv strip-notebooks chromium
+.PHONY: demo test test-local lint clean-venv strip-notebooks chromium
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ chromium:
 
 test: $(VENV)/.installed chromium
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
+
+# Opt-in, never in CI: the local-model benchmark against a server you started (README: Run with a local model).
+test-local: $(VENV)/.installed
+	@test -n "$(MEMLAB_LOCAL_API_BASE)" || { echo "set MEMLAB_LOCAL_API_BASE (e.g. http://127.0.0.1:8000/v1) and MEMLAB_LOCAL_MODEL"; exit 2; }
+	$(PY) benchmarks/local_model.py --api-base "$(MEMLAB_LOCAL_API_BASE)" --model "$(or $(MEMLAB_LOCAL_MODEL),openai/local)"
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check memlab tests benchmarks

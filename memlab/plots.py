@@ -30,8 +30,9 @@ from memlab.run.report import category_name, ci_frame
 
 CATEGORY_COLORS = {"1": "#1f77b4", "2": "#ff7f0e", "3": "#2ca02c", "4": "#d62728", "5": "#9467bd",
                    "overall 1-4": "#333333", "overall 1-5": "#888888"}
-LABEL_COLORS = {"label-issue": "#bbbbbb", "abstain-error": "#9467bd", "write-miss": "#d62728",
-                "retrieval-miss": "#ff7f0e", "reading-miss": "#1f77b4"}
+LABEL_COLORS = {"label-issue": "#bbbbbb", "judge-error": "#7f7f7f", "abstain-error": "#9467bd",
+                "reconcile-loss": "#8c564b", "write-miss": "#d62728", "retrieval-miss": "#ff7f0e",
+                "partial-retrieval": "#ffbb78", "reading-miss": "#1f77b4"}
 MARKERS = "osD^vP*X"
 ARM_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 HATCHES = ("", "//", "..", "xx", "\\\\", "++", "oo", "--")

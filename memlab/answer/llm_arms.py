@@ -4,6 +4,7 @@ and the LLM judge. Every call goes through `memlab.llm.ModelClient` (cache, retr
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -20,7 +21,16 @@ from memlab.answer.base import (
     retrieve,
 )
 from memlab.data.locomo import Conversation, Question, format_day
-from memlab.llm import Completion, ModelClient, Usage, count_tokens
+from memlab.llm import (
+    BadReply,
+    Completion,
+    MalformedToolCall,
+    ModelClient,
+    ModelError,
+    ToolLoopExhausted,
+    Usage,
+    count_tokens,
+)
 from memlab.memory.entry import MemoryEntry
 from memlab.prompts import load_prompt, render
 
@@ -53,7 +63,19 @@ def _account(ans: Answer, comp: Completion) -> None:
     if comp.from_cache:
         ans.cached_calls += 1
     else:
-        ans.calls += 1
+        ans.calls += comp.calls
+    ans.malformed_tool_calls += comp.malformed_tool_calls
+
+
+def _complete(client: ModelClient, ans: Answer, msgs: list[dict[str, Any]], **kw: Any) -> Completion:
+    """One call; a failure carries every earlier round's cost in ``partial`` and is re-raised."""
+    try:
+        comp = client.complete(msgs, **kw)
+    except ModelError as e:
+        e.partial = ans.stats() + e.partial
+        raise
+    _account(ans, comp)
+    return comp
 
 
 @ANSWERERS.register("long-context")
@@ -77,10 +99,10 @@ class LongContextAnswerer(Answerer):
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation),
                         transcript=render_transcript(ctx.conversation))
         msgs = [{"role": "system", "content": system}, {"role": "user", "content": question.question}]
-        comp = self.client.complete(msgs)
-        ans = Answer(prediction=comp.text.strip() or ABSTAIN, prompt=system, response=comp.text, rule="model")
+        ans = Answer(prediction="", prompt=system, rule="model")
+        comp = _complete(self.client, ans, msgs)  # an empty reply raises EmptyReply: never an abstention
+        ans.prediction, ans.response = comp.text.strip(), comp.text
         ans.context_tokens = count_tokens(system)
-        _account(ans, comp)
         return ans
 
 
@@ -107,11 +129,10 @@ class OriginalAnswerer(Answerer):
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation),
                         memories=render_context(context))
         msgs = [{"role": "system", "content": system}, {"role": "user", "content": question.question}]
-        comp = self.client.complete(msgs)
-        ans = Answer(prediction=comp.text.strip() or ABSTAIN, context=context, queries=[trace], prompt=system,
-                     response=comp.text, preload=pinfo, rule="model")
+        ans = Answer(prediction="", context=context, queries=[trace], prompt=system, preload=pinfo, rule="model")
+        comp = _complete(self.client, ans, msgs)
+        ans.prediction, ans.response = comp.text.strip(), comp.text
         ans.context_tokens = count_tokens(system)
-        _account(ans, comp)
         return ans
 
 
@@ -135,7 +156,12 @@ def memory_tools() -> list[dict[str, Any]]:
 
 @ANSWERERS.register("optimized")
 class OptimizedAnswerer(Answerer):
-    """The model drives ``memory_search`` / ``memory_load`` for up to ``max_rounds`` rounds, then answers."""
+    """The model drives ``memory_search`` / ``memory_load`` for up to ``max_rounds`` rounds, then answers.
+
+    The last round offers no tools (``tool_choice="none"``); a model still calling tools then raises
+    `ToolLoopExhausted`. A tool call written as text is parsed or re-asked with the tool forced (by
+    the client) and counted in ``malformed_tool_calls``; one that stays unusable raises `MalformedToolCall`.
+    """
 
     name = "optimized"
     requires_model = True
@@ -201,18 +227,27 @@ class OptimizedAnswerer(Answerer):
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation), preloaded=pre_text)
         msgs: list[dict[str, Any]] = [{"role": "system", "content": system},
                                       {"role": "user", "content": question.question}]
-        ans = Answer(prediction=ABSTAIN, context=list(pre), prompt=system, preload=pinfo)
+        ans = Answer(prediction="", context=list(pre), prompt=system, preload=pinfo)
         tools = memory_tools()
         for round_ in range(1, self.max_rounds + 1):
             last = round_ == self.max_rounds
-            comp = self.client.complete(msgs, tools=tools, tool_choice="none" if last else "auto")
-            _account(ans, comp)
-            if not comp.tool_calls or last:
-                ans.prediction = comp.text.strip() or ABSTAIN
-                ans.response = comp.text
+            try:
+                comp = _complete(self.client, ans, msgs, tools=tools, tool_choice="none" if last else "auto")
+            except MalformedToolCall as e:
+                if not last:
+                    raise
+                raise ToolLoopExhausted(f"still calling tools after the last round ({self.max_rounds}): {e}",
+                                        e.partial) from e
+            if comp.tool_calls and last:
+                names = ", ".join(tc.name for tc in comp.tool_calls)
+                raise ToolLoopExhausted(f"{self.client.model}: still calling tools ({names}) after the last round "
+                                        f"({self.max_rounds}), though offered none", ans.stats())
+            if not comp.tool_calls:
+                ans.prediction, ans.response = comp.text.strip(), comp.text
                 ans.rule = f"model answered in round {round_}"
                 break
-            msgs.append({"role": "assistant", "content": comp.text or None, "tool_calls": [
+            # ``content`` always sent (litellm drops a None one, and llama.cpp's template then fails with 500)
+            msgs.append({"role": "assistant", "content": comp.text or "", "tool_calls": [
                 {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
                 for tc in comp.tool_calls]})
             for tc in comp.tool_calls:
@@ -238,6 +273,16 @@ class Judge:
     def judge(self, question: Question, prediction: str) -> tuple[float, Usage, bool]:
         gold = question.answer if question.answer is not None else ABSTAIN
         text = render(load_prompt("judge", self.prompt), question=question.question, gold=gold, prediction=prediction)
-        comp = self.client.complete([{"role": "user", "content": text}])
-        verdict = comp.text.strip().upper()
-        return (1.0 if verdict.startswith("CORRECT") else 0.0), comp.usage, comp.from_cache
+        comp = self.client.complete([{"role": "user", "content": text}])  # empty: EmptyReply
+        return verdict(comp), comp.usage, comp.from_cache
+
+
+_VERDICT = re.compile(r"\b(CORRECT|WRONG|INCORRECT)\b")
+
+
+def verdict(comp: Completion) -> float:
+    """1.0 for CORRECT, 0.0 for WRONG; a reply saying neither (or both) is a `BadReply`, not a 0."""
+    found = {w.replace("INCORRECT", "WRONG") for w in _VERDICT.findall(comp.text.upper())}
+    if len(found) != 1:
+        raise BadReply(f"judge reply {comp.text[:80]!r} is not one verdict (CORRECT or WRONG)", comp.stats())
+    return 1.0 if found == {"CORRECT"} else 0.0

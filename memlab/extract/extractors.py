@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -258,6 +259,29 @@ def parse_tool_call(name: str, raw_args: str, delta_ids: Sequence[str]) -> Memor
     )
 
 
+_FIRST_PERSON = re.compile(r"(?<![\w'])(I|I'm|I've|I'd|I'll|[Mm]y|[Mm]e|[Mm]yself|[Mm]ine)(?![\w'])")
+
+
+def first_person(text: str, names: Sequence[str] = ()) -> str | None:
+    """The first-person word of a memory written as the speaker ("I went to ..."), else None.
+
+    Flagged when the memory starts with it, or uses it (outside quotes) without naming any of
+    ``names``: "I" in a store shared by two speakers says nothing about who. "Caroline said: I ..."
+    names its person and passes.
+    """
+    unquoted = re.sub(r'"[^"]*"|“[^”]*”', " ", text)
+    m = _FIRST_PERSON.search(unquoted)
+    if m is None:
+        return None
+    if not unquoted[:m.start()].strip() or not any(n and n.lower() in text.lower() for n in names):
+        return m.group(1)
+    return None
+
+
+def speakers_of(delta: Sequence[Message]) -> list[str]:
+    return list(dict.fromkeys(m.speaker or m.role for m in delta))
+
+
 def render_messages(delta: Sequence[Message]) -> str:
     return "\n".join(f"[{m.id or i}] ({m.timestamp:%Y-%m-%d}) {m.speaker or m.role}: {m.text}"
                      for i, m in enumerate(delta))
@@ -276,7 +300,13 @@ def render_old_memories(memories: Sequence[MemoryEntry]) -> str:
 
 @EXTRACTORS.register("llm")
 class LLMExtractor(Extractor):
-    """One model call through litellm; malformed tool calls are dropped one by one with a reason."""
+    """One model call through litellm; malformed tool calls are dropped one by one with a reason.
+
+    A memory in the first person ("I went ...") is dropped with its reason: it cannot say whose it
+    is. A reply with no text and no tool call, or a tool call written as text that neither parses nor
+    comes back well-formed when re-asked with ``tool_choice`` forced, raises a `memlab.llm.ModelError`
+    (the job fails and is retried on rerun; nothing is cached).
+    """
 
     name = "llm"
     requires_model = True
@@ -312,8 +342,10 @@ class LLMExtractor(Extractor):
 
     def build_messages(self, request: ExtractionRequest) -> list[dict[str, Any]]:
         today = (request.now or (request.delta[-1].timestamp if request.delta else datetime.now()))
+        who = speakers_of(request.delta)
         text = render(load_prompt("extract", self.prompt), old_memories=render_old_memories(request.old_memories),
-                      messages=render_messages(request.delta), today=f"{today:%Y-%m-%d}")
+                      messages=render_messages(request.delta), today=f"{today:%Y-%m-%d}",
+                      speakers=" and ".join(who) or "the speakers", speaker=who[0] if who else "Alice")
         return [{"role": "system", "content": text},
                 {"role": "user", "content": "Extract the memories from the new messages now."}]
 
@@ -323,10 +355,17 @@ class LLMExtractor(Extractor):
         ids = request.source_ids
         for tc in comp.tool_calls:
             try:
-                ops.append(parse_tool_call(tc.name, tc.arguments, ids))
+                op = parse_tool_call(tc.name, tc.arguments, ids)
+                word = (first_person(op.text, speakers_of(request.delta))
+                        if op.action in ("add", "update") and op.text else None)
+                if word:
+                    raise ValueError(f"{tc.name}: first-person memory ({word!r} in {op.text[:60]!r}); expected "
+                                     "third person naming the speaker")
+                ops.append(op)
             except ValueError as e:
                 dropped.append(str(e))
-        return ExtractionResult(ops=ops, dropped=dropped, usage=comp.usage, calls=0 if comp.from_cache else 1)
+        return ExtractionResult(ops=ops, dropped=dropped, usage=comp.usage, calls=comp.calls,
+                                malformed_tool_calls=comp.malformed_tool_calls)
 
 
 class CombinedExtractor(Extractor):

@@ -120,6 +120,7 @@ def extract_dataset(
                      "ops_proposed": c.ops_proposed, "ops_applied": c.ops_applied,
                      "rewritten": c.ops_rewritten_by_reconcile, "skipped": c.ops_skipped_by_reconcile,
                      "ops_failed": c.ops_failed, "model_calls": c.model_calls,
+                     "malformed_tool_calls": c.malformed_tool_calls,
                      "memories_added": service.count(key) - before, "memories": service.count(key)})
         results.extend(worker.results)
     return pd.DataFrame(rows).set_index("conversation"), results

@@ -245,11 +245,30 @@ class LiteLLMEmbedder(Embedder):
                 kw["api_base"] = self.api_base
             if self.api_key:
                 kw["api_key"] = self.api_key
-            resp = litellm.embedding(**kw)
+            where = f" at {self.api_base}" if self.api_base else ""
+            from memlab.llm import registered_endpoint
+
+            slot = registered_endpoint(self.api_base)  # share the chat clients' slots of the same server
+            try:
+                if slot is not None:
+                    with slot.slots:
+                        resp = litellm.embedding(**kw)
+                else:
+                    resp = litellm.embedding(**kw)
+            except Exception as e:
+                raise RuntimeError(f"{self.model}{where}: embedding call failed ({type(e).__name__}: "
+                                   f"{str(e)[:200]}); a chat server often serves no embeddings: give the "
+                                   "embedder its own endpoint (models.embedder.api_base) or use a local "
+                                   "embedder (index.embedder: tfidf-lsa or minilm)") from e
             data = sorted(resp.data, key=lambda d: d["index"] if isinstance(d, dict) else d.index)
             vecs = [d["embedding"] if isinstance(d, dict) else d.embedding for d in data]
             if len(vecs) != len(batch):
                 raise RuntimeError(f"{self.model}: asked for {len(batch)} embeddings, got {len(vecs)}")
+            nested = next((v for v in vecs if v and isinstance(v[0], (list, tuple))), None)
+            if nested is not None:
+                raise RuntimeError(f"{self.model}{where}: the server returned one vector per token "
+                                   f"({len(nested)} vectors for one text), not one per text: start it with "
+                                   "pooling (llama.cpp: --pooling mean) or use another embedder")
             out.append(np.asarray(vecs, dtype=np.float32))
         if not out:
             return np.zeros((0, 0), dtype=np.float32)

@@ -38,16 +38,18 @@ class Clients:
     def __init__(self, cfg: ExperimentConfig, cache_path: Path):
         self.cfg = cfg
         self.cache_path = cache_path
-        self._clients: dict[tuple[str, str | None], ModelClient] = {}
+        self._clients: dict[tuple[Any, ...], ModelClient] = {}
         self._lock = threading.Lock()
 
     def endpoint(self, role: str) -> dict[str, Any]:
-        """The endpoint settings of a role (api_base, api key, timeout, retries)."""
-        m = self.cfg.models
-        key = os.environ.get(m.api_key_env) if m.api_key_env else None
-        if m.api_base and key is None:
+        """The endpoint settings of a role (``models.<role>`` over ``models``): api_base, api key, timeout,
+        retries, concurrency (None: 1 for a local api_base), context window."""
+        m = self.cfg.models.resolve(role)
+        key = os.environ.get(m["api_key_env"]) if m["api_key_env"] else None
+        if m["api_base"] and key is None:
             key = "memlab-local"
-        return {"api_base": m.api_base, "api_key": key, "timeout": m.timeout, "max_retries": m.max_retries}
+        return {"api_base": m["api_base"], "api_key": key, "timeout": m["timeout"], "max_retries": m["max_retries"],
+                "concurrency": m["concurrency"], "context_window": m["context_window"]}
 
     def for_role(self, role: str) -> ModelClient:
         model = role_model(self.cfg, role)
@@ -55,7 +57,7 @@ class Clients:
             raise ValueError(f"model role {role!r} has no model in this config")
         ep = self.endpoint(role)
         with self._lock:
-            k = (model, ep["api_base"])
+            k = (model, ep["api_base"], ep["timeout"], ep["max_retries"], ep["concurrency"], ep["context_window"])
             if k not in self._clients:
                 self._clients[k] = ModelClient(model, cache_path=self.cache_path, **ep)
             return self._clients[k]
@@ -67,7 +69,8 @@ class Clients:
     def totals(self) -> dict[str, int]:
         cs = self.all()
         return {"model_calls": sum(c.calls for c in cs), "cache_hits": sum(c.cache_hits for c in cs),
-                "failures": sum(c.failures for c in cs)}
+                "failures": sum(c.failures for c in cs),
+                "malformed_tool_calls": sum(c.malformed_tool_calls for c in cs)}
 
 
 class EndpointCheckFailed(ConnectionError):

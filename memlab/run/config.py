@@ -21,6 +21,7 @@ import yaml
 
 from memlab.answer import ANSWERERS, JUDGES
 from memlab.answer.extractive import SPANS
+from memlab.eval.profiles import PROFILES
 from memlab.extract.extractors import EXTRACTORS
 from memlab.extract.reconcile import ReconcileConfig
 from memlab.index.embedders import EMBEDDERS, MODEL_EMBEDDERS, parse_embedder_spec
@@ -75,7 +76,9 @@ class WorkerConfig:
 
     workers: int = 1
     capacity: int = 10
-    job_timeout_s: float = 30.0
+    job_timeout_s: float | None = None
+    """None: 30 s for a model-free extractor; for a model one its call timeout x (max_retries + 1) + 30 s,
+    so a slow local model's retries fit in one job (see `job_timeout`)."""
 
 
 @dataclass
@@ -150,13 +153,57 @@ class JudgeConfig:
 
 
 @dataclass
+class RoleConfig:
+    """One role's endpoint (``models.extractor``, ``.reader``, ``.judge``, ``.embedder``); unset keys
+    fall back to ``models.*``. The role's model name stays where it was (``extraction.model``,
+    ``answer.model``, ``judge.model``, ``index.embedder: litellm:<model>``)."""
+
+    api_base: str | None = None
+    api_key_env: str | None = None
+    timeout: float | None = None
+    max_retries: int | None = None
+    concurrency: int | None = None
+    context_window: int | None = None
+
+
+ROLES = ("extractor", "reader", "judge", "embedder")
+_ROLE_KEYS = ("api_base", "api_key_env", "timeout", "max_retries", "concurrency", "context_window")
+
+
+@dataclass
+class ScoringConfig:
+    """How answers are scored: a harness profile (`memlab.eval.profiles`) and an optional errata CSV."""
+
+    profile: str = "locomo"
+    errata: str | None = None
+
+
+@dataclass
 class ModelsConfig:
-    """Where model names resolve: a local OpenAI-compatible server (``api_base``) or a provider."""
+    """Where model names resolve: a local OpenAI-compatible server (``api_base``) or a provider.
+
+    ``concurrency``: requests in flight per endpoint (None: 1 for a local ``api_base``, unlimited for a
+    provider); ``context_window``: tokens, checked before each call (None: what the server's
+    ``/models`` states, else unchecked). Each role may override any of these.
+    """
 
     api_base: str | None = None
     api_key_env: str | None = None
     timeout: float = 60.0
     max_retries: int = 3
+    concurrency: int | None = None
+    context_window: int | None = None
+    extractor: RoleConfig = field(default_factory=RoleConfig)
+    reader: RoleConfig = field(default_factory=RoleConfig)
+    judge: RoleConfig = field(default_factory=RoleConfig)
+    embedder: RoleConfig = field(default_factory=RoleConfig)
+
+    def resolve(self, role: str) -> dict[str, Any]:
+        """The role's endpoint settings, each from ``models.<role>`` when set, else from ``models``."""
+        if role not in ROLES:
+            raise ConfigError(f"models: unknown role {role!r}; roles: {', '.join(ROLES)}")
+        r = getattr(self, role)
+        return {k: getattr(r, k) if getattr(r, k) is not None else getattr(self, k) for k in _ROLE_KEYS}
 
 
 @dataclass
@@ -182,6 +229,7 @@ class ExperimentConfig:
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     run: RunConfig = field(default_factory=RunConfig)
     grid: dict[str, list[Any]] = field(default_factory=dict)
@@ -243,6 +291,7 @@ class ExperimentConfig:
         one_of("answer.arm", self.answer.arm, ANSWERERS.names())
         one_of("judge.kind", self.judge.kind, JUDGES.names())
         one_of("answer.span", self.answer.span, SPANS)
+        one_of("scoring.profile", self.scoring.profile, tuple(PROFILES))
         one_of("answer.split", self.answer.split, SPLITS)
         one_of("extraction.checkers.combine", self.extraction.checkers.combine, COMBINES)
         try:
@@ -299,8 +348,67 @@ class ExperimentConfig:
             bad = [c for c in self.dataset.categories if isinstance(c, bool) or c not in (1, 2, 3, 4, 5)]
             if bad:
                 raise ConfigError(f"{where}: dataset.categories has {bad}; allowed: 1, 2, 3, 4, 5")
+        self._validate_models(where)
         for key in self.grid:
             get_dotted(self, key, where=f"{where}: grid")
+
+    def _validate_models(self, where: str) -> None:
+        limits: dict[str, tuple[int | None, str]] = {}
+        for role in ROLES:
+            r = self.models.resolve(role)
+            for key, lo, kind in (("timeout", 0, float), ("max_retries", 0, int), ("concurrency", 1, int),
+                                  ("context_window", 1, int)):
+                v, src = r[key], f"models.{role}.{key}" if getattr(getattr(self.models, role), key) is not None \
+                    else f"models.{key}"
+                if v is None:
+                    continue
+                ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and v > lo) if kind is float else \
+                    (isinstance(v, int) and not isinstance(v, bool) and v >= lo)
+                if not ok:
+                    want = "seconds > 0" if kind is float else f"an integer >= {lo}"
+                    raise ConfigError(f"{where}: {src} = {v!r}; expected {want}")
+            base = r["api_base"]
+            if base is not None and not (isinstance(base, str) and base.startswith(("http://", "https://"))):
+                raise ConfigError(f"{where}: api_base of role {role} = {base!r}; expected an http(s):// URL")
+            if base and self.role_in_use(role):
+                prev = limits.get(base.rstrip("/"))
+                if prev is not None and prev[0] != r["concurrency"]:
+                    raise ConfigError(f"{where}: {base} has concurrency {prev[0]} for {prev[1]} but "
+                                      f"{r['concurrency']} for {role}; one endpoint, one limit")
+                limits[base.rstrip("/")] = (r["concurrency"], role)
+
+    def role_in_use(self, role: str) -> bool:
+        """Whether this config calls a model for the role."""
+        return {"extractor": EXTRACTORS.get(self.extraction.extractor).requires_model and bool(self.extraction.model),
+                "reader": ANSWERERS.get(self.answer.arm).requires_model and bool(self.answer.model),
+                "judge": bool(self.judge.model),
+                "embedder": self.index.embedder.startswith("litellm:")}[role]
+
+    def describe_models(self) -> list[str]:
+        """One line per role: its model and endpoint, and which local embedder runs when none is remote."""
+        names = {"extractor": self.extraction.model, "reader": self.answer.model, "judge": self.judge.model,
+                 "embedder": self.index.embedder[len("litellm:"):] if self.index.embedder.startswith("litellm:")
+                 else None}
+        lines = []
+        for role in ROLES:
+            r = self.models.resolve(role)
+            if role == "embedder" and names[role] is None:
+                remote = [x for x in ROLES if x != "embedder" and self.role_in_use(x) and self.models.resolve(x)[
+                    "api_base"]]
+                plural = len(remote) > 1
+                note = (f"; the chat endpoint{'s' if plural else ''} of {', '.join(remote)} "
+                        f"{'are' if plural else 'is'} not used for embeddings") if remote else ""
+                lines.append(f"embedder: {self.index.embedder} (local, in this process){note}")
+                continue
+            if not self.role_in_use(role):
+                continue
+            where = r["api_base"] or "provider default endpoint"
+            conc = r["concurrency"] if r["concurrency"] is not None else (1 if r["api_base"] and _local(
+                r["api_base"]) else "unlimited")
+            lines.append(f"{role}: {names[role]} at {where} (timeout {r['timeout']:g} s, max_retries "
+                         f"{r['max_retries']}, concurrency {conc}, context window "
+                         f"{r['context_window'] or 'from /models or unchecked'})")
+        return lines
 
     # ----------------------------------------------------------------------------- edits
     def with_overrides(self, overrides: dict[str, Any] | list[str]) -> ExperimentConfig:
@@ -324,6 +432,13 @@ class ExperimentConfig:
             c.name = self.name + "-" + "-".join(f"{k.split('.')[-1]}{v}" for k, v in zip(keys, combo))
             out.append(c)
         return out
+
+
+def _local(api_base: str) -> bool:
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(api_base).hostname or "").lower()
+    return host in ("localhost", "::1", "0.0.0.0") or host.startswith("127.")
 
 
 def shipped_configs() -> list[str]:

@@ -101,6 +101,17 @@ def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Cli
     return open_service("memory", **common)
 
 
+def job_timeout(cfg: ExperimentConfig) -> float:
+    """``extraction.worker.job_timeout_s``; unset: for a model extractor its call timeout x (retries + 1)
+    + 30 s (a slow local model's retries fit in one job), else 30 s."""
+    if cfg.extraction.worker.job_timeout_s is not None:
+        return cfg.extraction.worker.job_timeout_s
+    if not cfg.extraction.model:
+        return 30.0
+    r = cfg.models.resolve("extractor")
+    return r["timeout"] * (r["max_retries"] + 1) + 30.0
+
+
 def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], extractor: Extractor,
                    clients: Clients, cache_root: Path, run_dir: Path, dataset_sha: str,
                    extractor_id: str | None = None) -> ExtractionOutcome:
@@ -127,7 +138,7 @@ def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation
         svc, data, extractor, reconcile=ex.reconcile, checkers=build_checkers(cfg),
         state_path=cdir / "state.json" if durable else None, conversations=[c.sample_id for c in convs],
         on_conversation=log_conversation,
-        worker_params={"workers": w.workers, "capacity": w.capacity, "job_timeout": w.job_timeout_s})
+        worker_params={"workers": w.workers, "capacity": w.capacity, "job_timeout": job_timeout(cfg)})
     worked = int((table.jobs_run + table.jobs_failed).sum())
     failures = [{"conversation": conv_id, "reason": r.reason} for conv_id, rs in _by_conversation(results, convs)
                 for r in rs if r.status == "failed"]

@@ -94,6 +94,8 @@ class PredictionRecord(Record):
     judge_error: str | None = None
     judge_prompt_tokens: int = 0
     judge_completion_tokens: int = 0
+    malformed_tool_calls: int = 0
+    """Tool calls the model wrote as text (recovered by parsing or a forced re-ask, or the error)."""
     schema: int = SCHEMA_VERSION
 
 
@@ -107,6 +109,11 @@ class RetrievalRecord(Record):
     queries: list[dict[str, Any]] = field(default_factory=list)
     context_ids: list[str] = field(default_factory=list)
     error: str | None = None
+    rank_depth: int | None = None
+    """How deep the trace-only full ranking went (`memlab.answer.base.evidence_ranks`)."""
+    evidence_memories: list[dict[str, Any]] = field(default_factory=list)
+    """The evidence-sourced memories at answering time: id, source_ids, in_context."""
+    rank_error: str | None = None
     schema: int = SCHEMA_VERSION
 
 
