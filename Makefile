@@ -14,7 +14,11 @@ endif
 EXTRAS ?= dev,minilm
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test test-local lint clean-venv strip-notebooks
+# The HTML report's browser test drives Debian's chromium. Run as root with apt-get (CI: .ci/run on a fresh
+# clone), `make test` installs it once; elsewhere, or with CHROMIUM=0, that test skips and says why.
+CHROMIUM ?= 1
+
+.PHONY: demo test test-local lint clean-venv strip-notebooks chromium
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,7 +31,15 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PY) -m memlab demo
 
-test: $(VENV)/.installed
+chromium:
+	@if [ "$(CHROMIUM)" = 1 ] && ! command -v chromium >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] \
+	    && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian's chromium for the HTML report test (CHROMIUM=0 skips this)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	    || echo "chromium could not be installed: the browser test will skip"; \
+	fi
+
+test: $(VENV)/.installed chromium
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
 
 # Opt-in, never in CI: the local-model benchmark against a server you started (README: Run with a local model).

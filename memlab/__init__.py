@@ -11,7 +11,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {"run_experiment": "memlab.run", "run_ablation": "memlab.run", "load_run": "memlab.run",
-         "ExperimentConfig": "memlab.run", "load_locomo": "memlab.data",
+         "ExperimentConfig": "memlab.run", "load_locomo": "memlab.data", "subset": "memlab.run.notebook",
          "compare": "memlab.run.compare", "compare_runs": "memlab.run.compare"}
 
 

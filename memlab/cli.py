@@ -79,7 +79,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from memlab.run.report import compare, format_compare
+    import warnings
+
+    from memlab.run.report import DEFAULT_METRICS, format_compare, format_report, report_table, write_report
 
     if args.profiles:
         from memlab.run.rescore import profile_table
@@ -88,7 +90,20 @@ def _cmd_report(args: argparse.Namespace) -> int:
             print(f"{run}: one run under the scoring profiles {args.profiles}")
             print(format_compare(profile_table(run, [p.strip() for p in args.profiles.split(",") if p.strip()])))
         return 0
-    print(format_compare(compare(args.runs)))
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else DEFAULT_METRICS
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = report_table(args.runs, metrics=metrics)
+    for w in caught:
+        print(f"memlab report: warning: {w.message}", file=sys.stderr)
+    if args.out:
+        print(f"wrote {write_report(table, args.out, args.format)}")
+    else:
+        print(format_report(table, args.format or "text"))
+    if args.html:
+        from memlab.report_html import write_html
+
+        print(f"wrote {write_html(args.html, [d for d in table.run_dir.unique()], table=table)}")
     return 0
 
 
@@ -168,8 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --resume: apply the --set overrides to the remaining questions")
     r.add_argument("--results", help="results root (default ./results or $MEMLAB_RESULTS)")
     r.set_defaults(func=_cmd_run)
-    rp = sub.add_parser("report", help="per-category comparison of runs, side by side")
-    rp.add_argument("runs", nargs="+", help="run folders under results/")
+    rp = sub.add_parser("report", help="per-category table of runs with 95 %% intervals (text, md, latex, csv, html)")
+    rp.add_argument("runs", nargs="+", help="run folders under results/ (unfinished ones are skipped, with a warning)")
+    rp.add_argument("--format", choices=("text", "md", "latex", "csv"),
+                    help="table format (default text; with --out, from the file suffix .md/.tex/.csv)")
+    rp.add_argument("--out", metavar="FILE", help="write the table to FILE instead of printing it")
+    rp.add_argument("--metrics", help="comma-separated summary columns (default: f1,bleu1,j,recall@10,tokens_qa,"
+                                      "calls_qa,latency_p50_s)")
+    rp.add_argument("--html", metavar="OUT.html", help="also write one self-contained HTML page: tables, plots and "
+                                                       "a question browser with the three trace layers")
     rp.add_argument("--profiles", help="show one run under these scoring profiles side by side, "
                                        "e.g. locomo,mem0,trpc-agent-go (no model calls: J from the cache)")
     rp.set_defaults(func=_cmd_report)
@@ -210,6 +232,10 @@ def main(argv: list[str] | None = None) -> int:
 
         errors += (ConfigError, FileNotFoundError, ExtractionFailed, RecordSchemaError, ErrataError, ProfileError,
                    ComparisonError)
+        if args.command == "report":
+            from memlab.run.report import ReportError
+
+            errors += (ReportError,)
     try:
         return args.func(args)
     except errors as e:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
+from memlab.attribution import LABELS, attribute
 from memlab.index.text import jaccard, word_set
 from memlab.run import ExperimentConfig, run_experiment
 from memlab.trace import load
@@ -60,3 +62,28 @@ def reconcile_sweep(base: ExperimentConfig, settings: Sequence[tuple[float, floa
                 "n": int(s["n"]), "recall@10": float(s["recall@10"]), "context_recall": float(s["context_recall"]),
                 "f1": float(s["f1"])})
     return pd.DataFrame(rows)
+
+
+def label_shift(run_a: Any, run_b: Any, data: Any = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Where a difference between two runs comes from, by failure label (`memlab.attribution`).
+
+    Returns (counts, transitions): ``counts`` has one row per outcome (``correct`` or a failure label) with the
+    number of questions in A, in B and the change; ``transitions`` cross-tabulates each question's outcome in
+    A (rows) against B (columns) on the questions both answered, so the off-diagonal cells are the questions
+    that moved, e.g. from ``retrieval-miss`` in A to ``correct`` in B.
+    """
+    outcomes = []
+    for run in (run_a, run_b):
+        tr = load(getattr(run, "run_dir", run))
+        labels = attribute(tr, data).set_index("qid")["label"]
+        outcomes.append(pd.Series(tr.questions.qid.map(labels).fillna("correct").to_numpy(), index=tr.questions.qid))
+    a, b = outcomes
+    both = a.index.intersection(b.index)
+    order = ["correct", *LABELS]
+    counts = pd.DataFrame({"A": a.loc[both].value_counts(), "B": b.loc[both].value_counts()}).reindex(
+        order, fill_value=0).fillna(0).astype(int)
+    counts["change"] = counts.B - counts.A
+    counts.loc["total"] = counts.sum()
+    trans = pd.crosstab(pd.Categorical(a.loc[both], order), pd.Categorical(b.loc[both], order),
+                        rownames=["A"], colnames=["B"], dropna=False)
+    return counts, trans

@@ -1,7 +1,9 @@
-"""Every notebook runs headless (nbclient) on a small subset; committed notebooks carry no outputs."""
+"""Every notebook runs headless (nbclient) on a small subset and exports to clean HTML; committed notebooks carry
+no outputs, and keep their logic in the package."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -15,7 +17,28 @@ SMALL = {
     "04_multihop_failures.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 60',
     "05_reconcile_thresholds.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 20\n'
                                      'settings = [(0.90, 0.70, 0.60, 0.40)]',
+    "06_compare_runs.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 40',
 }
+#: tqdm's text bar (``45%|████▌     | 9/20 [00:01<00:01, 7.9it/s]``): what floods an output as a pink block.
+TQDM_TEXT = re.compile(r"\d+%\|.*\|\s*\d+/\d+")
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def output_problems(nb) -> list[str]:
+    """stderr streams, warnings and tqdm text bars among the outputs (widget bars are fine)."""
+    bad = []
+    for i, c in enumerate(nb.cells):
+        for o in c.get("outputs", []):
+            if o.output_type == "stream":
+                if o.name == "stderr":
+                    bad.append(f"cell {i}: stderr stream {o.text[:120]!r}")
+                if TQDM_TEXT.search(o.text) or "Warning" in o.text:
+                    bad.append(f"cell {i}: {o.text[:120]!r}")
+            elif o.output_type in ("display_data", "execute_result") and WIDGET not in o.get("data", {}):
+                text = str(o.get("data", {}).get("text/plain", ""))
+                if TQDM_TEXT.search(text) or "Warning" in text:
+                    bad.append(f"cell {i}: {text[:120]!r}")
+    return bad
 
 
 def test_all_notebooks_listed():
@@ -30,8 +53,25 @@ def test_committed_without_outputs(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_logic_lives_in_the_package(path):
+    nb = nbformat.read(path, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "def " not in code and "class " not in code  # helpers such as subset() are memlab's, not copies
+
+
+def test_output_check_catches_floods():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stderr", text="answer:  45%|####5     | 9/20 [00:01")]
+    assert len(output_problems(nb)) == 2
+    nb.cells[0].outputs = [nbformat.v4.new_output("display_data", data={"text/plain": "0%|  | 0/9 [00:00<?, ?it/s]",
+                                                                        WIDGET: {"model_id": "x"}})]
+    assert output_problems(nb) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_executes(path, locomo_path, tmp_path, monkeypatch):
     from nbclient import NotebookClient
+    from nbconvert import HTMLExporter
 
     nb = nbformat.read(path, as_version=4)
     i = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
@@ -42,3 +82,8 @@ def test_notebook_executes(path, locomo_path, tmp_path, monkeypatch):
                    ).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+    assert output_problems(nb) == []  # no stderr, no warnings, no progress-bar text
+    html, _ = HTMLExporter().from_notebook_node(nb)
+    (tmp_path / path.with_suffix(".html").name).write_text(html, encoding="utf-8")
+    assert not re.search(r"<div[^>]*data-mime-type=\"application/vnd\.jupyter\.stderr\"", html)
+    assert not TQDM_TEXT.search(html) and "TqdmWarning" not in html

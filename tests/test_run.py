@@ -246,7 +246,8 @@ def test_cli_run_and_report(locomo_path, tmp_path, capsys):
     assert rc == 0 and "overall 1-4" in out and "model calls 0" in out
     runs = sorted(tmp_path.glob("offline-*"))
     assert main(["report", str(runs[0])]) == 0
-    assert "f1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "F1" in out and "overall 1-4" in out and "context tokens" in out
     assert main(["run", "offline", "--set", "answer.arm=magic"]) == 2
     assert "allowed: extractive" in capsys.readouterr().err
     (runs[0] / "predictions.parquet").unlink()

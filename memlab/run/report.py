@@ -1,20 +1,493 @@
-"""Side-by-side per-category comparison of finished runs (``memlab report``)."""
+"""Reports over finished runs (``memlab report``): one tidy row per run x category, ready for a paper.
+
+- `load_runs`: reopen run folders, skipping unfinished ones with a warning that says how to finish them;
+- `run_labels`: short labels — the run's name plus the config values that distinguish it from the others
+  (the runs' ``config.yaml`` files are diffed), with swept values ordered numerically (k = 5, 10, 20, 40);
+- `report_table`: the long table — run, category (number, label), n, each metric with its 95 % interval
+  (``<metric>_lo`` / ``<metric>_hi``), errors, and where Tokens/QA comes from;
+- `format_report`: that table as text, Markdown, LaTeX (booktabs) or CSV.
+
+Tokens/QA of an arm that sends no prompt (the offline reader) is the *context* it read, counted with the
+tokenizer a model would use; the table says so in ``tokens_source`` and the formatted report marks it.
+Intervals come from the run's summary when it has them, otherwise they are computed here from the
+per-question scores with the same clustered bootstrap (conversations, then questions within them).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
+import yaml
 
-from memlab.run.runner import Run, load_run
+from memlab.data.locomo import CATEGORY_LABELS
+from memlab.run.results import Run, load_run
 
-DEFAULT_METRICS = ("f1", "bleu1", "recall@10", "tokens_qa", "context_tokens_qa", "calls_qa", "latency_p50_s")
+DEFAULT_METRICS = ("f1", "bleu1", "j", "recall@10", "tokens_qa", "calls_qa", "latency_p50_s")
+#: Per-question columns whose mean is a summary metric (so an interval can be bootstrapped from them).
+PER_QUESTION = {"tokens_qa": ("prompt_tokens", "completion_tokens"), "context_tokens_qa": ("context_tokens",),
+                "calls_qa": ("calls",)}
+#: Metrics shown without an interval: percentiles of wall time (noisy by nature; no mean to resample).
+NO_CI = ("latency_p50_s", "latency_p95_s", "errors")
+HEADERS = {"f1": "F1", "bleu1": "BLEU-1", "em": "EM", "j": "J", "tokens_qa": "Tokens/QA",
+           "context_tokens_qa": "context tokens/QA", "calls_qa": "Calls/QA", "latency_p50_s": "latency p50 (s)",
+           "latency_p95_s": "latency p95 (s)", "context_recall": "context recall"}
+#: Short names for swept keys in run labels.
+KEY_ALIASES = {"retrieval.top_k": "k"}
+#: Config keys that never change a result (names, how a run is driven): left out of run labels.
+IGNORED_KEYS = ("name", "grid", "run.concurrency", "run.max_error_rate", "run.check_endpoint", "models.timeout",
+                "models.max_retries")
+CONTEXT_MARK = "†"
+CONTEXT_NOTE = (f"{CONTEXT_MARK} context tokens: this arm sends no prompt (no model call); the figure is the "
+                "retrieved context a model would have been sent, counted offline.")
+N_BOOT = 2000
 
 
+class ReportError(ValueError):
+    """Nothing to report (every run given was unfinished), or a bad report option."""
+
+
+# ---------------------------------------------------------------------------------- runs
+def unfinished_reason(run_dir: Path) -> str | None:
+    """Why a run folder cannot be reported yet (None when it is finished)."""
+    if not (run_dir / "predictions.parquet").is_file():
+        return "did not finish (no predictions.parquet)"
+    info = run_dir / "run.json"
+    if info.is_file():
+        import json
+
+        status = json.loads(info.read_text(encoding="utf-8")).get("status")
+        if status not in (None, "complete", "complete-with-errors"):
+            return f"is {status!r} (run.json)"
+    return None
+
+
+def load_runs(runs: Iterable[Run | str | Path], warn: bool = True) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """Finished runs (reopened from disk where a path is given) and the skipped (path, reason) pairs.
+
+    A path that is not a run folder at all is an error (a typo should not pass as 'unfinished').
+    """
+    done: list[Run] = []
+    skipped: list[tuple[Path, str]] = []
+    seen: set[Path] = set()
+    for r in runs:
+        key = Path(r.run_dir if isinstance(r, Run) else r).resolve()
+        if key in seen:  # a folder given twice (a shell glob and a name) is reported once
+            continue
+        seen.add(key)
+        if isinstance(r, Run):
+            done.append(r)
+            continue
+        d = Path(r)
+        if not (d / "config.yaml").is_file():
+            raise FileNotFoundError(f"{d}: not a run folder (no config.yaml)")
+        why = unfinished_reason(d)
+        if why is not None:
+            skipped.append((d, why))
+            if warn:
+                warnings.warn(f"{d}: skipped, the run {why}; finish it with: memlab run --resume {d}", stacklevel=2)
+            continue
+        done.append(load_run(d))
+    return done, skipped
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _config_dict(run: Run) -> dict[str, Any]:
+    p = run.run_dir / "config.yaml"
+    d = yaml.safe_load(p.read_text(encoding="utf-8")) if p.is_file() else run.config.to_dict()
+    return _flatten(d or {})
+
+
+def distinguishing(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """Per run, the config values (dotted keys) that are not the same in every run (name and grid aside)."""
+    flat = [_config_dict(r) for r in runs]
+    keys = sorted({k for f in flat for k in f})
+    differ = [k for k in keys if k not in IGNORED_KEYS and not k.startswith("grid.")
+              and len({yaml.safe_dump(f.get(k)) for f in flat}) > 1]
+    return [{k: f.get(k) for k in differ} for f in flat]
+
+
+def _short_keys(keys: Iterable[str]) -> dict[str, str]:
+    keys = list(keys)
+    last = [k.split(".")[-1] for k in keys]
+    return {k: KEY_ALIASES.get(k, s if last.count(s) == 1 else k) for k, s in zip(keys, last)}
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, list):
+        return "[" + ",".join(map(str, v)) + "]"
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, str) and ("/" in v or "\\" in v):
+        return Path(v).name
+    return str(v)
+
+
+def _natural(v: Any) -> tuple:
+    if v is None:
+        return (0, 0.0, "")
+    if isinstance(v, bool):
+        return (1, float(v), "")
+    if isinstance(v, (int, float)):
+        return (1, float(v), "")
+    return (2, 0.0, str(v))
+
+
+def order_runs(runs: Sequence[Run]) -> list[Run]:
+    """Runs grouped by name in the order given, and within a name by the swept values, numerically."""
+    diffs = distinguishing(runs)
+    bases = [_base_name(r, d) for r, d in zip(runs, diffs)]
+    first: dict[str, int] = {}
+    for b in bases:
+        first.setdefault(b, len(first))
+    idx = sorted(range(len(runs)), key=lambda i: (first[bases[i]],
+                                                  tuple(_natural(v) for v in diffs[i].values()), i))
+    return [runs[i] for i in idx]
+
+
+def _base_name(run: Run, diff: dict[str, Any]) -> str:
+    """The run's name without the suffixes an ablation grid appended (``topk-top_k5`` -> ``topk``)."""
+    parts = run.config.name.split("-")
+    suffixes = {f"{k.split('.')[-1]}{v}" for k, v in diff.items()}
+    while len(parts) > 1 and parts[-1] in suffixes:
+        parts.pop()
+    return "-".join(parts)
+
+
+def run_labels(runs: Sequence[Run]) -> list[str]:
+    """Short, unique labels: name plus ``key=value`` for each config value that differs between the runs."""
+    diffs = distinguishing(runs)
+    short = _short_keys(diffs[0]) if diffs else {}
+    labels = []
+    for r, d in zip(runs, diffs):
+        base = _base_name(r, d)
+        parts = [f"{short[k]}={_fmt_value(v)}" for k, v in d.items()]
+        labels.append(" ".join([base, ", ".join(parts)]) if parts else base)
+    seen: dict[str, int] = {}
+    for lab in labels:
+        seen[lab] = seen.get(lab, 0) + 1
+    if any(c > 1 for c in seen.values()):  # identical configs (reruns): the folder tells them apart
+        labels = [f"{lab} [{r.run_dir.name}]" if seen[lab] > 1 else lab for lab, r in zip(labels, runs)]
+    return labels
+
+
+# ---------------------------------------------------------------------------------- table
+def category_name(group: Any, n: int | None = None) -> str:
+    """``1 multi-hop`` / ``overall 1-4``, with ``(n=…)`` when ``n`` is given."""
+    try:
+        g = int(group)
+        name = f"{g} {CATEGORY_LABELS.get(g, '')}".strip()
+    except (TypeError, ValueError):
+        name = str(group)
+    return f"{name} (n={int(n):,})" if n is not None else name
+
+
+def _group_key(g: Any) -> Any:
+    try:
+        return int(g)
+    except (TypeError, ValueError):
+        return g
+
+
+def _per_question(pred: pd.DataFrame, metric: str) -> pd.Series | None:
+    if metric in pred.columns:
+        return pd.to_numeric(pred[metric], errors="coerce")
+    cols = PER_QUESTION.get(metric)
+    if cols and all(c in pred.columns for c in cols):
+        return sum(pd.to_numeric(pred[c], errors="coerce").fillna(0) for c in cols)
+    return None
+
+
+def _bootstrap(values: np.ndarray, clusters: np.ndarray, n_boot: int, seed: int) -> tuple[float, float]:
+    """95 % percentile interval of the mean under a two-stage resample: conversations, then questions."""
+    ok = ~np.isnan(values)
+    values, clusters = values[ok], clusters[ok]
+    if len(values) == 0:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    groups = [values[clusters == c] for c in np.unique(clusters)]
+    pick = rng.integers(0, len(groups), size=(n_boot, len(groups)))
+    sums = np.zeros(n_boot)
+    counts = np.zeros(n_boot)
+    for c, vals in enumerate(groups):
+        reps = np.nonzero(pick == c)[0]
+        if len(reps):
+            draws = vals[rng.integers(0, len(vals), size=(len(reps), len(vals)))]
+            np.add.at(sums, reps, draws.sum(axis=1))
+            np.add.at(counts, reps, len(vals))
+    lo, hi = np.quantile(sums / counts, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+def ci_frame(run: Run, metrics: Sequence[str], n_boot: int = N_BOOT) -> pd.DataFrame:
+    """``<metric>_lo`` / ``<metric>_hi`` per summary group: the summary's own where present, else bootstrapped
+    from the per-question columns (seed ``run.seed`` of the config)."""
+    s = run.summary
+    pred = run.predictions
+    seed = int(getattr(getattr(run.config, "run", None), "seed", 0) or 0)
+    out = pd.DataFrame(index=s.index)
+    for m in metrics:
+        if m in NO_CI:
+            continue
+        if f"{m}_lo" in s.columns and f"{m}_hi" in s.columns:
+            out[f"{m}_lo"], out[f"{m}_hi"] = s[f"{m}_lo"], s[f"{m}_hi"]
+            continue
+        vals = _per_question(pred, m)
+        if vals is None or "conversation_id" not in pred.columns:
+            continue
+        lo, hi = [], []
+        for g in s.index:
+            if isinstance(g, str) and g.startswith("overall"):
+                cats = {"overall 1-4": (1, 2, 3, 4)}.get(g, (1, 2, 3, 4, 5))
+                mask = pred.category.isin(cats)
+            else:
+                mask = pred.category == _group_key(g)
+            b = _bootstrap(vals[mask].to_numpy(float), pred.conversation_id[mask].to_numpy(), n_boot, seed)
+            lo.append(b[0])
+            hi.append(b[1])
+        out[f"{m}_lo"], out[f"{m}_hi"] = lo, hi
+    return out
+
+
+def _beyond_top_k(run: Run, metric: str) -> bool:
+    if not metric.startswith("recall@"):
+        return False
+    try:
+        return int(metric.split("@", 1)[1]) > int(run.config.retrieval.top_k)
+    except (ValueError, AttributeError):
+        return False
+
+
+def report_table(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFAULT_METRICS,
+                 warn: bool = True) -> pd.DataFrame:
+    """The long, tidy table: one row per (run, category); unfinished runs are skipped with a warning.
+
+    Columns: ``run`` (short label), ``group`` (1..5, ``overall 1-4``, ``overall 1-5``), ``category``
+    (``1 multi-hop``), ``n``, then per metric the value and its ``_lo`` / ``_hi`` bounds, ``errors``,
+    ``tokens_source`` (``provider`` or ``context``) and ``run_dir``. A metric a run lacks (J without a
+    judge) is NaN, never a 0. ``tokens_qa`` of an arm without model calls is its context tokens.
+    """
+    loaded, skipped = load_runs(runs, warn=warn)
+    if not loaded:
+        raise ReportError("nothing to report: " + "; ".join(f"{d} {why}" for d, why in skipped)
+                          + (f" (finish a run with: memlab run --resume {skipped[0][0]})" if skipped else ""))
+    loaded = order_runs(loaded)
+    labels = run_labels(loaded)
+    frames = []
+    for run, label in zip(loaded, labels):
+        s = run.summary
+        ci = ci_frame(run, metrics)
+        offline = (s.get("calls_qa", pd.Series(0.0, index=s.index)).fillna(0) == 0) & \
+                  (s.get("tokens_qa", pd.Series(0.0, index=s.index)).fillna(0) == 0)
+        t = pd.DataFrame({"run": label, "group": list(s.index),
+                          "category": [category_name(g) for g in s.index], "n": s["n"].astype(int).to_numpy()})
+        for m in metrics:
+            col, src = m, s
+            lo, hi = f"{m}_lo", f"{m}_hi"
+            if m == "tokens_qa" and "context_tokens_qa" in s.columns:
+                vals = s["tokens_qa"].where(~offline, s["context_tokens_qa"]).astype(float)
+                t[m] = vals.to_numpy()
+                if lo in ci.columns:  # bounds of the quantity actually shown
+                    alt = ci_frame(run, ["context_tokens_qa"])
+                    t[lo] = ci[lo].where(~offline, alt.get("context_tokens_qa_lo")).to_numpy()
+                    t[hi] = ci[hi].where(~offline, alt.get("context_tokens_qa_hi")).to_numpy()
+                continue
+            t[m] = pd.to_numeric(src[col], errors="coerce").to_numpy() if col in src.columns else np.nan
+            if m not in NO_CI:
+                t[lo] = ci[lo].to_numpy() if lo in ci.columns else np.nan
+                t[hi] = ci[hi].to_numpy() if hi in ci.columns else np.nan
+            if _beyond_top_k(run, m):  # Recall@20 of a top-10 run would silently equal Recall@10
+                t[[c for c in (m, lo, hi) if c in t.columns]] = np.nan
+        t["errors"] = s["errors"].astype(int).to_numpy() if "errors" in s.columns else 0
+        t["tokens_source"] = np.where(offline.to_numpy(), "context", "provider")
+        t["run_dir"] = str(run.run_dir)
+        frames.append(t)
+    out = pd.concat(frames, ignore_index=True)
+    out.attrs["skipped"] = [(str(d), why) for d, why in skipped]
+    return out
+
+
+# ---------------------------------------------------------------------------------- format
+def _fmt_number(m: str, x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if m in ("tokens_qa", "context_tokens_qa") or m.endswith("tokens_qa"):
+        return f"{x:,.0f}"
+    if m == "calls_qa":
+        return f"{x:.2f}"
+    if m.startswith("latency"):
+        return f"{x:.4f}"
+    return f"{x:.3f}"
+
+
+def display_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """Strings for reading: ``value [lo, hi]`` per metric, context tokens marked with a dagger."""
+    metrics = [c for c in table.columns if c not in ("run", "group", "category", "n", "errors", "tokens_source",
+                                                     "run_dir") and not c.endswith(("_lo", "_hi"))]
+    rows = []
+    for _, r in table.iterrows():
+        row = {"run": r["run"], "category": r["category"], "n": f"{int(r['n']):,}"}
+        for m in metrics:
+            v = _fmt_number(m, r[m])
+            if f"{m}_lo" in table.columns and v != "n/a":
+                lo, hi = r[f"{m}_lo"], r[f"{m}_hi"]
+                if not (pd.isna(lo) or pd.isna(hi)):
+                    v += f" [{_fmt_number(m, lo)}, {_fmt_number(m, hi)}]"
+            if m == "tokens_qa" and r.get("tokens_source") == "context" and v != "n/a":
+                v += f" {CONTEXT_MARK}"
+            row[HEADERS.get(m, m)] = v
+        row["errors"] = f"{int(r['errors'])}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _markdown(df: pd.DataFrame) -> str:
+    def cell(x: Any) -> str:
+        return str(x).replace("|", "\\|")
+
+    right = [c not in ("run", "category") for c in df.columns]
+    lines = ["| " + " | ".join(cell(c) for c in df.columns) + " |",
+             "|" + "|".join("---:" if r else ":---" for r in right) + "|"]
+    lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                  CONTEXT_MARK: r"$^\dagger$"}
+
+
+def latex_escape(s: str) -> str:
+    return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in str(s))
+
+
+def _latex(df: pd.DataFrame, caption: str | None) -> str:
+    spec = "".join("r" if c not in ("run", "category") else "l" for c in df.columns)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+             " & ".join(latex_escape(c) for c in df.columns) + r" \\", r"\midrule"]
+    prev = None
+    for row in df.itertuples(index=False):
+        vals = list(row)
+        if prev is not None and vals[0] != prev:
+            lines.append(r"\midrule")
+        show = [latex_escape(v) if i or vals[0] != prev else "" for i, v in enumerate(vals)]
+        prev = vals[0]
+        lines.append(" & ".join(show) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if caption:
+        lines.append(rf"\caption{{{latex_escape(caption)}}}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines)
+
+
+def format_report(table: pd.DataFrame, fmt: str = "text") -> str:
+    """The table as ``text``, ``md`` (Markdown), ``latex`` (booktabs) or ``csv`` (tidy numbers, all bounds)."""
+    if fmt == "csv":
+        return table.to_csv(index=False, float_format="%.6g")
+    df = display_frame(table)
+    has_context = bool((table.get("tokens_source") == "context").any()) and "tokens_qa" in table.columns
+    notes = ["Values are means with 95 % clustered-bootstrap intervals [lo, hi] (conversations, then questions)."]
+    if has_context:
+        notes.append(CONTEXT_NOTE)
+    for d, why in table.attrs.get("skipped", []):
+        notes.append(f"skipped {d}: the run {why}")
+    if fmt == "text":
+        return df.to_string(index=False) + "\n\n" + "\n".join(notes)
+    if fmt == "md":
+        return _markdown(df) + "\n\n" + "\n".join(f"_{n}_" if i == 0 else n for i, n in enumerate(notes))
+    if fmt == "latex":
+        return _latex(df, " ".join(notes))
+    raise ReportError(f"--format {fmt!r}; expected one of: text, md, latex, csv")
+
+
+def write_report(table: pd.DataFrame, out: str | Path, fmt: str | None = None) -> Path:
+    """Write the report; the format follows ``fmt`` or the file suffix (.md, .tex, .csv, .txt)."""
+    p = Path(out)
+    fmt = fmt or {".md": "md", ".tex": "latex", ".csv": "csv"}.get(p.suffix.lower(), "text")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(format_report(table, fmt) + "\n", encoding="utf-8")
+    return p
+
+
+# ---------------------------------------------------------------------------------- paired
+CORRECT_F1 = 0.5
+
+
+def correct(f1: Any) -> bool:
+    """The correct/incorrect threshold the report's browser and flips use (F1 >= 0.5)."""
+    try:
+        return float(f1) >= CORRECT_F1
+    except (TypeError, ValueError):
+        return False
+
+
+@dataclass
+class Paired:
+    table: pd.DataFrame
+    """Per group x metric: delta (b - a), lo, hi, p_perm, p_mcnemar, wins, losses, ties, mdd, n."""
+    flipped: pd.DataFrame
+    """qid, category, prediction_a, prediction_b, f1_a, f1_b of the questions correct in one run only."""
+    notes: list[str]
+
+
+def paired(a: Run, b: Run, metrics: Sequence[str] = ("f1",)) -> Any:
+    """Run b against run a, question by question: ``.table`` (per category x metric) and ``.flipped``.
+
+    Uses `memlab.compare` where the package provides it (permutation and McNemar p-values, MDD); otherwise a
+    paired clustered-bootstrap interval of the mean difference here, p-values shown as n/a.
+    """
+    import memlab
+
+    cmp = getattr(memlab, "compare", None)
+    if cmp is not None:
+        return cmp(a, b)
+    pa = a.predictions.set_index("qid")
+    pb = b.predictions.set_index("qid")
+    both = pa.index.intersection(pb.index)
+    pa, pb = pa.loc[both], pb.loc[both]
+    seed = int(getattr(a.config.run, "seed", 0) or 0)
+    rows = []
+    groups: list[tuple[Any, pd.Series]] = [(int(c), pa.category == c) for c in sorted(pa.category.unique())]
+    groups += [("overall 1-4", pa.category.isin([1, 2, 3, 4])), ("overall 1-5", pa.category.isin([1, 2, 3, 4, 5]))]
+    for g, mask in groups:
+        for m in metrics:
+            if m not in pa.columns or m not in pb.columns:
+                continue
+            d = (pd.to_numeric(pb[m], errors="coerce") - pd.to_numeric(pa[m], errors="coerce"))[mask]
+            lo, hi = _bootstrap(d.to_numpy(float), pa.conversation_id[mask].to_numpy(), 2000, seed)
+            rows.append({"group": g, "metric": m, "delta": float(d.mean()) if len(d) else np.nan, "lo": lo, "hi": hi,
+                         "p_perm": np.nan, "p_mcnemar": np.nan, "wins": int((d > 0).sum()),
+                         "losses": int((d < 0).sum()), "ties": int((d == 0).sum()), "mdd": np.nan, "n": int(len(d))})
+    ca, cb = pa.f1.map(correct), pb.f1.map(correct)
+    flip = ca != cb
+    flipped = pd.DataFrame({"qid": both[flip], "category": pa.category[flip].to_numpy(),
+                            "prediction_a": pa.prediction[flip].to_numpy(),
+                            "prediction_b": pb.prediction[flip].to_numpy(),
+                            "f1_a": pa.f1[flip].to_numpy(), "f1_b": pb.f1[flip].to_numpy()})
+    return Paired(table=pd.DataFrame(rows), flipped=flipped, notes=["p-values need memlab.compare (not available)"])
+
+
+
+# ---------------------------------------------------------------------------------- legacy wide view
 def compare(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFAULT_METRICS) -> pd.DataFrame:
-    """One row per category group; columns (metric, run name)."""
-    loaded = [r if isinstance(r, Run) else load_run(r) for r in runs]
+    """One row per category group; columns (metric, run folder): the side-by-side (wide) view."""
+    loaded, _ = load_runs(runs)
+    loaded = order_runs(loaded)
     frames = {}
     for r in loaded:
         name = r.run_dir.name

@@ -1,0 +1,152 @@
+"""`memlab report`: the tidy table (labels, order, intervals, tokens), unfinished runs, exports, the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from memlab.run import ExperimentConfig, run_experiment
+from memlab.run.report import (
+    CONTEXT_MARK,
+    ReportError,
+    _bootstrap,
+    format_report,
+    load_runs,
+    report_table,
+    run_labels,
+)
+from tests.conftest import synthetic_samples
+
+
+def base_cfg(path, **over):
+    d = {"name": "offline", "dataset": {"path": str(path)}, "extraction": {"extractor": "turns+observations"},
+         "retrieval": {"participant_boost": True}}
+    cfg = ExperimentConfig.from_dict(d)
+    return cfg.with_overrides(over) if over else cfg
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """Three finished runs of a top-k sweep, made in the order k = 20, 5, 10, plus one other arm."""
+    root = tmp_path_factory.mktemp("report")
+    data = root / "syn.json"
+    data.write_text(json.dumps(synthetic_samples()), encoding="utf-8")
+    runs = {k: run_experiment(base_cfg(data, **{"retrieval.top_k": k}), results=root / "results", progress=False)
+            for k in (20, 5, 10)}
+    # syn-2 has no annotated observations: that arm answers its questions from an empty store, on purpose
+    obs = run_experiment(base_cfg(data, **{"extraction.extractor": "observations", "name": "offline-obs",
+                                           "run.allow_failed_extraction": True}),
+                         results=root / "results", progress=False)
+    return {"root": root, "k": runs, "obs": obs}
+
+
+def test_labels_name_the_distinguishing_values_and_sweeps_sort_numerically(sweep):
+    dirs = [sweep["k"][k].run_dir for k in (20, 5, 10)]
+    table = report_table(dirs)
+    assert list(dict.fromkeys(table.run)) == ["offline k=5", "offline k=10", "offline k=20"]
+    mixed = report_table([sweep["obs"].run_dir, *dirs])
+    labels = list(dict.fromkeys(mixed.run))
+    # given first, its name group stays first; every value that differs is named
+    assert labels[0] == "offline-obs extractor=observations, k=10, allow_failed_extraction=True"
+    assert labels[1:] == [f"offline extractor=turns+observations, k={k}, allow_failed_extraction=False"
+                          for k in (5, 10, 20)]
+    twin = sweep["root"] / "results" / "offline-rerun"
+    shutil.copytree(dirs[0], twin)
+    same = load_runs([dirs[0], twin, dirs[0]])[0]  # a folder given twice is reported once
+    assert len(same) == 2 and run_labels(same) == [f"offline [{dirs[0].name}]", "offline [offline-rerun]"]
+
+
+def test_table_is_tidy_with_intervals_n_and_context_tokens(sweep):
+    run = sweep["k"][10]
+    table = report_table([run.run_dir])
+    s = run.summary
+    assert len(table) == len(s) and list(table.group) == list(s.index)
+    assert table.category.tolist()[:5] == ["1 multi-hop", "2 temporal", "3 open-domain", "4 single-hop",
+                                           "5 adversarial"]
+    assert table.n.tolist() == s.n.astype(int).tolist()
+    for m in ("f1", "bleu1", "recall@10", "tokens_qa"):
+        ok = table[[m, f"{m}_lo", f"{m}_hi"]].dropna()
+        assert len(ok) and (ok[f"{m}_lo"] <= ok[m] + 1e-12).all() and (ok[m] <= ok[f"{m}_hi"] + 1e-12).all()
+    # the offline arm sends no prompt: Tokens/QA is its context tokens, and the table says so
+    assert (s.tokens_qa == 0).all() and (s.context_tokens_qa > 0).all()
+    assert np.allclose(table.tokens_qa, s.context_tokens_qa) and set(table.tokens_source) == {"context"}
+    assert table.j.isna().all()  # no judge: J is missing, never 0
+    k5 = report_table([sweep["k"][5].run_dir])
+    assert k5["recall@10"].isna().all()  # a top-5 run cannot report Recall@10
+
+
+def test_intervals_come_from_the_summary_when_it_has_them(sweep):
+    run = dataclasses.replace(sweep["k"][10], summary=sweep["k"][10].summary.assign(f1_lo=0.11, f1_hi=0.99))
+    table = report_table([run])
+    assert (table.f1_lo == 0.11).all() and (table.f1_hi == 0.99).all()
+
+
+def test_clustered_bootstrap_known_cases():
+    const = np.full(40, 0.25)
+    assert _bootstrap(const, np.repeat(np.arange(4), 10), 500, 0) == (0.25, 0.25)
+    rng = np.random.default_rng(1)
+    # ten conversations whose means differ a lot: the clustered interval must be wider than the naive one
+    vals = np.concatenate([np.full(30, c / 10) + rng.normal(0, 0.01, 30) for c in range(10)])
+    clustered = _bootstrap(vals, np.repeat(np.arange(10), 30), 2000, 0)
+    naive = _bootstrap(vals, np.arange(300), 2000, 0)
+    assert clustered[0] < vals.mean() < clustered[1]
+    assert (clustered[1] - clustered[0]) > 2 * (naive[1] - naive[0])
+
+
+def test_unfinished_runs_are_skipped_with_a_warning(sweep, tmp_path):
+    done = sweep["k"][10].run_dir
+    broken = tmp_path / "offline-killed"
+    shutil.copytree(done, broken)
+    (broken / "predictions.parquet").unlink()
+    with pytest.warns(UserWarning, match="memlab run --resume"):
+        table = report_table([done, broken])
+    assert set(table.run_dir) == {str(done)}
+    assert table.attrs["skipped"] == [(str(broken), "did not finish (no predictions.parquet)")]
+    assert "skipped" in format_report(table, "md")
+    with pytest.warns(UserWarning), pytest.raises(ReportError, match="nothing to report"):
+        report_table([broken])
+    with pytest.raises(FileNotFoundError, match="not a run folder"):
+        report_table([tmp_path])
+
+
+def test_exports_markdown_latex_csv(sweep):
+    table = report_table([sweep["k"][5].run_dir, sweep["k"][10].run_dir])
+    md = format_report(table, "md").splitlines()
+    assert md[0].startswith("| run | category | n | F1 |") and set(md[1]) <= set("|:-")
+    assert len([ln for ln in md if ln.startswith("| offline")]) == len(table)
+    row = next(ln for ln in md if "| 4 single-hop |" in ln and "k=10" in ln)
+    r = table[(table.group.astype(str) == "4") & table.run.str.contains("k=10")].iloc[0]
+    assert f"{r.f1:.3f} [{r.f1_lo:.3f}, {r.f1_hi:.3f}]" in row and CONTEXT_MARK in row
+    tex = format_report(table, "latex")
+    assert "\\toprule" in tex and "\\bottomrule" in tex and "recall@10" in tex and "$^\\dagger$" in tex
+    assert "k=5" in tex and "latency p50 (s)" in tex and "_" not in tex.replace("\\_", "")
+    back = pd.read_csv(io.StringIO(format_report(table, "csv")))
+    assert len(back) == len(table) and np.allclose(back.f1, table.f1) and np.allclose(back.f1_hi, table.f1_hi)
+    with pytest.raises(ReportError, match="expected one of"):
+        format_report(table, "docx")
+
+
+def test_cli_report(sweep, tmp_path, capsys):
+    from memlab.cli import main
+
+    broken = tmp_path / "offline-killed"
+    shutil.copytree(sweep["k"][10].run_dir, broken)
+    (broken / "predictions.parquet").unlink()
+    out = tmp_path / "table.tex"
+    rc = main(["report", str(sweep["k"][20].run_dir), str(sweep["k"][5].run_dir), str(broken), "--out", str(out)])
+    cap = capsys.readouterr()
+    assert rc == 0 and f"wrote {out}" in cap.out
+    assert "warning" in cap.err and "memlab run --resume" in cap.err
+    tex = out.read_text()
+    assert tex.index("k=5") < tex.index("k=20") and "\\begin{tabular}" in tex
+    assert main(["report", str(sweep["k"][5].run_dir), "--format", "csv", "--metrics", "f1,calls_qa"]) == 0
+    back = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert {"f1", "f1_lo", "f1_hi", "calls_qa", "n", "errors"} <= set(back.columns) and (back.calls_qa == 0).all()
+    assert main(["report", str(broken)]) == 2
+    assert "nothing to report" in capsys.readouterr().err
