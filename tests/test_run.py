@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_shipped_configs_round_trip():
-    for name in ("offline", "long-context", "original", "optimized", "topk-ablation"):
+    for name in ("offline", "long-context", "original", "optimized", "topk-ablation", "retrieval-best"):
         cfg = ExperimentConfig.from_yaml(ROOT / "configs" / f"{name}.yaml")
         again = ExperimentConfig.from_dict(yaml.safe_load(cfg.to_yaml()))
         assert again == cfg

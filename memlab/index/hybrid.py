@@ -8,9 +8,17 @@ has grown or shrunk by ``refit_growth`` since the last fit; in between, new text
 the existing fit.
 
 Search order (DESIGN, Search options): filter by kind and time window -> dense list (similarity
-threshold applies here) and keyword list -> RRF (score = sum 1/(k + rank)) -> dedupe (word-set
-Jaccard >= 0.80 keeps the higher-ranked) -> cut to max_results -> kind fallback (< 3 hits: search
-again without the kind, merge after the kind hits) -> optional order by event time.
+threshold applies here) and keyword list (plus, with ``unit="turn"``, the ``note_dense`` list) -> fusion
+(``rrf`` = sum 1/(k + rank), DESIGN's rule, or ``zscore``; `memlab.index.fusion`) -> optional participant
+boost (sigma of the fused scores) -> dedupe (word-set Jaccard >= 0.80 keeps the higher-ranked) -> cut to
+max_results -> kind fallback (< 3 hits: search again without the kind, merge after the kind hits) ->
+optional order by event time.
+
+Observation-aware indexing: with ``append_citing`` the keyword text of a dialog-turn record
+(`is_turn_record`) carries the texts of the memories that cite that turn (LoCoMo observations or
+extracted memories); the dense vectors and the bounded text score reconcile reads stay on each
+memory's own text. ``SearchOptions.unit="turn"`` then returns turn records only, each also scored by
+the best dense score among the memories citing it.
 """
 
 from __future__ import annotations
