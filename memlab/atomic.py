@@ -28,3 +28,16 @@ def write_table(path: str | os.PathLike[str], frame: pd.DataFrame) -> None:
     os.close(fd)
     frame.to_csv(tmp, index=True)
     os.replace(tmp, p)
+
+
+def write_parquet(path: str | os.PathLike[str], frame: pd.DataFrame, index: bool = True) -> None:
+    """Write a Parquet file atomically (pyarrow)."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    os.close(fd)
+    try:
+        frame.to_parquet(tmp, index=index)
+        os.replace(tmp, p)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -43,29 +43,72 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from memlab.run import ExperimentConfig, run_experiment
 
     if args.resume:
-        runs = [run_experiment(None, resume=args.resume)]
+        if args.config:
+            raise SystemExit("memlab run: give either a CONFIG or --resume RUN_DIR, not both")
+        runs = [run_experiment(None, resume=args.resume, overrides=args.set or None, force_config=args.force_config)]
     else:
         if not args.config:
-            raise SystemExit("memlab run: give a CONFIG (a file or a name under configs/) or --resume RUN_DIR")
+            raise SystemExit("memlab run: give a CONFIG (a file or a shipped config name) or --resume RUN_DIR")
         cfg = ExperimentConfig.from_yaml(args.config)
         if args.set:
             cfg = cfg.with_overrides(args.set)
         runs = [run_experiment(c, results=args.results) for c in cfg.expand()]
+    rc = 0
     for run in runs:
-        cols = [c for c in ("label", "n", "f1", "bleu1", "j", "recall@10", "tokens_qa", "context_tokens_qa",
-                            "calls_qa", "latency_p50_s", "errors") if c in run.summary.columns]
+        judged = ("j", "judge_errors") if run.config.judge.model else ()
+        cols = [c for c in ("label", "n", "n_scored", "errors", "f1", "bleu1", *judged, "recall@10", "tokens_qa",
+                            "context_tokens_qa", "calls_qa", "latency_p50_s") if c in run.summary.columns]
         m = run.info.get("models", {})
-        print(f"\n{run.run_dir}  ({run.info['timings']['total_s']:.1f} s; model calls {m.get('model_calls', 0)}, "
-              f"served from cache {m.get('cache_hits', 0)})")
+        ext = run.info.get("extraction") or {}
+        print(f"\n{run.run_dir}  [{run.status}]  ({run.info['timings']['total_s']:.1f} s; model calls "
+              f"{m.get('model_calls', 0)}, served from cache {m.get('cache_hits', 0)}, malformed tool calls "
+              f"{m.get('malformed_tool_calls', 0)}; extraction "
+              f"{'from cache' if ext.get('from_cache') else 'ran'}, ops failed {ext.get('ops_failed', 0)})")
+        roles = run.info.get("model_roles", [])
+        if len(roles) > 1 or any(not r.startswith("embedder:") for r in roles):
+            print("  " + "\n  ".join(roles))  # which endpoint each role used, and the local embedder
         print(format_summary(run.summary[cols]))
-    return 0
+        rate, limit = run.info.get("error_rate", 0.0), run.config.run.max_error_rate
+        if rate > limit:
+            print(f"memlab: {run.info.get('errors')} of {run.info.get('questions')} questions ended in an error "
+                  f"({rate:.1%} > run.max_error_rate {limit:.1%}); they are not scored. See predictions.parquet "
+                  f"(column error); retry them with: memlab run --resume {run.run_dir}", file=sys.stderr)
+            rc = 3
+    return rc
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from memlab.run.report import compare, format_compare
 
+    if args.profiles:
+        from memlab.run.rescore import profile_table
+
+        for run in args.runs:
+            print(f"{run}: one run under the scoring profiles {args.profiles}")
+            print(format_compare(profile_table(run, [p.strip() for p in args.profiles.split(",") if p.strip()])))
+        return 0
     print(format_compare(compare(args.runs)))
     return 0
+
+
+def _cmd_rescore(args: argparse.Namespace) -> int:
+    from memlab.eval import format_summary
+    from memlab.run.rescore import explain, rescore
+
+    res = rescore(args.run, args.profile, allow_model_calls=args.allow_model_calls, errata=args.errata)
+    print(f"{args.run} under the {res.profile} profile -> {res.path}")
+    print(format_summary(res.summary))
+    print(explain(res))
+    if res.info.get("errata_corrected") or res.info.get("errata_excluded"):
+        print(f"errata: {res.info['errata_corrected']} corrected, {res.info['errata_excluded']} excluded")
+    return 0
+
+
+def _shipped() -> str:
+    from importlib import resources
+
+    return ", ".join(sorted(p.name[:-5] for p in resources.files("memlab.configs").iterdir()
+                            if p.name.endswith(".yaml")))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,15 +129,27 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--results", help="results root (default ./results)")
     d.set_defaults(func=_cmd_demo)
     r = sub.add_parser("run", help="run an experiment config (an ablation runs every grid point)")
-    r.add_argument("config", nargs="?", help="YAML file or a name under configs/ (offline, original, ...)")
+    r.add_argument("config", nargs="?", help=f"YAML file or a shipped config name ({_shipped()})")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set retrieval.top_k=20 (repeatable)")
-    r.add_argument("--resume", metavar="RUN_DIR", help="finish a killed run: only its missing questions")
+    r.add_argument("--resume", metavar="RUN_DIR",
+                   help="finish a killed or errored run: its missing and errored questions")
+    r.add_argument("--force-config", action="store_true",
+                   help="with --resume: apply the --set overrides to the remaining questions")
     r.add_argument("--results", help="results root (default ./results or $MEMLAB_RESULTS)")
     r.set_defaults(func=_cmd_run)
     rp = sub.add_parser("report", help="per-category comparison of runs, side by side")
     rp.add_argument("runs", nargs="+", help="run folders under results/")
+    rp.add_argument("--profiles", help="show one run under these scoring profiles side by side, "
+                                       "e.g. locomo,mem0,trpc-agent-go (no model calls: J from the cache)")
     rp.set_defaults(func=_cmd_report)
+    rs = sub.add_parser("rescore", help="score a finished run under another scoring profile (no model calls)")
+    rs.add_argument("run", help="a finished run folder")
+    rs.add_argument("--profile", default="locomo", help="locomo (default), mem0 or trpc-agent-go")
+    rs.add_argument("--errata", help="CSV qid,answer (corrected answer or 'invalid'); default: the run's")
+    rs.add_argument("--allow-model-calls", action="store_true",
+                    help="call the judge model for verdicts not in the response cache (default: leave J empty)")
+    rs.set_defaults(func=_cmd_rescore)
     return p
 
 
@@ -104,15 +159,21 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     errors: tuple[type[BaseException], ...] = (DataNotFoundError, ChecksumMismatchError, LoCoMoFormatError,
                                                ConnectionError)
-    if args.command in ("run", "report"):
+    if args.command in ("run", "report", "rescore"):
+        from memlab.eval.errata import ErrataError
+        from memlab.eval.profiles import ProfileError
         from memlab.run import ConfigError
+        from memlab.run.extraction import ExtractionFailed
+        from memlab.run.records import RecordSchemaError
 
-        errors += (ConfigError, FileNotFoundError)
+        errors += (ConfigError, FileNotFoundError, ExtractionFailed, RecordSchemaError, ErrataError, ProfileError)
     try:
         return args.func(args)
     except errors as e:
         print(f"memlab: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from memlab.answer import ABSTAIN
 from memlab.atomic import write_table
 from memlab.data import load_locomo
 from memlab.eval import category_summary, format_summary, score_frame
-
-ABSTAIN_ANSWER = "Not mentioned in the conversation."
 
 
 def run_demo(path: str | None = None, results: str | None = None, config: str = "offline") -> Path:
@@ -30,7 +29,7 @@ def run_demo(path: str | None = None, results: str | None = None, config: str = 
     top1 = run_experiment(cfg.with_overrides({"name": "baseline-top1", "answer.span": "memory",
                                               "answer.abstain": False}), results=results)
     qf = data.questions_frame()
-    abstain = category_summary(score_frame(qf.assign(prediction=ABSTAIN_ANSWER)))
+    abstain = category_summary(score_frame(qf.assign(prediction=ABSTAIN)))
     table = pd.DataFrame({
         "label": run.summary["label"], "n": run.summary["n"],
         f"F1 {cfg.name}": run.summary["f1"], "F1 top-1 memory": top1.summary["f1"], "F1 always abstain": abstain["f1"],

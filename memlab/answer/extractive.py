@@ -22,8 +22,10 @@ top memory (``span_window=1``) 0.221.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
-from memlab.answer.base import ABSTAIN, Answer, AnswerContext, Answerer, retrieve
+from memlab.answer.base import ABSTAIN, ANSWERERS, Answer, AnswerContext, Answerer, retrieve
 from memlab.answer.temporal import is_temporal_question, resolve
 from memlab.data.locomo import Question
 from memlab.index.text import STOP_WORDS, analyze, stem, words
@@ -54,8 +56,15 @@ def named_people(question: str, people: tuple[str, ...]) -> set[str]:
     return {p for p in people if p.lower().split()[0] in ws}
 
 
+@ANSWERERS.register("extractive")
 class ExtractiveAnswerer(Answerer):
     name = "extractive"
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
+        return cls(span=section.span, abstain=section.abstain, speaker_window=section.speaker_window,
+                   temporal_window=section.temporal_window, span_window=section.span_window,
+                   max_words=section.max_words, split=section.split, drop_filler=section.drop_filler)
 
     def __init__(self, span: str = "novel", abstain: bool = True, speaker_window: int = 1,
                  temporal_window: int = 3, span_window: int = 1, max_words: int = 12, split: str = "sentence",

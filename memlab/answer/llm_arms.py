@@ -4,17 +4,39 @@ and the LLM judge. Every call goes through `memlab.llm.ModelClient` (cache, retr
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from memlab.answer.base import ABSTAIN, Answer, AnswerContext, Answerer, QueryTrace, preload, retrieve
+from memlab.answer.base import (
+    ABSTAIN,
+    ANSWERERS,
+    JUDGES,
+    Answer,
+    AnswerContext,
+    Answerer,
+    QueryTrace,
+    preload,
+    retrieve,
+)
 from memlab.data.locomo import Conversation, Question, format_day
-from memlab.llm import Completion, ModelClient, Usage, count_tokens
+from memlab.llm import (
+    BadReply,
+    Completion,
+    MalformedToolCall,
+    ModelClient,
+    ModelError,
+    ToolLoopExhausted,
+    Usage,
+    count_tokens,
+)
 from memlab.memory.entry import MemoryEntry
 from memlab.prompts import load_prompt, render
 
 
-def render_memories(entries: list[MemoryEntry]) -> str:
+def render_context(entries: list[MemoryEntry]) -> str:
+    """Memories as the reader sees them: dated lines, no ids."""
     if not entries:
         return "(no memories)"
     lines = []
@@ -41,14 +63,33 @@ def _account(ans: Answer, comp: Completion) -> None:
     if comp.from_cache:
         ans.cached_calls += 1
     else:
-        ans.calls += 1
+        ans.calls += comp.calls
+    ans.malformed_tool_calls += comp.malformed_tool_calls
 
 
+def _complete(client: ModelClient, ans: Answer, msgs: list[dict[str, Any]], **kw: Any) -> Completion:
+    """One call; a failure carries every earlier round's cost in ``partial`` and is re-raised."""
+    try:
+        comp = client.complete(msgs, **kw)
+    except ModelError as e:
+        e.partial = ans.stats() + e.partial
+        raise
+    _account(ans, comp)
+    return comp
+
+
+@ANSWERERS.register("long-context")
 class LongContextAnswerer(Answerer):
     """The whole transcript (with session dates) in one prompt."""
 
     name = "long-context"
+    requires_model = True
     needs_memory = False
+    uses_top_k = False
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
+        return cls(client_for("reader"), prompt=section.prompt or cls.name)
 
     def __init__(self, client: ModelClient, prompt: str = "long-context"):
         self.client = client
@@ -58,17 +99,23 @@ class LongContextAnswerer(Answerer):
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation),
                         transcript=render_transcript(ctx.conversation))
         msgs = [{"role": "system", "content": system}, {"role": "user", "content": question.question}]
-        comp = self.client.complete(msgs)
-        ans = Answer(prediction=comp.text.strip() or ABSTAIN, prompt=system, response=comp.text, rule="model")
+        ans = Answer(prediction="", prompt=system, rule="model")
+        comp = _complete(self.client, ans, msgs)  # an empty reply raises EmptyReply: never an abstention
+        ans.prediction, ans.response = comp.text.strip(), comp.text
         ans.context_tokens = count_tokens(system)
-        _account(ans, comp)
         return ans
 
 
+@ANSWERERS.register("original")
 class OriginalAnswerer(Answerer):
     """One retrieval with the question; the top-k memories (plus any preloaded) into one call."""
 
     name = "original"
+    requires_model = True
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
+        return cls(client_for("reader"), prompt=section.prompt or cls.name)
 
     def __init__(self, client: ModelClient, prompt: str = "original"):
         self.client = client
@@ -80,13 +127,12 @@ class OriginalAnswerer(Answerer):
         seen = {e.id for e in res.entries}
         context = res.entries + [e for e in pre if e.id not in seen]
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation),
-                        memories=render_memories(context))
+                        memories=render_context(context))
         msgs = [{"role": "system", "content": system}, {"role": "user", "content": question.question}]
-        comp = self.client.complete(msgs)
-        ans = Answer(prediction=comp.text.strip() or ABSTAIN, context=context, queries=[trace], prompt=system,
-                     response=comp.text, preload=pinfo, rule="model")
+        ans = Answer(prediction="", context=context, queries=[trace], prompt=system, preload=pinfo, rule="model")
+        comp = _complete(self.client, ans, msgs)
+        ans.prediction, ans.response = comp.text.strip(), comp.text
         ans.context_tokens = count_tokens(system)
-        _account(ans, comp)
         return ans
 
 
@@ -108,10 +154,21 @@ def memory_tools() -> list[dict[str, Any]]:
     ]
 
 
+@ANSWERERS.register("optimized")
 class OptimizedAnswerer(Answerer):
-    """The model drives ``memory_search`` / ``memory_load`` for up to ``max_rounds`` rounds, then answers."""
+    """The model drives ``memory_search`` / ``memory_load`` for up to ``max_rounds`` rounds, then answers.
+
+    The last round offers no tools (``tool_choice="none"``); a model still calling tools then raises
+    `ToolLoopExhausted`. A tool call written as text is parsed or re-asked with the tool forced (by
+    the client) and counted in ``malformed_tool_calls``; one that stays unusable raises `MalformedToolCall`.
+    """
 
     name = "optimized"
+    requires_model = True
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
+        return cls(client_for("reader"), prompt=section.prompt or cls.name, max_rounds=section.max_rounds)
 
     def __init__(self, client: ModelClient, prompt: str = "optimized", max_rounds: int = 4):
         self.client = client
@@ -166,22 +223,31 @@ class OptimizedAnswerer(Answerer):
 
     def answer(self, question: Question, ctx: AnswerContext) -> Answer:
         pre, pinfo = preload(ctx, question.question)
-        pre_text = f"## Preloaded memories\n{render_memories(pre)}" if pre else ""
+        pre_text = f"## Preloaded memories\n{render_context(pre)}" if pre else ""
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation), preloaded=pre_text)
         msgs: list[dict[str, Any]] = [{"role": "system", "content": system},
                                       {"role": "user", "content": question.question}]
-        ans = Answer(prediction=ABSTAIN, context=list(pre), prompt=system, preload=pinfo)
+        ans = Answer(prediction="", context=list(pre), prompt=system, preload=pinfo)
         tools = memory_tools()
         for round_ in range(1, self.max_rounds + 1):
             last = round_ == self.max_rounds
-            comp = self.client.complete(msgs, tools=tools, tool_choice="none" if last else "auto")
-            _account(ans, comp)
-            if not comp.tool_calls or last:
-                ans.prediction = comp.text.strip() or ABSTAIN
-                ans.response = comp.text
+            try:
+                comp = _complete(self.client, ans, msgs, tools=tools, tool_choice="none" if last else "auto")
+            except MalformedToolCall as e:
+                if not last:
+                    raise
+                raise ToolLoopExhausted(f"still calling tools after the last round ({self.max_rounds}): {e}",
+                                        e.partial) from e
+            if comp.tool_calls and last:
+                names = ", ".join(tc.name for tc in comp.tool_calls)
+                raise ToolLoopExhausted(f"{self.client.model}: still calling tools ({names}) after the last round "
+                                        f"({self.max_rounds}), though offered none", ans.stats())
+            if not comp.tool_calls:
+                ans.prediction, ans.response = comp.text.strip(), comp.text
                 ans.rule = f"model answered in round {round_}"
                 break
-            msgs.append({"role": "assistant", "content": comp.text or None, "tool_calls": [
+            # ``content`` always sent (litellm drops a None one, and llama.cpp's template then fails with 500)
+            msgs.append({"role": "assistant", "content": comp.text or "", "tool_calls": [
                 {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
                 for tc in comp.tool_calls]})
             for tc in comp.tool_calls:
@@ -192,8 +258,13 @@ class OptimizedAnswerer(Answerer):
         return ans
 
 
+@JUDGES.register("llm")
 class Judge:
     """The LLM judge (J score): CORRECT/WRONG for a prediction against the gold answer."""
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Judge:
+        return cls(client_for("judge"), prompt=section.prompt)
 
     def __init__(self, client: ModelClient, prompt: str = "default"):
         self.client = client
@@ -202,6 +273,16 @@ class Judge:
     def judge(self, question: Question, prediction: str) -> tuple[float, Usage, bool]:
         gold = question.answer if question.answer is not None else ABSTAIN
         text = render(load_prompt("judge", self.prompt), question=question.question, gold=gold, prediction=prediction)
-        comp = self.client.complete([{"role": "user", "content": text}])
-        verdict = comp.text.strip().upper()
-        return (1.0 if verdict.startswith("CORRECT") else 0.0), comp.usage, comp.from_cache
+        comp = self.client.complete([{"role": "user", "content": text}])  # empty: EmptyReply
+        return verdict(comp), comp.usage, comp.from_cache
+
+
+_VERDICT = re.compile(r"\b(CORRECT|WRONG|INCORRECT)\b")
+
+
+def verdict(comp: Completion) -> float:
+    """1.0 for CORRECT, 0.0 for WRONG; a reply saying neither (or both) is a `BadReply`, not a 0."""
+    found = {w.replace("INCORRECT", "WRONG") for w in _VERDICT.findall(comp.text.upper())}
+    if len(found) != 1:
+        raise BadReply(f"judge reply {comp.text[:80]!r} is not one verdict (CORRECT or WRONG)", comp.stats())
+    return 1.0 if found == {"CORRECT"} else 0.0

@@ -24,8 +24,9 @@ from memlab.data import load_locomo
 from memlab.eval.scoring import evidence_recall
 from memlab.eval.summary import OVERALL_GROUPS
 from memlab.extract.memory_sets import observation_memories, turn_memories
+from memlab.extract.pipeline import conversation_key
 from memlab.index import open_service
-from memlab.memory import SearchOptions, UserKey
+from memlab.memory import SearchOptions
 
 #: mode -> (keyword scorer of the index, SearchOptions overrides)
 MODES: dict[str, tuple[str, dict]] = {
@@ -94,7 +95,7 @@ def run_arms(
     encode_ms: dict[tuple, float] = {}
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
     for conv in tqdm(convs, desc="recall", leave=False):
-        key = UserKey("locomo", conv.sample_id)
+        key = conversation_key(conv)
         for ikey, svc in services.items():
             for it in memory_set(conv, ikey[0], style):
                 svc.add(key, **it)

@@ -51,21 +51,25 @@ def category_summary(
 ) -> pd.DataFrame:
     """Per-category means with question counts, then the two question-weighted overall rows.
 
-    The index is the category number (an int) followed by ``"overall 1-4"`` and ``"overall 1-5"``.
+    The index (``group``) is all strings, so a table round-trips through files unchanged: the
+    category number as text (``"1"`` ... ``"5"``) then ``"overall 1-4"`` and ``"overall 1-5"``; the
+    ``category`` column holds the number (missing on the overall rows).
     """
     labels = dict(CATEGORY_LABELS if labels is None else labels)
     metrics = [m for m in metrics if m in scores.columns]
     rows = []
     for cat, g in scores.groupby(category_col, sort=True):
-        row = {"group": int(cat), "label": labels.get(int(cat), str(cat)), "n": len(g)}
+        row = {"group": str(int(cat)), "category": int(cat), "label": labels.get(int(cat), str(cat)), "n": len(g)}
         row.update({m: float(g[m].mean()) for m in metrics})
         rows.append(row)
     for name, cats in OVERALL_GROUPS.items():
         g = scores[scores[category_col].isin(cats)]
-        row = {"group": name, "label": "", "n": len(g)}
+        row = {"group": name, "category": None, "label": "", "n": len(g)}
         row.update({m: float(g[m].mean()) if len(g) else float("nan") for m in metrics})
         rows.append(row)
-    return pd.DataFrame(rows).set_index("group")
+    out = pd.DataFrame(rows).set_index("group")
+    out["category"] = out["category"].astype("Int64")
+    return out
 
 
 def format_summary(summary: pd.DataFrame, digits: int = 3) -> str:

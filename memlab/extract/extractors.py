@@ -3,13 +3,19 @@
 - `TurnsExtractor` (no model): each delta turn one episode memory;
 - `ObservationsExtractor` (no model): LoCoMo's annotated facts of the delta's turns;
 - `LLMExtractor`: one model call with the tools add/update/delete/clear, parsed into typed ops.
+
+Each is registered in `EXTRACTORS` under its config name and builds itself from the config's
+``extraction`` section (`Extractor.from_config`); `Extractor.bind` gives the per-conversation
+instance (the model-free extractors read that conversation's annotations).
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,6 +27,12 @@ from memlab.extract.ops import ExtractionResult, MemoryOp
 from memlab.llm import ModelClient
 from memlab.memory.entry import KINDS, MemoryEntry, UserKey
 from memlab.prompts import load_prompt, render
+from memlab.registry import Registry
+
+#: Extractors by config name (``extraction.extractor``).
+EXTRACTORS: Registry[Extractor] = Registry("extractor")
+#: ``client_for(role)``: the model client of a role ("extractor", "reader", "judge", "embedder").
+ClientFor = Callable[[str], ModelClient]
 
 
 @dataclass(frozen=True)
@@ -43,12 +55,40 @@ class Extractor(ABC):
     #: Whether the extractor reads the old memories. Model-free extractors do not, and the worker then
     #: skips the lookup (it would only cost an index rebuild per job; results are identical).
     reads_old_memories: bool = True
-    #: Part of the extraction cache key: what, besides the data, decides the ops.
+    #: Whether the extractor calls a model (then ``extraction.model`` is required).
+    requires_model: bool = False
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
+        """Build from the ``extraction`` config section (model-free extractors need nothing from it)."""
+        return cls()
+
+    def bind(self, conversation: Conversation) -> Extractor:
+        """The instance that extracts one conversation (itself unless it reads per-conversation data)."""
+        return self
+
     def cache_id(self) -> str:
+        """Part of the extraction cache key: what, besides the data, decides the ops."""
         return self.name
 
     @abstractmethod
     def extract(self, request: ExtractionRequest) -> ExtractionResult: ...
+
+
+class ConversationExtractor(Extractor):
+    """An extractor that reads the conversation's own records; `bind` gives a copy holding it."""
+
+    def __init__(self) -> None:
+        self.conversation: Conversation | None = None
+
+    def bind(self, conversation: Conversation) -> Extractor:
+        bound = copy.copy(self)
+        bound.conversation = conversation
+        bound._reset()
+        return bound
+
+    def _reset(self) -> None:
+        """Drop per-conversation lookups built lazily by `extract`."""
 
 
 def _op(item: dict[str, Any]) -> MemoryOp:
@@ -57,17 +97,25 @@ def _op(item: dict[str, Any]) -> MemoryOp:
                     location=item.get("location"), source_ids=tuple(item["source_ids"]))
 
 
-class TurnsExtractor(Extractor):
+@EXTRACTORS.register("turns")
+class TurnsExtractor(ConversationExtractor):
     """Every delta turn becomes one episode at its session date (text style of `turn_memories`)."""
 
     name = "turns"
     reconciles = False
     reads_old_memories = False
 
-    def __init__(self, conversation: Conversation | None = None, style: str = "speaker-context"):
-        self.conversation = conversation
+    def __init__(self, style: str = "speaker-context"):
+        super().__init__()
         self.style = style
         self._by_id: dict[str, dict[str, Any]] | None = None
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
+        return cls(style=section.turn_style)
+
+    def _reset(self) -> None:
+        self._by_id = None
 
     def cache_id(self) -> str:
         return f"turns({self.style})"
@@ -85,18 +133,24 @@ class TurnsExtractor(Extractor):
         return ExtractionResult(ops=ops)
 
 
-class ObservationsExtractor(Extractor):
+@EXTRACTORS.register("observations")
+class ObservationsExtractor(ConversationExtractor):
     """LoCoMo's annotated observations whose first dialog id is in the delta (kind by
     `memlab.extract.memory_sets.observation_kind`)."""
 
     name = "observations"
     reads_old_memories = False
 
-    def __init__(self, conversation: Conversation):
-        self.conversation = conversation
+    def __init__(self) -> None:
+        super().__init__()
         self._by_first: dict[str, list[dict[str, Any]]] | None = None
 
+    def _reset(self) -> None:
+        self._by_first = None
+
     def extract(self, request: ExtractionRequest) -> ExtractionResult:
+        if self.conversation is None:
+            raise ValueError("ObservationsExtractor reads a conversation's annotations: bind(conversation) first")
         if self._by_first is None:
             self._by_first = {}
             for item in observation_memories(self.conversation):
@@ -205,12 +259,36 @@ def parse_tool_call(name: str, raw_args: str, delta_ids: Sequence[str]) -> Memor
     )
 
 
+_FIRST_PERSON = re.compile(r"(?<![\w'])(I|I'm|I've|I'd|I'll|[Mm]y|[Mm]e|[Mm]yself|[Mm]ine)(?![\w'])")
+
+
+def first_person(text: str, names: Sequence[str] = ()) -> str | None:
+    """The first-person word of a memory written as the speaker ("I went to ..."), else None.
+
+    Flagged when the memory starts with it, or uses it (outside quotes) without naming any of
+    ``names``: "I" in a store shared by two speakers says nothing about who. "Caroline said: I ..."
+    names its person and passes.
+    """
+    unquoted = re.sub(r'"[^"]*"|“[^”]*”', " ", text)
+    m = _FIRST_PERSON.search(unquoted)
+    if m is None:
+        return None
+    if not unquoted[:m.start()].strip() or not any(n and n.lower() in text.lower() for n in names):
+        return m.group(1)
+    return None
+
+
+def speakers_of(delta: Sequence[Message]) -> list[str]:
+    return list(dict.fromkeys(m.speaker or m.role for m in delta))
+
+
 def render_messages(delta: Sequence[Message]) -> str:
     return "\n".join(f"[{m.id or i}] ({m.timestamp:%Y-%m-%d}) {m.speaker or m.role}: {m.text}"
                      for i, m in enumerate(delta))
 
 
-def render_memories(memories: Sequence[MemoryEntry]) -> str:
+def render_old_memories(memories: Sequence[MemoryEntry]) -> str:
+    """The old memories as the extractor sees them: with ids, so it can update or delete one."""
     if not memories:
         return "(none yet)"
     out = []
@@ -220,10 +298,22 @@ def render_memories(memories: Sequence[MemoryEntry]) -> str:
     return "\n".join(out)
 
 
+@EXTRACTORS.register("llm")
 class LLMExtractor(Extractor):
-    """One model call through litellm; malformed tool calls are dropped one by one with a reason."""
+    """One model call through litellm; malformed tool calls are dropped one by one with a reason.
+
+    A memory in the first person ("I went ...") is dropped with its reason: it cannot say whose it
+    is. A reply with no text and no tool call, or a tool call written as text that neither parses nor
+    comes back well-formed when re-asked with ``tool_choice`` forced, raises a `memlab.llm.ModelError`
+    (the job fails and is retried on rerun; nothing is cached).
+    """
 
     name = "llm"
+    requires_model = True
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
+        return cls(model=section.model, prompt=section.prompt, client=client_for("extractor"))
 
     def __init__(self, model: str, prompt: str = "structured", api_base: str | None = None,
                  api_key: str | None = None, timeout: float = 30.0, max_retries: int = 3, backoff: float = 0.5,
@@ -252,8 +342,10 @@ class LLMExtractor(Extractor):
 
     def build_messages(self, request: ExtractionRequest) -> list[dict[str, Any]]:
         today = (request.now or (request.delta[-1].timestamp if request.delta else datetime.now()))
-        text = render(load_prompt("extract", self.prompt), old_memories=render_memories(request.old_memories),
-                      messages=render_messages(request.delta), today=f"{today:%Y-%m-%d}")
+        who = speakers_of(request.delta)
+        text = render(load_prompt("extract", self.prompt), old_memories=render_old_memories(request.old_memories),
+                      messages=render_messages(request.delta), today=f"{today:%Y-%m-%d}",
+                      speakers=" and ".join(who) or "the speakers", speaker=who[0] if who else "Alice")
         return [{"role": "system", "content": text},
                 {"role": "user", "content": "Extract the memories from the new messages now."}]
 
@@ -263,10 +355,17 @@ class LLMExtractor(Extractor):
         ids = request.source_ids
         for tc in comp.tool_calls:
             try:
-                ops.append(parse_tool_call(tc.name, tc.arguments, ids))
+                op = parse_tool_call(tc.name, tc.arguments, ids)
+                word = (first_person(op.text, speakers_of(request.delta))
+                        if op.action in ("add", "update") and op.text else None)
+                if word:
+                    raise ValueError(f"{tc.name}: first-person memory ({word!r} in {op.text[:60]!r}); expected "
+                                     "third person naming the speaker")
+                ops.append(op)
             except ValueError as e:
                 dropped.append(str(e))
-        return ExtractionResult(ops=ops, dropped=dropped, usage=comp.usage, calls=0 if comp.from_cache else 1)
+        return ExtractionResult(ops=ops, dropped=dropped, usage=comp.usage, calls=comp.calls,
+                                malformed_tool_calls=comp.malformed_tool_calls)
 
 
 class CombinedExtractor(Extractor):
@@ -282,6 +381,9 @@ class CombinedExtractor(Extractor):
         self.name = "+".join(p.name for p in parts)
         self.reads_old_memories = any(p.reads_old_memories for p in parts)
 
+    def bind(self, conversation: Conversation) -> Extractor:
+        return CombinedExtractor([p.bind(conversation) for p in self.parts])
+
     def cache_id(self) -> str:
         return "+".join(p.cache_id() for p in self.parts)
 
@@ -293,3 +395,16 @@ class CombinedExtractor(Extractor):
             out.dropped += r.dropped
             out.calls += r.calls
         return out
+
+
+@EXTRACTORS.register("turns+observations")
+class TurnsAndObservations(CombinedExtractor):
+    """Every turn verbatim plus LoCoMo's annotated observations (the offline default)."""
+
+    def __init__(self, style: str = "speaker-context"):
+        self.style = style
+        super().__init__([TurnsExtractor(style=style), ObservationsExtractor()])
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
+        return cls(style=section.turn_style)

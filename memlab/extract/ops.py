@@ -48,3 +48,5 @@ class ExtractionResult:
     """One reason per malformed proposal that was dropped (the rest still apply)."""
     usage: Any = None
     calls: int = 0
+    malformed_tool_calls: int = 0
+    """Tool calls the model wrote as text (recovered by parsing or a forced re-ask)."""

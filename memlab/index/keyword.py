@@ -12,6 +12,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from memlab.index.text import analyze
+from memlab.registry import Registry
+
+#: Keyword scorers by name (``index.keyword``).
+KEYWORD_SCORERS: Registry[KeywordScorer] = Registry("keyword scorer")
 
 
 def _count_matrix(docs: list[str]) -> tuple[sp.csr_matrix, dict[str, int]]:
@@ -66,6 +70,7 @@ class KeywordScorer(ABC):
                 np.fromiter(counts.values(), dtype=np.float32, count=len(counts)))
 
 
+@KEYWORD_SCORERS.register("tfidf")
 class TfidfScorer(KeywordScorer):
     """Cosine between sublinear TF-IDF vectors (smooth idf, as scikit-learn's TfidfVectorizer)."""
 
@@ -90,6 +95,7 @@ class TfidfScorer(KeywordScorer):
         return w / np.linalg.norm(w)
 
 
+@KEYWORD_SCORERS.register("bm25")
 class BM25Scorer(KeywordScorer):
     """Okapi BM25 with idf = ln(1 + (N - df + 0.5) / (df + 0.5)) (the Lucene form, never negative)."""
 
@@ -117,11 +123,5 @@ class BM25Scorer(KeywordScorer):
         return self.idf_[js] * tf
 
 
-KEYWORD_SCORERS = {"tfidf": TfidfScorer, "bm25": BM25Scorer}
-
-
 def make_keyword_scorer(name: str) -> KeywordScorer:
-    try:
-        return KEYWORD_SCORERS[name]()
-    except KeyError:
-        raise ValueError(f"keyword scorer: expected one of {sorted(KEYWORD_SCORERS)}, got {name!r}") from None
+    return KEYWORD_SCORERS.get(name)()

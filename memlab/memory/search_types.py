@@ -157,3 +157,19 @@ class Searcher(Protocol):
     ) -> SearchResult:
         """Search one key; ``load_entries`` hydrates a key the index has not seen since start-up."""
         ...
+
+    def ensure_built(self, key: UserKey, load_entries: Callable[[], list[MemoryEntry]]) -> None:
+        """Build (or refresh) one key's index now, so a later search pays no build time."""
+        ...
+
+    def keys(self) -> list[UserKey]:
+        """The keys the index holds (restored from disk or built since start-up)."""
+        ...
+
+    def verify_against(self, key: UserKey, entries: list[MemoryEntry]) -> None:
+        """Drop what the index holds for a key when it no longer matches the store's entries."""
+        ...
+
+    def close(self) -> None:
+        """Persist what the index keeps (if anything) and release it."""
+        ...

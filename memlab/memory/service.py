@@ -117,6 +117,13 @@ class MemoryService(ABC):
                 return e.event_time
         return None
 
+    def _write(self, entry: MemoryEntry) -> None:
+        """The one path a stored entry takes: the backend row, then the attached index (so a hit
+        never carries stale text or provenance)."""
+        self._put(entry)
+        if self.searcher is not None:
+            self.searcher.on_upsert(entry)
+
     def _record(self, key: UserKey, op: str, memory_id: str | None, inputs: dict[str, Any], result: str,
                 error: str | None = None) -> None:
         self._append_log(OpRecord(self._next_seq(), datetime.now(timezone.utc), key, op, memory_id,
@@ -152,14 +159,12 @@ class MemoryService(ABC):
                     entry = existing
                     if merged != existing.source_ids:
                         entry = existing.with_changes(source_ids=merged, updated_at=datetime.now(timezone.utc))
-                        self._put(entry)
+                        self._write(entry)
                     self._record(key, "add", mid, f, "exists")
                 else:
                     now = datetime.now(timezone.utc)
                     entry = MemoryEntry(id=mid, key=key, created_at=now, updated_at=now, **f)
-                    self._put(entry)
-                    if self.searcher is not None:
-                        self.searcher.on_upsert(entry)
+                    self._write(entry)
                     self._record(key, "add", mid, f, "added")
             return entry
 
@@ -193,9 +198,7 @@ class MemoryService(ABC):
                 raise
             entry = current.with_changes(updated_at=datetime.now(timezone.utc), **f)
             with self._transaction():
-                self._put(entry)
-                if self.searcher is not None:
-                    self.searcher.on_upsert(entry)
+                self._write(entry)
                 self._record(key, "update", memory_id, f, "updated")
             return UpdateResult("ok", entry)
 
@@ -264,9 +267,8 @@ class MemoryService(ABC):
 
     def close(self) -> None:
         """Persist what the attached index keeps (if it does) and release the backend."""
-        close = getattr(self.searcher, "close", None)
-        if close is not None:
-            close()
+        if self.searcher is not None:
+            self.searcher.close()
 
 
 class InMemoryMemoryService(MemoryService):

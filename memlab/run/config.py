@@ -1,7 +1,9 @@
 """Experiments as data: a dataclass tree that round-trips to YAML, validated with clear errors.
 
 An *ablation* is a base config plus a ``grid`` of dotted keys to value lists, expanded into runs
-(``retrieval.top_k: [5, 10, 20, 40]`` gives four configs).
+(``retrieval.top_k: [5, 10, 20, 40]`` gives four configs). Component names (extractor, answer arm,
+judge, embedder, keyword scorer) are validated against their registries, so a new component is
+allowed as soon as its class is registered. Shipped configs are package data (``memlab/configs``).
 """
 
 from __future__ import annotations
@@ -9,19 +11,32 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import re
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from memlab.answer import ANSWERERS, JUDGES
+from memlab.answer.extractive import SPANS
+from memlab.eval.profiles import PROFILES
+from memlab.extract.extractors import EXTRACTORS
 from memlab.extract.reconcile import ReconcileConfig
+from memlab.index.embedders import EMBEDDERS, MODEL_EMBEDDERS, parse_embedder_spec
+from memlab.index.keyword import KEYWORD_SCORERS
+from memlab.memory.search_types import SearchOptions
+from memlab.prompts import load_prompt
 
-EXTRACTORS = ("turns", "observations", "turns+observations", "llm")
 BACKENDS = ("sqlite", "memory")
-KEYWORDS = ("tfidf", "bm25")
-ARMS = ("extractive", "long-context", "original", "optimized")
-SPANS = ("novel", "clause", "memory")
+SPLITS = ("sentence", "clause")
+COMBINES = ("all", "any")
+#: A run name becomes a folder under the results root: no separators, no leading dot.
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+=-]*$")
+#: FAISS factory strings memlab builds (FAISS aborts the process on some malformed ones, e.g.
+#: ``HNSW0``, so they are checked here before any index is built).
+_FACTORY = re.compile(r"^(Flat|HNSW[1-9][0-9]*(,Flat)?|IVF[1-9][0-9]*,(Flat|PQ[1-9][0-9]*)|PQ[1-9][0-9]*|LSH)$")
 
 
 class ConfigError(ValueError):
@@ -32,9 +47,38 @@ class ConfigError(ValueError):
 class DatasetConfig:
     path: str | None = None
     conversations: list[str] | None = None
+    """Sample ids (``[conv-26, conv-30]``; a single id is read as a one-item list)."""
     categories: list[int] | None = None
     question_limit: int | None = None
     """At most this many questions per conversation (after the category filter), in file order."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.conversations, str):
+            self.conversations = [self.conversations]
+        if isinstance(self.categories, int) and not isinstance(self.categories, bool):
+            self.categories = [self.categories]
+
+
+@dataclass
+class CheckerConfig:
+    """DESIGN's checkers: extract when the delta has *more than* ``message_threshold`` messages and/or
+    more than ``time_interval_s`` passed since the last extraction; ``combine`` is all (AND) or any
+    (OR). No checker set: every job extracts."""
+
+    message_threshold: int | None = None
+    time_interval_s: float | None = None
+    combine: str = "all"
+
+
+@dataclass
+class WorkerConfig:
+    """The extraction queue: W workers (a user's jobs stay on one), capacity, per-job timeout."""
+
+    workers: int = 1
+    capacity: int = 10
+    job_timeout_s: float | None = None
+    """None: 30 s for a model-free extractor; for a model one its call timeout x (max_retries + 1) + 30 s,
+    so a slow local model's retries fit in one job (see `job_timeout`)."""
 
 
 @dataclass
@@ -44,6 +88,8 @@ class ExtractionConfig:
     model: str | None = None
     turn_style: str = "speaker-context"
     reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
+    checkers: CheckerConfig = field(default_factory=CheckerConfig)
+    worker: WorkerConfig = field(default_factory=WorkerConfig)
 
 
 @dataclass
@@ -65,6 +111,9 @@ class IndexConfig:
 
 @dataclass
 class RetrievalConfig:
+    """Search options of the answering stage; every field but ``top_k`` (``max_results``) and
+    ``preload`` maps to the `SearchOptions` field of the same name."""
+
     top_k: int = 10
     hybrid: bool = True
     rrf_k: int = 60
@@ -75,7 +124,16 @@ class RetrievalConfig:
     fusion: str = "rrf"
     fusion_weights: dict[str, float] | None = None
     unit: str = "memory"
+    keyword_only: bool = False
+    feedback: int = 0
+    similarity_threshold: float | None = None
+    order_by_event_time: bool = False
     preload: int = 0
+
+    def search_options(self) -> SearchOptions:
+        names = {f.name for f in dataclasses.fields(SearchOptions)}
+        same = {k: v for k, v in dataclasses.asdict(self).items() if k in names}
+        return SearchOptions(max_results=self.top_k, **same)
 
 
 @dataclass
@@ -84,31 +142,89 @@ class AnswerConfig:
     prompt: str | None = None
     model: str | None = None
     max_rounds: int = 4
+    # the extractive reader's knobs (memlab.answer.extractive)
     span: str = "novel"
     abstain: bool = True
     speaker_window: int = 1
+    temporal_window: int = 3
+    span_window: int = 1
+    max_words: int = 12
+    split: str = "sentence"
+    drop_filler: bool = True
 
 
 @dataclass
 class JudgeConfig:
     model: str | None = None
     prompt: str = "default"
+    kind: str = "llm"
+
+
+@dataclass
+class RoleConfig:
+    """One role's endpoint (``models.extractor``, ``.reader``, ``.judge``, ``.embedder``); unset keys
+    fall back to ``models.*``. The role's model name stays where it was (``extraction.model``,
+    ``answer.model``, ``judge.model``, ``index.embedder: litellm:<model>``)."""
+
+    api_base: str | None = None
+    api_key_env: str | None = None
+    timeout: float | None = None
+    max_retries: int | None = None
+    concurrency: int | None = None
+    context_window: int | None = None
+
+
+ROLES = ("extractor", "reader", "judge", "embedder")
+_ROLE_KEYS = ("api_base", "api_key_env", "timeout", "max_retries", "concurrency", "context_window")
+
+
+@dataclass
+class ScoringConfig:
+    """How answers are scored: a harness profile (`memlab.eval.profiles`) and an optional errata CSV."""
+
+    profile: str = "locomo"
+    errata: str | None = None
 
 
 @dataclass
 class ModelsConfig:
-    """Where model names resolve: a local OpenAI-compatible server (``api_base``) or a provider."""
+    """Where model names resolve: a local OpenAI-compatible server (``api_base``) or a provider.
+
+    ``concurrency``: requests in flight per endpoint (None: 1 for a local ``api_base``, unlimited for a
+    provider); ``context_window``: tokens, checked before each call (None: what the server's
+    ``/models`` states, else unchecked). Each role may override any of these.
+    """
 
     api_base: str | None = None
     api_key_env: str | None = None
     timeout: float = 60.0
     max_retries: int = 3
+    concurrency: int | None = None
+    context_window: int | None = None
+    extractor: RoleConfig = field(default_factory=RoleConfig)
+    reader: RoleConfig = field(default_factory=RoleConfig)
+    judge: RoleConfig = field(default_factory=RoleConfig)
+    embedder: RoleConfig = field(default_factory=RoleConfig)
+
+    def resolve(self, role: str) -> dict[str, Any]:
+        """The role's endpoint settings, each from ``models.<role>`` when set, else from ``models``."""
+        if role not in ROLES:
+            raise ConfigError(f"models: unknown role {role!r}; roles: {', '.join(ROLES)}")
+        r = getattr(self, role)
+        return {k: getattr(r, k) if getattr(r, k) is not None else getattr(self, k) for k in _ROLE_KEYS}
 
 
 @dataclass
 class RunConfig:
     concurrency: int = 1
     seed: int = 0
+    """Seeds everything random in a run (the bootstrap of the summary's confidence intervals)."""
+    max_error_rate: float = 0.0
+    """The CLI exits non-zero when more than this share of questions ended in an error."""
+    allow_failed_extraction: bool = False
+    """Answer even when an extraction job failed or a conversation with text got no memory."""
+    check_endpoint: bool = True
+    """Before answering, check that each model endpoint (``api_base``) answers ``/models``."""
 
 
 @dataclass
@@ -121,6 +237,7 @@ class ExperimentConfig:
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     run: RunConfig = field(default_factory=RunConfig)
     grid: dict[str, list[Any]] = field(default_factory=dict)
@@ -146,20 +263,26 @@ class ExperimentConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> ExperimentConfig:
+        """A config file, or a name: ``./configs/<name>.yaml`` first, then the shipped configs."""
         p = Path(path)
-        if not p.is_file():
-            named = Path(__file__).resolve().parents[2] / "configs" / f"{path}.yaml"
-            if named.is_file():
-                p = named
-            else:
-                raise ConfigError(f"{path}: no such config file (nor configs/{path}.yaml)")
+        if p.is_file():
+            where, text = str(p), p.read_text(encoding="utf-8")
+        elif (Path("configs") / f"{path}.yaml").is_file():
+            p = Path("configs") / f"{path}.yaml"
+            where, text = str(p), p.read_text(encoding="utf-8")
+        elif str(path) in shipped_configs():
+            res = resources.files("memlab.configs").joinpath(f"{path}.yaml")
+            where, text = f"memlab/configs/{path}.yaml", res.read_text(encoding="utf-8")
+        else:
+            raise ConfigError(f"{path}: no such config file, no ./configs/{path}.yaml, and no shipped config of "
+                              f"that name; shipped: {', '.join(shipped_configs())}")
         try:
-            d = yaml.safe_load(p.read_text(encoding="utf-8"))
+            d = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            raise ConfigError(f"{p}: not valid YAML ({e})") from e
+            raise ConfigError(f"{where}: not valid YAML ({e})") from e
         if not isinstance(d, dict):
-            raise ConfigError(f"{p}: expected a mapping at the top, got {type(d).__name__}")
-        return cls.from_dict(d, where=str(p))
+            raise ConfigError(f"{where}: expected a mapping at the top, got {type(d).__name__}")
+        return cls.from_dict(d, where=where)
 
     # ----------------------------------------------------------------------------- rules
     def validate(self, where: str = "config") -> None:
@@ -167,19 +290,17 @@ class ExperimentConfig:
             if value not in allowed:
                 raise ConfigError(f"{where}: {key} = {value!r}; allowed: {', '.join(map(str, allowed))}")
 
-        one_of("extraction.extractor", self.extraction.extractor, EXTRACTORS)
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ConfigError(f"{where}: name = {self.name!r}; expected letters, digits and . _ + = - (it names a "
+                              f"folder under the results root: no path separators, no leading dot)")
+        one_of("extraction.extractor", self.extraction.extractor, EXTRACTORS.names())
         one_of("store.backend", self.store.backend, BACKENDS)
-        one_of("index.keyword", self.index.keyword, KEYWORDS)
-        one_of("answer.arm", self.answer.arm, ARMS)
+        one_of("index.keyword", self.index.keyword, KEYWORD_SCORERS.names())
+        one_of("answer.arm", self.answer.arm, ANSWERERS.names())
+        one_of("judge.kind", self.judge.kind, JUDGES.names())
         one_of("answer.span", self.answer.span, SPANS)
-        from memlab.index.embedders import embedder_class, embedder_names
         from memlab.index.fusion import FUSIONS, check_weights
 
-        emb = self.index.embedder
-        try:
-            embedder_class(emb)
-        except ValueError:
-            raise ConfigError(f"{where}: index.embedder = {emb!r}; allowed: {', '.join(embedder_names())}") from None
         one_of("retrieval.fusion", self.retrieval.fusion, tuple(FUSIONS))
         one_of("retrieval.unit", self.retrieval.unit, ("memory", "turn"))
         try:
@@ -189,24 +310,125 @@ class ExperimentConfig:
         if self.retrieval.participant_boost_sigma < 0:
             raise ConfigError(f"{where}: retrieval.participant_boost_sigma = {self.retrieval.participant_boost_sigma}; "
                               "expected >= 0")
-        if self.extraction.extractor == "llm" and not self.extraction.model:
-            raise ConfigError(f"{where}: extraction.model is required when extraction.extractor = 'llm'")
-        if self.answer.arm != "extractive" and not self.answer.model:
+        one_of("scoring.profile", self.scoring.profile, tuple(PROFILES))
+        one_of("answer.split", self.answer.split, SPLITS)
+        one_of("extraction.checkers.combine", self.extraction.checkers.combine, COMBINES)
+        try:
+            parse_embedder_spec(self.index.embedder)
+        except ValueError:
+            allowed = ", ".join(n + (":<model>" if n in MODEL_EMBEDDERS else "") for n in EMBEDDERS)
+            raise ConfigError(f"{where}: index.embedder = {self.index.embedder!r}; allowed: {allowed}") from None
+        if not _FACTORY.match(self.index.factory):
+            raise ConfigError(f"{where}: index.factory = {self.index.factory!r}; expected a FAISS factory string "
+                              f"memlab builds: Flat, HNSW<M> (M >= 1), IVF<n>,Flat, IVF<n>,PQ<m>, PQ<m> or LSH")
+        prompts = [("answer", "answer.prompt", self.answer.prompt), ("judge", "judge.prompt", self.judge.prompt)]
+        if EXTRACTORS.get(self.extraction.extractor).requires_model:
+            prompts.append(("extract", "extraction.prompt", self.extraction.prompt))
+        for stage, key, name in prompts:
+            if name is not None:
+                try:
+                    load_prompt(stage, name)
+                except FileNotFoundError as e:
+                    raise ConfigError(f"{where}: {key} = {name!r}: {e}") from None
+        if EXTRACTORS.get(self.extraction.extractor).requires_model and not self.extraction.model:
+            raise ConfigError(f"{where}: extraction.model is required when extraction.extractor = "
+                              f"{self.extraction.extractor!r}")
+        if ANSWERERS.get(self.answer.arm).requires_model and not self.answer.model:
             raise ConfigError(f"{where}: answer.model is required for answer.arm = {self.answer.arm!r}")
         ints = (("retrieval.top_k", self.retrieval.top_k, 1), ("retrieval.rrf_k", self.retrieval.rrf_k, 1),
                 ("run.concurrency", self.run.concurrency, 1), ("answer.max_rounds", self.answer.max_rounds, 1),
+                ("models.max_retries", self.models.max_retries, 0), ("retrieval.feedback", self.retrieval.feedback, 0),
+                ("extraction.worker.workers", self.extraction.worker.workers, 1),
+                ("extraction.worker.capacity", self.extraction.worker.capacity, 1),
+                ("answer.speaker_window", self.answer.speaker_window, 1),
+                ("answer.temporal_window", self.answer.temporal_window, 1),
+                ("answer.span_window", self.answer.span_window, 1), ("answer.max_words", self.answer.max_words, 1),
                 ("index.ef_search", self.index.ef_search, 1), ("index.ef_construction", self.index.ef_construction, 1))
+        if self.dataset.question_limit is not None:
+            ints += (("dataset.question_limit", self.dataset.question_limit, 1),)
+        if self.extraction.checkers.message_threshold is not None:
+            ints += (("extraction.checkers.message_threshold", self.extraction.checkers.message_threshold, 0),)
         for key, v, lo in ints:
-            if not isinstance(v, int) or v < lo:
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise ConfigError(f"{where}: {key} = {v!r}; expected an integer >= {lo}")
+        if not 0.0 <= self.run.max_error_rate <= 1.0:
+            raise ConfigError(f"{where}: run.max_error_rate = {self.run.max_error_rate!r}; expected a share in [0, 1]")
+        positive = (("models.timeout", self.models.timeout),
+                    ("extraction.worker.job_timeout_s", self.extraction.worker.job_timeout_s),
+                    ("extraction.checkers.time_interval_s", self.extraction.checkers.time_interval_s))
+        for key, v in positive:
+            if v is not None and not v > 0:
+                raise ConfigError(f"{where}: {key} = {v!r}; expected a number > 0")
+        if self.dataset.conversations is not None and not all(isinstance(c, str) for c in self.dataset.conversations):
+            raise ConfigError(f"{where}: dataset.conversations = {self.dataset.conversations!r}; expected sample ids "
+                              f"(strings, e.g. [conv-26])")
         if self.retrieval.preload < -1:
             raise ConfigError(f"{where}: retrieval.preload = {self.retrieval.preload}; expected -1 (all), 0 (off) or N")
         if self.dataset.categories is not None:
-            bad = [c for c in self.dataset.categories if c not in (1, 2, 3, 4, 5)]
+            bad = [c for c in self.dataset.categories if isinstance(c, bool) or c not in (1, 2, 3, 4, 5)]
             if bad:
                 raise ConfigError(f"{where}: dataset.categories has {bad}; allowed: 1, 2, 3, 4, 5")
+        self._validate_models(where)
         for key in self.grid:
             get_dotted(self, key, where=f"{where}: grid")
+
+    def _validate_models(self, where: str) -> None:
+        limits: dict[str, tuple[int | None, str]] = {}
+        for role in ROLES:
+            r = self.models.resolve(role)
+            for key, lo, kind in (("timeout", 0, float), ("max_retries", 0, int), ("concurrency", 1, int),
+                                  ("context_window", 1, int)):
+                v, src = r[key], f"models.{role}.{key}" if getattr(getattr(self.models, role), key) is not None \
+                    else f"models.{key}"
+                if v is None:
+                    continue
+                ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and v > lo) if kind is float else \
+                    (isinstance(v, int) and not isinstance(v, bool) and v >= lo)
+                if not ok:
+                    want = "seconds > 0" if kind is float else f"an integer >= {lo}"
+                    raise ConfigError(f"{where}: {src} = {v!r}; expected {want}")
+            base = r["api_base"]
+            if base is not None and not (isinstance(base, str) and base.startswith(("http://", "https://"))):
+                raise ConfigError(f"{where}: api_base of role {role} = {base!r}; expected an http(s):// URL")
+            if base and self.role_in_use(role):
+                prev = limits.get(base.rstrip("/"))
+                if prev is not None and prev[0] != r["concurrency"]:
+                    raise ConfigError(f"{where}: {base} has concurrency {prev[0]} for {prev[1]} but "
+                                      f"{r['concurrency']} for {role}; one endpoint, one limit")
+                limits[base.rstrip("/")] = (r["concurrency"], role)
+
+    def role_in_use(self, role: str) -> bool:
+        """Whether this config calls a model for the role."""
+        return {"extractor": EXTRACTORS.get(self.extraction.extractor).requires_model and bool(self.extraction.model),
+                "reader": ANSWERERS.get(self.answer.arm).requires_model and bool(self.answer.model),
+                "judge": bool(self.judge.model),
+                "embedder": self.index.embedder.startswith("litellm:")}[role]
+
+    def describe_models(self) -> list[str]:
+        """One line per role: its model and endpoint, and which local embedder runs when none is remote."""
+        names = {"extractor": self.extraction.model, "reader": self.answer.model, "judge": self.judge.model,
+                 "embedder": self.index.embedder[len("litellm:"):] if self.index.embedder.startswith("litellm:")
+                 else None}
+        lines = []
+        for role in ROLES:
+            r = self.models.resolve(role)
+            if role == "embedder" and names[role] is None:
+                remote = [x for x in ROLES if x != "embedder" and self.role_in_use(x) and self.models.resolve(x)[
+                    "api_base"]]
+                plural = len(remote) > 1
+                note = (f"; the chat endpoint{'s' if plural else ''} of {', '.join(remote)} "
+                        f"{'are' if plural else 'is'} not used for embeddings") if remote else ""
+                lines.append(f"embedder: {self.index.embedder} (local, in this process){note}")
+                continue
+            if not self.role_in_use(role):
+                continue
+            where = r["api_base"] or "provider default endpoint"
+            conc = r["concurrency"] if r["concurrency"] is not None else (1 if r["api_base"] and _local(
+                r["api_base"]) else "unlimited")
+            lines.append(f"{role}: {names[role]} at {where} (timeout {r['timeout']:g} s, max_retries "
+                         f"{r['max_retries']}, concurrency {conc}, context window "
+                         f"{r['context_window'] or 'from /models or unchecked'})")
+        return lines
 
     # ----------------------------------------------------------------------------- edits
     def with_overrides(self, overrides: dict[str, Any] | list[str]) -> ExperimentConfig:
@@ -230,6 +452,18 @@ class ExperimentConfig:
             c.name = self.name + "-" + "-".join(f"{k.split('.')[-1]}{v}" for k, v in zip(keys, combo))
             out.append(c)
         return out
+
+
+def _local(api_base: str) -> bool:
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(api_base).hostname or "").lower()
+    return host in ("localhost", "::1", "0.0.0.0") or host.startswith("127.")
+
+
+def shipped_configs() -> list[str]:
+    """Names of the configs shipped in the package (``memlab run <name>``)."""
+    return sorted(p.name[:-5] for p in resources.files("memlab.configs").iterdir() if p.name.endswith(".yaml"))
 
 
 def _build(cls: type, d: dict[str, Any], where: str, prefix: str = "") -> Any:

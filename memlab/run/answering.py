@@ -1,0 +1,221 @@
+"""The answering stage: one `PredictionRecord` plus its retrieval and answer trace lines per
+question, appended to the run's resume log as each question finishes.
+
+A question whose arm raised is recorded with its error (every field present, ``error`` set) and is
+never scored; ``--resume`` answers it again. A model endpoint that cannot be reached is not a
+question's error: it stops the run (`EndpointUnreachable`) so that nothing is recorded against it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from memlab.answer import AnswerContext, Answerer
+from memlab.answer.base import evidence_ranks
+from memlab.data import Conversation, Question
+from memlab.extract.pipeline import conversation_key
+from memlab.memory import MemoryService
+from memlab.run.config import ExperimentConfig
+from memlab.run.records import AnswerRecord, PredictionRecord, RecordSchemaError, RetrievalRecord
+
+log = logging.getLogger(__name__)
+
+PREDICTIONS_LOG = "predictions.jsonl"
+TRACE_FILES = ("retrieval", "answers")
+
+
+class EndpointUnreachable(ConnectionError):
+    """A model endpoint refused or dropped the connection: the run stops (resume it later)."""
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether an exception (or one it was raised from) is a failure to reach the endpoint at all."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        name = type(e).__name__
+        if isinstance(e, ConnectionError) or name in ("APIConnectionError", "ConnectError", "ConnectTimeout"):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: MemoryService | None,
+               conv: Conversation, q: Question) -> tuple[PredictionRecord, RetrievalRecord, AnswerRecord]:
+    """Answer, judge and trace one question; an arm's exception becomes the record's ``error``."""
+    ctx = AnswerContext(service=svc, key=conversation_key(conv), conversation=conv,  # type: ignore[arg-type]
+                        search=cfg.retrieval.search_options(), preload_budget=cfg.retrieval.preload)
+    row = PredictionRecord(qid=q.qid, conversation_id=q.conversation_id, q_index=q.index, category=q.category,
+                           question=q.question, answer=q.answer, evidence=list(q.evidence_ids),
+                           evidence_raw=list(q.evidence))
+    try:
+        a = answerer.timed(q, ctx)
+    except Exception as e:  # one failed question is recorded and the run goes on
+        if is_connection_error(e):
+            raise EndpointUnreachable(f"{q.qid}: the model endpoint could not be reached: {e}") from e
+        row.error = f"{type(e).__name__}: {e}"
+        row.rule = "error"
+        partial = getattr(e, "partial", None)  # usage of the rounds that succeeded before the failure
+        if partial is not None:
+            _copy_usage(row, partial)
+        return row, RetrievalRecord(qid=q.qid, evidence=row.evidence, error=row.error), \
+            AnswerRecord(qid=q.qid, error=row.error)
+    _copy_usage(row, a)
+    row.prediction = a.prediction
+    row.rule = a.rule
+    row.context_tokens = a.context_tokens
+    row.retrieved_ids = a.context_source_ids
+    first = a.queries[0].hits if a.queries else []
+    row.first_query_ids = [list(h["source_ids"]) for h in first]
+    if judge is not None:
+        try:
+            j, usage, _ = judge.judge(q, a.prediction)
+            row.j = j
+            row.judge_prompt_tokens = usage.prompt_tokens
+            row.judge_completion_tokens = usage.completion_tokens
+        except Exception as e:
+            if is_connection_error(e):
+                raise EndpointUnreachable(f"{q.qid}: the judge endpoint could not be reached: {e}") from e
+            row.judge_error = f"{type(e).__name__}: {e}"
+    queries = [asdict(t) for t in a.queries]
+    ev = set(q.evidence_ids)
+    for t in queries:
+        for h in t["hits"]:
+            h["evidence_hit"] = bool(set(h["source_ids"]) & ev)
+    retrieval = RetrievalRecord(qid=q.qid, evidence=row.evidence, preload=a.preload, queries=queries,
+                                context_ids=[e.id for e in a.context])
+    if svc is not None:  # evidence memories' ranks in each query's full ranking (trace only, after answering)
+        try:
+            deep = evidence_ranks(ctx, a.queries, ev, set(retrieval.context_ids))
+            retrieval.rank_depth = deep["depth"]
+            retrieval.evidence_memories = deep["evidence_memories"]
+            for t, d in zip(queries, deep["queries"]):
+                t.update(d or {})
+        except Exception as e:
+            retrieval.rank_error = f"{type(e).__name__}: {e}"
+    prompt = a.prompt if len(a.prompt) < 4000 else a.prompt[:4000] + f"... [{len(a.prompt)} chars]"
+    answer = AnswerRecord(qid=q.qid, prediction=a.prediction, rule=a.rule, prompt_hash=a.prompt_hash, prompt=prompt,
+                          response=a.response, tool_calls=a.tool_calls, usage=asdict(a.usage), calls=a.calls,
+                          latency_s=a.latency_s)
+    return row, retrieval, answer
+
+
+def _copy_usage(row: PredictionRecord, a: Any) -> None:
+    row.calls = a.calls
+    row.cached_calls = a.cached_calls
+    row.prompt_tokens = a.usage.prompt_tokens
+    row.completion_tokens = a.usage.completion_tokens
+    row.cached_tokens = a.usage.cached_tokens
+    row.tokens_estimated = a.usage.estimated
+    row.latency_s = a.latency_s
+    row.malformed_tool_calls = getattr(a, "malformed_tool_calls", 0)
+
+
+def load_done(run_dir: Path) -> list[PredictionRecord]:
+    """The finished, error-free questions of a (killed or errored) run; everything else is redone.
+
+    The resume log is cut at the first unreadable line (a kill mid-write), errored questions are
+    dropped from it, and trace lines of questions not kept are removed, so each kept question has
+    exactly one prediction and one line per trace file.
+    """
+    logp = run_dir / PREDICTIONS_LOG
+    kept: list[PredictionRecord] = []
+    if logp.is_file():
+        for i, line in enumerate(logp.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                rec = PredictionRecord.from_dict(json.loads(line), where=f"{logp}:{i}")
+            except json.JSONDecodeError:
+                break  # a line cut by the kill: everything after it is redone
+            if rec.error is None:
+                kept.append(rec)
+    latest = {r.qid: r for r in kept}
+    kept = list(latest.values())
+    logp.write_text("".join(r.to_json() + "\n" for r in kept), encoding="utf-8")
+    done = set(latest)
+    for name in TRACE_FILES:
+        p = run_dir / "traces" / f"{name}.jsonl"
+        if not p.is_file():
+            continue
+        lines, seen = [], set()
+        for ln in p.read_text(encoding="utf-8").splitlines():
+            try:
+                qid = json.loads(ln)["qid"]
+            except (json.JSONDecodeError, KeyError):
+                break
+            if qid in done and qid not in seen:
+                seen.add(qid)
+                lines.append(ln)
+        p.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    return kept
+
+
+def read_log(run_dir: Path) -> list[PredictionRecord]:
+    """Every record of a finished run's resume log (the last one per question)."""
+    logp = run_dir / PREDICTIONS_LOG
+    recs: dict[str, PredictionRecord] = {}
+    for i, line in enumerate(logp.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            rec = PredictionRecord.from_dict(json.loads(line), where=f"{logp}:{i}")
+        except json.JSONDecodeError as e:
+            raise RecordSchemaError(f"{logp}:{i}: not JSON ({e.msg})") from None
+        recs[rec.qid] = rec
+    return list(recs.values())
+
+
+def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: MemoryService | None,
+               todo: Iterable[tuple[Conversation, Question]], run_dir: Path, progress: bool = True) -> int:
+    """Answer ``todo`` (in parallel up to ``run.concurrency``), appending records as each finishes.
+
+    Returns how many were answered; an unreachable endpoint or Ctrl-C stops at once, leaving every
+    finished question in the log (so ``--resume`` goes on from there).
+    """
+    todo = list(todo)
+    lock = threading.Lock()
+    (run_dir / "traces").mkdir(exist_ok=True)
+    files = {n: open(run_dir / "traces" / f"{n}.jsonl", "a", encoding="utf-8") for n in TRACE_FILES}
+    logf = open(run_dir / PREDICTIONS_LOG, "a", encoding="utf-8")
+    n = 0
+
+    def record(out: tuple[PredictionRecord, RetrievalRecord, AnswerRecord]) -> None:
+        nonlocal n
+        row, retr, ans = out
+        with lock:
+            files["retrieval"].write(retr.to_json() + "\n")
+            files["answers"].write(ans.to_json() + "\n")
+            files["retrieval"].flush()
+            files["answers"].flush()
+            logf.write(row.to_json() + "\n")  # last: a logged question has its traces
+            logf.flush()
+            n += 1
+
+    bar = tqdm(total=len(todo), desc=f"answer ({cfg.answer.arm})", disable=not progress, leave=False)
+    try:
+        if cfg.run.concurrency <= 1:
+            for c, q in todo:
+                record(answer_one(cfg, answerer, judge, svc, c, q))
+                bar.update()
+        else:
+            pool = cf.ThreadPoolExecutor(max_workers=cfg.run.concurrency)
+            try:
+                futs = [pool.submit(answer_one, cfg, answerer, judge, svc, c, q) for c, q in todo]
+                for f in cf.as_completed(futs):
+                    record(f.result())
+                    bar.update()
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
+    finally:
+        bar.close()
+        logf.close()
+        for f in files.values():
+            f.close()
+    return n

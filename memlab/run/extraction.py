@@ -1,0 +1,187 @@
+"""The extraction stage of a run: the configured extractor over the selected conversations into a
+cached store, its trace, and the per-key indexes built before answering.
+
+The cache (``<results>/.cache/extract/<key>/``) is keyed by what decides the memories: dataset
+sha256, extractor (and its prompt and model), turn style, reconcile parameters, checkers and store
+backend, so an ablation over retrieval or answering re-extracts nothing. A failed job or a
+conversation with text that got no memory stops the run before answering (`ExtractionFailed`)
+unless ``run.allow_failed_extraction`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memlab.data import Conversation, LoCoMo
+from memlab.extract.checkers import Checker, checks_all, checks_any, message_threshold, time_interval
+from memlab.extract.extractors import Extractor
+from memlab.extract.pipeline import conversation_key, extract_dataset, trace_rows
+from memlab.index import open_service
+from memlab.memory import MemoryService
+from memlab.run.clients import Clients
+from memlab.run.config import ExperimentConfig
+
+CACHE_VERSION = 2
+
+
+class ExtractionFailed(RuntimeError):
+    """Extraction jobs failed or wrote nothing: the run stops before answering."""
+
+
+@dataclass
+class ExtractionOutcome:
+    """What the extraction stage hands on: the service to answer from and what run.json records."""
+
+    service: MemoryService
+    info: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def build_checkers(cfg: ExperimentConfig) -> list[Checker]:
+    """The configured checkers (none: every job extracts)."""
+    c = cfg.extraction.checkers
+    parts: list[Checker] = []
+    if c.message_threshold is not None:
+        parts.append(message_threshold(c.message_threshold))
+    if c.time_interval_s is not None:
+        from datetime import timedelta
+
+        parts.append(time_interval(timedelta(seconds=c.time_interval_s)))
+    if len(parts) <= 1:
+        return parts
+    return [checks_all(*parts) if c.combine == "all" else checks_any(*parts)]
+
+
+def extraction_cache_key(cfg: ExperimentConfig, dataset_sha: str, extractor_id: str) -> str:
+    ex = cfg.extraction
+    llm = ex.extractor == "llm"
+    payload: dict[str, Any] = {"dataset": dataset_sha, "extractor": extractor_id, "prompt": ex.prompt if llm else None,
+                               "model": ex.model if llm else None, "reconcile": asdict(ex.reconcile),
+                               "turn_style": ex.turn_style, "backend": cfg.store.backend, "version": CACHE_VERSION}
+    checkers = asdict(ex.checkers)
+    if checkers != {"message_threshold": None, "time_interval_s": None, "combine": "all"}:
+        payload["checkers"] = checkers  # only when set, so the default keeps existing caches valid
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _copy_trace(src: Path, dst: Path, wanted: set[str]) -> None:
+    with open(dst, "w", encoding="utf-8") as out:
+        if not src.is_file():
+            return
+        with open(src, encoding="utf-8") as f:
+            for line in f:
+                if json.loads(line).get("conversation") in wanted:
+                    out.write(line)
+
+
+def _jsonl(path: Path, rows: list[dict[str, Any]], mode: str = "w") -> None:
+    with open(path, mode, encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, default=str) + "\n")
+
+
+def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Clients) -> MemoryService:
+    """The configured store and index, at ``cdir`` for a durable backend."""
+    idx = cfg.index
+    index_id = hashlib.sha256(json.dumps(asdict(idx), sort_keys=True).encode()).hexdigest()[:10]
+    emb_params: dict[str, Any] = {}
+    if idx.embedder.startswith("litellm:"):
+        ep = clients.endpoint("embedder")
+        emb_params = {"api_base": ep["api_base"], "api_key": ep["api_key"], "timeout": ep["timeout"]}
+    common = {"embedder": idx.embedder, "index": idx.factory, "keyword": idx.keyword, "date_in_text": idx.date_in_text,
+              "embedder_params": emb_params, "append_citing": idx.append_citing, "ef_search": idx.ef_search,
+              "ef_construction": idx.ef_construction}
+    if cfg.store.backend == "sqlite":
+        return open_service("sqlite", path=cdir / "store.db", embedding_cache=cache_root / "embeddings.sqlite",
+                            index_path=cdir / f"index-{index_id}.pkl", **common)
+    return open_service("memory", **common)
+
+
+def job_timeout(cfg: ExperimentConfig) -> float:
+    """``extraction.worker.job_timeout_s``; unset: for a model extractor its call timeout x (retries + 1)
+    + 30 s (a slow local model's retries fit in one job), else 30 s."""
+    if cfg.extraction.worker.job_timeout_s is not None:
+        return cfg.extraction.worker.job_timeout_s
+    if not cfg.extraction.model:
+        return 30.0
+    r = cfg.models.resolve("extractor")
+    return r["timeout"] * (r["max_retries"] + 1) + 30.0
+
+
+def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], extractor: Extractor,
+                   clients: Clients, cache_root: Path, run_dir: Path, dataset_sha: str,
+                   extractor_id: str | None = None) -> ExtractionOutcome:
+    """Extract (or reuse the cache), write the extraction and memory traces, warm the indexes.
+
+    ``extractor_id`` names the extractor in the cache key (default: its ``cache_id()``)."""
+    t0 = time.perf_counter()
+    ex = cfg.extraction
+    extractor_id = extractor_id or extractor.cache_id()
+    key = extraction_cache_key(cfg, dataset_sha, extractor_id)
+    cdir = cache_root / "extract" / key
+    cdir.mkdir(parents=True, exist_ok=True)
+    svc = open_store(cfg, cdir, cache_root, clients)
+    ext_log = cdir / "extraction.jsonl"
+    durable = cfg.store.backend == "sqlite"
+    if not durable:
+        ext_log.unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
+
+    def log_conversation(conv: Conversation, worker: Any) -> None:
+        _jsonl(ext_log, trace_rows(conv.sample_id, worker.results), mode="a")
+
+    w = ex.worker
+    table, results = extract_dataset(
+        svc, data, extractor, reconcile=ex.reconcile, checkers=build_checkers(cfg),
+        state_path=cdir / "state.json" if durable else None, conversations=[c.sample_id for c in convs],
+        on_conversation=log_conversation,
+        worker_params={"workers": w.workers, "capacity": w.capacity, "job_timeout": job_timeout(cfg)})
+    worked = int((table.jobs_run + table.jobs_failed).sum())
+    failures = [{"conversation": conv_id, "reason": r.reason} for conv_id, rs in _by_conversation(results, convs)
+                for r in rs if r.status == "failed"]
+    empty = [c.sample_id for c in convs if c.turns and int(table.loc[c.sample_id, "memories"]) == 0]
+    info: dict[str, Any] = {
+        "cache_key": key, "cache_dir": str(cdir), "extractor": extractor_id,
+        "conversations_extracted": int((table.jobs_run > 0).sum()), "jobs_run": int(table.jobs_run.sum()),
+        "jobs_failed": int(table.jobs_failed.sum()), "ops_applied": int(table.ops_applied.sum()),
+        "ops_failed": int(table.ops_failed.sum()), "model_calls": int(table.model_calls.sum()),
+        "from_cache": worked == 0, "failed_jobs": failures, "empty_conversations": empty,
+    }
+    out = ExtractionOutcome(svc, info, {"extraction_s": time.perf_counter() - t0})
+    if (failures or empty) and not cfg.run.allow_failed_extraction:
+        svc.close()
+        lines = [f"  {f['conversation']}: {f['reason']}" for f in failures[:20]]
+        lines += [f"  {c}: the extractor wrote no memory for a conversation with text" for c in empty]
+        more = f"\n  ... and {len(failures) - 20} more failed jobs" if len(failures) > 20 else ""
+        raise ExtractionFailed(f"extraction failed for {len({f['conversation'] for f in failures} | set(empty))} "
+                               f"conversation(s); not answering:\n" + "\n".join(lines) + more +
+                               "\n(fix the cause and rerun: done jobs are cached; or set "
+                               "run.allow_failed_extraction=true to answer anyway)")
+    traces = run_dir / "traces"
+    traces.mkdir(exist_ok=True)
+    _copy_trace(ext_log, traces / "extraction.jsonl", {c.sample_id for c in convs})
+    mem_rows = []
+    for conv in convs:
+        for e in svc.list(conversation_key(conv)):
+            mem_rows.append({"conversation": conv.sample_id, "id": e.id, "text": e.text, "kind": e.kind,
+                             "event_time": e.event_time, "source_ids": list(e.source_ids)})
+    _jsonl(traces / "memories.jsonl", mem_rows)
+    info["memories"] = len(mem_rows)
+    t1 = time.perf_counter()
+    for conv in convs:  # build the per-key indexes now, so answering latency excludes it
+        svc.searcher.ensure_built(conversation_key(conv), lambda c=conv: svc.list(conversation_key(c)))
+    out.timings["indexing_s"] = time.perf_counter() - t1
+    return out
+
+
+def _by_conversation(results: list[Any], convs: list[Conversation]) -> list[tuple[str, list[Any]]]:
+    """Job results grouped by conversation (a job's session id is ``locomo:<sample_id>``)."""
+    groups: dict[str, list[Any]] = {c.sample_id: [] for c in convs}
+    for r in results:
+        sid = (r.session_id or "").removeprefix("locomo:")
+        groups.setdefault(sid, []).append(r)
+    return list(groups.items())

@@ -1,0 +1,136 @@
+"""A run's results: scoring the prediction records, the per-category summary, what is written to
+the run folder, and `load_run` reading it back with the types a fresh run has.
+
+Errored questions are never scored: every metric is computed over the scored questions, and the
+summary reports ``n`` (questions), ``n_scored`` and ``errors`` on every row.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from memlab.atomic import write_json
+from memlab.eval import OVERALL_GROUPS, category_summary, evidence_recall, score_frame
+from memlab.eval.profiles import get_profile
+from memlab.run.config import ExperimentConfig
+from memlab.run.records import PredictionRecord, read_frame, write_frame
+
+RECALL_KS = (1, 5, 10, 20)
+
+
+@dataclass
+class Run:
+    """What a run returns to a notebook: DataFrames plus where everything was written."""
+
+    run_dir: Path
+    config: ExperimentConfig
+    predictions: pd.DataFrame
+    summary: pd.DataFrame
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def traces(self) -> dict[str, Path]:
+        return {p.stem: p for p in sorted((self.run_dir / "traces").glob("*.jsonl"))}
+
+    @property
+    def status(self) -> str:
+        return str(self.info.get("status", ""))
+
+    def _repr_html_(self) -> str:
+        return f"<b>{self.run_dir.name}</b> ({self.status})<br>" + self.summary._repr_html_()
+
+    def __repr__(self) -> str:
+        return f"Run({self.run_dir}, {self.status})\n{self.summary.to_string()}"
+
+
+def _recall_at(first_query_ids: list[list[str]], evidence: list[str], k: int) -> float:
+    ids = [s for h in first_query_ids[:k] for s in h]
+    return evidence_recall(ids, evidence)
+
+
+def score_records(records: list[PredictionRecord], top_k: int | None = None) -> pd.DataFrame:
+    """One row per question with its scores; an errored question's scores are NaN (not 0), and so is
+    Recall@k for k above the run's ``top_k`` (the reader never saw that deep)."""
+    pred = pd.DataFrame([r.to_dict() for r in records])
+    pred = score_frame(pred)
+    pred["context_recall"] = [evidence_recall(r, e) for r, e in zip(pred.retrieved_ids, pred.evidence)]
+    for k in RECALL_KS:
+        pred[f"recall@{k}"] = [_recall_at(r.first_query_ids, r.evidence, k) if top_k is None or k <= top_k
+                               else np.nan for r in records]
+    pred["j"] = pd.to_numeric(pred["j"], errors="coerce")
+    errored = pred["error"].notna()
+    score_cols = ["f1", "bleu1", "em", "evidence_recall", "context_recall", *[f"recall@{k}" for k in RECALL_KS]]
+    pred.loc[errored, [c for c in score_cols if c in pred.columns]] = np.nan
+    pred.loc[pred["judge_error"].notna() | errored, "j"] = np.nan
+    return pred.drop(columns=["first_query_ids", "schema"])
+
+
+def summarize(pred: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
+    """Per-category table over the scored questions: F1, BLEU-1, EM, J, Recall@k, tokens, calls,
+    latency p50/p95, with ``n``, ``n_scored`` and ``errors`` (and ``judge_errors``) on every row."""
+    ok = pred["error"].isna()
+    if "scored" in pred:  # errata-invalid questions and a scoring profile's excluded categories
+        ok &= pred["scored"].astype(bool)
+    scored = pred[ok]
+    metrics = ["f1", "bleu1", "em"] + (["j"] if cfg.judge.model else [])
+    metrics += [f"recall@{k}" for k in RECALL_KS if k <= cfg.retrieval.top_k] + ["context_recall"]
+    summ = category_summary(scored, metrics=metrics, labels=get_profile(cfg.scoring.profile).labels
+                            ).rename(columns={"n": "n_scored"})
+    groups = [(str(int(c)), pred[pred.category == c]) for c in sorted(pred.category.unique())]
+    groups += [(name, pred[pred.category.isin(cats)]) for name, cats in OVERALL_GROUPS.items()]
+    extra = {}
+    for name, g in groups:
+        ok = g[g["error"].isna()]
+        n = max(len(ok), 1)
+        extra[name] = {
+            "n": len(g), "errors": int(g["error"].notna().sum()),
+            "judge_errors": int(g["judge_error"].notna().sum()),
+            "prompt_tokens_qa": ok.prompt_tokens.sum() / n, "completion_tokens_qa": ok.completion_tokens.sum() / n,
+            "cached_tokens_qa": ok.cached_tokens.sum() / n,
+            "tokens_qa": (ok.prompt_tokens.sum() + ok.completion_tokens.sum()) / n,
+            "context_tokens_qa": ok.context_tokens.sum() / n, "calls_qa": ok.calls.sum() / n,
+            "latency_p50_s": float(np.percentile(ok.latency_s, 50)) if len(ok) else np.nan,
+            "latency_p95_s": float(np.percentile(ok.latency_s, 95)) if len(ok) else np.nan,
+        }
+    extra_df = pd.DataFrame(extra).T
+    summ = extra_df[["n"]].join(summ, how="left").join(extra_df.drop(columns=["n"]))
+    summ.index.name = "group"
+    for c in ("n", "n_scored", "errors", "judge_errors"):
+        summ[c] = summ[c].fillna(0).astype(int)
+    if summ["label"].isna().any():  # a category whose every question errored
+        from memlab.data.locomo import CATEGORY_LABELS
+
+        summ["label"] = [lab if isinstance(lab, str) else CATEGORY_LABELS.get(int(g), "") if g.isdigit() else ""
+                         for g, lab in zip(summ.index, summ["label"])]
+        summ["category"] = pd.array([int(g) if g.isdigit() else None for g in summ.index], dtype="Int64")
+    cols = ["category", "label", "n", "n_scored", "errors"] + [c for c in summ.columns if c not in
+                                                                ("category", "label", "n", "n_scored", "errors")]
+    return summ[cols]
+
+
+def write_results(run_dir: Path, pred: pd.DataFrame, summ: pd.DataFrame) -> None:
+    write_frame(run_dir / "predictions", pred.set_index("qid"))
+    write_frame(run_dir / "summary", summ)
+    write_json(run_dir / "summary.json", json.loads(summ.to_json(orient="index")))
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Reopen a finished run folder as a `Run` (tables from disk, the same types as a fresh run)."""
+    d = Path(run_dir)
+    if not (d / "config.yaml").is_file():
+        raise FileNotFoundError(f"{d}: not a run folder (no config.yaml)")
+    if not (d / "predictions.parquet").is_file():
+        raise FileNotFoundError(f"{d}: the run did not finish (no predictions.parquet); "
+                                f"finish it with: memlab run --resume {d}")
+    cfg = ExperimentConfig.from_dict(yaml.safe_load((d / "config.yaml").read_text()), where=str(d / "config.yaml"))
+    pred = read_frame(d / "predictions").reset_index()
+    summ = read_frame(d / "summary")
+    info = json.loads((d / "run.json").read_text()) if (d / "run.json").is_file() else {}
+    return Run(run_dir=d, config=cfg, predictions=pred, summary=summ, info=info)

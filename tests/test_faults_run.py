@@ -1,0 +1,238 @@
+"""Issue 10, runner side: every failure is an error the run reports and never scores or caches.
+
+Each test reproduces a fault that produced a plausible number with exit 0 before (commit 9e58b84).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memlab.answer import Answer, Answerer
+from memlab.cli import main
+from memlab.run import ConfigError, ExperimentConfig, run_experiment
+from memlab.run.extraction import ExtractionFailed
+from memlab.testing import Reply, ScriptedServer
+from tests.scripted_model import responder
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def syn(path: Path, **over) -> ExperimentConfig:
+    cfg = ExperimentConfig.from_dict({"name": "f", "dataset": {"path": str(path)},
+                                      "extraction": {"extractor": "turns"}})
+    return cfg.with_overrides(over) if over else cfg
+
+
+def model(path: Path, srv: ScriptedServer | str, arm: str = "original", **over) -> ExperimentConfig:
+    base = srv if isinstance(srv, str) else srv.api_base
+    return syn(path, **{"answer.arm": arm, "answer.model": "openai/scripted", "models.api_base": base,
+                        "models.max_retries": 0, "models.timeout": 5.0, **over})
+
+
+class FlakyAnswerer(Answerer):
+    """Fails on the questions named in ``bad`` (a set the test may empty to 'heal' it)."""
+
+    name = "flaky"
+    needs_memory = False
+
+    def __init__(self, bad: set[str]):
+        self.bad = bad
+
+    def answer(self, question, ctx):
+        if question.qid in self.bad:
+            raise RuntimeError(f"scripted failure on {question.qid}")
+        return Answer(prediction=question.answer or "Not mentioned in the conversation.", rule="gold")
+
+
+def test_errored_questions_are_not_scored_and_resume_retries_them(synthetic_path, tmp_path):
+    bad = {"syn-1/q0", "syn-1/q4"}
+    run = run_experiment(syn(synthetic_path), results=tmp_path, progress=False, answerer=FlakyAnswerer(bad))
+    s = run.summary
+    assert (s.loc["overall 1-5", "n"], s.loc["overall 1-5", "n_scored"], s.loc["overall 1-5", "errors"]) == (7, 5, 2)
+    assert s.loc["1", "n_scored"] == 0 and s.loc["1", "errors"] == 1  # before: scored 0.0 and counted
+    p = run.predictions.set_index("qid")
+    assert p.loc[sorted(bad), "f1"].isna().all()  # NaN, not 0
+    scored = p.f1.dropna()
+    assert len(scored) == 5 and s.loc["overall 1-5", "f1"] == pytest.approx(scored.mean())
+    assert scored.mean() > scored.sum() / 7 + 0.2  # what counting the errors as 0 would have reported
+    assert run.info["status"] == "complete-with-errors" and run.info["errors"] == 2
+    bad.clear()  # the cause is fixed: resume answers only the errored questions
+    again = run_experiment(None, resume=run.run_dir, progress=False, answerer=FlakyAnswerer(bad))
+    assert again.info["resumed_skipped"] == 5 and again.info["answered_now"] == 2
+    assert again.info["status"] == "complete" and again.summary.loc["overall 1-5", "errors"] == 0
+    lines = [json.loads(x)["qid"] for x in open(run.run_dir / "traces" / "answers.jsonl")]
+    assert sorted(lines) == sorted(set(lines)) and len(lines) == 7  # one trace line per question
+    assert len(json.loads((run.run_dir / "run.json").read_text())["sessions"]) == 2  # both timings kept
+
+
+def test_cli_exits_nonzero_when_errors_exceed_the_limit(synthetic_path, tmp_path, capsys):
+    with ScriptedServer([Reply(status=400, text="bad request")], responder=responder) as srv:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(model(synthetic_path, srv).to_yaml())
+        assert main(["run", str(cfg), "--results", str(tmp_path / "r")]) == 3
+        captured = capsys.readouterr()
+        assert "complete-with-errors" in captured.out and "errors" in captured.out
+        assert "1 of 7 questions ended in an error" in captured.err and "--resume" in captured.err
+        assert main(["run", str(cfg), "--results", str(tmp_path / "r2"), "--set", "run.max_error_rate=0.5"]) == 0
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_endpoint_down_stops_at_once_naming_it(synthetic_path, tmp_path):
+    base = f"http://127.0.0.1:{_closed_port()}/v1"
+    t0 = time.perf_counter()
+    with pytest.raises(ConnectionError, match=f"reader endpoint {base} does not answer"):
+        run_experiment(model(synthetic_path, base), results=tmp_path, progress=False)
+    assert time.perf_counter() - t0 < 30
+    run_dir = next(tmp_path.glob("f-*"))
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "failed" and info["resume"].endswith(str(run_dir))
+    assert not (run_dir / "predictions.parquet").exists()  # nothing scored
+    # without the up-front check, the first question's connection error stops the run, not 7 errors
+    with pytest.raises(ConnectionError, match="could not be reached"):
+        run_experiment(model(synthetic_path, base, **{"run.check_endpoint": False}), results=tmp_path,
+                       progress=False)
+
+
+def test_judge_failure_is_its_own_column(synthetic_path, tmp_path):
+    def judge_down(body):
+        if "grade answers" in body["messages"][0]["content"]:
+            return Reply(status=400, text="judge refused")
+        return responder(body)
+
+    with ScriptedServer(responder=judge_down) as srv:
+        run = run_experiment(model(synthetic_path, srv, **{"judge.model": "openai/judge"}), results=tmp_path,
+                             progress=False)
+    p = run.predictions
+    assert p.judge_error.notna().all() and p.error.isna().all()
+    assert not p.rule.str.contains("judge failed").any()  # before: text appended to `rule`
+    s = run.summary.loc["overall 1-5"]
+    assert s["judge_errors"] == 7 and s["j"] != s["j"] and s["n_scored"] == 7  # J over judged questions: none
+
+
+def test_failed_extraction_stops_before_answering_and_is_not_cached(synthetic_path, tmp_path):
+    def extractor_down(body):
+        if any(t["function"]["name"] == "add_memory" for t in body.get("tools", [])):
+            return Reply(status=400, text="extractor refused")
+        return responder(body)
+
+    over = {"extraction.extractor": "llm", "extraction.model": "openai/extractor"}
+    with ScriptedServer(responder=extractor_down) as srv:
+        with pytest.raises(ExtractionFailed, match="syn-1: extractor failed") as e:
+            run_experiment(model(synthetic_path, srv, **over), results=tmp_path, progress=False)
+        assert "allow_failed_extraction" in str(e.value)
+        answered = [r for r in srv.requests if "add_memory" not in json.dumps(r.get("tools", []))]
+        assert answered == []  # nothing was answered from an empty store
+    with ScriptedServer(responder=responder) as srv:  # healthy again: the failed jobs are redone
+        run = run_experiment(model(synthetic_path, srv, **over), results=tmp_path, progress=False)
+        assert run.info["extraction"]["from_cache"] is False and run.info["extraction"]["jobs_failed"] == 0
+        assert run.info["extraction"]["memories"] > 0 and run.info["status"] == "complete"
+
+
+def test_extractor_that_writes_nothing_stops_the_run(synthetic_path, tmp_path):
+    with ScriptedServer(responder=lambda body: Reply(text="I have nothing to add.") if body.get("tools")
+                        else responder(body)) as srv:
+        over = {"extraction.extractor": "llm", "extraction.model": "openai/extractor"}
+        with pytest.raises(ExtractionFailed, match="wrote no memory"):
+            run_experiment(model(synthetic_path, srv, **over), results=tmp_path, progress=False)
+        state = next((tmp_path / ".cache" / "extract").glob("*/state.json"))
+        assert json.loads(state.read_text()) == {}  # never recorded as done
+        run = run_experiment(model(synthetic_path, srv, **over, **{"run.allow_failed_extraction": True}),
+                             results=tmp_path, progress=False)
+        assert run.info["extraction"]["empty_conversations"] == ["syn-1", "syn-2"]
+
+
+@pytest.mark.parametrize("over, needle", [
+    ({"dataset.question_limit": 0}, "dataset.question_limit = 0; expected an integer >= 1"),
+    ({"models.max_retries": -1}, "models.max_retries = -1"),
+    ({"models.timeout": -1.0}, "models.timeout = -1.0; expected a number > 0"),
+    ({"answer.arm": "original", "answer.model": "m", "answer.prompt": "nope"}, "answer.prompt = 'nope'"),
+    ({"judge.model": "m", "judge.prompt": "nope"}, "judge.prompt = 'nope'"),
+    ({"index.factory": "HNSW0"}, "index.factory = 'HNSW0'"),
+    ({"name": "../../etc"}, "name = '../../etc'"),
+    ({"dataset.categories": [True]}, "dataset.categories has [True]"),
+])
+def test_bad_config_is_an_error_before_any_folder(synthetic_path, tmp_path, over, needle):
+    with pytest.raises(ConfigError) as e:
+        run_experiment(syn(synthetic_path).with_overrides(over), results=tmp_path / "res", progress=False)
+    assert needle in str(e.value)
+    assert not (tmp_path / "res").exists()  # no orphan run folder (nothing at all is written)
+
+
+def test_bad_data_and_unknown_conversation_leave_no_folder(write_locomo, synthetic_path, tmp_path):
+    res = tmp_path / "res"
+    with pytest.raises(ConfigError, match="unknown \\['conv-99'\\]"):
+        run_experiment(syn(synthetic_path, **{"dataset.conversations": "conv-99"}), results=res, progress=False)
+    broken = write_locomo(raw_text="{not json")
+    with pytest.raises(Exception, match="variant.json"):
+        run_experiment(syn(broken), results=res, progress=False)
+    assert not res.exists() or [p for p in res.iterdir() if p.name != ".cache"] == []
+    one = syn(synthetic_path, **{"dataset.conversations": "syn-2"})  # no brackets: a one-item list
+    assert one.dataset.conversations == ["syn-2"]
+
+
+def test_resume_refuses_a_changed_dataset_and_silent_overrides(write_locomo, tmp_path):
+    path = write_locomo()
+    run = run_experiment(syn(path, **{"dataset.question_limit": 1}), results=tmp_path, progress=False)
+    with pytest.raises(ConfigError, match="refusing --set"):
+        run_experiment(None, resume=run.run_dir, overrides={"retrieval.top_k": 3}, progress=False)
+    forced = run_experiment(None, resume=run.run_dir, overrides={"retrieval.top_k": 3}, force_config=True,
+                            progress=False)
+    assert forced.config.retrieval.top_k == 3
+    write_locomo(lambda s: s[0]["qa"][0].update(answer="a different gold answer"))
+    with pytest.raises(ConfigError, match="the dataset changed since the run started"):
+        run_experiment(None, resume=run.run_dir, progress=False)
+
+
+def test_run_json_pins_inputs(synthetic_path, tmp_path):
+    import hashlib
+
+    import memlab
+
+    run = run_experiment(syn(synthetic_path), results=tmp_path, progress=False)
+    info = json.loads((run.run_dir / "run.json").read_text())
+    assert info["dataset_sha256"] == hashlib.sha256(synthetic_path.read_bytes()).hexdigest()
+    assert info["memlab_version"] == memlab.__version__ and info["config"] == run.config.to_dict()
+    pk = info["environment"]["packages"]
+    assert pk["numpy"] and pk["faiss-cpu"] and pk["pandas"] and "memlab_commit" in info["environment"]
+
+
+def test_sigint_stops_cleanly_and_prints_the_resume_command(synthetic_path, tmp_path):
+    with ScriptedServer(responder=lambda b: (time.sleep(0.4), responder(b))[1]) as srv:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(model(synthetic_path, srv).to_yaml())
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        proc = subprocess.Popen([sys.executable, "-m", "memlab", "run", str(cfg), "--results", str(tmp_path / "r")],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 120
+        log = None
+        while time.time() < deadline and log is None:
+            logs = list((tmp_path / "r").glob("f-*/predictions.jsonl"))
+            if logs and logs[0].read_text().count("\n") >= 2:
+                log = logs[0]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert log is not None and proc.returncode == 130
+        assert f"memlab run --resume {log.parent}" in err and "Traceback" not in err
+        info = json.loads((log.parent / "run.json").read_text())
+        assert info["status"] == "interrupted"
+        done = log.read_text().count("\n")
+        resumed = run_experiment(None, resume=log.parent, progress=False)
+        assert resumed.info["resumed_skipped"] == done and resumed.info["status"] == "complete"
+        assert len(resumed.info["sessions"]) == 2
