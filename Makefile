@@ -11,7 +11,7 @@ endif
 
 # minilm (the optional local neural embedder) needs torch; pin the CPU wheel first so pip never
 # pulls a multi-GB CUDA build. `make EXTRAS=dev` skips it (its tests then skip, saying why).
-EXTRAS ?= dev,minilm
+EXTRAS ?= dev,minilm,e5
 TORCH ?= torch==2.13.0
 
 # The HTML report's browser test drives Debian's chromium. Run as root with apt-get (CI: .ci/run on a fresh

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_shipped_configs_round_trip():
-    for name in ("offline", "long-context", "original", "optimized", "topk-ablation"):
+    for name in ("offline", "long-context", "original", "optimized", "topk-ablation", "retrieval-best"):
         cfg = ExperimentConfig.from_yaml(ROOT / "memlab" / "configs" / f"{name}.yaml")
         assert ExperimentConfig.from_yaml(name) == cfg  # by name: the packaged file
         again = ExperimentConfig.from_dict(yaml.safe_load(cfg.to_yaml()))

@@ -1,8 +1,20 @@
-"""Evidence Recall@k of the retrieval modes over a LoCoMo memory set (the retrieval benchmark's engine)."""
+"""Evidence Recall@k of retrieval arms over a LoCoMo memory set (the retrieval benchmark's engine).
+
+An *arm* is one retrieval configuration: the memory set indexed, the index (embedder, keyword scorer,
+observation-aware text) and the search options. `run_arms` answers every question with every arm
+through the production search path (`MemoryService.search`), timing each search, so arms are compared
+side by side in one process. `recall_table` reports the mean Recall@k per category and over categories
+1-4 and 1-5 with a bootstrap CI clustered by conversation (questions of one conversation share its
+memories, so they are not independent). `cross_validate` picks an arm per fold on the other folds'
+conversations and reports only held-out rows: no figure is ever computed on the data it was tuned on.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,6 +41,23 @@ MODES: dict[str, tuple[str, dict]] = {
     "hybrid+prf": ("tfidf", {"hybrid": True, "feedback": 3}),
 }
 
+MEMORY_SETS = ("turns", "observations", "turns+observations")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One retrieval configuration: what is indexed, how, and the search options (minus query and k)."""
+
+    memory: str = "turns"
+    embedder: str = "tfidf-lsa"
+    keyword: str = "tfidf"
+    append_citing: bool = False
+    date_in_text: bool = True
+    search: Mapping[str, Any] = field(default_factory=dict)
+
+    def index_key(self) -> tuple:
+        return (self.memory, self.embedder, self.keyword, self.append_citing, self.date_in_text)
+
 
 def memory_set(conv, memory: str, style: str) -> list[dict]:
     if memory == "turns":
@@ -37,7 +66,59 @@ def memory_set(conv, memory: str, style: str) -> list[dict]:
         return observation_memories(conv)
     if memory == "turns+observations":
         return turn_memories(conv, style) + observation_memories(conv)
-    raise ValueError(f"memory: expected turns, observations or turns+observations, got {memory!r}")
+    raise ValueError(f"memory: expected one of {', '.join(MEMORY_SETS)}, got {memory!r}")
+
+
+def run_arms(
+    arms: Mapping[str, Arm],
+    path: str | None = None,
+    style: str = "speaker-context",
+    ks: Sequence[int] = (1, 5, 10, 20),
+    conversations: Sequence[str] | None = None,
+    embedding_cache: str | None = None,
+) -> pd.DataFrame:
+    """One row per (question, arm): ``recall@k`` columns (NaN without usable evidence) and ``ms`` (search time)."""
+    if not arms:
+        raise ValueError("run_arms: no arms given")
+    for name, arm in arms.items():
+        if arm.memory not in MEMORY_SETS:
+            raise ValueError(f"arm {name!r}: memory = {arm.memory!r}; expected one of {', '.join(MEMORY_SETS)}")
+    data = load_locomo(path)
+    kmax = max(ks)
+    services = {}
+    for arm in arms.values():
+        if arm.index_key() not in services:
+            services[arm.index_key()] = open_service(
+                "memory", embedder=arm.embedder, keyword=arm.keyword, date_in_text=arm.date_in_text,
+                append_citing=arm.append_citing, embedding_cache=embedding_cache)
+    rows = []
+    encode_ms: dict[tuple, float] = {}
+    convs = [c for c in data if conversations is None or c.sample_id in conversations]
+    for conv in tqdm(convs, desc="recall", leave=False):
+        key = conversation_key(conv)
+        for ikey, svc in services.items():
+            for it in memory_set(conv, ikey[0], style):
+                svc.add(key, **it)
+            st = svc.searcher.ensure_built(key, lambda s=svc, k=key: s.list(k))  # build time is not search time
+            # query vectors come from the embedding cache, so ``ms`` is the search itself; the encoding cost
+            # per query (batched, uncached) is recorded apart as ``encode_ms``
+            t0 = time.perf_counter()
+            st.embedder.embed_query([q.question for q in conv.questions])
+            encode_ms[ikey] = 1000 * (time.perf_counter() - t0) / max(1, len(conv.questions))
+        for q in conv.questions:
+            for name, arm in arms.items():
+                opts = SearchOptions(query=q.question, max_results=kmax, kind_fallback=False,
+                                     **{"dedupe": False, **arm.search})
+                t0 = time.perf_counter()
+                res = services[arm.index_key()].search(key, opts)
+                ms = 1000 * (time.perf_counter() - t0)
+                row = {"qid": q.qid, "conversation": conv.sample_id, "category": q.category, "mode": name,
+                       "ms": ms, "encode_ms": encode_ms[arm.index_key()]}
+                for k in ks:
+                    got = [s for h in res.hits[:k] for s in h.entry.source_ids]
+                    row[f"recall@{k}"] = evidence_recall(got, q.evidence_ids)
+                rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def run_recall(
@@ -51,47 +132,98 @@ def run_recall(
     conversations: Sequence[str] | None = None,
     rrf_k: int = 60,
     date_in_text: bool = True,
+    embedding_cache: str | None = None,
 ) -> pd.DataFrame:
-    """One row per (question, mode) with ``recall@k`` columns (NaN where a question has no evidence)."""
+    """`run_arms` over the named `MODES` on one memory set and embedder."""
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise ValueError(f"modes: unknown {bad}; expected some of {sorted(MODES)}")
-    data = load_locomo(path)
-    kmax = max(ks)
-    services = {kw: open_service("memory", embedder=embedder, keyword=kw, date_in_text=date_in_text)
-                for kw in {MODES[m][0] for m in modes}}
-    rows = []
-    convs = [c for c in data if conversations is None or c.sample_id in conversations]
-    for conv in tqdm(convs, desc=f"recall {memory}", leave=False):
-        key = conversation_key(conv)
-        items = memory_set(conv, memory, style)
-        for svc in services.values():
-            for it in items:
-                svc.add(key, **it)
-        for q in conv.questions:
-            for mode in modes:
-                kw, over = MODES[mode]
-                opts = SearchOptions(query=q.question, max_results=kmax, dedupe=dedupe, kind_fallback=False,
-                                     rrf_k=rrf_k, **over)
-                res = services[kw].search(key, opts)
-                row = {"qid": q.qid, "category": q.category, "mode": mode}
-                for k in ks:
-                    got = [s for h in res.hits[:k] for s in h.entry.source_ids]
-                    row[f"recall@{k}"] = evidence_recall(got, q.evidence_ids)
-                rows.append(row)
-    return pd.DataFrame(rows)
+    arms = {m: Arm(memory=memory, embedder=embedder, keyword=MODES[m][0], date_in_text=date_in_text,
+                   search={**MODES[m][1], "dedupe": dedupe, "rrf_k": rrf_k}) for m in modes}
+    return run_arms(arms, path, style=style, ks=ks, conversations=conversations, embedding_cache=embedding_cache)
 
 
-def recall_table(per_question: pd.DataFrame, ks: Sequence[int] = (1, 5, 10, 20)) -> pd.DataFrame:
-    """Mean Recall@k per (mode, category) plus the two overall rows, with question counts."""
+def cluster_bootstrap_ci(values: pd.Series, clusters: pd.Series, n_boot: int = 2000, level: float = 0.95,
+                         seed: int = 0) -> tuple[float, float]:
+    """Percentile CI of the mean, resampling whole clusters (conversations) with replacement."""
+    v = np.asarray(values, dtype=float)
+    c = np.asarray(clusters)
+    ok = ~np.isnan(v)
+    v, c = v[ok], c[ok]
+    if len(v) == 0:
+        return (np.nan, np.nan)
+    names, inv = np.unique(c, return_inverse=True)
+    sums = np.bincount(inv, weights=v, minlength=len(names))
+    counts = np.bincount(inv, minlength=len(names)).astype(float)
+    rng = np.random.default_rng(seed)
+    draw = rng.integers(0, len(names), size=(n_boot, len(names)))
+    means = sums[draw].sum(axis=1) / counts[draw].sum(axis=1)
+    a = (1 - level) / 2
+    return float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
+
+
+def recall_table(per_question: pd.DataFrame, ks: Sequence[int] = (1, 5, 10, 20), ci_k: int | None = 10,
+                 n_boot: int = 2000) -> pd.DataFrame:
+    """Mean Recall@k per (mode, category) plus the two overall rows, with question counts, the search
+    time p50 (ms) and a 95 % bootstrap CI of Recall@``ci_k`` clustered by conversation."""
     cols = [f"recall@{k}" for k in ks]
     out = []
     for mode, g in per_question.groupby("mode", sort=False):
         g = g.dropna(subset=cols)
-        for cat, gc in g.groupby("category"):
-            out.append({"mode": mode, "group": str(cat), "n": len(gc), **{c: gc[c].mean() for c in cols}})
-        for name, cats in OVERALL_GROUPS.items():
-            gc = g[g.category.isin(cats)]
-            out.append({"mode": mode, "group": name, "n": len(gc),
-                        **{c: gc[c].mean() if len(gc) else np.nan for c in cols}})
+        groups = [(str(cat), gc) for cat, gc in g.groupby("category")]
+        groups += [(name, g[g.category.isin(cats)]) for name, cats in OVERALL_GROUPS.items()]
+        for name, gc in groups:
+            row = {"mode": mode, "group": name, "n": len(gc),
+                   **{c: gc[c].mean() if len(gc) else np.nan for c in cols}}
+            if ci_k is not None and f"recall@{ci_k}" in gc and "conversation" in gc:
+                lo, hi = cluster_bootstrap_ci(gc[f"recall@{ci_k}"], gc["conversation"], n_boot=n_boot)
+                row[f"ci{ci_k}_lo"], row[f"ci{ci_k}_hi"] = lo, hi
+            if "ms" in gc:
+                row["ms_p50"] = float(gc["ms"].median()) if len(gc) else np.nan
+            if "encode_ms" in gc:
+                row["encode_ms"] = float(gc["encode_ms"].mean()) if len(gc) else np.nan
+            out.append(row)
     return pd.DataFrame(out).set_index(["mode", "group"])
+
+
+def conversation_folds(conversations: Sequence[str], n_folds: int) -> list[list[str]]:
+    """Conversations dealt round-robin (in sorted order) into ``n_folds`` folds."""
+    convs = sorted(set(conversations))
+    if not 2 <= n_folds <= len(convs):
+        raise ValueError(f"n_folds: expected 2..{len(convs)} (the number of conversations), got {n_folds}")
+    return [convs[i::n_folds] for i in range(n_folds)]
+
+
+def cross_validate(per_question: pd.DataFrame, n_folds: int = 2, metric: str = "recall@10",
+                   categories: Sequence[int] = (1, 2, 3, 4), label: str = "tuned (held-out)"
+                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Choose an arm per fold by ``metric`` over ``categories`` on the *other* folds' conversations.
+
+    Returns (held-out rows: for each fold, the chosen arm's rows of that fold's conversations only,
+    relabelled ``label``; one row per fold: its conversations, the chosen arm, the training score).
+    """
+    folds = conversation_folds(per_question["conversation"].unique(), n_folds)
+    held, choices = [], []
+    for i, test in enumerate(folds):
+        train = per_question[~per_question.conversation.isin(test)]
+        scored = train[train.category.isin(categories)].dropna(subset=[metric])
+        means = scored.groupby("mode", sort=False)[metric].mean()
+        best = str(means.idxmax())
+        rows = per_question[per_question.conversation.isin(test) & (per_question["mode"] == best)]
+        held.append(rows.assign(mode=label, fold=i, chosen=best))
+        choices.append({"fold": i, "held_out": ",".join(test), "chosen": best, f"train_{metric}": float(means.max())})
+    return pd.concat(held, ignore_index=True), pd.DataFrame(choices)
+
+
+def weight_grid(base: Arm, dense: Sequence[float], note_dense: Sequence[float], sigma: Sequence[float],
+                keyword: float = 1.0) -> dict[str, Arm]:
+    """Arms over z-score fusion weights (keyword fixed: only ratios matter) and the boost size."""
+    arms = {}
+    for d in dense:
+        for nd in note_dense:
+            for s in sigma:
+                w = {"dense": float(d), "keyword": float(keyword), "note_dense": float(nd)}
+                search = {**base.search, "fusion": "zscore", "fusion_weights": w,
+                          "participant_boost": s > 0, "participant_boost_sigma": float(s)}
+                arms[f"z d{d:g} n{nd:g} s{s:g}"] = replace(base, search=search)
+    return arms

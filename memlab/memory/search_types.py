@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -39,18 +39,34 @@ class SearchOptions:
     feedback: int = 0
     """Rocchio pseudo-relevance feedback on the dense query from the top ``feedback`` hits (0 = off)."""
     participant_boost: bool = False
-    """When the query names a participant, fuse in extra lists restricted to that participant's memories
-    (a who-did-what signal; memlab's addition, measured in ``benchmarks/retrieval_recall.py``)."""
+    """When the query names a participant, add ``participant_boost_sigma`` standard deviations of the
+    fused scores to that participant's memories (a who-did-what signal that cannot sink a question naming
+    the wrong person; memlab's addition, measured in ``benchmarks/retrieval_recall.py``)."""
+    participant_boost_sigma: float = 1.0
     include_superseded: bool = True
     """Whether memories superseded under the ``preserve-history`` update policy are searched. They are
     by default (answering sees the history, so temporal questions about a change can be answered);
     the extraction worker's old-memory lookup and reconcile search only current memories."""
+    fusion: str = "rrf"
+    """How the dense and keyword lists become one ranking: ``rrf`` or ``zscore`` (`memlab.index.fusion`)."""
+    unit: str = "memory"
+    """``memory``: rank every memory. ``turn``: rank the dialog-turn records only, each scored with the
+    memories that cite it (their dense scores fused in as the ``note_dense`` list; `memlab.index.hybrid`)."""
+    fusion_weights: Mapping[str, float] | None = None
+    """Weight per list name (``dense``, ``keyword``, ``note_dense``); a list not named weighs 1."""
 
     def __post_init__(self) -> None:
         if self.max_results < 0:
             raise ValueError(f"SearchOptions.max_results: expected >= 0, got {self.max_results}")
         if self.rrf_k <= 0:
             raise ValueError(f"SearchOptions.rrf_k: expected > 0, got {self.rrf_k}")
+        if isinstance(self.participant_boost_sigma, bool) or not isinstance(self.participant_boost_sigma,
+                                                                              (int, float)) \
+                or self.participant_boost_sigma < 0:
+            raise ValueError(f"SearchOptions.participant_boost_sigma: expected a number >= 0, "
+                             f"got {self.participant_boost_sigma!r}")
+        if self.unit not in ("memory", "turn"):
+            raise ValueError(f"SearchOptions.unit: expected 'memory' or 'turn', got {self.unit!r}")
         if self.kind is not None and self.kind not in ("fact", "episode"):
             raise ValueError(f"SearchOptions.kind: expected 'fact', 'episode' or None, got {self.kind!r}")
 
@@ -58,6 +74,7 @@ class SearchOptions:
         d = asdict(self)
         for k in ("after", "before"):
             d[k] = None if d[k] is None else d[k].isoformat()
+        d["fusion_weights"] = None if self.fusion_weights is None else dict(self.fusion_weights)
         return d
 
 

@@ -106,6 +106,10 @@ class IndexConfig:
     factory: str = "Flat"
     keyword: str = "tfidf"
     date_in_text: bool = True
+    append_citing: bool = False
+    """Observation-aware keyword text: a dialog-turn record's text plus every memory citing that turn."""
+    ef_search: int = 1024
+    ef_construction: int = 128
 
 
 @dataclass
@@ -119,6 +123,10 @@ class RetrievalConfig:
     dedupe: bool = True
     kind_fallback: bool = True
     participant_boost: bool = False
+    participant_boost_sigma: float = 1.0
+    fusion: str = "rrf"
+    fusion_weights: dict[str, float] | None = None
+    unit: str = "memory"
     keyword_only: bool = False
     feedback: int = 0
     similarity_threshold: float | None = None
@@ -322,6 +330,17 @@ class ExperimentConfig:
         one_of("judge.kind", self.judge.kind, JUDGES.names())
         one_of("answer.span", self.answer.span, SPANS)
         one_of("answer.recall_unit", self.answer.recall_unit, ("session", "window"))
+        from memlab.index.fusion import FUSIONS, check_weights
+
+        one_of("retrieval.fusion", self.retrieval.fusion, tuple(FUSIONS))
+        one_of("retrieval.unit", self.retrieval.unit, ("memory", "turn"))
+        try:
+            check_weights(self.retrieval.fusion_weights, "retrieval.fusion_weights")
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        if self.retrieval.participant_boost_sigma < 0:
+            raise ConfigError(f"{where}: retrieval.participant_boost_sigma = {self.retrieval.participant_boost_sigma}; "
+                              "expected >= 0")
         one_of("scoring.profile", self.scoring.profile, tuple(PROFILES))
         one_of("answer.split", self.answer.split, SPLITS)
         one_of("extraction.checkers.combine", self.extraction.checkers.combine, COMBINES)
@@ -355,7 +374,8 @@ class ExperimentConfig:
                 ("answer.speaker_window", self.answer.speaker_window, 1),
                 ("answer.max_words", self.answer.max_words, 1), ("judge.repeats", self.judge.repeats, 1),
                 ("answer.recall_window", self.answer.recall_window, 0),
-                ("answer.recall_max", self.answer.recall_max, 1))
+                ("answer.recall_max", self.answer.recall_max, 1),
+                ("index.ef_search", self.index.ef_search, 1), ("index.ef_construction", self.index.ef_construction, 1))
         for key, v in (("answer.temporal_window", self.answer.temporal_window),
                        ("answer.span_window", self.answer.span_window)):
             if v is not None:

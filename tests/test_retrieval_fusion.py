@@ -1,0 +1,278 @@
+"""Fusion (RRF in the production path, z-score math), the participant boost, observation-aware
+indexing, the embedder registry and the cross-validation tuner of the retrieval benchmark."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from memlab.eval.retrieval import Arm, cross_validate, recall_table, run_arms, weight_grid
+from memlab.index import HybridIndex, open_service
+from memlab.index import fusion as fusion_mod
+from memlab.index.embedders import EMBEDDERS, LiteLLMEmbedder, make_embedder
+from memlab.index.fusion import (
+    RankedList,
+    check_weights,
+    make_fusion,
+    participant_boost,
+    rrf_scores,
+    standardize,
+    zscore_scores,
+)
+from memlab.index.hybrid import is_turn_record
+from memlab.memory import InMemoryMemoryService, SearchOptions, UserKey
+from memlab.run.config import ConfigError, ExperimentConfig
+from tests.test_index import FixedEmbedder
+
+K = UserKey("app", "u")
+
+
+# ------------------------------------------------------------------------------------------ fusion math
+def test_standardize_and_zscore_on_known_lists():
+    z = standardize(np.array([1.0, 2.0, 3.0, np.nan]))
+    sd = np.std([1.0, 2.0, 3.0])
+    assert z[:3] == pytest.approx([-1 / sd, 0.0, 1 / sd])
+    assert z[3] == pytest.approx(-1 / sd)  # absent: the list's lowest z
+    assert standardize(np.array([5.0, 5.0, np.nan])).tolist() == [0.0, 0.0, 0.0]  # no ordering information
+    a = np.array([10.0, 0.0, 5.0, np.nan])   # z: 1.2247, -1.2247, 0, min
+    b = np.array([np.nan, 3.0, 1.0, np.nan])  # z: min(-1), 1, -1, min
+    fused = zscore_scores([a, b], weights=[2.0, 1.0])
+    za, zb = standardize(a), standardize(b)
+    assert fused[:3] == pytest.approx(2 * za[:3] + zb[:3])
+    assert fused[3] == -np.inf  # in no list
+    assert fused[0] == pytest.approx(2 * np.sqrt(1.5) - 1.0)
+
+
+def test_rrf_scores_weighted_and_absent():
+    s = rrf_scores([np.array([2, 0]), np.array([0])], n=4, k=60, weights=[1.0, 0.5])
+    assert s[2] == pytest.approx(1 / 61)
+    assert s[0] == pytest.approx(1 / 62 + 0.5 / 61)
+    assert s[1] == s[3] == -np.inf
+
+
+def test_fusion_registry_and_weight_validation():
+    assert {"rrf", "zscore"} <= set(fusion_mod.FUSIONS)
+    assert make_fusion("zscore", weights={"dense": 2}).weight("dense") == 2.0
+    with pytest.raises(ValueError, match="fusion: expected one of"):
+        make_fusion("borda")
+    with pytest.raises(ValueError, match="unknown list 'sparse'"):
+        check_weights({"sparse": 1.0})
+    with pytest.raises(ValueError, match="keyword: expected a number >= 0"):
+        check_weights({"keyword": -1})
+    lists = [RankedList("dense", np.array([1, 0]), np.array([0.2, 0.9], dtype=np.float32)),
+             RankedList("keyword", np.array([0]), np.array([3.0, np.nan], dtype=np.float32))]
+    z = make_fusion("zscore", weights={"keyword": 0}).fuse(lists, 2)
+    assert z[1] > z[0]  # keyword weighted out: the dense order decides
+
+
+def test_production_search_uses_fusion_module(monkeypatch):
+    """The hybrid search fuses through `memlab.index.fusion` (no private copy): spy on it and check the scores."""
+    calls = []
+    real = fusion_mod.RRFFusion.fuse
+
+    def spy(self, lists, n):
+        calls.append([lst.name for lst in lists])
+        return real(self, lists, n)
+
+    monkeypatch.setattr(fusion_mod.RRFFusion, "fuse", spy)
+    table = {"alpha beta": [1, 0, 0], "gamma": [0.9, 0.1, 0], "delta beta beta": [0, 1, 0], "q beta": [1, 0, 0]}
+    svc = InMemoryMemoryService(HybridIndex(embedder=FixedEmbedder(table), keyword="tfidf"))
+    for t in ("alpha beta", "gamma", "delta beta beta"):
+        svc.add(K, t)
+    res = svc.search(K, SearchOptions(query="q beta", dedupe=False, rrf_k=10))
+    assert calls == [["dense", "keyword"]]
+    for h in res.hits:
+        want = sum(1 / (10 + r) for r in (h.dense_rank, h.keyword_rank) if r is not None)
+        assert h.fused_score == pytest.approx(want)
+    z = svc.search(K, SearchOptions(query="q beta", dedupe=False, fusion="zscore"))
+    assert len(calls) == 1  # z-score fusion does not go through RRF
+    assert z.hits[0].entry.text == "alpha beta"
+    with pytest.raises(ValueError, match="fusion: expected one of"):
+        svc.search(K, SearchOptions(query="q beta", fusion="nope"))
+
+
+# ------------------------------------------------------------------------------------ participant boost
+def test_boost_is_bounded_by_sigma():
+    fused = np.array([3.0, 1.0, 0.0, -1.0, -np.inf])
+    named = np.array([False, True, True, False, True])
+    out = participant_boost(fused, named, sigma=1.0)
+    sd = np.std([3.0, 1.0, 0.0, -1.0])
+    assert out[1] == pytest.approx(1.0 + sd) and out[2] == pytest.approx(sd)
+    assert out[0] == 3.0 and out[4] == -np.inf  # the strong unnamed match stays ahead (1 + sd < 3)
+    assert participant_boost(fused, named, sigma=0).tolist() == fused.tolist()
+
+
+def _adversarial_store() -> InMemoryMemoryService:
+    """A question that names the wrong person: only Melanie's turn answers it, Caroline has weak look-alikes."""
+    svc = open_service("memory", keyword="bm25")
+    svc.add(K, "Melanie: I painted a sunset over the lake with my kids", participants=["Melanie"], source_ids=["D1:1"])
+    for i, t in enumerate(["Caroline: I went to a painting class once", "Caroline: the lake was cold",
+                           "Caroline: my kids are at school", "Caroline: I like sunny days",
+                           "Caroline: support groups help me", "Caroline: adoption agencies called back"]):
+        svc.add(K, t, participants=["Caroline"], source_ids=[f"D1:{i + 2}"])
+    return svc
+
+
+def test_boost_does_not_sink_a_question_naming_the_wrong_person():
+    fusion = "zscore"
+    svc = _adversarial_store()
+    q = "What did Caroline paint over the lake with her kids at sunset?"
+    plain = svc.search(K, SearchOptions(query=q, fusion=fusion))
+    boosted = svc.search(K, SearchOptions(query=q, fusion=fusion, participant_boost=True))
+    assert plain.hits[0].entry.participants == ("Melanie",)
+    assert boosted.hits[0].entry.participants == ("Melanie",)
+    # the old rule (the named person's dense and keyword lists fused in a second time) put Caroline first
+    ids = [h.id for h in plain.hits]
+    dense = sorted((h for h in plain.hits if h.dense_rank), key=lambda h: h.dense_rank)
+    kw = sorted((h for h in plain.hits if h.keyword_rank), key=lambda h: h.keyword_rank)
+    lists = [dense, kw] + [[h for h in lst if h.entry.participants == ("Caroline",)] for lst in (dense, kw)]
+    old = rrf_scores([np.array([ids.index(h.id) for h in lst]) for lst in lists], n=len(ids))
+    assert plain.hits[int(np.argmax(old))].entry.participants == ("Caroline",)
+
+
+def test_boost_still_helps_the_named_person_when_close():
+    svc = open_service("memory", keyword="bm25")
+    svc.add(K, "Melanie: I love painting sunsets", participants=["Melanie"])
+    svc.add(K, "Caroline: I love painting landscapes", participants=["Caroline"])
+    for i in range(6):
+        svc.add(K, f"Melanie: filler line {i} about nothing", participants=["Melanie"])
+    q = "What does Caroline love painting?"
+    assert svc.search(K, SearchOptions(query=q, fusion="zscore", participant_boost=True)
+                      ).hits[0].entry.participants == ("Caroline",)
+    with pytest.raises(ValueError, match="participant_boost_sigma"):
+        SearchOptions(query=q, participant_boost_sigma=-1)
+
+
+# ----------------------------------------------------------------------------- observation-aware indexing
+def _turns_and_notes(append: bool) -> InMemoryMemoryService:
+    svc = open_service("memory", keyword="bm25", append_citing=append)
+    svc.add(K, "Alice: look at this!", participants=["Alice"], source_ids=["D1:1"])
+    svc.add(K, "Bob: nice, what is it?", participants=["Bob"], source_ids=["D1:2"])
+    svc.add(K, "Alice: my weekend was fine", participants=["Alice"], source_ids=["D1:3"])
+    svc.add(K, "Alice showed Bob a ceramic vase she made at pottery class.", participants=["Alice"],
+            source_ids=["D1:1"])
+    return svc
+
+
+def test_turn_record_rule():
+    svc = _turns_and_notes(False)
+    rec = {e.text: is_turn_record(e) for e in svc.list(K)}
+    assert rec == {"Alice: look at this!": True, "Bob: nice, what is it?": True, "Alice: my weekend was fine": True,
+                   "Alice showed Bob a ceramic vase she made at pottery class.": False}
+
+
+def test_append_citing_makes_a_turn_findable_by_its_observation():
+    q = "ceramic vase pottery"
+    off = _turns_and_notes(False).search(K, SearchOptions(query=q, keyword_only=True, unit="turn"))
+    assert off.hits == []  # no turn says it
+    svc = _turns_and_notes(True)
+    on = svc.search(K, SearchOptions(query=q, keyword_only=True, unit="turn"))
+    assert [h.entry.text for h in on.hits] == ["Alice: look at this!"]
+    # unit="memory" still returns every memory (what reconcile and the worker search)
+    mem = svc.search(K, SearchOptions(query=q, keyword_only=True))
+    assert {h.entry.text for h in mem.hits} == {"Alice: look at this!",
+                                                "Alice showed Bob a ceramic vase she made at pottery class."}
+    # the bounded text score reconcile reads is the turn's own text, not the appended note
+    assert mem.hits[[h.entry.text for h in mem.hits].index("Alice: look at this!")].text_score == 0.0
+
+
+def test_note_dense_list_projects_onto_the_cited_turn():
+    table = {"Alice: look at this!": [0, 1, 0], "Bob: nice, what is it?": [0, 0.9, 0.1],
+             "Alice showed Bob a ceramic vase.": [1, 0, 0], "vase": [1, 0, 0]}
+    svc = InMemoryMemoryService(HybridIndex(embedder=FixedEmbedder(table), keyword="bm25"))
+    svc.add(K, "Alice: look at this!", participants=["Alice"], source_ids=["D1:1"])
+    svc.add(K, "Bob: nice, what is it?", participants=["Bob"], source_ids=["D1:2"])
+    svc.add(K, "Alice showed Bob a ceramic vase.", participants=["Alice"], source_ids=["D1:1"])
+    res = svc.search(K, SearchOptions(query="vase", hybrid=False, unit="turn", fusion="zscore", dedupe=False))
+    assert [h.entry.text for h in res.hits] == ["Alice: look at this!", "Bob: nice, what is it?"]
+    alone = svc.search(K, SearchOptions(query="vase", hybrid=False, unit="turn", dedupe=False))
+    assert alone.hits[0].entry.text == "Alice: look at this!"
+
+
+def test_run_arms_on_synthetic_with_annotations(synthetic_path):
+    arms = {"turns": Arm(memory="turns", keyword="bm25", search={"keyword_only": True}),
+            "turns+obs": Arm(memory="turns+observations", keyword="bm25", append_citing=True,
+                             search={"keyword_only": True, "unit": "turn"})}
+    per_q = run_arms(arms, str(synthetic_path), ks=(1, 5))
+    assert set(per_q["mode"]) == {"turns", "turns+obs"}
+    assert (per_q.ms >= 0).all() and set(per_q.conversation) == {"syn-1", "syn-2"}
+    table = recall_table(per_q, ks=(1, 5), ci_k=5, n_boot=50)
+    assert {"n", "recall@1", "recall@5", "ci5_lo", "ci5_hi", "ms_p50"} <= set(table.columns)
+    assert table.loc[("turns", "overall 1-5"), "n"] == per_q[per_q["mode"] == "turns"].dropna().shape[0]
+    with pytest.raises(ValueError, match="memory = 'sessions'"):
+        run_arms({"x": Arm(memory="sessions")}, str(synthetic_path))
+
+
+# ----------------------------------------------------------------------------------------- CV tuner
+def test_cross_validation_never_scores_on_its_training_fold():
+    rows = []
+    for conv, best in (("c1", "A"), ("c2", "B"), ("c3", "A"), ("c4", "B")):
+        for i in range(3):
+            for arm in ("A", "B"):
+                rows.append({"qid": f"{conv}-{i}", "conversation": conv, "category": 4, "mode": arm,
+                             "recall@10": 1.0 if arm == best else 0.0})
+    per_q = pd.DataFrame(rows)
+    held, choices = cross_validate(per_q, n_folds=2)
+    # folds: [c1, c3] (A wins there) and [c2, c4] (B wins there): each is scored with the other's choice
+    assert choices.chosen.tolist() == ["B", "A"]
+    assert choices.held_out.tolist() == ["c1,c3", "c2,c4"]
+    assert set(held.conversation) == {"c1", "c2", "c3", "c4"} and len(held) == 12
+    for _, r in held.iterrows():
+        fold_convs = choices.held_out[r.fold].split(",")
+        assert r.conversation in fold_convs and r.chosen == choices.chosen[r.fold]
+    assert held["recall@10"].mean() == 0.0  # a tuner that peeked would score 1.0
+    with pytest.raises(ValueError, match="n_folds"):
+        cross_validate(per_q, n_folds=5)
+
+
+def test_weight_grid_arms():
+    grid = weight_grid(Arm(search={"hybrid": True}), dense=[1, 2], note_dense=[0], sigma=[0, 1])
+    assert len(grid) == 4
+    arm = grid["z d2 n0 s1"]
+    assert arm.search["fusion"] == "zscore" and arm.search["fusion_weights"]["dense"] == 2.0
+    assert arm.search["participant_boost"] and arm.search["hybrid"]
+    assert not grid["z d1 n0 s0"].search["participant_boost"]
+
+
+# ------------------------------------------------------------------------------- registry and config
+def test_embedder_registry_and_reconcile_signal():
+    assert {"tfidf-lsa", "minilm", "e5-small", "litellm"} <= set(EMBEDDERS)
+    assert isinstance(make_embedder("litellm:text-embedding-3-small"), LiteLLMEmbedder)
+    with pytest.raises(ValueError, match="registered: tfidf-lsa, minilm"):
+        make_embedder("word2vec")
+    assert HybridIndex(embedder="tfidf-lsa").reconcile_signal == "tfidf"
+    assert HybridIndex(embedder="e5-small").reconcile_signal == "dense"
+    assert HybridIndex(embedder="litellm:x").reconcile_signal == "dense"
+
+
+def test_e5_small_embedder():
+    cls = EMBEDDERS.get("e5-small")
+    ok, why = cls.available()
+    if not ok:
+        pytest.skip(why)
+    emb = make_embedder("e5-small")
+    docs = emb.embed(["Caroline went to a support group.", "The weather was cold."])
+    q = emb.embed_query(["Where did Caroline go?"])
+    assert docs.shape == (2, 384) and q.shape == (1, 384)
+    assert np.allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-4)
+    assert float(docs[0] @ q[0]) > float(docs[1] @ q[0])
+    assert not np.allclose(emb.embed(["Where did Caroline go?"]), q)  # query prefix differs from passage
+
+
+def test_config_fusion_and_index_keys(tmp_path):
+    cfg = ExperimentConfig.from_yaml("retrieval-best")
+    assert cfg.retrieval.fusion == "zscore" and cfg.index.append_citing and cfg.retrieval.unit == "turn"
+    base = {"extraction": {"extractor": "turns"}}
+    for bad, msg in (({"retrieval": {"fusion": "borda"}}, "retrieval.fusion = 'borda'"),
+                     ({"retrieval": {"fusion_weights": {"sparse": 1}}}, "unknown list 'sparse'"),
+                     ({"retrieval": {"unit": "session"}}, "retrieval.unit"),
+                     ({"index": {"embedder": "word2vec"}}, "index.embedder = 'word2vec'"),
+                     ({"index": {"ef_search": 0}}, "index.ef_search")):
+        with pytest.raises(ConfigError, match=msg):
+            ExperimentConfig.from_dict({**base, **bad})
+    svc = open_service("memory", index="HNSW32", ef_search=77, ef_construction=33)
+    for i in range(5):
+        svc.add(K, f"memory number {i} about topic {i}")
+    st = svc.searcher.ensure_built(K, lambda: svc.list(K))
+    assert st.dense.index_.hnsw.efSearch == 77 and st.dense.index_.hnsw.efConstruction == 33
