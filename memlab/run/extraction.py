@@ -139,20 +139,36 @@ def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation
         state_path=cdir / "state.json" if durable else None, conversations=[c.sample_id for c in convs],
         on_conversation=log_conversation,
         worker_params={"workers": w.workers, "capacity": w.capacity, "job_timeout": job_timeout(cfg)})
-    worked = int((table.jobs_run + table.jobs_failed).sum())
     failures = [{"conversation": conv_id, "reason": r.reason} for conv_id, rs in _by_conversation(results, convs)
                 for r in rs if r.status == "failed"]
+    info = extraction_info(table, failures, convs, key, cdir, extractor_id)
+    out = ExtractionOutcome(svc, info, {"extraction_s": time.perf_counter() - t0})
+    return finish_extraction(cfg, convs, out, ext_log, run_dir)
+
+
+def extraction_info(table: Any, failures: list[dict[str, str]], convs: list[Conversation], key: str, cdir: Path,
+                    extractor_id: str) -> dict[str, Any]:
+    """What run.json records of the extraction stage (``table``: `extract_dataset`'s per-conversation counts)."""
+    worked = int((table.jobs_run + table.jobs_failed).sum())
     empty = [c.sample_id for c in convs if c.turns and int(table.loc[c.sample_id, "memories"]) == 0]
-    info: dict[str, Any] = {
+    return {
         "cache_key": key, "cache_dir": str(cdir), "extractor": extractor_id,
         "conversations_extracted": int((table.jobs_run > 0).sum()), "jobs_run": int(table.jobs_run.sum()),
         "jobs_failed": int(table.jobs_failed.sum()), "ops_applied": int(table.ops_applied.sum()),
         "ops_failed": int(table.ops_failed.sum()), "model_calls": int(table.model_calls.sum()),
         "from_cache": worked == 0, "failed_jobs": failures, "empty_conversations": empty,
     }
-    out = ExtractionOutcome(svc, info, {"extraction_s": time.perf_counter() - t0})
+
+
+def finish_extraction(cfg: ExperimentConfig, convs: list[Conversation], out: ExtractionOutcome, ext_log: Path,
+                      run_dir: Path, close_on_failure: bool = True) -> ExtractionOutcome:
+    """Stop on failed extraction (`ExtractionFailed`), else write the run's extraction and memory traces
+    and build the per-key indexes (shared by the local and the Ray executor)."""
+    svc, info = out.service, out.info
+    failures, empty = info["failed_jobs"], info["empty_conversations"]
     if (failures or empty) and not cfg.run.allow_failed_extraction:
-        svc.close()
+        if close_on_failure:
+            svc.close()
         lines = [f"  {f['conversation']}: {f['reason']}" for f in failures[:20]]
         lines += [f"  {c}: the extractor wrote no memory for a conversation with text" for c in empty]
         more = f"\n  ... and {len(failures) - 20} more failed jobs" if len(failures) > 20 else ""
