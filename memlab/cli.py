@@ -73,8 +73,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         m = run.info.get("models", {})
         ext = run.info.get("extraction") or {}
         print(f"\n{run.run_dir}  [{run.status}]  ({run.info['timings']['total_s']:.1f} s; model calls "
-              f"{m.get('model_calls', 0)}, served from cache {m.get('cache_hits', 0)}; extraction "
+              f"{m.get('model_calls', 0)}, served from cache {m.get('cache_hits', 0)}, malformed tool calls "
+              f"{m.get('malformed_tool_calls', 0)}; extraction "
               f"{'from cache' if ext.get('from_cache') else 'ran'}, ops failed {ext.get('ops_failed', 0)})")
+        roles = run.info.get("model_roles", [])
+        if len(roles) > 1 or any(not r.startswith("embedder:") for r in roles):
+            print("  " + "\n  ".join(roles))  # which endpoint each role used, and the local embedder
         print(format_summary(run.summary[cols]))
         rate, limit = run.info.get("error_rate", 0.0), run.config.run.max_error_rate
         if rate > limit:
@@ -88,7 +92,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from memlab.run.report import compare, format_compare
 
+    if args.profiles:
+        from memlab.run.rescore import profile_table
+
+        for run in args.runs:
+            print(f"{run}: one run under the scoring profiles {args.profiles}")
+            print(format_compare(profile_table(run, [p.strip() for p in args.profiles.split(",") if p.strip()])))
+        return 0
     print(format_compare(compare(args.runs)))
+    return 0
+
+
+def _cmd_rescore(args: argparse.Namespace) -> int:
+    from memlab.eval import format_summary
+    from memlab.run.rescore import explain, rescore
+
+    res = rescore(args.run, args.profile, allow_model_calls=args.allow_model_calls, errata=args.errata)
+    print(f"{args.run} under the {res.profile} profile -> {res.path}")
+    print(format_summary(res.summary))
+    print(explain(res))
+    if res.info.get("errata_corrected") or res.info.get("errata_excluded"):
+        print(f"errata: {res.info['errata_corrected']} corrected, {res.info['errata_excluded']} excluded")
     return 0
 
 
@@ -133,7 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_cmd_run)
     rp = sub.add_parser("report", help="per-category comparison of runs, side by side")
     rp.add_argument("runs", nargs="+", help="run folders under results/")
+    rp.add_argument("--profiles", help="show one run under these scoring profiles side by side, "
+                                       "e.g. locomo,mem0,trpc-agent-go (no model calls: J from the cache)")
     rp.set_defaults(func=_cmd_report)
+    rs = sub.add_parser("rescore", help="score a finished run under another scoring profile (no model calls)")
+    rs.add_argument("run", help="a finished run folder")
+    rs.add_argument("--profile", default="locomo", help="locomo (default), mem0 or trpc-agent-go")
+    rs.add_argument("--errata", help="CSV qid,answer (corrected answer or 'invalid'); default: the run's")
+    rs.add_argument("--allow-model-calls", action="store_true",
+                    help="call the judge model for verdicts not in the response cache (default: leave J empty)")
+    rs.set_defaults(func=_cmd_rescore)
     return p
 
 
@@ -143,13 +176,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     errors: tuple[type[BaseException], ...] = (DataNotFoundError, ChecksumMismatchError, LoCoMoFormatError,
                                                ConnectionError)
-    if args.command in ("run", "report"):
+    if args.command in ("run", "report", "rescore"):
+        from memlab.eval.errata import ErrataError
+        from memlab.eval.profiles import ProfileError
         from memlab.run import ConfigError
         from memlab.run.extraction import ExtractionFailed
         from memlab.run.ray_executor import RayNotInstalled
         from memlab.run.records import RecordSchemaError
 
-        errors += (ConfigError, FileNotFoundError, ExtractionFailed, RecordSchemaError, RayNotInstalled)
+        errors += (ConfigError, FileNotFoundError, ExtractionFailed, RecordSchemaError, ErrataError, ProfileError,
+                   RayNotInstalled)
     try:
         return args.func(args)
     except errors as e:

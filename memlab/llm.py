@@ -295,6 +295,15 @@ def endpoint(api_base: str, concurrency: int) -> _Endpoint:
         return ep
 
 
+def registered_endpoint(api_base: str | None) -> _Endpoint | None:
+    """The slot counter a model client of this ``api_base`` registered (None: no limit is set), so other
+    callers of the same server (a litellm embedder) queue behind the same slots."""
+    if not api_base:
+        return None
+    with _ENDPOINTS_LOCK:
+        return _ENDPOINTS.get(api_base.rstrip("/"))
+
+
 def _model_id(model: str) -> str:
     return model.split("/", 1)[1] if "/" in model else model
 
@@ -412,6 +421,8 @@ class ModelClient:
         self.concurrency = concurrency
         self.context_window = context_window
         self.busy_wait = 4 * timeout if busy_wait is None else busy_wait
+        if concurrency is not None:
+            endpoint(api_base or f"provider:{model}", concurrency)  # registered now: a conflict fails early
         self._cache: ResponseCache | None = None
         self._lock = threading.Lock()
         self.calls = 0

@@ -21,8 +21,9 @@ from memlab.data.locomo import CATEGORY_LABELS
 
 CATEGORY_COLORS = {1: "#1f77b4", 2: "#ff7f0e", 3: "#2ca02c", 4: "#d62728", 5: "#9467bd",
                    "overall 1-4": "#333333", "overall 1-5": "#888888"}
-LABEL_COLORS = {"label-issue": "#bbbbbb", "abstain-error": "#9467bd", "write-miss": "#d62728",
-                "retrieval-miss": "#ff7f0e", "reading-miss": "#1f77b4"}
+LABEL_COLORS = {"label-issue": "#bbbbbb", "judge-error": "#7f7f7f", "abstain-error": "#9467bd",
+                "reconcile-loss": "#8c564b", "write-miss": "#d62728", "retrieval-miss": "#ff7f0e",
+                "partial-retrieval": "#ffbb78", "reading-miss": "#1f77b4"}
 
 
 def _save(fig: Figure, save_to: str | Path | None, name: str) -> None:

@@ -4,14 +4,18 @@ Layers, joined by question id and memory id:
 1. extractor — every op that touched a memory sourced from the question's evidence dialog ids
    (proposed, reconcile tier/score/Jaccard, applied or failed, and the memory's final text);
 2. retrieval — each query issued, its hits with dense / keyword / fused ranks and scores, dedupe
-   drops, kind-fallback additions, and whether a hit's source_ids intersect the evidence;
+   drops, kind-fallback additions, whether a hit's source_ids intersect the evidence, and where
+   every evidence memory sits in the query's full ranking (to depth 100, or absent);
 3. answer — prompt (truncated, with its hash), response, tool calls, tokens, latency, score.
+
+`Traces.show` prints only what carries information: reconcile tiers that were not decided
+(disabled, not an add) and zero token usage of an offline reader are left out.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +56,28 @@ class Traces:
     """The store at answering time: one row per memory."""
     contexts: dict[str, list[str]]
     """Per question, the ids of the memories the reader was given (all queries' hits plus preload)."""
+    evidence_memories: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Per question, the evidence-sourced memories at answering time (id, source_ids, in_context)."""
+    rank_depth: dict[str, int] = field(default_factory=dict)
+    """Per question, how deep the trace-only full ranking went."""
+
+    def best_ranks(self, qid: str) -> dict[str, int | None]:
+        """Best rank of each evidence dialog id over the question's queries (None: not within the depth).
+
+        Empty when the run recorded no full ranking (an older run, or an arm that reads no memory).
+        """
+        if not len(self.queries) or "evidence_ranks" not in self.queries:
+            return {}
+        best: dict[str, int | None] = {}
+        for er in self.queries.loc[self.queries.qid == qid, "evidence_ranks"]:
+            if not isinstance(er, dict):
+                continue
+            for s, r in er.items():
+                if r is not None and (best.get(s) is None or r < best[s]):
+                    best[s] = int(r)
+                else:
+                    best.setdefault(s, None)
+        return best
 
     # ------------------------------------------------------------------------ one question
     def question(self, qid: str) -> dict[str, Any]:
@@ -88,18 +114,23 @@ class Traces:
             lines.append("   no op touched the evidence turns: nothing was written from them")
         else:
             for _, o in ops.iterrows():
-                rec = o.get("reconcile") or {}
-                lines.append(f"   {o.get('action', '?'):6s} -> {o.get('result', '?'):11s} tier {rec.get('tier')}"
-                             f" score {rec.get('score')} jaccard {rec.get('jaccard')}  [{','.join(o.source_ids)}]"
-                             f"  {str(o.get('final_text') or o.get('text'))[:110]}")
+                lines.append(f"   {o.get('action', '?'):6s} -> {o.get('result', '?'):11s}{_reconcile_note(o)}"
+                             f"  [{','.join(o.source_ids)}]  {str(o.get('final_text') or o.get('text'))[:110]}")
         lines += ["", "-- 2. retrieval layer"]
         hits = v["retrieval"]
         if hits is None or not len(hits):
             lines.append("   no retrieval (this arm reads no memory)")
         else:
             mem_text = self.memories.set_index("id")["text"].to_dict() if len(self.memories) else {}
+            ranks = {} if v["queries"] is None or not len(v["queries"]) else \
+                v["queries"].set_index("query_index").to_dict("index")
+            evidence = _as_list(q["evidence"])
             for qi, g in hits.groupby("query_index"):
                 lines.append(f"   query {qi}: {g.iloc[0]['query']!r}")
+                er = ranks.get(qi, {}).get("evidence_ranks")
+                if isinstance(er, dict):
+                    lines.append(f"   evidence in the full ranking (depth {self.rank_depth.get(qid, '?')}): "
+                                 + format_ranks(evidence, er))
                 for _, h in g.head(max_hits).iterrows():
                     mark = "*" if h.evidence_hit else " "
                     lines.append(f"  {mark} #{h['rank']:<2d} dense {h.dense_rank} kw {h.keyword_rank} fused "
@@ -107,9 +138,16 @@ class Traces:
                                  f"{str(mem_text.get(h['id'], ''))[:90]}")
             lines.append("   (* = sourced from an evidence turn)")
         a = v["answer"]
-        lines += ["", "-- 3. answer layer",
-                  f"   rule: {a.get('rule')}   calls {a.get('calls')}   usage {a.get('usage')}   "
-                  f"latency {a.get('latency_s', 0):.4f} s   prompt hash {a.get('prompt_hash')}"]
+        head = f"   rule: {a.get('rule')}"
+        if a.get("calls") or a.get("cached_calls"):
+            head += f"   calls {a.get('calls')}"
+        usage = a.get("usage") or {}
+        if any(isinstance(x, (int, float)) and x for x in usage.values()):
+            head += "   usage " + ", ".join(f"{k} {x}" for k, x in usage.items() if x)
+        head += f"   latency {a.get('latency_s', 0):.4f} s"
+        if a.get("prompt_hash"):
+            head += f"   prompt hash {a.get('prompt_hash')}"
+        lines += ["", "-- 3. answer layer", head]
         if a.get("tool_calls"):
             lines.append(f"   tool calls: {a['tool_calls']}")
         if a.get("response"):
@@ -128,12 +166,18 @@ def load(run_dir: str | Path) -> Traces:
         raise FileNotFoundError(f"{d}: not a run folder (no predictions)")
     rows, qrows = [], []
     contexts: dict[str, list[str]] = {}
+    ev_mems: dict[str, list[dict[str, Any]]] = {}
+    depth: dict[str, int] = {}
     for r in _read_jsonl(d / "traces" / "retrieval.jsonl"):
         contexts[r["qid"]] = list(r.get("context_ids") or [])
+        if "evidence_memories" in r:
+            ev_mems[r["qid"]] = r["evidence_memories"]
+            depth[r["qid"]] = int(r.get("rank_depth") or 0)
         for qi, qt in enumerate(r.get("queries", [])):
             qrows.append({"qid": r["qid"], "query_index": qi, "query": qt["query"], "n_hits": len(qt["hits"]),
                           "dropped_by_dedupe": qt.get("dropped_by_dedupe", []),
-                          "fallback_added": qt.get("fallback_added", []), "error": qt.get("error")})
+                          "fallback_added": qt.get("fallback_added", []), "error": qt.get("error"),
+                          "evidence_ranks": qt.get("evidence_ranks"), "memory_ranks": qt.get("memory_ranks")})
             for h in qt["hits"]:
                 rows.append({"qid": r["qid"], "query_index": qi, "query": qt["query"], **h})
     retrieval = pd.DataFrame(rows, columns=["qid", "query_index", "query", "rank", "id", "source_ids", "score",
@@ -158,9 +202,38 @@ def load(run_dir: str | Path) -> Traces:
         mems = pd.DataFrame(columns=["conversation", "id", "text", "kind", "event_time", "source_ids"])
     return Traces(run_dir=d, questions=qs, retrieval=retrieval, queries=pd.DataFrame(qrows),
                   answers=pd.DataFrame(_read_jsonl(d / "traces" / "answers.jsonl")), extraction=extraction,
-                  memories=mems, contexts=contexts)
+                  memories=mems, contexts=contexts, evidence_memories=ev_mems, rank_depth=depth)
 
 
 def trace_size_mb(run_dir: str | Path) -> float:
     d = Path(run_dir) / "traces"
     return sum(p.stat().st_size for p in d.glob("*.jsonl")) / 2**20
+
+
+def format_ranks(evidence: list[str], ranks: dict[str, int | None]) -> str:
+    """``D5:4 at rank 3, D9:1 at rank 41, D1:18 absent, D2:7 not written`` for one query."""
+    out = []
+    for e in evidence:
+        if e not in ranks:
+            out.append(f"{e} not written")
+        elif ranks[e] is None:
+            out.append(f"{e} absent")
+        else:
+            out.append(f"{e} at rank {ranks[e]}")
+    return ", ".join(out) if out else "(no evidence)"
+
+
+def _reconcile_note(op: Any) -> str:
+    """The reconcile decision of one op, or nothing when reconcile decided nothing (disabled, not an add)."""
+    rec = op.get("reconcile") or {}
+    tier = rec.get("tier")
+    if not tier or tier in ("disabled", "not-an-add"):
+        return ""
+    parts = [f" reconcile {tier}"]
+    if rec.get("score") is not None:
+        parts.append(f"score {float(rec['score']):.2f}")
+    if rec.get("jaccard") is not None:
+        parts.append(f"Jaccard {float(rec['jaccard']):.2f}")
+    if rec.get("candidate_id") and tier in ("skip", "update"):
+        parts.append(f"vs {rec['candidate_id']}")
+    return " ".join(parts)

@@ -246,8 +246,15 @@ class LiteLLMEmbedder(Embedder):
             if self.api_key:
                 kw["api_key"] = self.api_key
             where = f" at {self.api_base}" if self.api_base else ""
+            from memlab.llm import registered_endpoint
+
+            slot = registered_endpoint(self.api_base)  # share the chat clients' slots of the same server
             try:
-                resp = litellm.embedding(**kw)
+                if slot is not None:
+                    with slot.slots:
+                        resp = litellm.embedding(**kw)
+                else:
+                    resp = litellm.embedding(**kw)
             except Exception as e:
                 raise RuntimeError(f"{self.model}{where}: embedding call failed ({type(e).__name__}: "
                                    f"{str(e)[:200]}); a chat server often serves no embeddings: give the "

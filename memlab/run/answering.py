@@ -20,6 +20,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from memlab.answer import AnswerContext, Answerer
+from memlab.answer.base import evidence_ranks
 from memlab.data import Conversation, Question
 from memlab.extract.pipeline import conversation_key
 from memlab.memory import MemoryService
@@ -93,6 +94,15 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             h["evidence_hit"] = bool(set(h["source_ids"]) & ev)
     retrieval = RetrievalRecord(qid=q.qid, evidence=row.evidence, preload=a.preload, queries=queries,
                                 context_ids=[e.id for e in a.context])
+    if svc is not None:  # evidence memories' ranks in each query's full ranking (trace only, after answering)
+        try:
+            deep = evidence_ranks(ctx, a.queries, ev, set(retrieval.context_ids))
+            retrieval.rank_depth = deep["depth"]
+            retrieval.evidence_memories = deep["evidence_memories"]
+            for t, d in zip(queries, deep["queries"]):
+                t.update(d or {})
+        except Exception as e:
+            retrieval.rank_error = f"{type(e).__name__}: {e}"
     prompt = a.prompt if len(a.prompt) < 4000 else a.prompt[:4000] + f"... [{len(a.prompt)} chars]"
     answer = AnswerRecord(qid=q.qid, prediction=a.prediction, rule=a.rule, prompt_hash=a.prompt_hash, prompt=prompt,
                           response=a.response, tool_calls=a.tool_calls, usage=asdict(a.usage), calls=a.calls,

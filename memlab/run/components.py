@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from memlab.answer import ANSWERERS, JUDGES, Answerer
+from memlab.eval.profiles import ProfileJudge
 from memlab.extract.extractors import EXTRACTORS, Extractor
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig
@@ -25,6 +26,8 @@ def build_answerer(cfg: ExperimentConfig, clients: Clients) -> Answerer:
 def build_judge(cfg: ExperimentConfig, clients: Clients) -> Any | None:
     if not cfg.judge.model:
         return None
+    if cfg.judge.kind == "llm":  # the scoring profile's judge (locomo: the same request as JUDGES["llm"])
+        return ProfileJudge(clients.for_role("judge"), cfg.scoring.profile, cfg.judge.prompt)
     return JUDGES.get(cfg.judge.kind).from_config(cfg.judge, clients.for_role)
 
 

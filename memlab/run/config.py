@@ -21,6 +21,7 @@ import yaml
 
 from memlab.answer import ANSWERERS, JUDGES
 from memlab.answer.extractive import SPANS
+from memlab.eval.profiles import PROFILES
 from memlab.extract.extractors import EXTRACTORS
 from memlab.extract.reconcile import ReconcileConfig
 from memlab.index.embedders import EMBEDDERS, MODEL_EMBEDDERS, parse_embedder_spec
@@ -171,6 +172,14 @@ _ROLE_KEYS = ("api_base", "api_key_env", "timeout", "max_retries", "concurrency"
 
 
 @dataclass
+class ScoringConfig:
+    """How answers are scored: a harness profile (`memlab.eval.profiles`) and an optional errata CSV."""
+
+    profile: str = "locomo"
+    errata: str | None = None
+
+
+@dataclass
 class ModelsConfig:
     """Where model names resolve: a local OpenAI-compatible server (``api_base``) or a provider.
 
@@ -227,6 +236,7 @@ class ExperimentConfig:
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     run: RunConfig = field(default_factory=RunConfig)
     grid: dict[str, list[Any]] = field(default_factory=dict)
@@ -288,6 +298,7 @@ class ExperimentConfig:
         one_of("answer.arm", self.answer.arm, ANSWERERS.names())
         one_of("judge.kind", self.judge.kind, JUDGES.names())
         one_of("answer.span", self.answer.span, SPANS)
+        one_of("scoring.profile", self.scoring.profile, tuple(PROFILES))
         one_of("answer.split", self.answer.split, SPLITS)
         one_of("run.executor", self.run.executor, EXECUTORS)
         one_of("extraction.checkers.combine", self.extraction.checkers.combine, COMBINES)

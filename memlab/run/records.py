@@ -109,6 +109,11 @@ class RetrievalRecord(Record):
     queries: list[dict[str, Any]] = field(default_factory=list)
     context_ids: list[str] = field(default_factory=list)
     error: str | None = None
+    rank_depth: int | None = None
+    """How deep the trace-only full ranking went (`memlab.answer.base.evidence_ranks`)."""
+    evidence_memories: list[dict[str, Any]] = field(default_factory=list)
+    """The evidence-sourced memories at answering time: id, source_ids, in_context."""
+    rank_error: str | None = None
     schema: int = SCHEMA_VERSION
 
 

@@ -18,6 +18,7 @@ import yaml
 
 from memlab.atomic import write_json
 from memlab.eval import OVERALL_GROUPS, category_summary, evidence_recall, score_frame
+from memlab.eval.profiles import get_profile
 from memlab.run.config import ExperimentConfig
 from memlab.run.records import PredictionRecord, read_frame, write_frame
 
@@ -74,10 +75,14 @@ def score_records(records: list[PredictionRecord], top_k: int | None = None) -> 
 def summarize(pred: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
     """Per-category table over the scored questions: F1, BLEU-1, EM, J, Recall@k, tokens, calls,
     latency p50/p95, with ``n``, ``n_scored`` and ``errors`` (and ``judge_errors``) on every row."""
-    scored = pred[pred["error"].isna()]
+    ok = pred["error"].isna()
+    if "scored" in pred:  # errata-invalid questions and a scoring profile's excluded categories
+        ok &= pred["scored"].astype(bool)
+    scored = pred[ok]
     metrics = ["f1", "bleu1", "em"] + (["j"] if cfg.judge.model else [])
     metrics += [f"recall@{k}" for k in RECALL_KS if k <= cfg.retrieval.top_k] + ["context_recall"]
-    summ = category_summary(scored, metrics=metrics).rename(columns={"n": "n_scored"})
+    summ = category_summary(scored, metrics=metrics, labels=get_profile(cfg.scoring.profile).labels
+                            ).rename(columns={"n": "n_scored"})
     groups = [(str(int(c)), pred[pred.category == c]) for c in sorted(pred.category.unique())]
     groups += [(name, pred[pred.category.isin(cats)]) for name, cats in OVERALL_GROUPS.items()]
     extra = {}

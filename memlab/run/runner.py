@@ -24,6 +24,8 @@ from memlab import __version__
 from memlab.answer import Answerer
 from memlab.atomic import write_json
 from memlab.data import load_locomo, sha256_file
+from memlab.eval.errata import errata_columns, errata_counts, load_errata
+from memlab.eval.profiles import apply_scoring
 from memlab.extract.extractors import EXTRACTORS, Extractor
 from memlab.run.answering import answer_all, load_done, read_log
 from memlab.run.clients import Clients, check_endpoints
@@ -88,6 +90,9 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
                           f"({data.report.path}: sha256 {dataset_sha[:12]}…, the run used "
                           f"{prev['dataset_sha256'][:12]}…); start a new run")
     picks = select_questions(cfg, data)
+    errata = load_errata(cfg.scoring.errata) if cfg.scoring.errata else None
+    if errata is not None:  # a bad errata file or an unknown qid fails before anything runs
+        errata.check_known(q.qid for c in data for q in c.questions)
     convs = list({c.sample_id: c for c, _ in picks}.values())
     load_s = time.perf_counter() - t0
     # -- 2. components
@@ -101,6 +106,8 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
     if answerer.needs_memory and extractor is None:
         extractor = build_extractor(cfg, clients)
     judge = build_judge(cfg, clients)
+    if errata is not None and hasattr(judge, "errata"):
+        judge.errata = errata  # the judge sees corrected gold answers and skips invalid ones
     # -- the run folder
     if resume is not None:
         run_dir = Path(resume)
@@ -159,7 +166,11 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
         order = {q.qid: i for i, (_, q) in enumerate(picks)}
         records = sorted(read_log(run_dir), key=lambda r: order.get(r.qid, len(order)))
         pred = score_records(records, top_k=cfg.retrieval.top_k if answerer.uses_top_k else None)
+        pred = apply_scoring(pred, cfg.scoring.profile, errata)  # errata, then the profile's scores
         summ = summarize(pred, cfg)
+        info["scoring"] = {"profile": cfg.scoring.profile, "errata": cfg.scoring.errata, **errata_counts(pred)}
+        if errata is not None:
+            summ = summ.join(errata_columns(pred, summ.index))
         write_results(run_dir, pred, summ)
         timings["scoring_s"] = time.perf_counter() - t0
         errors = int(pred["error"].notna().sum())
