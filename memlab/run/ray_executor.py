@@ -42,6 +42,8 @@ from tqdm.auto import tqdm
 from memlab import __version__
 from memlab.atomic import write_json
 from memlab.data import Conversation, Question, load_locomo, sha256_file
+from memlab.eval.errata import errata_columns, errata_counts, load_errata
+from memlab.eval.profiles import apply_scoring
 from memlab.extract.messages import ChatSession, locomo_messages
 from memlab.extract.pipeline import conversation_key, extract_dataset, trace_rows
 from memlab.memory import MemoryService
@@ -265,7 +267,7 @@ def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str,
 
 def answer_unit(cfg: ExperimentConfig, conv: Conversation, questions: list[Question],
                 rows: list[dict[str, Any]] | None, index_blob: bytes | None, snapshot: dict[str, list[tuple]],
-                unit: str, hook: UnitHook | None = None) -> dict[str, Any]:
+                unit: str, hook: UnitHook | None = None, errata: Any = None) -> dict[str, Any]:
     """Answer one conversation's questions (``run.concurrency`` in flight) from the memories given."""
     import concurrent.futures as cf
 
@@ -278,6 +280,8 @@ def answer_unit(cfg: ExperimentConfig, conv: Conversation, questions: list[Quest
         clients = Clients(cfg, root / "responses.sqlite")
         answerer = build_answerer(cfg, clients)
         judge = build_judge(cfg, clients)
+        if errata is not None and hasattr(judge, "errata"):
+            judge.errata = errata  # loaded by the driver: the errata file need not exist on the worker
         svc = None
         if answerer.needs_memory:
             svc = open_store(cfg, root / "store", root, clients)
@@ -315,6 +319,7 @@ class _Cell:
     info: dict[str, Any]
     prev: dict[str, Any]
     t_start: float
+    errata: Any = None
     done: int = 0
     todo: dict[str, list[Question]] = field(default_factory=dict)
     ext_key: str | None = None
@@ -410,15 +415,18 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
         if prev.get("dataset_sha256") and prev["dataset_sha256"] != sha:
             raise ConfigError(f"--resume {resume}: the dataset changed since the run started; start a new run")
         picks = select_questions(cfg, data)
+        errata = load_errata(cfg.scoring.errata) if cfg.scoring.errata else None
+        if errata is not None:  # a bad errata file or an unknown qid fails before anything runs
+            errata.check_known(q.qid for c in data for q in c.questions)
         clients = Clients(cfg, cache_root / "responses.sqlite")
         answerer = build_answerer(cfg, clients)
         extractor = build_extractor(cfg, clients) if answerer.needs_memory else None
-        prepared.append((cfg, prev, data, sha, picks, answerer, extractor, clients, t_start))
+        prepared.append((cfg, prev, data, sha, picks, answerer, extractor, clients, t_start, errata))
     ray = connect(address or cfgs[0].run.ray_address)
     cells: list[_Cell] = []
-    for i, (cfg, prev, data, sha, picks, answerer, extractor, clients, t_start) in enumerate(prepared):
+    for i, (cfg, prev, data, sha, picks, answerer, extractor, clients, t_start, errata) in enumerate(prepared):
         if cfg.run.check_endpoint:
-            check_endpoints(cfg, clients, roles=("extractor", "reader", "judge", "embedder"))
+            check_endpoints(cfg, clients, roles=("reader", "judge"))  # as the local executor does
         if resume is not None:
             run_dir = Path(resume)
         else:
@@ -437,7 +445,7 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
         }
         write_json(run_dir / "run.json", {**info, "timings": {}})
         cell = _Cell(i, cfg, run_dir, picks, convs, sha, answerer.needs_memory, answerer.uses_top_k,
-                     extractor.cache_id() if extractor is not None else None, info, prev, t_start)
+                     extractor.cache_id() if extractor is not None else None, info, prev, t_start, errata)
         done = load_done(run_dir) if resume is not None else []
         cell.done = len(done)
         done_ids = {r.qid for r in done}
@@ -575,7 +583,7 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
                     rows_ref, blob_ref = shared[sk]
                 unit = f"answer {conv_id} ({len(qs)} q) run {cell.index + 1}/{len(cells)} {cell.cfg.name}"
                 ref = remote_answer.options(name=f"memlab {unit}", **opts).remote(
-                    cell.cfg, conv, qs, rows_ref, blob_ref, snapshot, unit, unit_hook)
+                    cell.cfg, conv, qs, rows_ref, blob_ref, snapshot, unit, unit_hook, cell.errata)
                 ans_units[ref] = (cell, conv, qs)
         bar.total += len(ans_units)
         bar.refresh()
@@ -621,7 +629,12 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
             order = {q.qid: i for i, (_, q) in enumerate(cell.picks)}
             records = sorted(read_log(cell.run_dir), key=lambda r: order.get(r.qid, len(order)))
             pred = score_records(records, top_k=cell.cfg.retrieval.top_k if cell.uses_top_k else None)
+            pred = apply_scoring(pred, cell.cfg.scoring.profile, cell.errata)  # as run_experiment scores
             summ = summarize(pred, cell.cfg)
+            cell.info["scoring"] = {"profile": cell.cfg.scoring.profile, "errata": cell.cfg.scoring.errata,
+                                    **errata_counts(pred)}
+            if cell.errata is not None:
+                summ = summ.join(errata_columns(pred, summ.index))
             write_results(cell.run_dir, pred, summ)
             cell.timings["scoring_s"] = time.perf_counter() - t0
             errors = int(pred["error"].notna().sum())
