@@ -124,7 +124,7 @@ def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation
                 for r in rs if r.status == "failed"]
     info = extraction_info(table, failures, convs, key, cdir, extractor_id)
     out = ExtractionOutcome(svc, info, {"extraction_s": time.perf_counter() - t0})
-    return finish_extraction(cfg, convs, out, ext_log, run_dir)
+    return finish_extraction(cfg, convs, out, run_dir)
 
 
 def extraction_info(table: Any, failures: list[dict[str, str]], convs: list[Conversation], key: str, cdir: Path,
@@ -141,8 +141,8 @@ def extraction_info(table: Any, failures: list[dict[str, str]], convs: list[Conv
     }
 
 
-def finish_extraction(cfg: ExperimentConfig, convs: list[Conversation], out: ExtractionOutcome, ext_log: Path,
-                      run_dir: Path, close_on_failure: bool = True) -> ExtractionOutcome:
+def finish_extraction(cfg: ExperimentConfig, convs: list[Conversation], out: ExtractionOutcome, run_dir: Path,
+                      close_on_failure: bool = True) -> ExtractionOutcome:
     """Stop on failed extraction (`ExtractionFailed`), else write the run's extraction and memory traces
     and build the per-key indexes (shared by the local and the Ray executor)."""
     svc, info = out.service, out.info

@@ -25,7 +25,6 @@ ray is imported lazily: memlab works without it (``pip install 'memlab[ray]'`` a
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sqlite3
@@ -45,7 +44,7 @@ from memlab.data import Conversation, Question, load_locomo, sha256_file
 from memlab.eval.errata import errata_columns, errata_counts, load_errata
 from memlab.eval.profiles import apply_scoring
 from memlab.extract.messages import ChatSession, locomo_messages
-from memlab.extract.pipeline import conversation_key, extract_dataset, trace_rows
+from memlab.extract.pipeline import conversation_key, extract_dataset, keyed_trace_rows
 from memlab.memory import MemoryService
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.run.answering import PREDICTIONS_LOG, answer_one, load_done, read_log
@@ -85,34 +84,40 @@ def import_ray() -> Any:
 # ============================================================================ caches as rows
 def cache_snapshot(cache_root: Path, models: set[str]) -> dict[str, list[tuple]]:
     """The cached responses of ``models`` and the cached vectors of model embedders (``litellm:*``):
-    what a worker needs so that a cached rerun makes no model call. Corpus-fitted embedders (tfidf-lsa)
-    are not shipped: their vectors travel inside the index state."""
+    what a worker needs so that a cached rerun makes no model call. Rows are copied whole (checksums
+    included). Corpus-fitted embedders (tfidf-lsa) are not shipped: their fit travels in the index state."""
     out: dict[str, list[tuple]] = {"responses": [], "embeddings": []}
     resp = cache_root / "responses.sqlite"
     if resp.is_file() and models:
         with sqlite3.connect(resp) as c:
-            q = f"SELECT h, model, body FROM responses WHERE model IN ({','.join('?' * len(models))})"
-            out["responses"] = list(c.execute(q, sorted(models)))
+            if c.execute("SELECT name FROM sqlite_master WHERE name='responses'").fetchone():
+                q = f"SELECT * FROM responses WHERE model IN ({','.join('?' * len(models))})"
+                out["responses"] = list(c.execute(q, sorted(models)))
     emb = cache_root / "embeddings.sqlite"
     if emb.is_file():
         with sqlite3.connect(emb) as c:
             if c.execute("SELECT name FROM sqlite_master WHERE name='emb'").fetchone():
-                out["embeddings"] = list(c.execute("SELECT eid, h, dim, v FROM emb WHERE eid LIKE 'litellm:%'"))
+                out["embeddings"] = list(c.execute("SELECT * FROM emb WHERE eid LIKE 'litellm:%'"))
     return out
 
 
 def store_cache_rows(cache_root: Path, rows: dict[str, list[tuple]]) -> None:
-    """Insert the cache rows a worker returned into the results root's caches."""
+    """Insert the cache rows a worker returned into the results root's caches (each file created, with its
+    format, by the class that owns it)."""
     if rows.get("responses"):
         from memlab.llm import ResponseCache
 
-        ResponseCache(cache_root / "responses.sqlite")  # creates the table when missing
+        ResponseCache(cache_root / "responses.sqlite").get("")  # opens (creates or checks) the file
         with sqlite3.connect(cache_root / "responses.sqlite") as c:
-            c.executemany("INSERT OR REPLACE INTO responses VALUES (?,?,?)", rows["responses"])
+            n = len(rows["responses"][0])
+            c.executemany(f"INSERT OR REPLACE INTO responses VALUES ({','.join('?' * n)})", rows["responses"])
     if rows.get("embeddings"):
+        from memlab.index.embedders import CachedEmbedder, TfidfLSAEmbedder
+
+        CachedEmbedder(TfidfLSAEmbedder(), cache_root / "embeddings.sqlite")._db()  # opens (creates or checks)
         with sqlite3.connect(cache_root / "embeddings.sqlite") as c:
-            c.execute("CREATE TABLE IF NOT EXISTS emb (eid TEXT, h TEXT, dim INTEGER, v BLOB, PRIMARY KEY (eid, h))")
-            c.executemany("INSERT OR REPLACE INTO emb VALUES (?,?,?,?)", rows["embeddings"])
+            n = len(rows["embeddings"][0])
+            c.executemany(f"INSERT OR REPLACE INTO emb VALUES ({','.join('?' * n)})", rows["embeddings"])
 
 
 def _seed(root: Path, snapshot: dict[str, list[tuple]]) -> None:
@@ -173,32 +178,19 @@ def export_index_state(svc: MemoryService, key: UserKey) -> bytes | None:
 
 
 def import_index_state(svc: MemoryService, key: UserKey, blob: bytes | None) -> bool:
-    """Install a key's index state from `export_index_state` (False: none, or of other settings)."""
+    """Install a key's index state from `export_index_state` into this side's index (its own embedder and
+    caches); False when there is none, or it was saved with other settings or for other rows."""
     if blob is None:
         return False
-    from memlab.index.embedders import CachedEmbedder
-
     searcher = svc.searcher
-    twin = _twin(searcher)
     with tempfile.TemporaryDirectory(prefix="memlab-index-") as d:
-        p = Path(d) / "key.pkl"
+        p = Path(d) / "key.idx"
         p.write_bytes(blob)
-        if not twin.load(p) or key not in twin._states:
+        if not searcher.load(p):
             return False
-    st = twin._states[key]
-    emb = st.embedder
-    if emb is not None and not emb.needs_fit:
-        st.embedder = searcher._new_embedder()  # the live, cached instance of this side
-    elif isinstance(emb, CachedEmbedder):
-        if searcher.cache_path:  # the fitted embedder's cache is this side's, never the other side's path
-            emb.cache_path = searcher.cache_path
-            emb._params["cache_path"] = searcher.cache_path
-            emb._conn = None
-        else:
-            st.embedder = emb.embedder
-    searcher._states[key] = st
+    searcher._states.pop(key, None)
     searcher.verify_against(key, svc.list(key))
-    return True
+    return key in searcher._states
 
 
 def extraction_done(conv: Conversation, state: dict[str, Any] | None) -> bool:
@@ -243,19 +235,17 @@ def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str,
             if rows:
                 import_rows(svc, key, rows)
                 import_index_state(svc, key, index_blob)
-            state_path = cdir / "state.json"
             if state:
-                write_json(state_path, {conv.sample_id: state})
-            lines: list[dict[str, Any]] = []
+                svc.save_extraction(conv.sample_id, state, [])
+            lines: list[tuple[str, int, dict[str, Any]]] = []
             w = cfg.extraction.worker
             table, results = extract_dataset(
                 svc, [conv], extractor, reconcile=cfg.extraction.reconcile, checkers=build_checkers(cfg),  # type: ignore[arg-type]
-                state_path=state_path, conversations=[conv.sample_id],
-                on_conversation=lambda c, wk: lines.extend(trace_rows(c.sample_id, wk.results)),
+                conversations=[conv.sample_id],
+                on_conversation=lambda c, wk: lines.extend(keyed_trace_rows(c.sample_id, wk.results)),
                 worker_params={"workers": w.workers, "capacity": w.capacity, "job_timeout": job_timeout(cfg)})
-            states = json.loads(state_path.read_text()) if state_path.is_file() else {}
             svc.searcher.ensure_built(key, lambda: svc.list(key))
-            return {"rows": export_rows(svc, key), "state": states.get(conv.sample_id), "trace": lines,
+            return {"rows": export_rows(svc, key), "state": svc.extraction_state(conv.sample_id), "trace": lines,
                     "table": table.reset_index().to_dict("records"),
                     "failures": [{"conversation": conv.sample_id, "reason": r.reason} for r in results
                                  if r.status == "failed"],
@@ -484,18 +474,14 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
             if key not in stores:
                 cdir = cache_root / "extract" / key
                 cdir.mkdir(parents=True, exist_ok=True)
-                if cell.cfg.store.backend != "sqlite":
-                    (cdir / "extraction.jsonl").unlink(missing_ok=True)  # in-memory: extracted afresh each grid
                 svc = open_store(cell.cfg, cdir, cache_root, Clients(cell.cfg, cache_root / "responses.sqlite"))
                 stores[key] = (svc, cdir)
             svc, cdir = stores[key]
             durable = cell.cfg.store.backend == "sqlite"
-            states = json.loads((cdir / "state.json").read_text()) if durable and (cdir / "state.json").is_file() \
-                else {}
             for conv in cell.convs:
                 if any(u[0] == key and u[1].sample_id == conv.sample_id for u in ext_units.values()):
                     continue
-                st = states.get(conv.sample_id)
+                st = svc.extraction_state(conv.sample_id) if durable else None
                 if durable and extraction_done(conv, st) and svc.count(conversation_key(conv)) > 0:
                     continue
                 ck = conversation_key(conv)
@@ -522,17 +508,7 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
             ck = conversation_key(conv)
             import_rows(svc, ck, res["rows"])
             import_index_state(svc, ck, res["index"])
-            if owner.cfg.store.backend == "sqlite":
-                sp = cdir / "state.json"
-                states = json.loads(sp.read_text()) if sp.is_file() else {}
-                if res["state"] is None:
-                    states.pop(conv.sample_id, None)
-                else:
-                    states[conv.sample_id] = res["state"]
-                write_json(sp, states)
-            with open(cdir / "extraction.jsonl", "a", encoding="utf-8") as f:
-                for r in res["trace"]:
-                    f.write(json.dumps(r, default=str) + "\n")
+            svc.save_extraction(conv.sample_id, res["state"] or {}, [tuple(t) for t in res["trace"]])
             store_cache_rows(cache_root, res["cache"])
             ext_results[(key, conv.sample_id)] = res
             _add_models(owner, res["models"])  # the first cell using an extraction pays for it, as locally
@@ -559,8 +535,8 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
                 info = extraction_info(table, failures, ok, key, cdir, cell.extractor_id or "")
                 info["tasks_failed"] = sorted(lost)
                 try:
-                    finish_extraction(cell.cfg, ok, ExtractionOutcome(svc, info), cdir / "extraction.jsonl",
-                                      cell.run_dir, close_on_failure=False)
+                    finish_extraction(cell.cfg, ok, ExtractionOutcome(svc, info), cell.run_dir,
+                                      close_on_failure=False)
                 except ExtractionFailed as e:
                     cell.failed = e
                 ext_info = info
