@@ -135,6 +135,8 @@ def test_model_grid_on_ray_equals_local_and_cached_rerun_makes_no_call(ray_local
         n_remote = len(srv.requests) - n_local
         assert n_local == n_remote > 0  # the same calls, made by the workers
         assert_same_runs(local, remote)
+        for a, b in zip(local, remote):  # run.json: the first cell paid for the extraction, the second reused it
+            assert a.info["extraction"]["jobs_run"] == b.info["extraction"]["jobs_run"]
         calls = sum(r.info["models"]["model_calls"] for r in remote)
         assert calls == n_remote  # the workers' counts reach run.json
         # the driver stored what the workers fetched: a rerun makes no call, on Ray or locally

@@ -510,7 +510,7 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
             import_index_state(svc, ck, res["index"])
             svc.save_extraction(conv.sample_id, res["state"] or {}, [tuple(t) for t in res["trace"]])
             store_cache_rows(cache_root, res["cache"])
-            ext_results[(key, conv.sample_id)] = res
+            ext_results[(key, conv.sample_id)] = {**res, "owner": owner.index}
             _add_models(owner, res["models"])  # the first cell using an extraction pays for it, as locally
             owner.units.append({"unit": f"extract {conv.sample_id}", **res["where"], "seconds": res["seconds"]})
             bar.update()
@@ -529,9 +529,12 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
                 svc, cdir = stores[key]
                 lost = {c for (k, c) in ext_failed if k == key}
                 ok = [c for c in cell.convs if c.sample_id not in lost]
-                table = pd.DataFrame([_table_row(ext_results.get((key, c.sample_id)), c, svc) for c in ok])
+                # the cell that caused an extraction reports its jobs; later cells see the cache, as locally
+                mine = {k: r for k, r in ext_results.items() if r["owner"] == cell.index}
+                table = pd.DataFrame([_table_row(mine.get((key, c.sample_id)), c, svc) for c in ok])
                 table = table.set_index("conversation") if len(table) else _empty_table()
                 failures = [f for c in ok for f in (ext_results.get((key, c.sample_id)) or {}).get("failures", [])]
+                failures = list({(f["conversation"], f["reason"]): f for f in failures}.values())
                 info = extraction_info(table, failures, ok, key, cdir, cell.extractor_id or "")
                 info["tasks_failed"] = sorted(lost)
                 try:
