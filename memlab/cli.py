@@ -45,14 +45,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.resume:
         if args.config:
             raise SystemExit("memlab run: give either a CONFIG or --resume RUN_DIR, not both")
-        runs = [run_experiment(None, resume=args.resume, overrides=args.set or None, force_config=args.force_config)]
+        if args.executor == "ray":
+            from memlab.run.executors import run_grid
+
+            runs = run_grid(resume=args.resume, executor="ray", address=args.address, overrides=args.set or None,
+                            force_config=args.force_config)
+        else:
+            runs = [run_experiment(None, resume=args.resume, overrides=args.set or None,
+                                   force_config=args.force_config)]
     else:
         if not args.config:
             raise SystemExit("memlab run: give a CONFIG (a file or a shipped config name) or --resume RUN_DIR")
         cfg = ExperimentConfig.from_yaml(args.config)
         if args.set:
             cfg = cfg.with_overrides(args.set)
-        runs = [run_experiment(c, results=args.results) for c in cfg.expand()]
+        if (args.executor or cfg.run.executor) == "ray":
+            from memlab.run.executors import run_grid
+
+            runs = run_grid(cfg, results=args.results, executor="ray", address=args.address)
+        else:
+            runs = [run_experiment(c, results=args.results) for c in cfg.expand()]
     rc = 0
     for run in runs:
         judged = ("j", "j_lo", "j_hi", "j_sd", "judge_errors") if run.config.judge.model else ()
@@ -182,6 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--force-config", action="store_true",
                    help="with --resume: apply the --set overrides to the remaining questions")
     r.add_argument("--results", help="results root (default ./results or $MEMLAB_RESULTS)")
+    r.add_argument("--executor", choices=("local", "ray"),
+                   help="where the runs execute (default: the config's run.executor, local): ray = (grid cell x "
+                        "conversation) tasks on a Ray cluster (pip install 'memlab[ray]')")
+    r.add_argument("--address", help="with --executor ray: the cluster to join (auto, ray://HOST:10001); "
+                                     "default run.ray_address, else a local Ray instance")
     r.set_defaults(func=_cmd_run)
     rp = sub.add_parser("report", help="per-category table of runs with 95 %% intervals (text, md, latex, csv, html)")
     rp.add_argument("runs", nargs="+", help="run folders under results/ (unfinished ones are skipped, with a warning)")
@@ -228,10 +245,11 @@ def main(argv: list[str] | None = None) -> int:
         from memlab.eval.stats import ComparisonError
         from memlab.run import ConfigError
         from memlab.run.extraction import ExtractionFailed
+        from memlab.run.ray_executor import RayNotInstalled
         from memlab.run.records import RecordSchemaError
 
         errors += (ConfigError, FileNotFoundError, ExtractionFailed, RecordSchemaError, ErrataError, ProfileError,
-                   ComparisonError)
+                   ComparisonError, RayNotInstalled)
         if args.command == "report":
             from memlab.run.report import ReportError
 

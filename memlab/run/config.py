@@ -33,6 +33,7 @@ from memlab.prompts import load_prompt
 BACKENDS = ("sqlite", "memory")
 SPLITS = ("sentence", "clause")
 COMBINES = ("all", "any")
+EXECUTORS = ("local", "ray")
 #: A run name becomes a folder under the results root: no separators, no leading dot.
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+=-]*$")
 #: FAISS factory strings memlab builds (FAISS aborts the process on some malformed ones, e.g.
@@ -253,6 +254,12 @@ class RunConfig:
     """Answer even when an extraction job failed or a conversation with text got no memory."""
     check_endpoint: bool = True
     """Before answering, check that each model endpoint (``api_base``) answers ``/models``."""
+    executor: str = "local"
+    """``local`` (this process) or ``ray`` ((grid cell x conversation) tasks on a Ray cluster)."""
+    ray_address: str | None = None
+    """Ray cluster to join (``auto``, ``ray://host:10001``); unset: start a local Ray instance."""
+    ray_max_retries: int = 2
+    """A Ray task that failed or lost its worker is retried this many times, then its questions are errors."""
 
 
 @dataclass
@@ -343,6 +350,7 @@ class ExperimentConfig:
                               "expected >= 0")
         one_of("scoring.profile", self.scoring.profile, tuple(PROFILES))
         one_of("answer.split", self.answer.split, SPLITS)
+        one_of("run.executor", self.run.executor, EXECUTORS)
         one_of("extraction.checkers.combine", self.extraction.checkers.combine, COMBINES)
         try:
             parse_embedder_spec(self.index.embedder)
@@ -367,7 +375,8 @@ class ExperimentConfig:
         if ANSWERERS.get(self.answer.arm).requires_model and not self.answer.model:
             raise ConfigError(f"{where}: answer.model is required for answer.arm = {self.answer.arm!r}")
         ints = (("retrieval.top_k", self.retrieval.top_k, 1), ("retrieval.rrf_k", self.retrieval.rrf_k, 1),
-                ("run.concurrency", self.run.concurrency, 1), ("answer.max_rounds", self.answer.max_rounds, 1),
+                ("run.concurrency", self.run.concurrency, 1),
+                ("run.ray_max_retries", self.run.ray_max_retries, 0), ("answer.max_rounds", self.answer.max_rounds, 1),
                 ("models.max_retries", self.models.max_retries, 0), ("retrieval.feedback", self.retrieval.feedback, 0),
                 ("extraction.worker.workers", self.extraction.worker.workers, 1),
                 ("extraction.worker.capacity", self.extraction.worker.capacity, 1),

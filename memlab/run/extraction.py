@@ -27,6 +27,7 @@ from memlab.memory import MemoryService
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig
 
+BUILD_LOG = "build_cost.jsonl"  # per conversation, what building its memory cost (memlab.eval.cost)
 CACHE_VERSION = 3  # 3: cursor and trace live in the store (checksummed), index saved as .npz
 
 
@@ -88,6 +89,13 @@ def _jsonl(path: Path, rows: list[dict[str, Any]], mode: str = "w") -> None:
             f.write(json.dumps(r, default=str) + "\n")
 
 
+def log_build_usage(build_log: Path, conversation: str, results: list[Any], date_in_text: bool) -> None:
+    """Append what building one conversation's memory cost, when its jobs did work (a cached conversation was
+    logged when it was built)."""
+    if any(r.status in ("ran", "failed") for r in results):
+        _jsonl(build_log, [costs.build_usage(conversation, results, date_in_text)], mode="a")
+
+
 def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Clients) -> MemoryService:
     """The configured store and index, at ``cdir`` for a durable backend."""
     idx = cfg.index
@@ -129,13 +137,12 @@ def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation
     cdir = cache_root / "extract" / key
     cdir.mkdir(parents=True, exist_ok=True)
     svc = open_store(cfg, cdir, cache_root, clients)
-    build_log = cdir / "build_cost.jsonl"  # what building each conversation cost (memlab.eval.cost)
+    build_log = cdir / BUILD_LOG  # what building each conversation cost (memlab.eval.cost)
     if cfg.store.backend != "sqlite":
         build_log.unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
 
     def log_build(conv: Conversation, worker: Any) -> None:
-        if any(r.status in ("ran", "failed") for r in worker.results):  # a cached one was logged when built
-            _jsonl(build_log, [costs.build_usage(conv.sample_id, worker.results, cfg.index.date_in_text)], mode="a")
+        log_build_usage(build_log, conv.sample_id, worker.results, cfg.index.date_in_text)
 
     w = ex.worker
     table, results = extract_dataset(
@@ -143,21 +150,37 @@ def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation
         conversations=[c.sample_id for c in convs], on_conversation=log_build,
         worker_params={"workers": w.workers, "capacity": w.capacity, "job_timeout": job_timeout(cfg),
                        "policy": ex.policy})
-    worked = int((table.jobs_run + table.jobs_failed).sum())
     failures = [{"conversation": conv_id, "reason": r.reason} for conv_id, rs in _by_conversation(results, convs)
                 for r in rs if r.status == "failed"]
+    info = extraction_info(table, failures, convs, key, cdir, extractor_id, ex.policy)
+    out = ExtractionOutcome(svc, info, {"extraction_s": time.perf_counter() - t0})
+    return finish_extraction(cfg, convs, out, run_dir)
+
+
+def extraction_info(table: Any, failures: list[dict[str, str]], convs: list[Conversation], key: str, cdir: Path,
+                    extractor_id: str, policy: str) -> dict[str, Any]:
+    """What run.json records of the extraction stage (``table``: `extract_dataset`'s per-conversation counts)."""
+    worked = int((table.jobs_run + table.jobs_failed).sum())
     empty = [c.sample_id for c in convs if c.turns and int(table.loc[c.sample_id, "memories"]) == 0]
-    info: dict[str, Any] = {
+    return {
         "cache_key": key, "cache_dir": str(cdir), "extractor": extractor_id,
         "conversations_extracted": int((table.jobs_run > 0).sum()), "jobs_run": int(table.jobs_run.sum()),
         "jobs_failed": int(table.jobs_failed.sum()), "ops_applied": int(table.ops_applied.sum()),
         "ops_failed": int(table.ops_failed.sum()), "model_calls": int(table.model_calls.sum()),
         "from_cache": worked == 0, "failed_jobs": failures, "empty_conversations": empty,
-        "policy": ex.policy, "superseded": int(table.superseded.sum()), "refused": int(table.refused.sum()),
+        "policy": policy, "superseded": int(table.superseded.sum()), "refused": int(table.refused.sum()),
     }
-    out = ExtractionOutcome(svc, info, {"extraction_s": time.perf_counter() - t0})
+
+
+def finish_extraction(cfg: ExperimentConfig, convs: list[Conversation], out: ExtractionOutcome, run_dir: Path,
+                      close_on_failure: bool = True) -> ExtractionOutcome:
+    """Stop on failed extraction (`ExtractionFailed`), else write the run's extraction and memory traces
+    and build the per-key indexes (shared by the local and the Ray executor)."""
+    svc, info = out.service, out.info
+    failures, empty = info["failed_jobs"], info["empty_conversations"]
     if (failures or empty) and not cfg.run.allow_failed_extraction:
-        svc.close()
+        if close_on_failure:
+            svc.close()
         lines = [f"  {f['conversation']}: {f['reason']}" for f in failures[:20]]
         lines += [f"  {c}: the extractor wrote no memory for a conversation with text" for c in empty]
         more = f"\n  ... and {len(failures) - 20} more failed jobs" if len(failures) > 20 else ""
@@ -168,7 +191,7 @@ def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation
     traces = run_dir / "traces"
     traces.mkdir(exist_ok=True)
     _jsonl(traces / "extraction.jsonl", svc.extraction_trace([c.sample_id for c in convs]))
-    _copy_trace(build_log, traces / "build_cost.jsonl", {c.sample_id for c in convs})
+    _copy_trace(Path(info["cache_dir"]) / BUILD_LOG, traces / "build_cost.jsonl", {c.sample_id for c in convs})
     mem_rows = []
     for conv in convs:
         for e in svc.list(conversation_key(conv)):

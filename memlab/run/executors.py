@@ -1,0 +1,44 @@
+"""Executors: where the runs of a grid execute. ``local`` runs them one after the other in this process
+(`run_experiment`); ``ray`` submits (grid cell x conversation) tasks to a Ray cluster
+(`memlab.run.ray_executor`). Both write the same run folders; ``run.executor`` picks one, the CLI's
+``--executor`` overrides it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from memlab.run.config import EXECUTORS, ConfigError, ExperimentConfig
+from memlab.run.results import Run
+from memlab.run.runner import _resolve, run_experiment
+
+
+def run_grid(config: ExperimentConfig | str | Path | None = None, results: str | Path | None = None,
+             progress: bool = True, *, executor: str | None = None, address: str | None = None,
+             resume: str | Path | None = None, overrides: dict[str, Any] | list[str] | None = None,
+             force_config: bool = False) -> list[Run]:
+    """Every run of a config (each grid point; a config without a grid is one run), or ``resume`` one run,
+    on the chosen executor (default: the config's ``run.executor``)."""
+    if resume is not None:
+        cfg, _ = _resolve(None, resume, overrides, force_config)
+    else:
+        if config is None:
+            raise ConfigError("run_grid: give a config (or resume=RUN_DIR)")
+        cfg = config if isinstance(config, ExperimentConfig) else ExperimentConfig.from_yaml(config)
+        if overrides:
+            cfg = cfg.with_overrides(overrides)
+    kind = executor or cfg.run.executor
+    if kind not in EXECUTORS:
+        raise ConfigError(f"executor = {kind!r}; allowed: {', '.join(EXECUTORS)}")
+    if kind == "ray":
+        from memlab.run.ray_executor import run_grid_ray
+
+        if resume is not None:
+            return run_grid_ray(resume=resume, progress=progress, address=address, overrides=overrides,
+                                force_config=force_config)
+        return run_grid_ray(cfg, results=results, progress=progress, address=address)
+    if resume is not None:
+        return [run_experiment(None, resume=resume, progress=progress, overrides=overrides,
+                               force_config=force_config)]
+    return [run_experiment(c, results=results, progress=progress) for c in cfg.expand()]

@@ -1,0 +1,698 @@
+"""The Ray executor: an ablation grid (or one run) as (grid cell x conversation) tasks on a Ray cluster,
+written by the driver exactly as the local executor writes it.
+
+Units of work: one *extraction* task per (extraction cache key, conversation) that the cache lacks (cells
+that share an extraction key share it), then one *answering* task per (cell, conversation) with its
+questions still to do; inside a task the run's ``run.concurrency`` bounds the model calls in flight.
+
+Nothing on a worker needs the driver's filesystem. The driver sends each task what it needs: the
+conversation (not the dataset path), the conversation's memory rows and its fitted index state (so
+retrieval is bit-for-bit the one a local run does), and a snapshot of the response cache (and of the
+model embedders' vectors) for the models of the grid. A worker computes in a private temp folder and
+returns the records plus everything it added to its caches (store rows, index state, extraction cursor
+and trace lines, new model responses and embeddings); the driver stores them in the results root, so a
+rerun, on the cluster or locally, makes no model call. What the workers need: memlab (same version) and
+ray installed, the model endpoints reachable, and the API key variable named by ``models.api_key_env``
+(the driver forwards its value in the tasks' runtime environment).
+
+A task that raises or loses its worker is retried ``run.ray_max_retries`` times; after that its questions
+are recorded as errors (never dropped), so ``memlab run --resume RUN_DIR`` answers them again. Each
+finished task is appended to the run's resume log at once, so a killed driver leaves a run that
+``--resume`` finishes (with either executor).
+
+ray is imported lazily: memlab works without it (``pip install 'memlab[ray]'`` adds it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from memlab import __version__
+from memlab.atomic import write_json
+from memlab.data import Conversation, Question, load_locomo, sha256_file
+from memlab.eval import cost as costs
+from memlab.eval.errata import errata_columns, errata_counts, load_errata
+from memlab.eval.profiles import apply_scoring
+from memlab.extract.messages import ChatSession, locomo_messages
+from memlab.extract.pipeline import conversation_key, extract_dataset, keyed_trace_rows
+from memlab.memory import MemoryService
+from memlab.memory.entry import MemoryEntry, UserKey
+from memlab.run.answering import PREDICTIONS_LOG, answer_one, load_done, read_log
+from memlab.run.clients import Clients, check_endpoints, role_model
+from memlab.run.components import build_answerer, build_extractor, build_judge, component_label
+from memlab.run.config import ConfigError, ExperimentConfig
+from memlab.run.extraction import (
+    BUILD_LOG,
+    ExtractionFailed,
+    ExtractionOutcome,
+    build_checkers,
+    extraction_cache_key,
+    extraction_info,
+    finish_extraction,
+    job_timeout,
+    log_build_usage,
+    open_store,
+)
+from memlab.run.records import AnswerRecord, PredictionRecord, RetrievalRecord, RunStatus
+from memlab.run.results import Run, add_costs, score_records, summarize, write_results
+from memlab.run.selection import select_questions
+from memlab.rundir import environment, new_run_dir, results_root
+
+UnitHook = Callable[[str], None]
+
+
+class RayNotInstalled(ImportError):
+    """``run.executor: ray`` without ray installed."""
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as e:
+        raise RayNotInstalled("run.executor = 'ray' needs ray: pip install 'memlab[ray]' (or 'ray>=2.9,<2.53')") from e
+    return ray
+
+
+# ============================================================================ caches as rows
+def cache_snapshot(cache_root: Path, models: set[str]) -> dict[str, list[tuple]]:
+    """The cached responses of ``models`` and the cached vectors of model embedders (``litellm:*``):
+    what a worker needs so that a cached rerun makes no model call. Rows are copied whole (checksums
+    included). Corpus-fitted embedders (tfidf-lsa) are not shipped: their fit travels in the index state."""
+    out: dict[str, list[tuple]] = {"responses": [], "embeddings": []}
+    resp = cache_root / "responses.sqlite"
+    if resp.is_file() and models:
+        with sqlite3.connect(resp) as c:
+            if c.execute("SELECT name FROM sqlite_master WHERE name='responses'").fetchone():
+                q = f"SELECT * FROM responses WHERE model IN ({','.join('?' * len(models))})"
+                out["responses"] = list(c.execute(q, sorted(models)))
+    emb = cache_root / "embeddings.sqlite"
+    if emb.is_file():
+        with sqlite3.connect(emb) as c:
+            if c.execute("SELECT name FROM sqlite_master WHERE name='emb'").fetchone():
+                out["embeddings"] = list(c.execute("SELECT * FROM emb WHERE eid LIKE 'litellm:%'"))
+    return out
+
+
+def store_cache_rows(cache_root: Path, rows: dict[str, list[tuple]]) -> None:
+    """Insert the cache rows a worker returned into the results root's caches (each file created, with its
+    format, by the class that owns it)."""
+    if rows.get("responses"):
+        from memlab.llm import ResponseCache
+
+        ResponseCache(cache_root / "responses.sqlite").get("")  # opens (creates or checks) the file
+        with sqlite3.connect(cache_root / "responses.sqlite") as c:
+            n = len(rows["responses"][0])
+            c.executemany(f"INSERT OR REPLACE INTO responses VALUES ({','.join('?' * n)})", rows["responses"])
+    if rows.get("embeddings"):
+        from memlab.index.embedders import CachedEmbedder, TfidfLSAEmbedder
+
+        CachedEmbedder(TfidfLSAEmbedder(), cache_root / "embeddings.sqlite")._db()  # opens (creates or checks)
+        with sqlite3.connect(cache_root / "embeddings.sqlite") as c:
+            n = len(rows["embeddings"][0])
+            c.executemany(f"INSERT OR REPLACE INTO emb VALUES ({','.join('?' * n)})", rows["embeddings"])
+
+
+def _seed(root: Path, snapshot: dict[str, list[tuple]]) -> None:
+    store_cache_rows(root, snapshot)
+
+
+def _new_rows(root: Path, snapshot: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
+    """Cache rows a task added beyond its snapshot (model responses and model-embedder vectors)."""
+    seen_r = {r[0] for r in snapshot.get("responses", [])}
+    seen_e = {(r[0], r[1]) for r in snapshot.get("embeddings", [])}
+    got = cache_snapshot(root, models=_all_models(root))
+    return {"responses": [r for r in got["responses"] if r[0] not in seen_r],
+            "embeddings": [r for r in got["embeddings"] if (r[0], r[1]) not in seen_e]}
+
+
+def _all_models(root: Path) -> set[str]:
+    p = root / "responses.sqlite"
+    if not p.is_file():
+        return set()
+    with sqlite3.connect(p) as c:
+        return {m for (m,) in c.execute("SELECT DISTINCT model FROM responses")}
+
+
+# ============================================================================ store + index state
+def export_rows(svc: MemoryService, key: UserKey) -> list[dict[str, Any]]:
+    return [e.to_dict() for e in svc.list(key)]
+
+
+def import_rows(svc: MemoryService, key: UserKey, rows: list[dict[str, Any]]) -> None:
+    """Replace a key's stored rows with ``rows`` (ids and timestamps kept, so the store equals the source)."""
+    with svc._lock, svc._transaction():
+        svc._remove_all(key)
+        for d in rows:
+            svc._put(MemoryEntry.from_dict(d))
+
+
+def _twin(searcher: Any) -> Any:
+    from memlab.index.hybrid import HybridIndex
+
+    return HybridIndex(embedder=searcher.embedder, index=searcher.index, keyword=searcher.keyword,
+                       refit_growth=searcher.refit_growth, date_in_text=searcher.date_in_text,
+                       embedder_params=searcher.embedder_params)
+
+
+def export_index_state(svc: MemoryService, key: UserKey) -> bytes | None:
+    """One key's fitted index (embedder fit, vectors, FAISS index, keyword model) in the saved-index format.
+
+    The fit depends on the order memories were written in (a corpus-fitted embedder is refitted only when
+    the key grew by ``refit_growth``), so it travels with the rows rather than being rebuilt."""
+    searcher = svc.searcher
+    st = getattr(searcher, "_states", {}).get(key)
+    if st is None:
+        return None
+    twin = _twin(searcher)
+    twin._states = {key: st}
+    with tempfile.TemporaryDirectory(prefix="memlab-index-") as d:
+        return twin.save(Path(d) / "key.pkl").read_bytes()
+
+
+def import_index_state(svc: MemoryService, key: UserKey, blob: bytes | None) -> bool:
+    """Install a key's index state from `export_index_state` into this side's index (its own embedder and
+    caches); False when there is none, or it was saved with other settings or for other rows."""
+    if blob is None:
+        return False
+    searcher = svc.searcher
+    with tempfile.TemporaryDirectory(prefix="memlab-index-") as d:
+        p = Path(d) / "key.idx"
+        p.write_bytes(blob)
+        if not searcher.load(p):
+            return False
+    searcher._states.pop(key, None)
+    searcher.verify_against(key, svc.list(key))
+    return key in searcher._states
+
+
+def extraction_done(conv: Conversation, state: dict[str, Any] | None) -> bool:
+    """Whether a conversation's cached cursor is past its last message (a replay would run no job)."""
+    if not state:
+        return False
+    chat = ChatSession(id=f"locomo:{conv.sample_id}", key=conversation_key(conv), state=dict(state),
+                       messages=locomo_messages(conv))
+    return not chat.delta()
+
+
+# ============================================================================ worker side
+def _where() -> dict[str, Any]:
+    node = None
+    try:
+        import ray
+
+        if ray.is_initialized():  # never start Ray from here (the unit functions also run without it)
+            node = ray.get_runtime_context().get_node_id()
+    except ImportError:
+        pass
+    return {"node_id": node, "host": socket.gethostname(), "pid": os.getpid()}
+
+
+def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str, Any]] | None,
+                 state: dict[str, Any] | None, index_blob: bytes | None, snapshot: dict[str, list[tuple]],
+                 unit: str, hook: UnitHook | None = None) -> dict[str, Any]:
+    """Extract one conversation in a private folder, continuing from the cached rows/state/index given."""
+    if hook is not None:
+        hook(unit)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="memlab-ray-") as tmp:
+        root = Path(tmp)
+        _seed(root, snapshot)
+        clients = Clients(cfg, root / "responses.sqlite")
+        extractor = build_extractor(cfg, clients)
+        cdir = root / "extract"
+        cdir.mkdir()
+        svc = open_store(cfg, cdir, root, clients)
+        key = conversation_key(conv)
+        try:
+            if rows:
+                import_rows(svc, key, rows)
+                import_index_state(svc, key, index_blob)
+            if state:
+                svc.save_extraction(conv.sample_id, state, [])
+            lines: list[tuple[str, int, dict[str, Any]]] = []
+            build_log = root / BUILD_LOG
+
+            def on_conversation(c: Conversation, wk: Any) -> None:
+                lines.extend(keyed_trace_rows(c.sample_id, wk.results))
+                log_build_usage(build_log, c.sample_id, wk.results, cfg.index.date_in_text)
+
+            w = cfg.extraction.worker
+            table, results = extract_dataset(
+                svc, [conv], extractor, reconcile=cfg.extraction.reconcile, checkers=build_checkers(cfg),  # type: ignore[arg-type]
+                conversations=[conv.sample_id], on_conversation=on_conversation,
+                worker_params={"workers": w.workers, "capacity": w.capacity, "job_timeout": job_timeout(cfg),
+                               "policy": cfg.extraction.policy})
+            svc.searcher.ensure_built(key, lambda: svc.list(key))
+            return {"rows": export_rows(svc, key), "state": svc.extraction_state(conv.sample_id), "trace": lines,
+                    "build": build_log.read_text(encoding="utf-8") if build_log.is_file() else "",
+                    "table": table.reset_index().to_dict("records"),
+                    "failures": [{"conversation": conv.sample_id, "reason": r.reason} for r in results
+                                 if r.status == "failed"],
+                    "index": export_index_state(svc, key), "cache": _new_rows(root, snapshot),
+                    "models": clients.totals(), "where": _where(), "seconds": time.perf_counter() - t0}
+        finally:
+            svc.close()
+
+
+def answer_unit(cfg: ExperimentConfig, conv: Conversation, questions: list[Question],
+                rows: list[dict[str, Any]] | None, index_blob: bytes | None, snapshot: dict[str, list[tuple]],
+                unit: str, hook: UnitHook | None = None, errata: Any = None) -> dict[str, Any]:
+    """Answer one conversation's questions (``run.concurrency`` in flight) from the memories given."""
+    import concurrent.futures as cf
+
+    if hook is not None:
+        hook(unit)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="memlab-ray-") as tmp:
+        root = Path(tmp)
+        _seed(root, snapshot)
+        clients = Clients(cfg, root / "responses.sqlite")
+        answerer = build_answerer(cfg, clients)
+        judge = build_judge(cfg, clients)
+        if errata is not None and hasattr(judge, "errata"):
+            judge.errata = errata  # loaded by the driver: the errata file need not exist on the worker
+        svc = None
+        if answerer.needs_memory:
+            svc = open_store(cfg, root / "store", root, clients)
+            key = conversation_key(conv)
+            import_rows(svc, key, rows or [])
+            import_index_state(svc, key, index_blob)
+            svc.searcher.ensure_built(key, lambda: svc.list(key))
+        try:
+            if cfg.run.concurrency <= 1:
+                out = [answer_one(cfg, answerer, judge, svc, conv, q) for q in questions]
+            else:
+                with cf.ThreadPoolExecutor(max_workers=cfg.run.concurrency) as pool:
+                    out = list(pool.map(lambda q: answer_one(cfg, answerer, judge, svc, conv, q), questions))
+        finally:
+            if svc is not None:
+                svc.close()
+        return {"records": out, "cache": _new_rows(root, snapshot), "models": clients.totals(), "where": _where(),
+                "seconds": time.perf_counter() - t0}
+
+
+# ============================================================================ driver side
+@dataclass
+class _Cell:
+    """One run of the grid, as the driver tracks it."""
+
+    index: int
+    cfg: ExperimentConfig
+    run_dir: Path
+    picks: list[tuple[Conversation, Question]]
+    convs: list[Conversation]
+    dataset_sha: str
+    needs_memory: bool
+    uses_top_k: bool
+    build_texts: Callable[[Conversation], Any] | None
+    extractor_id: str | None
+    info: dict[str, Any]
+    prev: dict[str, Any]
+    t_start: float
+    errata: Any = None
+    done: int = 0
+    todo: dict[str, list[Question]] = field(default_factory=dict)
+    ext_key: str | None = None
+    failed: BaseException | None = None
+    units: list[dict[str, Any]] = field(default_factory=list)
+    models: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    answered: int = 0
+
+
+def _add_models(cell: _Cell, totals: dict[str, int]) -> None:
+    for k, v in totals.items():
+        cell.models[k] = cell.models.get(k, 0) + int(v)
+
+
+def _error_records(qs: list[Question], message: str) -> list[tuple[PredictionRecord, RetrievalRecord, AnswerRecord]]:
+    out = []
+    for q in qs:
+        row = PredictionRecord(qid=q.qid, conversation_id=q.conversation_id, q_index=q.index, category=q.category,
+                               question=q.question, answer=q.answer, evidence=list(q.evidence_ids),
+                               evidence_raw=list(q.evidence), error=message, rule="error")
+        out.append((row, RetrievalRecord(qid=q.qid, evidence=row.evidence, error=message),
+                    AnswerRecord(qid=q.qid, error=message)))
+    return out
+
+
+def _append_records(run_dir: Path, recs: list[tuple[PredictionRecord, RetrievalRecord, AnswerRecord]]) -> None:
+    """Append finished questions as `answer_all` does: trace lines first, then the resume log."""
+    (run_dir / "traces").mkdir(exist_ok=True)
+    with open(run_dir / "traces" / "retrieval.jsonl", "a", encoding="utf-8") as fr, \
+            open(run_dir / "traces" / "answers.jsonl", "a", encoding="utf-8") as fa:
+        for _, retr, ans in recs:
+            fr.write(retr.to_json() + "\n")
+            fa.write(ans.to_json() + "\n")
+    with open(run_dir / PREDICTIONS_LOG, "a", encoding="utf-8") as f:
+        for row, _, _ in recs:
+            f.write(row.to_json() + "\n")
+
+
+def _task_error(e: BaseException, retries: int) -> str:
+    first = str(e).strip().splitlines()
+    reason = next((ln for ln in reversed(first) if ln.strip()), type(e).__name__)[:300]
+    return f"RayTaskFailed: the task failed after {retries + 1} attempt(s): {type(e).__name__}: {reason}"
+
+
+def connect(address: str | None) -> Any:
+    """Join the Ray cluster at ``address`` (``auto``, ``ray://host:port``), or start a local instance."""
+    ray = import_ray()
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(include_dashboard=False, log_to_driver=False)
+    return ray
+
+
+def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: str | Path | None = None,
+                 progress: bool = True, *, address: str | None = None, resume: str | Path | None = None,
+                 overrides: dict[str, Any] | list[str] | None = None, force_config: bool = False,
+                 unit_hook: UnitHook | None = None) -> list[Run]:
+    """Run every cell of a grid (or ``resume`` one run) on Ray; returns the `Run` of each cell, in order.
+
+    ``unit_hook`` is called on the worker with the unit's name before each task (fault injection in
+    tests, instrumentation)."""
+    from memlab.run.runner import _resolve, _total_timings
+
+    if resume is not None:
+        cfg0, prev0 = _resolve(None, resume, overrides, force_config)
+        cfgs, prevs = [cfg0], [prev0]
+        root = Path(resume).parent
+    else:
+        if config is None:
+            raise ConfigError("run_grid_ray: give a config (or resume=RUN_DIR)")
+        base = config if isinstance(config, ExperimentConfig) else ExperimentConfig.from_yaml(config)
+        if overrides:
+            base = base.with_overrides(overrides)
+        cfgs = base.expand()
+        prevs = [{} for _ in cfgs]
+        root = Path(results) if results is not None else results_root()
+    root = root.resolve()
+    cache_root = root / ".cache"
+    cache_root.mkdir(parents=True, exist_ok=True)
+    # -- 1. validate every cell before anything is submitted (or any folder exists)
+    datasets: dict[str, Any] = {}
+    prepared = []
+    for cfg, prev in zip(cfgs, prevs):
+        t_start = time.perf_counter()
+        path = cfg.dataset.path or ""
+        if path not in datasets:
+            data = load_locomo(cfg.dataset.path)
+            datasets[path] = (data, sha256_file(data.report.path))
+        data, sha = datasets[path]
+        if prev.get("dataset_sha256") and prev["dataset_sha256"] != sha:
+            raise ConfigError(f"--resume {resume}: the dataset changed since the run started; start a new run")
+        picks = select_questions(cfg, data)
+        errata = load_errata(cfg.scoring.errata) if cfg.scoring.errata else None
+        if errata is not None:  # a bad errata file or an unknown qid fails before anything runs
+            errata.check_known(q.qid for c in data for q in c.questions)
+        clients = Clients(cfg, cache_root / "responses.sqlite")
+        answerer = build_answerer(cfg, clients)
+        extractor = build_extractor(cfg, clients) if answerer.needs_memory else None
+        prepared.append((cfg, prev, data, sha, picks, answerer, extractor, clients, t_start, errata))
+    ray = connect(address or cfgs[0].run.ray_address)
+    cells: list[_Cell] = []
+    for i, (cfg, prev, data, sha, picks, answerer, extractor, clients, t_start, errata) in enumerate(prepared):
+        if cfg.run.check_endpoint:
+            check_endpoints(cfg, clients, roles=("reader", "judge"))  # as the local executor does
+        if resume is not None:
+            run_dir = Path(resume)
+        else:
+            run_dir = new_run_dir(cfg.name, root)
+            (run_dir / "config.yaml").write_text(cfg.to_yaml())
+            write_json(run_dir / "environment.json", environment())
+        convs = list({c.sample_id: c for c, _ in picks}.values())
+        info: dict[str, Any] = {
+            "run_id": run_dir.name, "status": RunStatus.RUNNING.value, "memlab_version": __version__,
+            "dataset": data.report.path, "dataset_sha256": sha, "questions": len(picks), "config": cfg.to_dict(),
+            "environment": environment(),
+            "components": {"answerer": component_label(answerer),
+                           "extractor": component_label(extractor) if extractor is not None else None,
+                           "custom": {"extractor": False, "answerer": False}},
+            "sessions": prev.get("sessions", []),
+        }
+        write_json(run_dir / "run.json", {**info, "timings": {}})
+        cell = _Cell(i, cfg, run_dir, picks, convs, sha, answerer.needs_memory, answerer.uses_top_k,
+                     getattr(answerer, "build_texts", None),
+                     extractor.cache_id() if extractor is not None else None, info, prev, t_start, errata)
+        done = load_done(run_dir) if resume is not None else []
+        cell.done = len(done)
+        done_ids = {r.qid for r in done}
+        for c, q in picks:
+            if q.qid not in done_ids:
+                cell.todo.setdefault(c.sample_id, []).append(q)
+        cells.append(cell)
+    env_vars = {}
+    for cfg in cfgs:
+        for role in ("extractor", "reader", "judge", "embedder"):
+            name = cfg.models.resolve(role)["api_key_env"]
+            if name and name in os.environ:
+                env_vars[name] = os.environ[name]
+    opts: dict[str, Any] = {"max_retries": max(cfg.run.ray_max_retries for cfg in cfgs), "retry_exceptions": True}
+    if env_vars:
+        opts["runtime_env"] = {"env_vars": env_vars}
+    retries = opts["max_retries"]
+    models = {m for cfg in cfgs for r in ("extractor", "reader", "judge") if (m := role_model(cfg, r))}
+    snapshot = ray.put(cache_snapshot(cache_root, models))
+    remote_extract = ray.remote(extract_unit)
+    remote_answer = ray.remote(answer_unit)
+    stores: dict[str, tuple[MemoryService, Path]] = {}
+    bar = tqdm(total=0, desc=f"grid ({len(cells)} run(s), ray)", disable=not progress)
+    try:
+        # -- 2. extraction: one task per (cache key, conversation) the cache lacks
+        t0 = time.perf_counter()
+        ext_units: dict[Any, tuple[str, Conversation, _Cell]] = {}
+        ext_results: dict[tuple[str, str], dict[str, Any]] = {}
+        ext_failed: dict[tuple[str, str], str] = {}
+        for cell in cells:
+            if not cell.needs_memory or not cell.todo:
+                continue
+            assert cell.extractor_id is not None
+            key = extraction_cache_key(cell.cfg, cell.dataset_sha, cell.extractor_id)
+            cell.ext_key = key
+            if key not in stores:
+                cdir = cache_root / "extract" / key
+                cdir.mkdir(parents=True, exist_ok=True)
+                if cell.cfg.store.backend != "sqlite":
+                    (cdir / BUILD_LOG).unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
+                svc = open_store(cell.cfg, cdir, cache_root, Clients(cell.cfg, cache_root / "responses.sqlite"))
+                stores[key] = (svc, cdir)
+            svc, cdir = stores[key]
+            durable = cell.cfg.store.backend == "sqlite"
+            for conv in cell.convs:
+                if any(u[0] == key and u[1].sample_id == conv.sample_id for u in ext_units.values()):
+                    continue
+                st = svc.extraction_state(conv.sample_id) if durable else None
+                if durable and extraction_done(conv, st) and svc.count(conversation_key(conv)) > 0:
+                    continue
+                ck = conversation_key(conv)
+                rows = export_rows(svc, ck) if durable else None
+                blob = export_index_state(svc, ck) if rows else None
+                unit = f"extract {conv.sample_id} [{key[:8]}] for {cell.cfg.name}"
+                ref = remote_extract.options(name=f"memlab {unit}", **opts).remote(
+                    cell.cfg, conv, rows, st if durable else None, blob, snapshot, unit, unit_hook)
+                ext_units[ref] = (key, conv, cell)
+        bar.total += len(ext_units)
+        bar.refresh()
+        pending = list(ext_units)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            key, conv, owner = ext_units[ready[0]]
+            try:
+                res = ray.get(ready[0])
+            except Exception as e:  # retries exhausted: this conversation's questions become errors
+                ext_failed[(key, conv.sample_id)] = _task_error(e, retries)
+                owner.units.append({"unit": f"extract {conv.sample_id}", "error": ext_failed[(key, conv.sample_id)]})
+                bar.update()
+                continue
+            svc, cdir = stores[key]
+            ck = conversation_key(conv)
+            import_rows(svc, ck, res["rows"])
+            import_index_state(svc, ck, res["index"])
+            svc.save_extraction(conv.sample_id, res["state"] or {}, [tuple(t) for t in res["trace"]])
+            if res.get("build"):
+                with open(cdir / BUILD_LOG, "a", encoding="utf-8") as f:
+                    f.write(res["build"])
+            store_cache_rows(cache_root, res["cache"])
+            ext_results[(key, conv.sample_id)] = {**res, "owner": owner.index}
+            _add_models(owner, res["models"])  # the first cell using an extraction pays for it, as locally
+            owner.units.append({"unit": f"extract {conv.sample_id}", **res["where"], "seconds": res["seconds"]})
+            bar.update()
+        for svc, _ in stores.values():  # persist the merged index now: a killed driver keeps the extraction
+            svc.searcher.close()
+        ext_s = time.perf_counter() - t0
+        # -- 3. per cell: traces of the extraction, the failure rule, then answering tasks
+        shared: dict[tuple[str, str], tuple[Any, Any]] = {}
+        ans_units: dict[Any, tuple[_Cell, Conversation, list[Question]]] = {}
+        for cell in cells:
+            cell.timings["load_s"] = 0.0
+            ext_info: dict[str, Any] = {}
+            lost: set[str] = set()
+            if cell.needs_memory and cell.ext_key is not None:
+                key = cell.ext_key
+                svc, cdir = stores[key]
+                lost = {c for (k, c) in ext_failed if k == key}
+                ok = [c for c in cell.convs if c.sample_id not in lost]
+                # the cell that caused an extraction reports its jobs; later cells see the cache, as locally
+                mine = {k: r for k, r in ext_results.items() if r["owner"] == cell.index}
+                table = pd.DataFrame([_table_row(mine.get((key, c.sample_id)), c, svc) for c in ok])
+                table = table.set_index("conversation") if len(table) else _empty_table()
+                failures = [f for c in ok for f in (ext_results.get((key, c.sample_id)) or {}).get("failures", [])]
+                failures = list({(f["conversation"], f["reason"]): f for f in failures}.values())
+                info = extraction_info(table, failures, ok, key, cdir, cell.extractor_id or "",
+                                       cell.cfg.extraction.policy)
+                info["tasks_failed"] = sorted(lost)
+                try:
+                    finish_extraction(cell.cfg, ok, ExtractionOutcome(svc, info), cell.run_dir,
+                                      close_on_failure=False)
+                except ExtractionFailed as e:
+                    cell.failed = e
+                ext_info = info
+            cell.info["extraction"] = ext_info
+            cell.timings["extraction_s"] = ext_s
+            if cell.failed is not None:
+                continue
+            for conv_id, qs in cell.todo.items():
+                conv = next(c for c in cell.convs if c.sample_id == conv_id)
+                if conv_id in lost:
+                    _append_records(cell.run_dir, _error_records(qs, ext_failed[(cell.ext_key, conv_id)]))
+                    continue
+                rows_ref = blob_ref = None
+                if cell.needs_memory:
+                    sk = (cell.ext_key or "", conv_id)
+                    if sk not in shared:
+                        svc, _ = stores[cell.ext_key or ""]
+                        ck = conversation_key(conv)
+                        shared[sk] = (ray.put(export_rows(svc, ck)), ray.put(export_index_state(svc, ck)))
+                    rows_ref, blob_ref = shared[sk]
+                unit = f"answer {conv_id} ({len(qs)} q) run {cell.index + 1}/{len(cells)} {cell.cfg.name}"
+                ref = remote_answer.options(name=f"memlab {unit}", **opts).remote(
+                    cell.cfg, conv, qs, rows_ref, blob_ref, snapshot, unit, unit_hook, cell.errata)
+                ans_units[ref] = (cell, conv, qs)
+        bar.total += len(ans_units)
+        bar.refresh()
+        # -- 4. collect the answers, each unit written to its run's resume log as it arrives
+        t0 = time.perf_counter()
+        pending = list(ans_units)
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                cell, conv, qs = ans_units[ready[0]]
+                try:
+                    res = ray.get(ready[0])
+                except Exception as e:
+                    msg = _task_error(e, retries)
+                    _append_records(cell.run_dir, _error_records(qs, msg))
+                    cell.units.append({"unit": f"answer {conv.sample_id}", "questions": len(qs), "error": msg})
+                else:
+                    _append_records(cell.run_dir, res["records"])
+                    store_cache_rows(cache_root, res["cache"])
+                    _add_models(cell, res["models"])
+                    cell.units.append({"unit": f"answer {conv.sample_id}", "questions": len(qs), **res["where"],
+                                       "seconds": res["seconds"]})
+                cell.answered += len(qs)
+                bar.update()
+        except KeyboardInterrupt:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            for cell in cells:
+                cell.info["status"] = RunStatus.INTERRUPTED.value
+            import sys
+
+            print("\nmemlab: interrupted; every finished task is kept. Resume each run with:\n" +
+                  "\n".join(f"  memlab run --resume {c.run_dir} --executor ray" for c in cells), file=sys.stderr)
+            raise
+        ans_s = time.perf_counter() - t0
+        # -- 5. scoring, as the local executor does it
+        runs = []
+        for cell in cells:
+            cell.timings["answering_s"] = ans_s
+            if cell.failed is not None:
+                continue
+            t0 = time.perf_counter()
+            order = {q.qid: i for i, (_, q) in enumerate(cell.picks)}
+            records = sorted(read_log(cell.run_dir), key=lambda r: order.get(r.qid, len(order)))
+            pred = score_records(records, top_k=cell.cfg.retrieval.top_k if cell.uses_top_k else None)
+            pred = apply_scoring(pred, cell.cfg.scoring.profile, cell.errata)  # as run_experiment scores
+            if cell.build_texts is not None:  # an arm that indexes raw turns itself: its embedding cost
+                rows = costs.index_usage({c.sample_id: cell.build_texts(c) for c in cell.convs})
+                (cell.run_dir / "traces").mkdir(exist_ok=True)
+                (cell.run_dir / "traces" / BUILD_LOG).write_text("".join(json.dumps(r) + "\n" for r in rows))
+            pred, cell.info["cost"] = add_costs(cell.run_dir, cell.cfg, pred,
+                                                {c.sample_id: len(c.questions) for c in cell.convs},
+                                                expect_build=cell.needs_memory or cell.build_texts is not None)
+            if cell.info["cost"].get("build_unknown"):
+                print(f"memlab: {cell.info['cost']['build_unknown']}")
+            summ = summarize(pred, cell.cfg)
+            cell.info["scoring"] = {"profile": cell.cfg.scoring.profile, "errata": cell.cfg.scoring.errata,
+                                    **errata_counts(pred)}
+            if cell.errata is not None:
+                summ = summ.join(errata_columns(pred, summ.index))
+            write_results(cell.run_dir, pred, summ)
+            cell.timings["scoring_s"] = time.perf_counter() - t0
+            errors = int(pred["error"].notna().sum())
+            cell.info.update({
+                "status": (RunStatus.COMPLETE_WITH_ERRORS if errors else RunStatus.COMPLETE).value,
+                "errors": errors, "judge_errors": int(pred["judge_error"].notna().sum()),
+                "error_rate": errors / max(len(pred), 1), "resumed_skipped": cell.done, "answered_now": cell.answered,
+                "models": {"model_calls": 0, "cache_hits": 0, "failures": 0, **cell.models},
+            })
+            runs.append(Run(run_dir=cell.run_dir, config=cell.cfg, predictions=pred, summary=summ, info=cell.info))
+        failed = [c for c in cells if c.failed is not None]
+        if failed:
+            raise ExtractionFailed("\n".join(f"{c.run_dir}: {c.failed}" for c in failed))
+        return runs
+    except BaseException as e:
+        for cell in cells:
+            if cell.info["status"] == RunStatus.RUNNING.value:
+                cell.info["status"] = RunStatus.FAILED.value
+                cell.info["failure"] = f"{type(cell.failed or e).__name__}: {cell.failed or e}"
+            cell.info["resume"] = f"memlab run --resume {cell.run_dir} --executor ray"
+        raise
+    finally:
+        bar.close()
+        for cell in cells:
+            cell.timings["total_s"] = time.perf_counter() - cell.t_start
+            cell.info["executor"] = {"kind": "ray", "address": address or cell.cfg.run.ray_address,
+                                     "max_retries": retries, "units": cell.units,
+                                     "nodes": sorted({u["node_id"] for u in cell.units if u.get("node_id")})}
+            cell.info["sessions"] = cell.info["sessions"] + [{"timings": cell.timings, "status": cell.info["status"],
+                                                              "executor": "ray"}]
+            cell.info["timings"] = _total_timings(cell.info["sessions"])
+            write_json(cell.run_dir / "run.json", cell.info)
+        for svc, _ in stores.values():
+            svc.close()
+
+
+_TABLE_COLS = ("sessions", "turns", "jobs_run", "jobs_noop", "jobs_failed", "ops_proposed", "ops_applied", "rewritten",
+               "skipped", "ops_failed", "superseded", "refused", "model_calls", "malformed_tool_calls",
+               "memories_added", "memories")
+
+
+def _table_row(res: dict[str, Any] | None, conv: Conversation, svc: MemoryService) -> dict[str, Any]:
+    """A conversation's extraction counts: the task's, or (served from the cache) no job and its memories."""
+    if res is not None:
+        (row,) = res["table"]
+        return row
+    n = svc.count(conversation_key(conv))
+    return {"conversation": conv.sample_id, **{c: 0 for c in _TABLE_COLS}, "sessions": len(conv.sessions),
+            "turns": len(conv.turns), "memories": n}
+
+
+def _empty_table() -> pd.DataFrame:
+    return pd.DataFrame(columns=["conversation", *_TABLE_COLS]).set_index("conversation")
+

@@ -1,0 +1,183 @@
+"""The Ray executor against the local one: same predictions, summaries and traces; retries; caches.
+
+One in-process Ray instance (loopback only) serves the module. Workers get no path of the driver's
+results root: everything they need travels with the tasks, and what they computed comes back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from memlab.run import ExperimentConfig
+from memlab.run.executors import run_grid
+from memlab.testing import ScriptedServer
+from tests.conftest import synthetic_samples
+from tests.scripted_model import responder
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Columns that measure time, not outcome.
+TIMING = ["latency_s"]
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'memlab[ray]' for the Ray executor")
+    old = os.environ.get("PYTHONPATH")
+    # the workers inherit this environment: the repository on their path (the hook below is a test function)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    os.environ.setdefault("RAY_worker_register_timeout_seconds", "300")  # slow worker start on a loaded machine
+    os.environ.setdefault("RAY_agent_register_timeout_ms", "300000")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    yield ray
+    ray.shutdown()
+    if old is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = old
+
+
+@pytest.fixture(scope="module")
+def data_path(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("data") / "synthetic_locomo.json"
+    p.write_text(json.dumps(synthetic_samples()), encoding="utf-8")
+    return p
+
+
+def offline_grid(path: Path) -> ExperimentConfig:
+    return ExperimentConfig.from_dict({
+        "name": "off", "dataset": {"path": str(path)}, "extraction": {"extractor": "turns+observations"},
+        "retrieval": {"participant_boost": True}, "grid": {"retrieval.top_k": [1, 3]}})
+
+
+def model_grid(path: Path, srv: ScriptedServer, **over) -> ExperimentConfig:
+    cfg = ExperimentConfig.from_dict({
+        "name": "llm", "dataset": {"path": str(path)},
+        "extraction": {"extractor": "llm", "model": "openai/scripted-extractor"},
+        "answer": {"arm": "original", "model": "openai/scripted-reader"},
+        "models": {"api_base": srv.api_base, "max_retries": 0}, "run": {"concurrency": 2},
+        # top-k 1 and 2 give every question a different prompt in each cell: with identical requests in two
+        # cells, the local executor (cells in sequence) serves the second from the cache while Ray (cells at
+        # once) calls twice; predictions agree either way, the calls/cached_calls accounting then does not
+        "grid": {"retrieval.top_k": [1, 2]}})
+    return cfg.with_overrides(over) if over else cfg
+
+
+def jsonl(path: Path, drop: tuple[str, ...] = ()) -> list[dict]:
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    return sorted(({k: v for k, v in r.items() if k not in drop} for r in rows), key=json.dumps)
+
+
+def assert_same_runs(local, remote) -> None:
+    assert len(local) == len(remote) == 2
+    for a, b in zip(local, remote):
+        assert a.config.retrieval.top_k == b.config.retrieval.top_k
+        pa, pb = a.predictions.drop(columns=TIMING), b.predictions.drop(columns=TIMING)
+        pd.testing.assert_frame_equal(pa, pb)
+        keep = [c for c in a.summary.columns if not c.startswith("latency")]
+        pd.testing.assert_frame_equal(a.summary[keep], b.summary[keep])
+        for name, drop in (("retrieval", ()), ("answers", ("latency_s",)), ("memories", ()), ("extraction", ()),
+                           ("build_cost", ())):
+            assert jsonl(a.run_dir / "traces" / f"{name}.jsonl", drop) == \
+                jsonl(b.run_dir / "traces" / f"{name}.jsonl", drop), name
+        assert a.status == b.status == "complete"
+        assert a.info["cost"] == b.info["cost"] and a.info["extraction"]["policy"] == b.info["extraction"]["policy"]
+
+
+def test_units_run_anywhere_from_what_they_are_sent(data_path, tmp_path):
+    """The task bodies, called here without Ray: a private temp folder, nothing of the driver's root."""
+    from memlab.data import load_locomo
+    from memlab.extract.pipeline import conversation_key
+    from memlab.run.ray_executor import answer_unit, cache_snapshot, extract_unit, import_index_state
+
+    (cfg, _) = offline_grid(data_path).expand()
+    (local,) = run_grid(cfg, results=tmp_path, executor="local", progress=False)
+    conv = list(load_locomo(data_path))[0]
+    snap = cache_snapshot(tmp_path / ".cache", set())
+    ext = extract_unit(cfg, conv, None, None, None, snap, "extract syn-1")
+    assert ext["where"]["node_id"] is None and ext["failures"] == [] and ext["state"]
+    mems = [json.loads(x) for x in (local.run_dir / "traces" / "memories.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in ext["rows"]) == sorted(m["id"] for m in mems if m["conversation"] == "syn-1")
+    ans = answer_unit(cfg, conv, list(conv.questions), ext["rows"], ext["index"], snap, "answer syn-1")
+    got = {row.qid: row for row, _, _ in ans["records"]}
+    p = local.predictions.set_index("qid")
+    assert {q: r.prediction for q, r in got.items()} == p.loc[list(got), "prediction"].to_dict()
+    assert {q: r.retrieved_ids for q, r in got.items()} == p.loc[list(got), "retrieved_ids"].to_dict()
+    from memlab.index import open_service
+
+    bare = open_service("memory", keyword="bm25")
+    assert import_index_state(bare, conversation_key(conv), ext["index"]) is False  # other settings: refused
+
+
+def test_offline_grid_on_ray_equals_local(ray_local, data_path, tmp_path):
+    cfg = offline_grid(data_path)
+    local = run_grid(cfg, results=tmp_path / "local", executor="local", progress=False)
+    remote = run_grid(cfg, results=tmp_path / "ray", executor="ray", progress=False)
+    assert_same_runs(local, remote)
+    assert local[0].predictions.f1.notna().all() and len(local[0].predictions) == 7
+    info = json.loads((remote[0].run_dir / "run.json").read_text())
+    units = info["executor"]["units"]
+    assert {u["unit"] for u in units} == {"extract syn-1", "extract syn-2", "answer syn-1", "answer syn-2"}
+    assert all(u["node_id"] and u["pid"] != os.getpid() for u in units)  # each unit ran in a Ray worker
+    # the second cell shares the first one's extraction: answering units only
+    assert {u["unit"] for u in json.loads((remote[1].run_dir / "run.json").read_text())["executor"]["units"]} == \
+        {"answer syn-1", "answer syn-2"}
+
+
+def test_model_grid_on_ray_equals_local_and_cached_rerun_makes_no_call(ray_local, data_path, tmp_path):
+    with ScriptedServer(responder=responder) as srv:
+        cfg = model_grid(data_path, srv)
+        local = run_grid(cfg, results=tmp_path / "local", executor="local", progress=False)
+        n_local = len(srv.requests)
+        remote = run_grid(cfg, results=tmp_path / "ray", executor="ray", progress=False)
+        n_remote = len(srv.requests) - n_local
+        assert n_local == n_remote > 0  # the same calls, made by the workers
+        assert_same_runs(local, remote)
+        for a, b in zip(local, remote):  # run.json: the first cell paid for the extraction, the second reused it
+            assert a.info["extraction"]["jobs_run"] == b.info["extraction"]["jobs_run"]
+        calls = sum(r.info["models"]["model_calls"] for r in remote)
+        assert calls == n_remote  # the workers' counts reach run.json
+        # the driver stored what the workers fetched: a rerun makes no call, on Ray or locally
+        again = run_grid(cfg, results=tmp_path / "ray", executor="ray", progress=False)
+        assert len(srv.requests) == n_local + n_remote
+        assert all(r.info["models"]["model_calls"] == 0 and r.info["models"]["cache_hits"] > 0 for r in again)
+        pd.testing.assert_series_equal(again[1].predictions.prediction, remote[1].predictions.prediction)
+        here = run_grid(cfg, results=tmp_path / "ray", executor="local", progress=False)
+        assert len(srv.requests) == n_local + n_remote
+        pd.testing.assert_series_equal(here[0].predictions.prediction, remote[0].predictions.prediction)
+
+
+def test_lost_worker_is_retried_and_a_failing_task_becomes_errors_that_resume_finishes(ray_local, data_path,
+                                                                                       tmp_path):
+    from memlab.run.ray_executor import run_grid_ray
+
+    marker = tmp_path / "crashed-once"
+
+    def crash_once(unit: str, marker: str = str(marker)) -> None:  # runs on the worker
+        import os
+
+        if unit.startswith("answer syn-1") and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)  # the worker process dies mid-task
+        if unit.startswith("answer syn-2"):
+            raise RuntimeError("scripted task failure")
+
+    cfg = offline_grid(data_path).with_overrides({"grid": {}, "run.ray_max_retries": 1})
+    (run,) = run_grid_ray(cfg, results=tmp_path / "ray", progress=False, unit_hook=crash_once)
+    assert marker.exists()  # the first attempt died ...
+    p = run.predictions.set_index("qid")
+    ok = p[p.conversation_id == "syn-1"]
+    assert ok.error.isna().all() and len(ok) == 5  # ... and the retry answered every question
+    bad = p[p.conversation_id == "syn-2"]
+    assert len(bad) == 2 and bad.error.str.contains("RayTaskFailed: the task failed after 2 attempt").all()
+    assert bad.error.str.contains("scripted task failure").all() and bad.f1.isna().all()
+    assert run.status == "complete-with-errors" and run.summary.loc["overall 1-5", "errors"] == 2
+    (done,) = run_grid(resume=run.run_dir, executor="ray", progress=False)  # the errored questions again
+    assert done.status == "complete" and done.predictions.error.isna().all()
+    (local,) = run_grid(cfg, results=tmp_path / "local", executor="local", progress=False)
+    pd.testing.assert_frame_equal(done.predictions.drop(columns=TIMING), local.predictions.drop(columns=TIMING))
+    assert json.loads((run.run_dir / "run.json").read_text())["resumed_skipped"] == 5
