@@ -123,9 +123,6 @@ class HybridIndex:
         return list(self._states)
 
     # ------------------------------------------------------------------ store hooks (Searcher)
-    def _state(self, key: UserKey) -> _KeyState | None:
-        return self._states.get(key)
-
     def on_upsert(self, entry: MemoryEntry) -> None:
         st = self._states.get(entry.key)
         if st is not None:
