@@ -31,14 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True)
     pd.set_option("display.width", 200)
     for name in args.extractors.split(","):
-        db, state = out / f"{name}.db", out / f"{name}.state.json"
+        db = out / f"{name}.db"
         t0 = time.perf_counter()
         svc = open_service("sqlite", path=db)
-        table, _ = extract_dataset(svc, data, name, state_path=state)
+        table, _ = extract_dataset(svc, data, name)
         svc.close()
         first = time.perf_counter() - t0
         svc = open_service("sqlite", path=db)  # a restart: store and index reloaded from disk
-        again, _ = extract_dataset(svc, data, name, state_path=state)
+        again, _ = extract_dataset(svc, data, name)
         svc.close()
         table.loc["total"] = table.sum(numeric_only=True)
         print(f"\n=== extractor {name}: {first:.1f} s into {db} ===")

@@ -1,4 +1,4 @@
-"""The one door to models: every call (extract, answer, judge) goes through `ModelClient` and litellm.
+"""The one door to models: every call (extract, answer, judge, embed) goes through `ModelClient` and litellm.
 
 - litellm is imported lazily (7-8 s) and never allowed to fetch remote config at import;
 - retries with exponential backoff on rate limits, server errors, timeouts and unparsable replies,
@@ -22,7 +22,6 @@ import time
 import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -187,25 +186,72 @@ def request_hash(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
 
+#: Format of the response cache file; a file of another format is reported and started afresh.
+RESPONSE_CACHE_FORMAT = 2
+
+
+def _check_response_db(conn: sqlite3.Connection) -> str | None:
+    conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    row = conn.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+    if row is None and "responses" in tables:
+        return "written by an older memlab (no format version, no checksums)"
+    if row is not None and row[0] != str(RESPONSE_CACHE_FORMAT):
+        return f"format version {row[0]}, this memlab reads {RESPONSE_CACHE_FORMAT}"
+    with conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS responses (h TEXT PRIMARY KEY, model TEXT, body TEXT, "
+                     "sha256 TEXT NOT NULL)")
+        conn.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (str(RESPONSE_CACHE_FORMAT),))
+    return None
+
+
+def _body_sha(h: str, model: str, body: str) -> str:
+    return hashlib.sha256(f"{h}\x1f{model}\x1f{body}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
 class ResponseCache:
-    """SQLite table of request hash -> completion JSON (thread-safe, WAL)."""
+    """SQLite table of request hash -> completion JSON (thread-safe, WAL), each entry with a sha256.
+
+    A bad file is reported, set aside and started afresh; an entry whose checksum or JSON is wrong
+    is reported, deleted and treated as a miss (the call is made again), never returned.
+    """
 
     def __init__(self, path: str | os.PathLike[str]):
+        from memlab.cache_integrity import open_sqlite_cache
+
         self.path = str(path)
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("CREATE TABLE IF NOT EXISTS responses (h TEXT PRIMARY KEY, model TEXT, body TEXT)")
+        self._conn = open_sqlite_cache(self.path, "response-cache", _check_response_db)
         self._lock = threading.Lock()
 
     def get(self, h: str) -> dict[str, Any] | None:
         with self._lock:
-            r = self._conn.execute("SELECT body FROM responses WHERE h=?", (h,)).fetchone()
-        return None if r is None else json.loads(r[0])
+            r = self._conn.execute("SELECT model, body, sha256 FROM responses WHERE h=?", (h,)).fetchone()
+        if r is None:
+            return None
+        model, body, sha = r
+        problem = None
+        if not isinstance(body, str) or _body_sha(h, model, body) != sha:
+            problem = "fails its checksum"
+        else:
+            try:
+                out = json.loads(body)
+                Completion.from_json(out, h)
+            except (ValueError, TypeError, KeyError) as e:
+                problem = f"does not parse ({type(e).__name__})"
+        if problem is None:
+            return out
+        from memlab.cache_integrity import report
+
+        report("response-cache", self.path, f"entry {h[:12]} ({model}) {problem}", "entry dropped, call made again")
+        with self._lock, self._conn:
+            self._conn.execute("DELETE FROM responses WHERE h=?", (h,))
+        return None
 
     def put(self, h: str, model: str, body: dict[str, Any]) -> None:
+        text = json.dumps(body)
         with self._lock, self._conn:
-            self._conn.execute("INSERT OR REPLACE INTO responses VALUES (?,?,?)", (h, model, json.dumps(body)))
+            self._conn.execute("INSERT OR REPLACE INTO responses VALUES (?,?,?,?)",
+                               (h, model, text, _body_sha(h, model, text)))
 
 
 # ------------------------------------------------------------------------ tool calls written as text
@@ -296,6 +342,15 @@ def endpoint(api_base: str, concurrency: int) -> _Endpoint:
             raise ValueError(f"{key}: concurrency {concurrency} asked, but this endpoint is already limited to "
                              f"{ep.concurrency} request(s) at a time by another client; use one value per api_base")
         return ep
+
+
+def registered_endpoint(api_base: str | None) -> _Endpoint | None:
+    """The slot counter a model client of this ``api_base`` registered (None: no limit is set), so other
+    callers of the same server (a litellm embedder) queue behind the same slots."""
+    if not api_base:
+        return None
+    with _ENDPOINTS_LOCK:
+        return _ENDPOINTS.get(api_base.rstrip("/"))
 
 
 def _model_id(model: str) -> str:
@@ -415,6 +470,8 @@ class ModelClient:
         self.concurrency = concurrency
         self.context_window = context_window
         self.busy_wait = 4 * timeout if busy_wait is None else busy_wait
+        if concurrency is not None:
+            endpoint(api_base or f"provider:{model}", concurrency)  # registered now: a conflict fails early
         self._cache: ResponseCache | None = None
         self._lock = threading.Lock()
         self.calls = 0
@@ -541,11 +598,38 @@ class ModelClient:
 
     def _call(self, payload: dict[str, Any], messages: list[dict[str, Any]]) -> Completion:
         litellm = import_litellm()
+        kw = self._endpoint_kw(payload)
+        resp, attempts, spent = self._retrying(lambda: litellm.completion(**kw))
+        comp = self._parse(resp, messages)
+        comp.latency_s = spent
+        comp.attempts = comp.calls = attempts
+        return comp
+
+    def embed(self, texts: list[str]) -> tuple[list[Any], Usage, CallStats]:
+        """Embedding vectors of ``texts`` (one request), with the chat calls' retries, endpoint slots
+        and accounting; usage is the provider's, else counted (``estimated``)."""
+        litellm = import_litellm()
+        kw = self._endpoint_kw({"model": self.model, "input": list(texts)})
+        resp, attempts, spent = self._retrying(lambda: litellm.embedding(**kw))
+        data = sorted(resp.data, key=lambda d: d["index"] if isinstance(d, dict) else d.index)
+        vecs = [d["embedding"] if isinstance(d, dict) else d.embedding for d in data]
+        u = getattr(resp, "usage", None)
+        n = int(getattr(u, "prompt_tokens", 0) or 0) if u is not None else 0
+        usage = Usage(n, 0, 0, False) if n else Usage(sum(count_tokens(t) for t in texts), 0, 0, True)
+        return vecs, usage, CallStats(usage=usage, calls=attempts, latency_s=spent)
+
+    def _endpoint_kw(self, payload: dict[str, Any]) -> dict[str, Any]:
         kw = dict(payload, timeout=self.timeout, num_retries=0)
         if self.api_base:
             kw["api_base"] = self.api_base
         if self.api_key:
             kw["api_key"] = self.api_key
+        return kw
+
+    def _retrying(self, send: Any) -> tuple[Any, int, float]:
+        """``send()`` with bounded retries (backoff, Retry-After, the endpoint's slots, the busy wait
+        after a timeout); returns (response, attempts, seconds) or raises `ModelCallError` /
+        `EndpointUnreachable` carrying the attempts as partial cost."""
         last: Exception | None = None
         spent = 0.0
         ep = self.endpoint
@@ -558,11 +642,8 @@ class ModelClient:
             try:
                 with self._lock:
                     self.calls += 1
-                resp = litellm.completion(**kw)
-                comp = self._parse(resp, messages)
-                comp.latency_s = spent + time.perf_counter() - t0
-                comp.attempts = comp.calls = attempt
-                return comp
+                resp = send()
+                return resp, attempt, spent + time.perf_counter() - t0
             except Exception as e:  # litellm maps provider errors to its own exception classes
                 last = e
                 if _is_timeout(e) and ep is not None:

@@ -17,7 +17,17 @@ TRACKED_PACKAGES = (
 
 
 def results_root() -> Path:
-    return Path(os.environ.get("MEMLAB_RESULTS", "results"))
+    """The results folder, absolute: ``$MEMLAB_RESULTS``, else ``results/`` of the project the working
+    directory is in (the nearest folder above it holding ``pyproject.toml`` or ``.git``, so a notebook
+    in ``notebooks/`` writes to the same place as the CLI), else ``./results``."""
+    env = os.environ.get("MEMLAB_RESULTS")
+    if env:
+        return Path(env).expanduser().resolve()
+    cwd = Path.cwd().resolve()
+    for d in (cwd, *cwd.parents):
+        if (d / "pyproject.toml").is_file() or (d / ".git").exists():
+            return d / "results"
+    return cwd / "results"
 
 
 def new_run_dir(name: str, root: str | os.PathLike[str] | None = None) -> Path:

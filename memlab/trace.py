@@ -115,7 +115,7 @@ class Traces:
         else:
             for _, o in ops.iterrows():
                 lines.append(f"   {o.get('action', '?'):6s} -> {o.get('result', '?'):11s}{_reconcile_note(o)}"
-                             f"  [{','.join(o.source_ids)}]  {str(o.get('final_text') or o.get('text'))[:110]}")
+                             f"  [{','.join(o.source_ids)}]  {_op_text(o)}")
         lines += ["", "-- 2. retrieval layer"]
         hits = v["retrieval"]
         if hits is None or not len(hits):
@@ -237,3 +237,11 @@ def _reconcile_note(op: Any) -> str:
     if rec.get("candidate_id") and tier in ("skip", "update"):
         parts.append(f"vs {rec['candidate_id']}")
     return " ".join(parts)
+
+
+def _op_text(op: Any) -> str:
+    """The memory's final text; for a skipped proposal its own text and the memory it was taken for."""
+    if op.get("result") == "skipped":
+        dup = op.get("final_text")
+        return f"{str(op.get('text'))[:80]!r}" + (f" (kept instead: {str(dup)[:60]!r})" if isinstance(dup, str) else "")
+    return str(op.get("final_text") or op.get("text"))[:110]

@@ -214,3 +214,14 @@ def test_evidence_ranks_per_query_to_a_depth():
     assert sorted(r for r in deep["evidence_ranks"].values() if r is not None)[:2] == [1, 2]
     shallow = evidence_ranks(ctx, [q_dog], {"D1:1", "D2:1", "D3:1", "D4:1"}, set(), depth=1)["queries"][0]
     assert list(shallow["evidence_ranks"].values()).count(None) == 3
+
+
+def test_a_skipped_proposal_shows_its_own_text_and_the_memory_kept_instead():
+    from memlab.trace import _op_text, _reconcile_note
+
+    op = {"result": "skipped", "text": "Melanie plans camping in June", "final_text": "Melanie went swimming",
+          "reconcile": {"tier": "skip", "score": 0.68, "jaccard": 0.15, "candidate_id": "m9"}}
+    assert _op_text(op) == "'Melanie plans camping in June' (kept instead: 'Melanie went swimming')"
+    assert _reconcile_note(op) == " reconcile skip score 0.68 Jaccard 0.15 vs m9"
+    assert _reconcile_note({"reconcile": {"tier": "disabled", "score": None, "jaccard": None}}) == ""
+    assert _op_text({"result": "added", "text": "raw", "final_text": "final"}) == "final"

@@ -167,3 +167,24 @@ def test_non_editable_install_runs_shipped_configs(tmp_path, synthetic_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert str(env_dir) in out.stdout
+
+
+def test_embedding_calls_go_through_the_model_client():
+    """litellm embeddings get the chat calls' retries and accounting (a 500 is retried, tokens counted)."""
+    from memlab.index.embedders import LiteLLMEmbedder
+    from memlab.testing import Reply, ScriptedServer
+
+    with ScriptedServer() as srv:
+        # enough 500s that the OpenAI SDK's own retries (litellm keeps its default of 2 for embeddings)
+        # give up and the model client's retry is needed
+        srv.embed_faults.extend([Reply(status=500, text="warming up")] * 3)
+        emb = LiteLLMEmbedder("openai/embed", api_base=srv.api_base, api_key="x", num_retries=2)
+        vecs = emb.embed(["alpha beta", "gamma"])
+        assert vecs.shape == (2, 16) and not srv.embed_faults
+        assert emb.client.calls == 2 and emb.client.failures == 0 and emb.usage_tokens == 3
+    with ScriptedServer() as srv:
+        srv.embed_faults.extend([Reply(status=500, text="down")] * 20)
+        emb = LiteLLMEmbedder("openai/embed", api_base=srv.api_base, api_key="x", num_retries=1)
+        with pytest.raises(RuntimeError, match="embedding call failed"):
+            emb.embed(["alpha"])
+        assert emb.client.calls == 2 and emb.client.failures == 1

@@ -20,9 +20,9 @@ def test_offline_extractors_end_to_end_into_sqlite(locomo, tmp_path):
     picks = ["conv-26", "conv-30"]
     sessions = [sum(1 for s in locomo[c].sessions if s.turns) for c in picks]  # one extraction job per session
     for name in ("turns", "observations"):
-        db, state = tmp_path / f"{name}.db", tmp_path / f"{name}.json"
+        db = tmp_path / f"{name}.db"
         svc = open_service("sqlite", path=db)
-        table, results = extract_dataset(svc, locomo, name, state_path=state, conversations=picks)
+        table, results = extract_dataset(svc, locomo, name, conversations=picks)
         svc.close()
         assert list(table.index) == picks and (table.jobs_failed == 0).all()
         assert list(table.jobs_run) == sessions
@@ -33,7 +33,7 @@ def test_offline_extractors_end_to_end_into_sqlite(locomo, tmp_path):
             assert (table.ops_proposed == [n_obs[c] for c in picks]).all()
             assert (table.memories <= table.ops_proposed).all() and (table.memories > 0.8 * table.ops_proposed).all()
         svc = open_service("sqlite", path=db)  # restart: everything from disk
-        again, _ = extract_dataset(svc, locomo, name, state_path=state, conversations=picks)
+        again, _ = extract_dataset(svc, locomo, name, conversations=picks)  # cursors saved in the store
         assert again.memories_added.sum() == 0 and again.ops_proposed.sum() == 0
         conv = locomo["conv-26"]
         key = conversation_key(conv)

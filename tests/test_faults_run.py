@@ -150,8 +150,11 @@ def test_extractor_that_writes_nothing_stops_the_run(synthetic_path, tmp_path):
         over = {"extraction.extractor": "llm", "extraction.model": "openai/extractor"}
         with pytest.raises(ExtractionFailed, match="wrote no memory"):
             run_experiment(model(synthetic_path, srv, **over), results=tmp_path, progress=False)
-        state = next((tmp_path / ".cache" / "extract").glob("*/state.json"))
-        assert json.loads(state.read_text()) == {}  # never recorded as done
+        from memlab.memory import SQLiteMemoryService
+
+        store = SQLiteMemoryService(next((tmp_path / ".cache" / "extract").glob("*/store.db")))
+        assert [store.extraction_state(c) for c in ("syn-1", "syn-2")] == [{}, {}]  # never recorded as done
+        store.close()
         run = run_experiment(model(synthetic_path, srv, **over, **{"run.allow_failed_extraction": True}),
                              results=tmp_path, progress=False)
         assert run.info["extraction"]["empty_conversations"] == ["syn-1", "syn-2"]

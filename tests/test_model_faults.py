@@ -295,3 +295,22 @@ def test_extractor_empty_reply_fails_the_job_and_keeps_its_cost():
         r = w.run_job(session("I adopted a puppy named Rex."))
         assert r.status == "failed" and "EmptyReply" in r.reason and r.usage.prompt_tokens == 900
         assert w.counters.model_calls == 1
+
+
+def test_litellm_embedder_waits_for_the_chat_clients_slot_on_the_same_server():
+    from memlab.index.embedders import LiteLLMEmbedder
+
+    llm.import_litellm()  # imported up front, so only the slot can hold the embedding request back
+    with ScriptedServer() as srv:
+        chat = client(srv)  # registers the endpoint: one request at a time
+        ep = llm.registered_endpoint(srv.api_base)
+        assert ep is not None and ep.concurrency == chat.concurrency == 1
+        emb = LiteLLMEmbedder(MODEL, api_base=srv.api_base, api_key="x", num_retries=0)
+        ep.slots.acquire()  # a chat request in flight
+        t = threading.Thread(target=emb.embed, args=(["Alice went to a pottery class"],))
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and not srv.embed_requests  # queued behind the chat request
+        ep.slots.release()
+        t.join(30)
+        assert not t.is_alive() and len(srv.embed_requests) == 1

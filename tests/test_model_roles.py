@@ -7,7 +7,6 @@ import dataclasses
 import pytest
 
 from memlab.run import ConfigError, ExperimentConfig, run_experiment
-from memlab.run.extraction import job_timeout
 from memlab.testing import Reply, ScriptedServer
 from tests.scripted_model import responder
 
@@ -20,6 +19,8 @@ def cfg(**over) -> ExperimentConfig:
 
 
 def test_roles_fall_back_to_models_and_override_one_key_at_a_time():
+    from memlab.run.extraction import job_timeout
+
     c = cfg(**{"models.judge.api_base": "https://api.example.invalid/v1", "models.judge.concurrency": 8,
                "models.extractor.timeout": 300.0})
     assert c.models.resolve("reader") == {"api_base": "http://127.0.0.1:8000/v1", "api_key_env": None,

@@ -80,6 +80,9 @@ def test_bleu1_by_profile():
 
 def test_judge_scores():
     assert LOC.judge_score("CORRECT") == 1.0 and LOC.judge_score("WRONG, because") == 0.0
+    assert LOC.judge_score("The answer is incorrect.") == 0.0
+    with pytest.raises(ValueError, match="not one verdict"):
+        LOC.judge_score("CORRECT or WRONG, hard to say")
     assert MEM0.judge_score('It matches. {"reason": "same", "label": "CORRECT"}') == 1.0
     assert MEM0.judge_score('{"label": "WRONG"}') == 0.0
     with pytest.raises(ValueError, match="no JSON"):

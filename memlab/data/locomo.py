@@ -130,6 +130,7 @@ class LoadReport:
     path: str
     evidence_issues: list[EvidenceIssue] = field(default_factory=list)
     dates_without_session: list[tuple[str, str]] = field(default_factory=list)
+    samples_without_questions: list[str] = field(default_factory=list)
 
     @property
     def malformed_evidence(self) -> list[EvidenceIssue]:
@@ -142,7 +143,8 @@ class LoadReport:
     def summary(self) -> str:
         return (
             f"{len(self.malformed_evidence)} malformed and {len(self.dangling_evidence)} dangling evidence ids; "
-            f"{len(self.dates_without_session)} session dates without turns"
+            f"{len(self.dates_without_session)} session dates without turns; "
+            f"{len(self.samples_without_questions)} samples without questions"
         )
 
 
@@ -244,9 +246,21 @@ def _require(obj: Any, key: str, typ: type | tuple[type, ...], path: str, sample
     if not isinstance(obj, dict) or key not in obj:
         raise _fail(path, sample, key, f"{expected} (key missing)")
     val = obj[key]
-    if not isinstance(val, typ):
+    # bool is a subclass of int: ``"category": true`` would otherwise be read as category 1
+    if not isinstance(val, typ) or (isinstance(val, bool) and bool not in (typ if isinstance(typ, tuple) else (typ,))):
         raise _fail(path, sample, key, expected, val)
     return val
+
+
+def _check_encodable(text: str, path: str, sample: str, key: str) -> str:
+    """Refuse text that cannot be written as UTF-8 (JSON ``\\ud800`` escapes decode to lone surrogates,
+    which every later stage -- hashing, SQLite, the model -- would fail on or drop)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise _fail(path, sample, key, f"text encodable as UTF-8 (a lone surrogate {text[e.start]!r} "
+                                       f"at character {e.start})", text) from None
+    return text
 
 
 def load_locomo(
@@ -288,6 +302,7 @@ def _parse_sample(s: Any, pos: int, path: str, labels: dict[int, str], report: L
     spk_b = _require(conv, "speaker_b", str, path, where, "the second speaker's name")
 
     sessions: list[Session] = []
+    seen_dia: dict[str, str] = {}
     for key in sorted((k for k in conv if _SESSION_KEY.fullmatch(k)), key=lambda k: int(k.split("_")[1])):
         idx = int(key.split("_")[1])
         turns_raw = conv[key]
@@ -307,8 +322,16 @@ def _parse_sample(s: Any, pos: int, path: str, labels: dict[int, str], report: L
             dia = _require(t, "dia_id", str, path, where, f"{tkey}.dia_id as 'D<session>:<turn>'")
             spk = _require(t, "speaker", str, path, where, f"{tkey}.speaker")
             text = _require(t, "text", str, path, where, f"{tkey}.text")
+            for field_name, v in (("dia_id", dia), ("speaker", spk), ("text", text)):
+                _check_encodable(v, path, where, f"{tkey}.{field_name}")
+            if dia in seen_dia:
+                raise _fail(path, where, f"{tkey}.dia_id", f"a dialog id used once (also at {seen_dia[dia]})", dia)
+            seen_dia[dia] = f"session {idx}, turn {j}"
             cap = t.get("blip_caption")
             q = t.get("query")
+            for extra, v in (("blip_caption", cap), ("query", q)):
+                if isinstance(v, str):
+                    _check_encodable(v, path, where, f"{tkey}.{extra}")
             turns.append(
                 Turn(
                     dia_id=dia,
@@ -330,17 +353,26 @@ def _parse_sample(s: Any, pos: int, path: str, labels: dict[int, str], report: L
 
     turn_ids = {t.dia_id for se in sessions for t in se.turns}
     questions = []
-    for qi, q in enumerate(s.get("qa", []) or []):
+    qa = s.get("qa")
+    if qa is not None and not isinstance(qa, list):
+        raise _fail(path, where, "qa", "a list of questions", qa)
+    if not qa:
+        report.samples_without_questions.append(sid)
+    for qi, q in enumerate(qa or []):
         qkey = f"qa[{qi}]"
         if not isinstance(q, dict):
             raise _fail(path, where, qkey, "a question object", q)
-        text = _require(q, "question", str, path, where, f"{qkey}.question text")
+        text = _check_encodable(_require(q, "question", str, path, where, f"{qkey}.question text"),
+                                path, where, f"{qkey}.question")
         cat = _require(q, "category", int, path, where, f"{qkey}.category as an integer 1-5")
         if cat not in labels:
             raise _fail(path, where, f"{qkey}.category", f"one of {sorted(labels)}", cat)
         ans = q.get("answer")
-        if ans is not None and not isinstance(ans, (str, int, float)):
+        if ans is not None and (not isinstance(ans, (str, int, float)) or isinstance(ans, bool)):
             raise _fail(path, where, f"{qkey}.answer", "a string or number", ans)
+        for k in ("answer", "adversarial_answer"):
+            if isinstance(q.get(k), str):
+                _check_encodable(q[k], path, where, f"{qkey}.{k}")
         if ans is None and cat != 5:
             raise _fail(path, where, f"{qkey}.answer", f"an answer (category {cat} questions need one)")
         ev_raw = q.get("evidence", [])
@@ -386,6 +418,7 @@ def _parse_sample(s: Any, pos: int, path: str, labels: dict[int, str], report: L
             for fi, item in enumerate(facts or []):
                 if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
                     raise _fail(path, where, f"observation.{okey}.{spk}[{fi}]", "[fact text, dia_id or ids]", item)
+                _check_encodable(item[0], path, where, f"observation.{okey}.{spk}[{fi}]")
                 ids = item[1] if isinstance(item[1], list) else [item[1]]
                 rec = tuple(dict.fromkeys(x for i in ids for x in recover_evidence_ids(str(i))))
                 observations.append(Observation(sidx, spk, item[0], rec))
@@ -394,6 +427,7 @@ def _parse_sample(s: Any, pos: int, path: str, labels: dict[int, str], report: L
     for skey, text in (s.get("session_summary") or {}).items():
         m = re.fullmatch(r"session_(\d+)_summary", skey)
         if m and isinstance(text, str):
+            _check_encodable(text, path, where, f"session_summary.{skey}")
             summaries[int(m.group(1))] = text
 
     return Conversation(

@@ -102,6 +102,8 @@ class ScoringProfile:
 
 
 # ------------------------------------------------------------------------------------ locomo
+_VERDICT = re.compile(r"\b(CORRECT|WRONG|INCORRECT)\b")
+
 class LocomoProfile(ScoringProfile):
     """The official LoCoMo metric (`memlab.eval.scoring`), memlab's default; J from ``judge.prompt``."""
 
@@ -117,7 +119,11 @@ class LocomoProfile(ScoringProfile):
         return scoring.bleu1(prediction, answer, category)
 
     def judge_score(self, text: str) -> float:
-        return 1.0 if text.strip().upper().startswith("CORRECT") else 0.0
+        """memlab's verdict rule (`memlab.answer.llm_arms.verdict`): one of CORRECT / WRONG (INCORRECT)."""
+        found = {w.replace("INCORRECT", "WRONG") for w in _VERDICT.findall(text.upper())}
+        if len(found) != 1:
+            raise ValueError(f"judge reply {text[:80]!r} is not one verdict (CORRECT or WRONG)")
+        return 1.0 if found == {"CORRECT"} else 0.0
 
 
 # -------------------------------------------------------------------------------------- mem0

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from tqdm.auto import tqdm
 
-from memlab.atomic import write_json
 from memlab.data.locomo import Conversation, LoCoMo
 from memlab.extract.checkers import Checker
 from memlab.extract.extractors import EXTRACTORS, Extractor
@@ -37,15 +34,32 @@ def resolve_extractor(extractor: Extractor | str, **params: Any) -> Extractor:
 
 def trace_rows(conversation_id: str, results: Sequence[JobResult]) -> list[dict[str, Any]]:
     """The extraction trace lines of some jobs: every applied/skipped/failed op, dropped proposal, failed job."""
-    rows: list[dict[str, Any]] = []
+    return [row for _, _, row in keyed_trace_rows(conversation_id, results)]
+
+
+def job_id(res: JobResult) -> str:
+    """A job's identity in the trace: its cursor, its messages and its outcome. The same job run
+    again (a rerun, a second process on the same cache) has the same id, so its lines are stored once;
+    a failed attempt and the later success are different ids, so both stay visible."""
+    before = res.cursor_before.isoformat() if res.cursor_before else "-"
+    span = f"{res.delta_ids[0]}..{res.delta_ids[-1]}" if res.delta_ids else "-"
+    return f"{res.session_id}|{before}|{span}|{res.status}"
+
+
+def keyed_trace_rows(conversation_id: str, results: Sequence[JobResult]) -> list[tuple[str, int, dict[str, Any]]]:
+    """`trace_rows` with each line's (job id, line number), the key under which a store saves it once."""
+    out: list[tuple[str, int, dict[str, Any]]] = []
     for res in results:
+        rows: list[dict[str, Any]] = []
         for a in res.applied:
             rows.append({"conversation": conversation_id, "job_status": res.status, **a.to_dict()})
         for reason in res.dropped:
             rows.append({"conversation": conversation_id, "job_status": res.status, "dropped": reason})
         if res.status == "failed":
             rows.append({"conversation": conversation_id, "job_status": "failed", "reason": res.reason})
-    return rows
+        jid = job_id(res)
+        out.extend((jid, i, r) for i, r in enumerate(rows))
+    return out
 
 
 def extract_conversation(
@@ -77,7 +91,6 @@ def extract_dataset(
     extractor_params: dict[str, Any] | None = None,
     checkers: Sequence[Checker] = (),
     reconcile: ReconcileConfig | None = None,
-    state_path: str | Path | None = None,
     conversations: Sequence[str] | None = None,
     on_conversation: Callable[[Conversation, AutoMemoryWorker], None] | None = None,
     worker_params: dict[str, Any] | None = None,
@@ -86,33 +99,30 @@ def extract_dataset(
 
     ``extractor`` is an `Extractor` (bound to each conversation in turn) or a registered name built
     with ``extractor_params``.
-    With ``state_path`` the chat sessions' cursors are read from and written to that JSON file
-    (after each conversation), so a rerun over the same sessions resumes after the cursor, adds
-    nothing twice, and retries only jobs that failed. A conversation with text that ends with no
-    memory at all is not recorded as done (its cursor is not saved), so a rerun extracts it again.
-    ``on_conversation`` sees each finished worker.
+    Each conversation's chat-session cursor and its trace lines are saved in the service (for
+    SQLite: in the store file, in one transaction with each other, after each conversation), so a
+    rerun on the same store resumes after the cursor, adds nothing twice and retries only jobs that
+    failed; the store's own integrity check covers them, and a store rebuilt after corruption has
+    no cursor, so everything is extracted again. A conversation with text that ends with no memory
+    at all is not recorded as done (no cursor is saved), so a rerun extracts it again.
+    ``service.extraction_trace()`` reads the trace back. ``on_conversation`` sees each finished worker.
     """
-    states: dict[str, dict[str, Any]] = {}
-    if state_path is not None and Path(state_path).is_file():
-        states = json.loads(Path(state_path).read_text())
     rows, results = [], []
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
     base = resolve_extractor(extractor, **(extractor_params or {}))
     for conv in tqdm(convs, desc=f"extract ({base.name})", leave=False):
         key = conversation_key(conv)
         before = service.count(key)
-        chat = ChatSession(id=f"locomo:{conv.sample_id}", key=key, state=dict(states.get(conv.sample_id, {})))
+        saved = service.extraction_state(conv.sample_id) or {}
+        chat = ChatSession(id=f"locomo:{conv.sample_id}", key=key, state=dict(saved))
         ex = base.bind(conv)
         chat, worker = extract_conversation(service, conv, ex, checkers, reconcile, session=chat,
                                             worker_params=worker_params)
         c = worker.counters
-        if service.count(key) == 0 and conv.turns:
-            states.pop(conv.sample_id, None)  # nothing written: never cached as done
-        else:
-            states[conv.sample_id] = {k: (v.isoformat() if hasattr(v, "isoformat") else v)
-                                      for k, v in chat.state.items()}
-        if state_path is not None:
-            write_json(state_path, states)
+        state: dict[str, Any] = {}
+        if not (service.count(key) == 0 and conv.turns):  # nothing written: never cached as done
+            state = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in chat.state.items()}
+        service.save_extraction(conv.sample_id, state, keyed_trace_rows(conv.sample_id, worker.results))
         if on_conversation is not None:
             on_conversation(conv, worker)
         rows.append({"conversation": conv.sample_id, "sessions": len(conv.sessions), "turns": len(conv.turns),

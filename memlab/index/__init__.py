@@ -31,11 +31,14 @@ def open_service(
     keyword: str = "tfidf",
     embedding_cache: str | os.PathLike[str] | None = None,
     index_path: str | os.PathLike[str] | None = None,
+    on_corrupt: str = "raise",
     **index_params: Any,
 ) -> MemoryService:
     """A `MemoryService` with a `HybridIndex` attached; with SQLite at ``path`` the index is saved
     (``index_path``, default ``<path>.index``) on close and reused on open where it still matches
-    the store (the store is the truth: a key whose memories changed is rebuilt)."""
+    the store (the store is the truth: a key whose memories changed is rebuilt). ``on_corrupt``:
+    what a store file failing its integrity check does -- ``"raise"`` (a durable store) or
+    ``"rebuild"`` (a cache: reported, set aside, started empty)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     persist = None
@@ -45,7 +48,7 @@ def open_service(
                            cache_path=None if embedding_cache is None else str(embedding_cache), **index_params)
     if backend == "memory":
         return InMemoryMemoryService(searcher)
-    svc = SQLiteMemoryService(":memory:" if path is None else path, searcher)
+    svc = SQLiteMemoryService(":memory:" if path is None else path, searcher, on_corrupt=on_corrupt)
     for key in searcher.keys():
         searcher.verify_against(key, svc.list(key))
     return svc

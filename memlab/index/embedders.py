@@ -14,12 +14,12 @@ import os
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from memlab.cache_integrity import crc, open_sqlite_cache, report
 from memlab.index.text import analyze
 from memlab.registry import Registry
 
@@ -58,6 +58,14 @@ class Embedder(ABC):
     def clone(self) -> Embedder:
         return type(self)(**self.get_params())
 
+    def fitted_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        """What a fit learned, as JSON-able values and arrays (for a saved index; no pickle).
+        None: nothing to save (a pretrained model)."""
+        return None
+
+    def load_fitted_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Embedder:
+        raise NotImplementedError(f"{type(self).__name__} has no fitted state")
+
 
 @EMBEDDERS.register("tfidf-lsa")
 class TfidfLSAEmbedder(Embedder):
@@ -81,6 +89,28 @@ class TfidfLSAEmbedder(Embedder):
         self.idf_: np.ndarray | None = None
         self.components_: np.ndarray | None = None
         self.corpus_fingerprint_: str | None = None
+
+    def fitted_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        if self.vocabulary_ is None:
+            return None
+        terms = [""] * len(self.vocabulary_)
+        for t, j in self.vocabulary_.items():
+            terms[j] = t
+        return ({"params": self._params, "terms": terms, "corpus_fingerprint": self.corpus_fingerprint_},
+                {"idf": self.idf_, "components": self.components_})
+
+    def load_fitted_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> TfidfLSAEmbedder:
+        if meta["params"] != self._params:
+            raise ValueError(f"fitted with {meta['params']}, this embedder has {self._params}")
+        terms = meta["terms"]
+        idf = np.asarray(arrays["idf"], dtype=np.float32)
+        comp = np.asarray(arrays["components"], dtype=np.float32)
+        if idf.shape != (len(terms),) or comp.ndim != 2 or comp.shape[1] != len(terms):
+            raise ValueError(f"fitted arrays do not match a {len(terms)}-term vocabulary")
+        self.vocabulary_ = {t: j for j, t in enumerate(terms)}
+        self.idf_, self.components_ = idf, comp
+        self.corpus_fingerprint_ = meta["corpus_fingerprint"]
+        return self
 
     def _terms(self, text: str) -> list[str]:
         toks = list(analyze(text))
@@ -218,7 +248,8 @@ class MiniLMEmbedder(Embedder):
 
 @EMBEDDERS.register("litellm")
 class LiteLLMEmbedder(Embedder):
-    """An embedding model behind litellm (imported lazily: litellm takes seconds to import)."""
+    """An embedding model behind litellm, called through `memlab.llm.ModelClient` (the chat calls'
+    retries, endpoint slots and accounting); litellm is imported on the first call."""
 
     def __init__(self, model: str, batch_size: int = 128, api_base: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0, num_retries: int = 2):
@@ -230,31 +261,35 @@ class LiteLLMEmbedder(Embedder):
         self.api_key = api_key
         self.timeout = timeout
         self.num_retries = num_retries
+        self._client: Any = None
+        self.usage_tokens = 0
+        """Tokens embedded through the model (what the provider bills), summed over calls."""
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from memlab.llm import ModelClient, registered_endpoint
+
+            shared = registered_endpoint(self.api_base)  # queue behind the chat clients of the same server
+            self._client = ModelClient(self.model, api_base=self.api_base, api_key=self.api_key,
+                                       timeout=self.timeout, max_retries=self.num_retries,
+                                       concurrency=shared.concurrency if shared is not None else None)
+        return self._client
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        from memlab.llm import import_litellm
-
-        litellm = import_litellm()
         out: list[np.ndarray] = []
         texts = list(texts)
+        where = f" at {self.api_base}" if self.api_base else ""
         for i in range(0, len(texts), self.batch_size):
             batch = texts[i:i + self.batch_size]
-            kw: dict[str, Any] = {"model": self.model, "input": batch, "timeout": self.timeout,
-                                  "num_retries": self.num_retries}
-            if self.api_base:
-                kw["api_base"] = self.api_base
-            if self.api_key:
-                kw["api_key"] = self.api_key
-            where = f" at {self.api_base}" if self.api_base else ""
             try:
-                resp = litellm.embedding(**kw)
+                vecs, usage, _ = self.client.embed(batch)
             except Exception as e:
                 raise RuntimeError(f"{self.model}{where}: embedding call failed ({type(e).__name__}: "
                                    f"{str(e)[:200]}); a chat server often serves no embeddings: give the "
                                    "embedder its own endpoint (models.embedder.api_base) or use a local "
                                    "embedder (index.embedder: tfidf-lsa or minilm)") from e
-            data = sorted(resp.data, key=lambda d: d["index"] if isinstance(d, dict) else d.index)
-            vecs = [d["embedding"] if isinstance(d, dict) else d.embedding for d in data]
+            self.usage_tokens += usage.prompt_tokens
             if len(vecs) != len(batch):
                 raise RuntimeError(f"{self.model}: asked for {len(batch)} embeddings, got {len(vecs)}")
             nested = next((v for v in vecs if v and isinstance(v[0], (list, tuple))), None)
@@ -275,6 +310,7 @@ class LiteLLMEmbedder(Embedder):
         state = dict(self.__dict__)
         state["api_key"] = None  # credentials are never pickled with an index
         state["_params"] = {**state["_params"], "api_key": None}
+        state["_client"] = None  # a client holds locks and connections: rebuilt on use
         return state
 
 
@@ -306,16 +342,33 @@ class CachedEmbedder(Embedder):
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
-            Path(self.cache_path).parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.cache_path, check_same_thread=False)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(
-                "CREATE TABLE IF NOT EXISTS emb (eid TEXT, h TEXT, dim INTEGER, v BLOB, PRIMARY KEY (eid, h))"
-            )
+            self._conn = open_sqlite_cache(self.cache_path, "embedding-cache", _check_embedding_db)
         return self._conn
+
+    def _valid(self, eid: str, h: str, dim: int, v: bytes, c: int) -> np.ndarray | None:
+        """A cached vector, or None (reported, deleted) when its checksum or shape is wrong."""
+        arr = np.frombuffer(v, dtype=np.float32) if isinstance(v, bytes) and len(v) == 4 * dim else None
+        problem = None
+        if crc(eid, h, dim, v) != c:
+            problem = "fails its checksum"
+        elif arr is None or not np.isfinite(arr).all():
+            problem = "is not a finite vector of its dimension"
+        if problem is None:
+            return arr
+        report("embedding-cache", self.cache_path, f"entry {eid}/{h[:12]} {problem}", "entry dropped, text re-embedded")
+        with self._conn:
+            self._conn.execute("DELETE FROM emb WHERE eid=? AND h=?", (eid, h))
+        return None
 
     def fit(self, corpus: list[str]) -> CachedEmbedder:
         self.embedder.fit(corpus)
+        return self
+
+    def fitted_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        return self.embedder.fitted_state()
+
+    def load_fitted_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> CachedEmbedder:
+        self.embedder.load_fitted_state(meta, arrays)
         return self
 
     @property
@@ -331,9 +384,11 @@ class CachedEmbedder(Embedder):
             db = self._db()
             for i in range(0, len(hashes), 500):
                 chunk = list(set(hashes[i:i + 500]))
-                q = f"SELECT h, dim, v FROM emb WHERE eid=? AND h IN ({','.join('?' * len(chunk))})"
-                for h, dim, v in db.execute(q, [eid, *chunk]):
-                    found[h] = np.frombuffer(v, dtype=np.float32, count=dim)
+                q = f"SELECT h, dim, v, crc FROM emb WHERE eid=? AND h IN ({','.join('?' * len(chunk))})"
+                for h, dim, v, c in db.execute(q, [eid, *chunk]).fetchall():
+                    arr = self._valid(eid, h, dim, v, c)
+                    if arr is not None:
+                        found[h] = arr
         missing = list(dict.fromkeys(h for h in hashes if h not in found))
         self.hits += len(texts) - sum(1 for h in hashes if h in missing)
         self.misses += len(missing)
@@ -343,15 +398,35 @@ class CachedEmbedder(Embedder):
             with self._lock:
                 db = self._db()
                 with db:
-                    db.executemany(
-                        "INSERT OR REPLACE INTO emb VALUES (?,?,?,?)",
-                        [(eid, h, int(v.shape[0]), v.astype(np.float32).tobytes()) for h, v in zip(missing, vecs)],
-                    )
+                    rows = []
+                    for h, v in zip(missing, vecs):
+                        b = np.ascontiguousarray(v, dtype=np.float32).tobytes()
+                        rows.append((eid, h, int(v.shape[0]), b, crc(eid, h, int(v.shape[0]), b)))
+                    db.executemany("INSERT OR REPLACE INTO emb VALUES (?,?,?,?,?)", rows)
             for h, v in zip(missing, vecs):
                 found[h] = v
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         return np.ascontiguousarray(np.vstack([found[h] for h in hashes]), dtype=np.float32)
+
+
+#: Format of the embedding cache file; a file of another format is reported and started afresh.
+EMBEDDING_CACHE_FORMAT = 2
+
+
+def _check_embedding_db(conn: sqlite3.Connection) -> str | None:
+    conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    row = conn.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+    if row is None and "emb" in tables:
+        return "written by an older memlab (no format version, no checksums)"
+    if row is not None and row[0] != str(EMBEDDING_CACHE_FORMAT):
+        return f"format version {row[0]}, this memlab reads {EMBEDDING_CACHE_FORMAT}"
+    with conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS emb (eid TEXT, h TEXT, dim INTEGER, v BLOB, crc INTEGER NOT NULL, "
+                     "PRIMARY KEY (eid, h))")
+        conn.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (str(EMBEDDING_CACHE_FORMAT),))
+    return None
 
 
 #: Embedders whose spec needs a model after the colon (``litellm:<model>``).

@@ -16,17 +16,17 @@ again without the kind, merge after the kind hits) -> optional order by event ti
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import pickle
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import faiss
 import numpy as np
 
+from memlab.atomic import write_with
+from memlab.cache_integrity import quarantine, report
 from memlab.data.locomo import format_day
 from memlab.index.dense import DenseIndex
 from memlab.index.embedders import Embedder, make_embedder
@@ -49,7 +49,7 @@ DEPTH_FACTOR = 10
 #: Rocchio weight of the feedback centroid (``SearchOptions.feedback``), measured in the recall benchmark.
 FEEDBACK_WEIGHT = 0.5
 #: Version of the saved-index format; a file of another version is ignored and rebuilt.
-INDEX_FORMAT = 3
+INDEX_FORMAT = 4
 
 
 def index_text(entry: MemoryEntry, with_date: bool = True) -> str:
@@ -88,6 +88,32 @@ class _KeyState:
     word_sets: list[frozenset[str]] = field(default_factory=list)
     matrix: np.ndarray | None = None  # the rows' dense vectors, in row order
     row_of: dict[str, int] = field(default_factory=dict)
+    stale: bool = False  # another process may have changed the store: re-read the rows before use
+
+
+@dataclass
+class _SavedKey:
+    """A key as read from a saved index, used once the store's rows are known to match it."""
+
+    fingerprint: str
+    fit_n: int
+    fit_version: int
+    ids: list[str]
+    hashes: list[str]
+    vfit: list[int]
+    vectors: np.ndarray
+    embedder_meta: dict[str, Any] | None
+    embedder_arrays: dict[str, np.ndarray]
+
+
+def entries_fingerprint(entries: list[MemoryEntry]) -> str:
+    """sha256 over a key's memories (every field): a saved index is used only for exactly these rows."""
+    h = hashlib.sha256()
+    for e in sorted(entries, key=lambda e: e.id):
+        h.update(json.dumps([e.id, e.text, e.kind, list(e.topics), str(e.event_time), list(e.participants),
+                             e.location, list(e.source_ids), str(e.created_at), str(e.updated_at)]
+                            ).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
 
 
 class HybridIndex:
@@ -113,6 +139,7 @@ class HybridIndex:
         self.cache_path = cache_path
         self.persist_path = persist_path
         self._states: dict[UserKey, _KeyState] = {}
+        self._saved: dict[UserKey, _SavedKey] = {}
         self._shared_embedder: Embedder | None = None
         self.builds = 0
         if persist_path and Path(persist_path).is_file():
@@ -120,7 +147,24 @@ class HybridIndex:
 
     def keys(self) -> list[UserKey]:
         """Keys this index holds state for (loaded from disk or seen since start-up)."""
-        return list(self._states)
+        return list(dict.fromkeys([*self._states, *self._saved]))
+
+    def mark_stale(self) -> None:
+        """Another writer changed the store: every key re-reads its rows before its next search."""
+        for st in self._states.values():
+            st.stale = True
+
+    def refresh(self, key: UserKey, entries: list[MemoryEntry]) -> None:
+        """Take the store's current rows for a key (the store is the truth); vectors of unchanged
+        texts are kept, so only what changed is embedded again."""
+        st = self._states.get(key)
+        if st is None:
+            return
+        new = {e.id: e for e in entries}
+        if new != st.entries:
+            st.entries = new
+            st.dirty = True
+        st.stale = False
 
     # ------------------------------------------------------------------ store hooks (Searcher)
     def on_upsert(self, entry: MemoryEntry) -> None:
@@ -181,6 +225,12 @@ class HybridIndex:
         live = {e.id for e in rows}
         for mid in [m for m in st.vectors if m not in live]:
             del st.vectors[mid]
+        self._derive(st, rows, texts)
+        self.builds += 1
+
+    def _derive(self, st: _KeyState, rows: list[MemoryEntry], texts: list[str]) -> None:
+        """Everything cheap that follows from the rows and their vectors (FAISS, keyword scorers, masks)."""
+        n = len(rows)
         st.rows = rows
         st.row_of = {e.id: i for i, e in enumerate(rows)}
         if n:
@@ -199,13 +249,15 @@ class HybridIndex:
             for p in e.participants:
                 st.participants.setdefault(p.lower(), np.zeros(n, dtype=bool))[r] = True
         st.dirty = False
-        self.builds += 1
 
     def ensure_built(self, key: UserKey, load_entries: Callable[[], list[MemoryEntry]]) -> _KeyState:
         st = self._states.get(key)
         if st is None:
-            st = _KeyState(entries={e.id: e for e in load_entries()})
+            entries = load_entries()
+            st = self._from_saved(key, entries) or _KeyState(entries={e.id: e for e in entries})
             self._states[key] = st
+        elif st.stale:
+            self.refresh(key, load_entries())
         if st.dirty:
             self._build(st)
         return st
@@ -369,28 +421,49 @@ class HybridIndex:
 
     # ------------------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike[str] | None = None) -> Path:
-        """Write every key's fitted embedder, vectors and keyword model next to the store (atomic)."""
+        """Write every key's fitted embedder and vectors (atomic; NumPy ``.npz``, no pickle).
+
+        The file holds a JSON manifest (format version, settings, per-key fingerprint of the store's
+        rows) and a sha256 of the manifest and of every array, checked on load. FAISS and keyword
+        structures are rebuilt from the vectors on load (milliseconds at LoCoMo size); what is kept is
+        what costs: the embedder fit and the embeddings.
+        """
         target = Path(path or self.persist_path or "")
         if not str(target):
             raise ValueError("HybridIndex.save: no path given and no persist_path set")
         target.parent.mkdir(parents=True, exist_ok=True)
-        blob: dict[str, Any] = {"version": INDEX_FORMAT, "config": self._config(), "keys": {}}
+        keys: list[dict[str, Any]] = []
+        arrays: dict[str, np.ndarray] = {}
+        saved = dict(self._saved)
         for key, st in self._states.items():
-            dense = None
-            if st.dense is not None and st.dense.index_ is not None:
-                dense = faiss.serialize_index(st.dense.index_)
-            blob["keys"][(key.app_name, key.user_id)] = {
-                "entries": st.entries, "dirty": st.dirty, "rows": st.rows, "embedder": st.embedder,
-                "fit_n": st.fit_n, "fit_version": st.fit_version, "vectors": st.vectors, "dense": dense,
-                "effective_factory": None if st.dense is None else st.dense.effective_factory_,
-                "keyword": st.keyword, "tfidf": st.tfidf, "is_fact": st.is_fact, "event_ts": st.event_ts,
-                "participants": st.participants, "word_sets": st.word_sets, "matrix": st.matrix,
-                "row_of": st.row_of,
-            }
-        fd, tmp = tempfile.mkstemp(prefix=".index.", dir=target.parent)
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(blob, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, target)
+            if st.dirty or st.stale:
+                continue  # not built from the store's current rows: nothing trustworthy to save
+            fitted = st.embedder.fitted_state() if st.embedder is not None and st.embedder.needs_fit else None
+            if st.embedder is not None and st.embedder.needs_fit and fitted is None and st.rows:
+                continue
+            ids = [e.id for e in st.rows]
+            mat = st.matrix if st.matrix is not None and ids else np.zeros((0, 0))
+            saved[key] = _SavedKey(
+                fingerprint=entries_fingerprint(list(st.entries.values())), fit_n=st.fit_n,
+                fit_version=st.fit_version, ids=ids, hashes=[st.vectors[i][0] for i in ids],
+                vfit=[int(st.vectors[i][1]) for i in ids],
+                vectors=np.asarray(mat, dtype=np.float32), embedder_meta=None if fitted is None else fitted[0],
+                embedder_arrays={} if fitted is None else fitted[1])
+        for i, (key, sk) in enumerate(saved.items()):
+            prefix = f"k{i}"
+            arrays[f"{prefix}.vectors"] = sk.vectors
+            for name, arr in sk.embedder_arrays.items():
+                arrays[f"{prefix}.emb.{name}"] = np.asarray(arr)
+            keys.append({"app_name": key.app_name, "user_id": key.user_id, "prefix": prefix,
+                         "fingerprint": sk.fingerprint, "fit_n": sk.fit_n, "fit_version": sk.fit_version,
+                         "ids": sk.ids, "hashes": sk.hashes, "vfit": sk.vfit, "embedder_meta": sk.embedder_meta,
+                         "embedder_arrays": sorted(sk.embedder_arrays)})
+        manifest = {"format": "memlab-index", "version": INDEX_FORMAT, "config": self._config(), "keys": keys,
+                    "sha256": {name: _array_sha(arr) for name, arr in arrays.items()}}
+        mbytes = json.dumps(manifest, sort_keys=True).encode("utf-8", "surrogatepass")
+        arrays["manifest"] = np.frombuffer(mbytes, dtype=np.uint8)
+        arrays["manifest_sha256"] = np.frombuffer(hashlib.sha256(mbytes).hexdigest().encode("ascii"), dtype=np.uint8)
+        write_with(target, lambda f: np.savez(f, **arrays), binary=True)
         return target
 
     def _config(self) -> dict[str, Any]:
@@ -400,43 +473,100 @@ class HybridIndex:
                 "embedder_params": params, "date_in_text": self.date_in_text}
 
     def load(self, path: str | os.PathLike[str]) -> bool:
-        """Reuse a saved index; False (and the store rebuilds it lazily) when the file is unreadable,
-        of another format version, or built with other settings."""
+        """Read a saved index; False when there is none for these settings. A file that is
+        unreadable, truncated, of another format version or fails a checksum is reported (by path),
+        moved aside and rebuilt from the store -- never used."""
         try:
-            with open(path, "rb") as f:
-                blob = pickle.load(f)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError):
+            manifest, arrays = _read_index_file(path)
+        except _BadIndex as e:
+            moved = quarantine(path)
+            report("index", path, str(e), "rebuilt from the store", moved)
             return False
-        if not isinstance(blob, dict) or blob.get("version") != INDEX_FORMAT or blob.get("config") != self._config():
-            return False
-        for (app, user), d in blob["keys"].items():
-            dense = None
-            if d["dense"] is not None:
-                dense = DenseIndex(self.index)
-                dense.index_ = faiss.deserialize_index(d["dense"])
-                dense.effective_factory_ = d["effective_factory"]
-            emb = d["embedder"]
-            if emb is not None and not emb.needs_fit:
-                emb = self._new_embedder()  # pretrained: the live instance (credentials are not persisted)
-            d["embedder"] = emb
-            self._states[UserKey(app, user)] = _KeyState(
-                entries=d["entries"], dirty=d["dirty"], rows=d["rows"], embedder=d["embedder"], fit_n=d["fit_n"],
-                fit_version=d["fit_version"], vectors=d["vectors"], dense=dense, keyword=d["keyword"],
-                tfidf=d["tfidf"],
-                is_fact=d["is_fact"], event_ts=d["event_ts"], participants=d["participants"],
-                word_sets=d["word_sets"], matrix=d["matrix"], row_of=d["row_of"],
-            )
+        if manifest.get("config") != self._config():
+            return False  # built with other settings: not corrupt, just not this index
+        for k in manifest["keys"]:
+            pre = k["prefix"]
+            self._saved[UserKey(k["app_name"], k["user_id"])] = _SavedKey(
+                fingerprint=k["fingerprint"], fit_n=int(k["fit_n"]), fit_version=int(k["fit_version"]),
+                ids=list(k["ids"]), hashes=list(k["hashes"]), vfit=[int(x) for x in k["vfit"]],
+                vectors=arrays[f"{pre}.vectors"], embedder_meta=k["embedder_meta"],
+                embedder_arrays={n: arrays[f"{pre}.emb.{n}"] for n in k["embedder_arrays"]})
         return True
 
+    def _from_saved(self, key: UserKey, entries: list[MemoryEntry]) -> _KeyState | None:
+        """A key's state from the saved index, if it was saved for exactly these rows."""
+        sk = self._saved.pop(key, None)
+        if sk is None or sk.fingerprint != entries_fingerprint(entries) or set(sk.ids) != {e.id for e in entries}:
+            return None
+        emb = self._new_embedder()
+        if sk.embedder_meta is not None:
+            try:
+                emb.load_fitted_state(sk.embedder_meta, sk.embedder_arrays)
+            except (ValueError, KeyError, NotImplementedError):
+                return None
+        elif emb.needs_fit and entries:
+            return None
+        st = _KeyState(entries={e.id: e for e in entries}, embedder=emb, fit_n=sk.fit_n, fit_version=sk.fit_version)
+        rows = sorted(entries, key=lambda e: (e.created_at, e.id))
+        texts = [index_text(e, self.date_in_text) for e in rows]
+        if len(sk.ids) != len(sk.vectors) and sk.ids:
+            return None
+        st.vectors = {mid: (hsh, fv, sk.vectors[i]) for i, (mid, hsh, fv) in enumerate(zip(sk.ids, sk.hashes, sk.vfit))}
+        if any(st.vectors[e.id][0] != _h(t) for e, t in zip(rows, texts)):
+            return None  # saved for other index texts (e.g. date_in_text changed)
+        self._derive(st, rows, texts)
+        return st
+
     def verify_against(self, key: UserKey, entries: list[MemoryEntry]) -> None:
-        """Drop a loaded key whose entries differ from the store's (the store is the truth)."""
-        st = self._states.get(key)
-        if st is not None and {e.id: e for e in entries} != st.entries:
-            self._states[key] = _KeyState(entries={e.id: e for e in entries})
+        """Use the saved state of a key only if the store holds exactly the rows it was built from
+        (the store is the truth); a live key whose rows changed is refreshed."""
+        if key in self._states:
+            self.refresh(key, entries)
+            return
+        st = self._from_saved(key, entries)
+        if st is not None:
+            self._states[key] = st
 
     def close(self) -> None:
         if self.persist_path:
             self.save(self.persist_path)
+
+
+class _BadIndex(Exception):
+    pass
+
+
+def _array_sha(arr: np.ndarray) -> str:
+    a = np.ascontiguousarray(arr)
+    return hashlib.sha256(f"{a.dtype.str}{a.shape}".encode() + a.tobytes()).hexdigest()
+
+
+def _read_index_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The manifest and arrays of a saved index, every checksum verified (`_BadIndex` says what is wrong)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {name: z[name] for name in z.files}
+    except Exception as e:  # zipfile.BadZipFile, CRC errors, truncation, ValueError on object arrays
+        raise _BadIndex(f"unreadable ({type(e).__name__}: {str(e)[:120]})") from None
+    if "manifest" not in arrays or "manifest_sha256" not in arrays:
+        raise _BadIndex("no manifest (not a memlab index file)")
+    mbytes = arrays.pop("manifest").tobytes()
+    if hashlib.sha256(mbytes).hexdigest().encode("ascii") != arrays.pop("manifest_sha256").tobytes():
+        raise _BadIndex("manifest fails its sha256")
+    try:
+        manifest = json.loads(mbytes)
+    except ValueError as e:
+        raise _BadIndex(f"manifest is not JSON ({e})") from None
+    if manifest.get("format") != "memlab-index" or manifest.get("version") != INDEX_FORMAT:
+        raise _BadIndex(f"format {manifest.get('format')!r} version {manifest.get('version')!r}, "
+                        f"this memlab reads memlab-index version {INDEX_FORMAT}")
+    sums = manifest.get("sha256", {})
+    if set(sums) != set(arrays):
+        raise _BadIndex("arrays do not match the manifest")
+    for name, arr in arrays.items():
+        if _array_sha(arr) != sums[name]:
+            raise _BadIndex(f"array {name} fails its sha256")
+    return manifest, arrays
 
 
 def _with(h: SearchHit, **changes: Any) -> SearchHit:

@@ -68,6 +68,11 @@ class OpRecord:
     error: str | None = None
 
 
+def _fields_of(e: MemoryEntry) -> dict[str, Any]:
+    return {"text": e.text, "kind": e.kind, "topics": e.topics, "event_time": e.event_time,
+            "participants": e.participants, "location": e.location, "source_ids": e.source_ids}
+
+
 def _inputs(fields: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for k, v in fields.items():
@@ -184,34 +189,43 @@ class MemoryService(ABC):
 
         Fields not given keep their value; ``source_ids`` given are merged with the old provenance.
         """
+        # read-modify-write in one write transaction: a concurrent writer (another process on the
+        # same SQLite file) can neither slip in between the read and the write nor be overwritten
+        unknown = set(fields) - {"topics", "event_time", "participants", "location", "source_ids"}
+        if unknown:
+            raise MemoryValidationError(f"update: unknown field(s) {sorted(unknown)}")
         with self._lock:
-            current = self._get(key, memory_id)
-            if current is None:
-                self._record(key, "update", memory_id, {"text": text}, "not_found")
-                return UpdateResult("not_found")
-            unknown = set(fields) - {"topics", "event_time", "participants", "location", "source_ids"}
-            if unknown:
-                raise MemoryValidationError(f"update: unknown field(s) {sorted(unknown)}")
-            raw = {
-                "text": text,
-                "kind": kind or current.kind,
-                "topics": fields.get("topics", current.topics),
-                "event_time": fields.get("event_time", current.event_time),
-                "participants": fields.get("participants", current.participants),
-                "location": fields.get("location", current.location),
-                "source_ids": tuple(current.source_ids) + tuple(fields.get("source_ids") or ()),
-            }
-            try:
-                f = validate_fields(**raw)
-                check_time_awareness(f["event_time"], self._any_event_time(key, memory_id), "event_time")
-            except MemoryValidationError as e:
-                self._record(key, "update", memory_id, {"text": text}, "error", str(e))
-                raise
-            entry = current.with_changes(updated_at=datetime.now(timezone.utc), **f)
+            error: MemoryValidationError | None = None
             with self._transaction():
-                self._write(entry)
-                self._record(key, "update", memory_id, f, "updated")
-            return UpdateResult("ok", entry)
+                current = self._get(key, memory_id)
+                if current is None:
+                    self._record(key, "update", memory_id, {"text": text}, "not_found")
+                    return UpdateResult("not_found")
+                try:
+                    entry = self._updated(key, current, text, kind, fields)
+                except MemoryValidationError as e:
+                    error = e
+                else:
+                    self._write(entry)
+                    self._record(key, "update", memory_id, _fields_of(entry), "updated")
+                    return UpdateResult("ok", entry)
+            self._record(key, "update", memory_id, {"text": text}, "error", str(error))
+            raise error
+
+    def _updated(self, key: UserKey, current: MemoryEntry, text: str, kind: str | None,
+                 fields: dict[str, Any]) -> MemoryEntry:
+        raw = {
+            "text": text,
+            "kind": kind or current.kind,
+            "topics": fields.get("topics", current.topics),
+            "event_time": fields.get("event_time", current.event_time),
+            "participants": fields.get("participants", current.participants),
+            "location": fields.get("location", current.location),
+            "source_ids": tuple(current.source_ids) + tuple(fields.get("source_ids") or ()),
+        }
+        f = validate_fields(**raw)
+        check_time_awareness(f["event_time"], self._any_event_time(key, current.id), "event_time")
+        return current.with_changes(updated_at=datetime.now(timezone.utc), **f)
 
     def delete(self, key: UserKey, memory_id: str) -> bool:
         """Delete one memory; a missing id is not an error (returns False)."""
@@ -259,7 +273,43 @@ class MemoryService(ABC):
         if self.searcher is None:
             raise SearchUnavailableError("this MemoryService has no index; build one with memlab.index.open_service")
         with self._lock:
+            if self._changed_elsewhere():
+                refresh = getattr(self.searcher, "mark_stale", None)
+                if refresh is not None:
+                    refresh()  # re-read rows before searching: another process wrote or deleted
             return self.searcher.search(key, options, lambda: self._entries(key))
+
+    def _changed_elsewhere(self) -> bool:
+        """Whether someone else changed the stored rows since the last search (a shared file)."""
+        return False
+
+    # ------------------------------------------------------------------ extraction bookkeeping
+    def extraction_state(self, scope: str) -> dict[str, Any] | None:
+        """The extraction cursor state saved for ``scope`` (a conversation), or None."""
+        with self._lock:
+            return self._extraction_state(scope)
+
+    def save_extraction(self, scope: str, state: dict[str, Any],
+                        trace: list[tuple[str, int, dict[str, Any]]] = ()) -> None:
+        """Save a scope's cursor state and its new trace lines in one transaction, so a kill keeps
+        both or neither. A trace line is keyed by (scope, job, line): writing it twice (a rerun, a
+        second process sharing the store) keeps one copy."""
+        with self._lock:
+            self._save_extraction(scope, state, list(trace))
+
+    def extraction_trace(self, scopes: Any = None) -> list[dict[str, Any]]:
+        """Saved trace lines, in the order written (``scopes``: only these conversations)."""
+        with self._lock:
+            return self._extraction_trace(None if scopes is None else set(scopes))
+
+    @abstractmethod
+    def _extraction_state(self, scope: str) -> dict[str, Any] | None: ...
+
+    @abstractmethod
+    def _save_extraction(self, scope: str, state: dict[str, Any], trace: list[tuple[str, int, dict]]) -> None: ...
+
+    @abstractmethod
+    def _extraction_trace(self, scopes: set[str] | None) -> list[dict[str, Any]]: ...
 
     def op_log(self, key: UserKey | None = None) -> list[OpRecord]:
         with self._lock:
@@ -289,6 +339,20 @@ class InMemoryMemoryService(MemoryService):
         super().__init__(searcher)
         self._data: dict[UserKey, dict[str, MemoryEntry]] = {}
         self._oplog: list[OpRecord] = []
+        self._states: dict[str, dict[str, Any]] = {}
+        self._trace: dict[tuple[str, str, int], dict[str, Any]] = {}
+
+    def _extraction_state(self, scope):
+        st = self._states.get(scope)
+        return None if st is None else dict(st)
+
+    def _save_extraction(self, scope, state, trace):
+        self._states[scope] = dict(state)
+        for job, line, row in trace:
+            self._trace.setdefault((scope, job, line), row)
+
+    def _extraction_trace(self, scopes):
+        return [r for (sc, _, _), r in self._trace.items() if scopes is None or sc in scopes]
 
     def _get(self, key, memory_id):
         return self._data.get(key, {}).get(memory_id)

@@ -1,4 +1,15 @@
-"""Durable SQLite backend (standard library): WAL, one transaction per op, versioned schema."""
+"""Durable SQLite backend (standard library): WAL, one write transaction per op, versioned schema.
+
+Integrity: every memory row carries a CRC-32 of its content and the file is checked on open
+(size, header, ``PRAGMA quick_check``, schema version, row checksums); a bad file raises
+`CacheCorruptError` naming the path, or, with ``on_corrupt="rebuild"`` (caches), is reported,
+moved aside and started empty -- never used.
+
+Concurrency: several processes may share one file. Every op is a read-modify-write inside one
+``BEGIN IMMEDIATE`` transaction, op-log sequence numbers are assigned inside it, and before a
+search the service checks ``PRAGMA data_version``: when another connection has committed, the
+attached index re-reads the key's rows, so another process's writes and deletions are seen.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +20,12 @@ import sqlite3
 from datetime import datetime
 from pathlib import Path
 
+from memlab.cache_integrity import CacheCorruptError, crc, quarantine, report, sqlite_file_problem
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import Searcher
 from memlab.memory.service import MemoryService, OpRecord
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -21,7 +33,7 @@ CREATE TABLE IF NOT EXISTS memories (
     app_name TEXT NOT NULL, user_id TEXT NOT NULL, id TEXT NOT NULL,
     text TEXT NOT NULL, kind TEXT NOT NULL CHECK (kind IN ('fact', 'episode')),
     topics TEXT NOT NULL, event_time TEXT, participants TEXT NOT NULL, location TEXT,
-    source_ids TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+    source_ids TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, crc INTEGER NOT NULL,
     PRIMARY KEY (app_name, user_id, id)
 );
 CREATE TABLE IF NOT EXISTS oplog (
@@ -29,8 +41,15 @@ CREATE TABLE IF NOT EXISTS oplog (
     op TEXT NOT NULL, memory_id TEXT, inputs TEXT NOT NULL, result TEXT NOT NULL, error TEXT
 );
 CREATE INDEX IF NOT EXISTS oplog_key ON oplog (app_name, user_id);
+CREATE TABLE IF NOT EXISTS extraction_state (
+    scope TEXT PRIMARY KEY, state TEXT NOT NULL, crc INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS extraction_trace (
+    scope TEXT NOT NULL, job TEXT NOT NULL, line INTEGER NOT NULL, row TEXT NOT NULL, crc INTEGER NOT NULL,
+    PRIMARY KEY (scope, job, line)
+);
 """
-
+_MEMORY_COLS = 12
 
 class SchemaVersionError(RuntimeError):
     """The database was written by a different memlab schema version."""
@@ -43,23 +62,81 @@ def _dt(v: str | None) -> datetime | None:
 class SQLiteMemoryService(MemoryService):
     """The embedded default: survives a restart; ``path=":memory:"`` for a private throwaway db."""
 
-    def __init__(self, path: str | os.PathLike[str], searcher: Searcher | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], searcher: Searcher | None = None,
+                 on_corrupt: str = "raise", timeout: float = 30.0) -> None:
+        """``on_corrupt``: ``"raise"`` (a durable store: a bad file is an error naming it) or
+        ``"rebuild"`` (a cache: report it, move it aside, start empty so the caller re-extracts)."""
+        if on_corrupt not in ("raise", "rebuild"):
+            raise ValueError(f"on_corrupt: expected 'raise' or 'rebuild', got {on_corrupt!r}")
         super().__init__(searcher)
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(_SCHEMA)
-        row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None:
-            self._conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(row[0]) != SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"{self.path}: schema version {row[0]}, this memlab reads version {SCHEMA_VERSION}"
-            )
+        self.on_corrupt = on_corrupt
         self._in_tx = False
+        self._data_version: int | None = None
+        if self.path == ":memory:":
+            self._conn = self._connect(timeout)
+            return
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        problem = sqlite_file_problem(self.path) if Path(self.path).exists() else None
+        if problem is None:
+            try:
+                self._conn = self._connect(timeout)
+                problem = self.verify()
+            except sqlite3.DatabaseError as e:
+                problem = f"unreadable by SQLite ({e})"
+            except SchemaVersionError as e:
+                if on_corrupt == "raise":
+                    raise
+                problem = str(e).split(": ", 1)[-1]
+            if problem is not None and getattr(self, "_conn", None) is not None:
+                self._conn.close()
+        if problem is not None:
+            if on_corrupt == "raise":
+                raise CacheCorruptError(f"{self.path}: memory store failed its integrity check: {problem}")
+            moved = quarantine(self.path, ("-wal", "-shm"))
+            report("memory-store", self.path, problem, "rebuilt empty (its contents are extracted again)", moved)
+            self._conn = self._connect(timeout)
+
+    def _connect(self, timeout: float) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=timeout)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("BEGIN IMMEDIATE")
+            has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+            row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() if has_meta else None
+            if row is not None and row[0] != str(SCHEMA_VERSION):
+                raise SchemaVersionError(
+                    f"{self.path}: schema version {row[0]}, this memlab reads version {SCHEMA_VERSION}"
+                )
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    conn.execute(stmt)
+            if row is None:
+                conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            conn.close()
+            raise
+        return conn
+
+    def verify(self) -> str | None:
+        """Why this store's rows cannot be trusted (None: every row checksum matches)."""
+        bad = []
+        for r in self._conn.execute("SELECT * FROM memories"):
+            if crc(*r[:_MEMORY_COLS]) != r[_MEMORY_COLS]:
+                bad.append(f"memory {r[0]}/{r[1]}/{r[2]}")
+        for scope, state, c in self._conn.execute("SELECT scope, state, crc FROM extraction_state"):
+            if crc(scope, state) != c:
+                bad.append(f"extraction state {scope}")
+        for scope, job, line, row, c in self._conn.execute("SELECT * FROM extraction_trace"):
+            if crc(scope, job, line, row) != c:
+                bad.append(f"extraction trace {scope}/{job}/{line}")
+        if bad:
+            return f"{len(bad)} row(s) fail their checksum (first: {bad[0]})"
+        return None
 
     @contextlib.contextmanager
     def _transaction(self):
@@ -92,12 +169,10 @@ class SQLiteMemoryService(MemoryService):
         return None if r is None else self._row(r)
 
     def _put(self, e):
-        self._conn.execute(
-            "INSERT OR REPLACE INTO memories VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (e.key.app_name, e.key.user_id, e.id, e.text, e.kind, json.dumps(list(e.topics)),
-             None if e.event_time is None else e.event_time.isoformat(), json.dumps(list(e.participants)),
-             e.location, json.dumps(list(e.source_ids)), e.created_at.isoformat(), e.updated_at.isoformat()),
-        )
+        vals = (e.key.app_name, e.key.user_id, e.id, e.text, e.kind, json.dumps(list(e.topics)),
+                None if e.event_time is None else e.event_time.isoformat(), json.dumps(list(e.participants)),
+                e.location, json.dumps(list(e.source_ids)), e.created_at.isoformat(), e.updated_at.isoformat())
+        self._conn.execute("INSERT OR REPLACE INTO memories VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", (*vals, crc(*vals)))
 
     def _remove(self, key, memory_id):
         cur = self._conn.execute(
@@ -123,10 +198,11 @@ class SQLiteMemoryService(MemoryService):
         return None if r is None else _dt(r[0])
 
     def _append_log(self, rec: OpRecord):
+        # the sequence number is taken inside the write transaction: other processes' ops never collide
         with self._transaction():
             self._conn.execute(
-                "INSERT INTO oplog VALUES (?,?,?,?,?,?,?,?,?)",
-                (rec.seq, rec.ts.isoformat(), rec.key.app_name, rec.key.user_id, rec.op, rec.memory_id,
+                "INSERT INTO oplog VALUES ((SELECT COALESCE(MAX(seq), 0) + 1 FROM oplog),?,?,?,?,?,?,?,?)",
+                (rec.ts.isoformat(), rec.key.app_name, rec.key.user_id, rec.op, rec.memory_id,
                  json.dumps(rec.inputs, default=str), rec.result, rec.error),
             )
 
@@ -142,6 +218,32 @@ class SQLiteMemoryService(MemoryService):
 
     def _next_seq(self):
         return (self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM oplog").fetchone()[0]) + 1
+
+    def _changed_elsewhere(self) -> bool:
+        """True when another connection committed since the last call (``PRAGMA data_version``)."""
+        v = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        changed = self._data_version is not None and v != self._data_version
+        self._data_version = v
+        return changed
+
+    # -------------------------------------------------------------- extraction cursor and trace
+    def _extraction_state(self, scope):
+        r = self._conn.execute("SELECT state FROM extraction_state WHERE scope=?", (scope,)).fetchone()
+        return None if r is None else json.loads(r[0])
+
+    def _save_extraction(self, scope, state, trace):
+        with self._transaction():
+            body = json.dumps(state, sort_keys=True, default=str)
+            self._conn.execute("INSERT OR REPLACE INTO extraction_state VALUES (?,?,?)",
+                               (scope, body, crc(scope, body)))
+            for job, line, row in trace:
+                text = json.dumps(row, default=str)
+                self._conn.execute("INSERT OR IGNORE INTO extraction_trace VALUES (?,?,?,?,?)",
+                                   (scope, job, line, text, crc(scope, job, line, text)))
+
+    def _extraction_trace(self, scopes):
+        rows = self._conn.execute("SELECT scope, row FROM extraction_trace ORDER BY rowid").fetchall()
+        return [json.loads(r) for sc, r in rows if scopes is None or sc in scopes]
 
     def keys(self):
         rows = self._conn.execute("SELECT DISTINCT app_name, user_id FROM memories ORDER BY 1, 2").fetchall()

@@ -20,13 +20,13 @@ from typing import Any
 from memlab.data import Conversation, LoCoMo
 from memlab.extract.checkers import Checker, checks_all, checks_any, message_threshold, time_interval
 from memlab.extract.extractors import Extractor
-from memlab.extract.pipeline import conversation_key, extract_dataset, trace_rows
+from memlab.extract.pipeline import conversation_key, extract_dataset
 from memlab.index import open_service
 from memlab.memory import MemoryService
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: cursor and trace live in the store (checksummed), index saved as .npz
 
 
 class ExtractionFailed(RuntimeError):
@@ -69,16 +69,6 @@ def extraction_cache_key(cfg: ExperimentConfig, dataset_sha: str, extractor_id: 
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _copy_trace(src: Path, dst: Path, wanted: set[str]) -> None:
-    with open(dst, "w", encoding="utf-8") as out:
-        if not src.is_file():
-            return
-        with open(src, encoding="utf-8") as f:
-            for line in f:
-                if json.loads(line).get("conversation") in wanted:
-                    out.write(line)
-
-
 def _jsonl(path: Path, rows: list[dict[str, Any]], mode: str = "w") -> None:
     with open(path, mode, encoding="utf-8") as f:
         for r in rows:
@@ -97,7 +87,7 @@ def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Cli
               "embedder_params": emb_params}
     if cfg.store.backend == "sqlite":
         return open_service("sqlite", path=cdir / "store.db", embedding_cache=cache_root / "embeddings.sqlite",
-                            index_path=cdir / f"index-{index_id}.pkl", **common)
+                            index_path=cdir / f"index-{index_id}.npz", on_corrupt="rebuild", **common)
     return open_service("memory", **common)
 
 
@@ -125,19 +115,10 @@ def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation
     cdir = cache_root / "extract" / key
     cdir.mkdir(parents=True, exist_ok=True)
     svc = open_store(cfg, cdir, cache_root, clients)
-    ext_log = cdir / "extraction.jsonl"
-    durable = cfg.store.backend == "sqlite"
-    if not durable:
-        ext_log.unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
-
-    def log_conversation(conv: Conversation, worker: Any) -> None:
-        _jsonl(ext_log, trace_rows(conv.sample_id, worker.results), mode="a")
-
     w = ex.worker
     table, results = extract_dataset(
         svc, data, extractor, reconcile=ex.reconcile, checkers=build_checkers(cfg),
-        state_path=cdir / "state.json" if durable else None, conversations=[c.sample_id for c in convs],
-        on_conversation=log_conversation,
+        conversations=[c.sample_id for c in convs],
         worker_params={"workers": w.workers, "capacity": w.capacity, "job_timeout": job_timeout(cfg)})
     worked = int((table.jobs_run + table.jobs_failed).sum())
     failures = [{"conversation": conv_id, "reason": r.reason} for conv_id, rs in _by_conversation(results, convs)
@@ -162,7 +143,7 @@ def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation
                                "run.allow_failed_extraction=true to answer anyway)")
     traces = run_dir / "traces"
     traces.mkdir(exist_ok=True)
-    _copy_trace(ext_log, traces / "extraction.jsonl", {c.sample_id for c in convs})
+    _jsonl(traces / "extraction.jsonl", svc.extraction_trace([c.sample_id for c in convs]))
     mem_rows = []
     for conv in convs:
         for e in svc.list(conversation_key(conv)):

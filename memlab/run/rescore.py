@@ -23,6 +23,7 @@ from memlab.eval.errata import Errata, errata_columns, errata_counts, load_errat
 from memlab.eval.profiles import PROFILES, ProfileJudge, apply_scoring, get_profile
 from memlab.llm import ModelClient
 from memlab.run.answering import read_log
+from memlab.run.clients import Clients
 from memlab.run.results import Run, load_run, score_records
 
 
@@ -51,15 +52,10 @@ def _judge_client(run: Run, allow_model_calls: bool) -> ModelClient | None:
     cfg = run.config
     if not cfg.judge.model:
         return None
-    import os
-
-    m = cfg.models
-    key = os.environ.get(m.api_key_env) if m.api_key_env else None
-    if m.api_base and key is None:
-        key = "memlab-local"
+    cache = run.run_dir.parent / ".cache" / "responses.sqlite"
+    ep = Clients(cfg, cache).endpoint("judge")  # the run's judge endpoint (models.judge over models)
     cls = ModelClient if allow_model_calls else _CacheOnlyClient
-    return cls(cfg.judge.model, api_base=m.api_base, api_key=key, timeout=m.timeout, max_retries=m.max_retries,
-               cache_path=run.run_dir.parent / ".cache" / "responses.sqlite")
+    return cls(cfg.judge.model, cache_path=cache, **ep)
 
 
 def rescore(run: Run | str | Path, profile: str = "locomo", allow_model_calls: bool = False,

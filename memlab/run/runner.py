@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from memlab import __version__
+from memlab import __version__, cache_integrity
 from memlab.answer import Answerer
 from memlab.atomic import write_json
 from memlab.data import load_locomo, sha256_file
@@ -100,6 +100,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
     root = root.resolve()
     cache_root = root / ".cache"
     cache_root.mkdir(parents=True, exist_ok=True)
+    integrity_mark = cache_integrity.mark()
     clients = Clients(cfg, cache_root / "responses.sqlite")
     custom = {"extractor": extractor is not None, "answerer": answerer is not None}
     answerer = answerer if answerer is not None else build_answerer(cfg, clients)
@@ -191,6 +192,8 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
         timings["total_s"] = time.perf_counter() - t_start
         info["sessions"] = info["sessions"] + [{"timings": timings, "status": info["status"]}]
         info["timings"] = _total_timings(info["sessions"])
+        # every cache found corrupt (and rebuilt) while this run used it, by path
+        info["cache_integrity"] = [e.to_dict() for e in cache_integrity.since(integrity_mark)]
         write_json(run_dir / "run.json", info)
         if svc is not None:
             svc.close()

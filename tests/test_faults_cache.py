@@ -1,0 +1,253 @@
+"""Fault injection, caches: every cached artefact is checked on use; a zero-byte, truncated,
+bit-flipped or unreadable file is reported by path and rebuilt (or re-fetched), never used (issue 10)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memlab import cache_integrity
+from memlab.cache_integrity import CacheCorruptError
+from memlab.data import load_locomo
+from memlab.extract.pipeline import conversation_key, extract_dataset
+from memlab.index import make_embedder, open_service
+from memlab.llm import ModelClient
+from memlab.memory import SQLiteMemoryService, UserKey
+from memlab.testing import Reply, ScriptedServer
+
+A = UserKey("app", "alice")
+
+
+def flip_bytes(path: Path, needle: bytes) -> None:
+    """Flip one bit inside the first occurrence of ``needle`` (a deterministic 'bit rot')."""
+    raw = bytearray(path.read_bytes())
+    i = raw.index(needle)
+    raw[i + 1] ^= 0x01
+    path.write_bytes(bytes(raw))
+
+
+def events_since(mark: int) -> list[cache_integrity.IntegrityEvent]:
+    return cache_integrity.since(mark)
+
+
+def extracted_store(synthetic_path: Path, db: Path):
+    data = load_locomo(synthetic_path)
+    svc = open_service("sqlite", path=db, on_corrupt="rebuild")
+    table, _ = extract_dataset(svc, data, "turns")
+    counts = {c.sample_id: svc.count(conversation_key(c)) for c in data}
+    trace = svc.extraction_trace()
+    svc.close()
+    return data, table, counts, trace
+
+
+# ------------------------------------------------------------------------------ extraction store
+@pytest.mark.parametrize("fault", ["zero-bytes", "truncated", "garbage", "row-bit-flip", "state-bit-flip"])
+def test_corrupt_extraction_store_is_reported_rebuilt_and_reextracted(synthetic_path, tmp_path, caplog, fault):
+    db = tmp_path / "store.db"
+    data, table, counts, trace = extracted_store(synthetic_path, db)
+    assert counts == {"syn-1": 5, "syn-2": 2} and table.jobs_run.sum() > 0 and trace
+    if fault == "zero-bytes":
+        db.write_bytes(b"")
+    elif fault == "truncated":
+        db.write_bytes(db.read_bytes()[:5000])
+    elif fault == "garbage":
+        db.write_bytes(os.urandom(8192))
+    elif fault == "row-bit-flip":
+        flip_bytes(db, b"pottery class")
+    else:
+        flip_bytes(db, b"memory:last_extract_at")
+    mark = cache_integrity.mark()
+    svc = open_service("sqlite", path=db, on_corrupt="rebuild")
+    evs = events_since(mark)
+    assert len(evs) == 1 and evs[0].path == str(db) and evs[0].artefact == "memory-store"
+    assert evs[0].moved_to and Path(evs[0].moved_to).is_file()  # the bad file is kept for inspection
+    assert str(db) in caplog.text  # a logger warning names the path
+    again, _ = extract_dataset(svc, data, "turns")  # no cursor survives: everything is extracted again
+    assert again.jobs_run.sum() == table.jobs_run.sum()
+    assert {c.sample_id: svc.count(conversation_key(c)) for c in data} == counts
+    assert len(svc.extraction_trace()) == len(trace)
+    svc.close()
+
+
+@pytest.mark.parametrize("fault", ["zero-bytes", "row-bit-flip"])
+def test_a_durable_store_that_fails_its_check_is_an_error_naming_the_file(tmp_path, fault):
+    db = tmp_path / "memories.db"
+    s = SQLiteMemoryService(db)
+    s.add(A, "Alice likes pottery class on Sundays")
+    s.close()
+    if fault == "zero-bytes":
+        db.write_bytes(b"")
+    else:
+        flip_bytes(db, b"pottery class")
+    with pytest.raises(CacheCorruptError, match=f"{db}.*integrity check") as e:
+        SQLiteMemoryService(db)
+    assert ("0 bytes" if fault == "zero-bytes" else "checksum") in str(e.value)
+    assert db.is_file()  # a durable store is never moved or replaced behind the user's back
+
+
+# ------------------------------------------------------------------------------ saved index
+def _index_fixture(tmp_path: Path):
+    db = tmp_path / "store.db"
+    s = open_service("sqlite", path=db)
+    for t in ("Alice moved to Sweden for work", "Alice likes pottery", "Bob adopted a dog named Rex",
+              "Bob hiked Mount Tam with Rex", "Carol plays the violin"):
+        s.add(A, t)
+    before = [(h.id, round(h.score, 6)) for h in s.search(A, "Where did Alice move?")]
+    s.close()
+    idx = tmp_path / "store.db.index"
+    assert idx.is_file()
+    return db, idx, before
+
+
+@pytest.mark.parametrize("fault", ["zero-bytes", "truncated", "bit-flip", "64KiB-flipped"])
+def test_corrupt_index_is_reported_and_rebuilt_not_used(tmp_path, fault):
+    db, idx, before = _index_fixture(tmp_path)
+    raw = bytearray(idx.read_bytes())
+    if fault == "zero-bytes":
+        raw = bytearray()
+    elif fault == "truncated":
+        raw = raw[: len(raw) // 2]
+    elif fault == "bit-flip":
+        raw[len(raw) // 2] ^= 0x10
+    else:
+        raw = raw + bytearray(70_000)  # make room, then invert 64 KiB in the middle of the members
+        start = 200
+        raw[start:start + 65536] = bytes(b ^ 0xFF for b in raw[start:start + 65536])
+    idx.write_bytes(bytes(raw))
+    mark = cache_integrity.mark()
+    s = open_service("sqlite", path=db)
+    evs = events_since(mark)
+    assert [(e.artefact, e.path) for e in evs] == [("index", str(idx))]
+    assert s.searcher.builds == 0
+    assert [(h.id, round(h.score, 6)) for h in s.search(A, "Where did Alice move?")] == before
+    assert s.searcher.builds == 1  # rebuilt from the store, not loaded
+    s.close()
+
+
+def test_index_file_is_never_unpickled(tmp_path):
+    db, idx, _ = _index_fixture(tmp_path)
+    marker = tmp_path / "executed"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    idx.write_bytes(pickle.dumps({"version": 3, "config": {}, "keys": Payload()}))
+    mark = cache_integrity.mark()
+    s = open_service("sqlite", path=db)
+    assert not marker.exists()  # loading a saved index runs no code from the file
+    assert [e.artefact for e in events_since(mark)] == ["index"]
+    assert s.search(A, "pottery").hits[0].entry.text == "Alice likes pottery"
+    s.close()
+    with np.load(idx, allow_pickle=False) as z:  # what is written back is plain arrays + a JSON manifest
+        manifest = json.loads(z["manifest"].tobytes())
+    assert manifest["format"] == "memlab-index" and manifest["version"] >= 4 and manifest["sha256"]
+    assert str(tmp_path) not in json.dumps(manifest)  # no paths stored in the index
+
+
+# ------------------------------------------------------------------------------ embedding cache
+def test_zeroed_cached_embeddings_are_detected_and_recomputed(tmp_path):
+    cache = tmp_path / "emb.sqlite"
+    texts = ["Alice likes pottery", "Bob adopted a dog", "Carol plays the violin", "Dan runs marathons"]
+    e1 = make_embedder("tfidf-lsa", cache_path=cache).fit(texts)
+    want = e1.embed(texts)
+    e1._conn.close()
+    con = sqlite3.connect(cache)
+    con.execute("UPDATE emb SET v = zeroblob(length(v))")
+    con.commit()
+    con.close()
+    e2 = make_embedder("tfidf-lsa", cache_path=cache).fit(texts)
+    mark = cache_integrity.mark()
+    got = e2.embed(texts)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert np.linalg.norm(got, axis=1).min() > 0.99
+    evs = events_since(mark)
+    assert len(evs) == len(texts) and {e.path for e in evs} == {str(cache)}
+    assert e2.misses == len(texts) and e2.hits == 0
+    e3 = make_embedder("tfidf-lsa", cache_path=cache).fit(texts)  # the recomputed rows were stored again
+    np.testing.assert_allclose(e3.embed(texts), want, atol=1e-6)
+    assert e3.hits == len(texts)
+
+
+@pytest.mark.parametrize("fault", ["zero-bytes", "garbage"])
+def test_unreadable_embedding_cache_is_rebuilt(tmp_path, fault):
+    cache = tmp_path / "emb.sqlite"
+    cache.write_bytes(b"" if fault == "zero-bytes" else b"\x00garbage" * 1000)
+    texts = ["Alice likes pottery", "Bob adopted a dog", "Carol plays the violin"]
+    mark = cache_integrity.mark()
+    e = make_embedder("tfidf-lsa", cache_path=cache).fit(texts)
+    v = e.embed(texts)
+    assert v.shape[0] == 3 and e.misses == 3
+    assert [(x.artefact, x.path) for x in events_since(mark)] == [("embedding-cache", str(cache))]
+
+
+# ------------------------------------------------------------------------------ response cache
+def test_a_corrupt_cached_response_is_refetched_never_used(tmp_path):
+    cache = tmp_path / "responses.sqlite"
+    msgs = [{"role": "user", "content": "What is Bob's dog called?"}]
+    with ScriptedServer([Reply(text="Rex")], default=Reply(text="Rex again")) as srv:
+        c1 = ModelClient("openai/scripted", api_base=srv.api_base, api_key="x", cache_path=cache)
+        assert c1.complete(msgs).text == "Rex"
+        con = sqlite3.connect(cache)
+        con.execute("UPDATE responses SET body = replace(body, 'Rex', 'Max')")  # bit rot in one entry
+        con.commit()
+        con.close()
+        c2 = ModelClient("openai/scripted", api_base=srv.api_base, api_key="x", cache_path=cache)
+        mark = cache_integrity.mark()
+        got = c2.complete(msgs)
+        assert got.text == "Rex again" and not got.from_cache and c2.calls == 1 and len(srv.requests) == 2
+        assert [(e.artefact, e.path) for e in events_since(mark)] == [("response-cache", str(cache))]
+        c3 = ModelClient("openai/scripted", api_base=srv.api_base, api_key="x", cache_path=cache)
+        assert c3.complete(msgs).text == "Rex again" and c3.cache_hits == 1  # the re-fetched reply is cached
+
+
+@pytest.mark.parametrize("fault", ["zero-bytes", "truncated"])
+def test_unreadable_response_cache_is_rebuilt(tmp_path, fault):
+    cache = tmp_path / "responses.sqlite"
+    with ScriptedServer(default=Reply(text="ok")) as srv:
+        c1 = ModelClient("openai/scripted", api_base=srv.api_base, api_key="x", cache_path=cache)
+        c1.complete([{"role": "user", "content": "q"}])
+        c1.cache._conn.close()
+        for side in ("-wal", "-shm"):
+            Path(str(cache) + side).unlink(missing_ok=True)
+        cache.write_bytes(b"" if fault == "zero-bytes" else cache.read_bytes()[:1000])
+        mark = cache_integrity.mark()
+        c2 = ModelClient("openai/scripted", api_base=srv.api_base, api_key="x", cache_path=cache)
+        assert c2.complete([{"role": "user", "content": "q"}]).text == "ok" and c2.calls == 1
+        assert [(e.artefact, e.path) for e in events_since(mark)] == [("response-cache", str(cache))]
+
+
+# ------------------------------------------------------------------------------ end to end
+def test_run_with_a_zero_byte_cached_store_reextracts_and_says_so_in_run_json(synthetic_path, tmp_path):
+    from memlab.run import ExperimentConfig, run_experiment
+
+    cfg = ExperimentConfig.from_dict({"name": "t", "dataset": {"path": str(synthetic_path)},
+                                      "extraction": {"extractor": "turns"}})
+    first = run_experiment(cfg, results=tmp_path, progress=False)
+    stores = list((tmp_path / ".cache" / "extract").glob("*/store.db"))
+    assert len(stores) == 1 and first.info["extraction"]["memories"] == 7
+    stores[0].write_bytes(b"")
+    second = run_experiment(cfg, results=tmp_path, progress=False)
+    info = json.loads((second.run_dir / "run.json").read_text())
+    assert info["extraction"]["memories"] == 7 and info["extraction"]["from_cache"] is False
+    assert [(e["artefact"], e["path"]) for e in info["cache_integrity"]] == [("memory-store", str(stores[0]))]
+    assert second.summary.loc["overall 1-5", "f1"] == first.summary.loc["overall 1-5", "f1"]
+    assert len((second.run_dir / "traces" / "extraction.jsonl").read_text().splitlines()) == 7
+
+
+def test_caches_live_under_the_results_root_whatever_the_working_directory(tmp_path, monkeypatch):
+    from memlab.rundir import results_root
+
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.delenv("MEMLAB_RESULTS", raising=False)
+    monkeypatch.chdir(tmp_path / "notebooks")
+    assert results_root() == tmp_path.resolve() / "results"
+    monkeypatch.setenv("MEMLAB_RESULTS", "elsewhere")
+    assert results_root() == (tmp_path / "notebooks" / "elsewhere").resolve() and results_root().is_absolute()
