@@ -211,6 +211,7 @@ def test_a_failed_question_is_recorded_and_the_run_goes_on(locomo_path, warm_res
                              results=warm_results, progress=False)
         p = run.predictions
         assert p.error.notna().sum() == 1 and "BadRequest" in p.error.dropna().iloc[0]
+        assert run.info["extraction"]["from_cache"] is True  # the session's warm cache was used, not rebuilt
         assert p.error.isna().sum() == 3 and run.summary.loc["overall 1-5", "errors"] == 1
 
 
