@@ -256,14 +256,3 @@ def attribution_table(att: pd.DataFrame) -> pd.DataFrame:
     t.loc["total"] = t.sum()
     t["failed"] = t.sum(axis=1)
     return t
-
-
-def compare_attribution(runs: Mapping[str, Any], data: LoCoMo | None = None) -> pd.DataFrame:
-    """Long table (arm, category, label, count) over several runs, for stacked bars."""
-    frames = []
-    for arm, run in runs.items():
-        att = attribute(run, data)
-        c = att.groupby(["category", "label"]).size().rename("count").reset_index()
-        frames.append(c.assign(arm=arm))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["category", "label", "count",
-                                                                                       "arm"])

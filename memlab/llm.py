@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -22,6 +23,8 @@ import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 _OFFLINE_ENV = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # bundled model-cost map instead of a remote fetch at import
@@ -501,7 +504,8 @@ class ModelClient:
                 listing = _http_get_json(self.api_base.rstrip("/") + "/models", self.api_key, min(self.timeout, 10.0))
                 n = context_window_from_models(listing, self.model)
                 _CONTEXT_WINDOWS[key] = (n, f"{self.api_base.rstrip('/')}/models") if n else (None, "unknown")
-            except Exception:
+            except Exception as e:
+                log.info("%s: context window unknown (GET /models failed: %s: %s)", self.model, type(e).__name__, e)
                 _CONTEXT_WINDOWS[key] = (None, "unknown")
         return _CONTEXT_WINDOWS[key]
 
@@ -701,7 +705,8 @@ class ModelClient:
         try:
             p = litellm.token_counter(model=self.model, messages=messages)
             c = litellm.token_counter(model=self.model, text=text) if text else 0
-        except Exception:
+        except Exception as e:
+            log.debug("%s: no tokenizer (%s); estimating with gpt-4o-mini's", self.model, type(e).__name__)
             p = litellm.token_counter(model="gpt-4o-mini", messages=messages)
             c = litellm.token_counter(model="gpt-4o-mini", text=text) if text else 0
         return Usage(int(p), int(c), 0, True)

@@ -182,10 +182,6 @@ class ScriptedServer:
         assert self._httpd is not None, "server not started"
         return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
-    def push(self, *replies: Reply) -> None:
-        with self._lock:
-            self.script.extend(replies)
-
     @contextlib.contextmanager
     def _serving(self, work: bool = True) -> Iterator[None]:
         """Count requests in flight; a ``serial`` server handles one at a time (the others wait).

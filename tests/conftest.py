@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,43 @@ def locomo_path() -> Path:
     if p is None:
         pytest.skip("real LoCoMo-10 file absent: set MEMLAB_LOCOMO or place it at ../shared/data/locomo/locomo10.json")
     return p
+
+
+def pytest_collection_modifyitems(items):
+    """A test over the full LoCoMo file is ``slow`` (``-m "not slow"`` skips them; ``make test`` runs all)."""
+    for item in items:
+        if {"locomo", "locomo_path", "warm_results"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+#: The extraction configs the conv-26 tests and notebooks run (the offline demo's, plain turns, observations).
+WARM_EXTRACTORS = ("turns+observations", "turns", "observations")
+
+
+@pytest.fixture(scope="session")
+def warm_cache(tmp_path_factory, locomo_path) -> Path:
+    """``<root>/.cache`` with conv-26 extracted and indexed once per session for `WARM_EXTRACTORS`
+    (default store, index and reconcile), so tests that only need a fresh run folder skip re-extraction."""
+    from memlab.run import ExperimentConfig, run_experiment
+
+    root = tmp_path_factory.mktemp("warm-results")
+    for extractor in WARM_EXTRACTORS:
+        cfg = ExperimentConfig.from_dict({"name": "warm", "extraction": {"extractor": extractor}, "dataset": {
+            "path": str(locomo_path), "conversations": ["conv-26"], "question_limit": 1}})
+        run_experiment(cfg, results=root, progress=False)
+    return root / ".cache"
+
+
+@pytest.fixture
+def warm_results(tmp_path, warm_cache) -> Path:
+    """A fresh results root whose extraction/index cache is a copy of `warm_cache` (the model response cache
+    is not copied: each test still sees its own model calls)."""
+    root = tmp_path / "results"
+    (root / ".cache").mkdir(parents=True)
+    shutil.copytree(warm_cache / "extract", root / ".cache" / "extract")
+    if (warm_cache / "embeddings.sqlite").exists():
+        shutil.copy2(warm_cache / "embeddings.sqlite", root / ".cache" / "embeddings.sqlite")
+    return root
 
 
 @pytest.fixture(scope="session")

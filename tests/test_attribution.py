@@ -132,14 +132,14 @@ def _old_style_facts(tr, qid):
     return ev, sourced, set(tr.contexts[qid])
 
 
-def test_attribution_on_a_real_run(locomo_path, locomo, tmp_path):
+def test_attribution_on_a_real_run(locomo_path, locomo, warm_results):
     from memlab.run import ExperimentConfig, run_experiment
     from memlab.trace import load, trace_size_mb
 
     cfg = ExperimentConfig.from_dict({"name": "att", "dataset": {"path": str(locomo_path),
                                                                  "conversations": ["conv-26"], "question_limit": 60},
                                       "extraction": {"extractor": "observations"}})
-    run = run_experiment(cfg, results=tmp_path, progress=False)
+    run = run_experiment(cfg, results=warm_results, progress=False)
     tr = load(run.run_dir)
     assert trace_size_mb(run.run_dir) < 5
     att = attribute(tr, locomo)

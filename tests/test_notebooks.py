@@ -69,17 +69,19 @@ def test_output_check_catches_floods():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_executes(path, locomo_path, tmp_path, monkeypatch):
+def test_notebook_executes(path, locomo_path, warm_results, tmp_path, monkeypatch):
     from nbclient import NotebookClient
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(path, as_version=4)
     i = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
-    nb.cells.insert(i + 1, nbformat.v4.new_code_cell(SMALL[path.name] + f'\nresults = r"{tmp_path}"'))
+    nb.cells.insert(i + 1, nbformat.v4.new_code_cell(SMALL[path.name] + f'\nresults = r"{warm_results}"'))
     monkeypatch.setenv("MEMLAB_LOCOMO", str(locomo_path))
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    # execute() raises CellExecutionError (naming the cell and its traceback) at the first cell that fails
     NotebookClient(nb, kernel_name="python3", timeout=600, resources={"metadata": {"path": str(path.parent)}}
                    ).execute()
+    assert all(c.get("execution_count") for c in nb.cells if c.cell_type == "code")  # every cell ran
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
     assert output_problems(nb) == []  # no stderr, no warnings, no progress-bar text

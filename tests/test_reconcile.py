@@ -68,13 +68,16 @@ def test_non_add_ops_pass_through():
     assert decide(up, [(entry("e1", "x"), 1.0)], ReconcileConfig()).op == up
 
 
-def test_search_failure_keeps_the_op():
+def test_search_failure_keeps_the_op_and_records_why(caplog):
     def boom(text, n):
         raise RuntimeError("index down")
 
     ds = reconcile([ADD, MemoryOp(action="delete", memory_id="e1")], boom, ReconcileConfig())
     assert [d.tier for d in ds] == ["search-failed", "not-an-add"]
     assert ds[0].op == ADD
+    assert ds[0].error == "RuntimeError: index down" and ds[0].to_dict()["error"] == ds[0].error
+    assert ds[1].error is None
+    assert any("index down" in r.getMessage() for r in caplog.records if r.name == "memlab.extract.reconcile")
 
 
 def test_reconcile_score_signals():

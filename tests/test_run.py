@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from memlab.answer import AnswerContext, preload
+from memlab.data import load_locomo
 from memlab.index import open_service
 from memlab.memory import SearchOptions, UserKey
 from memlab.run import ConfigError, ExperimentConfig, load_run, run_experiment
@@ -131,9 +133,9 @@ def model_cfg(locomo_path, srv, arm, **over):
     return cfg.with_overrides(over) if over else cfg
 
 
-def test_original_arm_prompt_has_the_retrieved_memories_and_cache_makes_rerun_free(locomo_path, tmp_path):
+def test_original_arm_prompt_has_the_retrieved_memories_and_cache_makes_rerun_free(locomo_path, warm_results):
     with ScriptedServer(responder=responder) as srv:
-        run = run_experiment(model_cfg(locomo_path, srv, "original"), results=tmp_path, progress=False)
+        run = run_experiment(model_cfg(locomo_path, srv, "original"), results=warm_results, progress=False)
         assert run.info["models"]["model_calls"] == 12 and len(srv.requests) == 12
         rows = [json.loads(x) for x in open(run.run_dir / "traces" / "retrieval.jsonl")]
         mems = {m["id"]: m["text"] for m in map(json.loads, open(run.run_dir / "traces" / "memories.jsonl"))}
@@ -144,16 +146,16 @@ def test_original_arm_prompt_has_the_retrieved_memories_and_cache_makes_rerun_fr
         s = run.summary.loc["overall 1-5"]
         assert s["calls_qa"] == 1 and s["completion_tokens_qa"] == 6 and s["prompt_tokens_qa"] > 100
         n_before = len(srv.requests)
-        rerun = run_experiment(model_cfg(locomo_path, srv, "original"), results=tmp_path, progress=False)
+        rerun = run_experiment(model_cfg(locomo_path, srv, "original"), results=warm_results, progress=False)
         assert len(srv.requests) == n_before and rerun.info["models"]["model_calls"] == 0
         assert rerun.info["models"]["cache_hits"] == 12
         assert list(rerun.predictions.prediction) == list(run.predictions.prediction)
 
 
-def test_optimized_arm_tools_and_accounting(locomo_path, tmp_path):
+def test_optimized_arm_tools_and_accounting(locomo_path, warm_results):
     with ScriptedServer(responder=responder) as srv:
         run = run_experiment(model_cfg(locomo_path, srv, "optimized", **{"retrieval.preload": 3}),
-                             results=tmp_path, progress=False)
+                             results=warm_results, progress=False)
         p = run.predictions
         assert (p.calls == 2).all() and (p.cached_tokens == 400).all() and (p.prompt_tokens == 800).all()
         answers = [json.loads(x) for x in open(run.run_dir / "traces" / "answers.jsonl")]
@@ -180,33 +182,47 @@ def test_long_context_arm_and_judge(locomo_path, tmp_path):
         assert run.info["extraction"] == {}  # no memory needed
 
 
-def test_llm_extraction_arm_end_to_end(locomo_path, tmp_path):
-    with ScriptedServer(responder=responder) as srv:
-        cfg = model_cfg(locomo_path, srv, "original", **{"extraction.extractor": "llm",
-                                                         "extraction.model": "openai/scripted-extractor",
-                                                         "dataset.question_limit": 5})
+def test_llm_extraction_arm_end_to_end(synthetic_path, tmp_path):
+    data = load_locomo(synthetic_path)
+    turns = {c.sample_id: {t.dia_id for t in c.turns} for c in data}
+    with ScriptedServer(responder=responder) as srv:  # it proposes one add per message in the delta
+        cfg = model_cfg(synthetic_path, srv, "original", **{"extraction.extractor": "llm",
+                                                            "extraction.model": "openai/scripted-extractor",
+                                                            "dataset.conversations": sorted(turns)})
         run = run_experiment(cfg, results=tmp_path, progress=False)
-        ext = [json.loads(x) for x in open(run.run_dir / "traces" / "extraction.jsonl")]
-        assert len(ext) > 300 and all(e["result"] in ("added", "updated", "skipped", "update->add") for e in ext
-                                      if "result" in e)
-        assert run.info["extraction"]["ops_applied"] > 300
+        extractor_calls = sum(1 for r in srv.requests if r.get("tools") and
+                              "add_memory" in {t["function"]["name"] for t in r["tools"]})
+    ext = [json.loads(x) for x in open(run.run_dir / "traces" / "extraction.jsonl")]
+    applied = [e for e in ext if "result" in e]
+    assert len(applied) == sum(map(len, turns.values()))  # every message's add reached the store
+    assert all(e["result"] in ("added", "updated", "skipped", "update->add") for e in applied)
+    info = run.info["extraction"]
+    assert info["ops_applied"] == len(applied) and info["model_calls"] == extractor_calls > 0
+    mems = [json.loads(x) for x in open(run.run_dir / "traces" / "memories.jsonl")]
+    for conv, ids in turns.items():  # each memory cites its own conversation's turns, and every turn is cited
+        cited = {s for m in mems if m["conversation"] == conv for s in m["source_ids"]}
+        assert cited == ids, conv
+    assert run.predictions.error.isna().all() and len(run.predictions) == sum(len(c.questions) for c in data)
 
 
-def test_a_failed_question_is_recorded_and_the_run_goes_on(locomo_path, tmp_path):
+def test_a_failed_question_is_recorded_and_the_run_goes_on(locomo_path, warm_results):
     with ScriptedServer([Reply(status=400, text="bad request")], responder=responder) as srv:
         run = run_experiment(model_cfg(locomo_path, srv, "original", **{"dataset.question_limit": 4}),
-                             results=tmp_path, progress=False)
+                             results=warm_results, progress=False)
         p = run.predictions
         assert p.error.notna().sum() == 1 and "BadRequest" in p.error.dropna().iloc[0]
+        assert run.info["extraction"]["from_cache"] is True  # the session's warm cache was used, not rebuilt
         assert p.error.isna().sum() == 3 and run.summary.loc["overall 1-5", "errors"] == 1
 
 
-def test_resume_after_sigkill_matches_uninterrupted(locomo_path, tmp_path):
+def test_resume_after_sigkill_matches_uninterrupted(locomo_path, tmp_path, warm_results):
+    straight_root = tmp_path / "straight"  # both roots start from the same warm extraction, no model response
+    shutil.copytree(warm_results / ".cache" / "extract", straight_root / ".cache" / "extract")
     with ScriptedServer(responder=lambda b: (time.sleep(0.05), responder(b))[1]) as srv:
         cfg = model_cfg(locomo_path, srv, "original", **{"dataset.question_limit": 30})
         cfg_file = tmp_path / "cfg.yaml"
         cfg_file.write_text(cfg.to_yaml())
-        killed_root = tmp_path / "killed"
+        killed_root = warm_results
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         proc = subprocess.Popen([sys.executable, "-m", "memlab", "run", str(cfg_file), "--results", str(killed_root)],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -225,7 +241,7 @@ def test_resume_after_sigkill_matches_uninterrupted(locomo_path, tmp_path):
         assert n_before < 30 and not (log.parent / "predictions.parquet").exists()
         resumed = run_experiment(None, resume=log.parent, progress=False)
         assert resumed.info["resumed_skipped"] == n_before and resumed.info["answered_now"] == 30 - n_before
-        straight = run_experiment(cfg, results=tmp_path / "straight", progress=False)
+        straight = run_experiment(cfg, results=straight_root, progress=False)
         a = resumed.predictions.set_index("qid")
         b = straight.predictions.set_index("qid")
         assert list(a.index) == list(b.index)

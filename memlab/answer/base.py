@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
 from memlab.registry import Registry
+
+log = logging.getLogger(__name__)
 
 ABSTAIN = "Not mentioned in the conversation."
 """The one abstain phrase every arm and baseline uses (the official scorer accepts it for category 5)."""
@@ -151,6 +154,7 @@ def preload(ctx: AnswerContext, message: str) -> tuple[list[MemoryEntry], dict[s
     try:
         probe = ctx.service.read_recent(ctx.key, -1 if n < 0 else n + 1)
     except Exception as e:
+        log.warning("preload probe failed for %s: %s: %s", ctx.key, type(e).__name__, e)
         info.update(mode="probe-failed", error=str(e))
         return [], info
     if n < 0 or len(probe) <= n:
@@ -163,6 +167,7 @@ def preload(ctx: AnswerContext, message: str) -> tuple[list[MemoryEntry], dict[s
             return res.entries, info
         info["mode"] = "recent (search empty)"
     except Exception as e:
+        log.warning("preload search failed for %s, using recent memories: %s: %s", ctx.key, type(e).__name__, e)
         info.update(mode="recent (search failed)", error=str(e))
     return probe[:n], info
 

@@ -4,6 +4,7 @@ and the LLM judge. Every call goes through `memlab.llm.ModelClient` (cache, retr
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable
 from datetime import datetime
@@ -33,6 +34,8 @@ from memlab.llm import (
 )
 from memlab.memory.entry import MemoryEntry
 from memlab.prompts import load_prompt, render
+
+log = logging.getLogger(__name__)
 
 
 def render_context(entries: list[MemoryEntry]) -> str:
@@ -206,6 +209,7 @@ class OptimizedAnswerer(Answerer):
             try:
                 entries = ctx.service.read_recent(ctx.key, max(1, min(100, int(args.get("limit") or 10))))
             except Exception as e:
+                log.warning("memory_load tool failed for %s: %s: %s", ctx.key, type(e).__name__, e)
                 return json.dumps({"error": f"memory_load failed: {e}"})
             self._add_context(ans, entries)
             return json.dumps({"results": [self._mem(e) for e in entries]})

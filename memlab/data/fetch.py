@@ -11,7 +11,6 @@ from pathlib import Path
 
 LOCOMO_URL = "https://raw.githubusercontent.com/snap-research/locomo/main/data/locomo10.json"
 LOCOMO_SHA256 = "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4"
-LOCOMO_SIZE = 2_805_274
 ENV_VAR = "MEMLAB_LOCOMO"
 
 HOW_TO_GET = (

@@ -113,9 +113,6 @@ class Conversation:
     def turn(self, dia_id: str) -> Turn:
         return self.turn_index[dia_id]
 
-    def session_date(self, session_index: int) -> datetime:
-        return self.session_by_index[session_index].date_time
-
 
 @dataclass(frozen=True, slots=True)
 class EvidenceIssue:

@@ -13,7 +13,7 @@ from memlab.data.locomo import Conversation, Turn
 TURN_STYLES = ("plain", "speaker", "speaker-context", "speaker-window")
 
 
-def turn_text(conv: Conversation, turn: Turn, style: str = "speaker-context", previous: Turn | None = None,
+def turn_text(turn: Turn, style: str = "speaker-context", previous: Turn | None = None,
               following: Turn | None = None) -> str:
     """The memory text of one turn in a given style (measured in ``benchmarks/retrieval_recall.py``).
 
@@ -47,7 +47,7 @@ def turn_memories(conv: Conversation, style: str = "speaker-context") -> list[di
             prev = turns[i - 1] if i > 0 else None
             nxt = turns[i + 1] if i + 1 < len(turns) else None
             out.append({
-                "text": turn_text(conv, t, style, prev, nxt),
+                "text": turn_text(t, style, prev, nxt),
                 "kind": "episode",
                 "event_time": session.date_time,
                 "participants": (t.speaker,),
@@ -56,7 +56,7 @@ def turn_memories(conv: Conversation, style: str = "speaker-context") -> list[di
     return out
 
 
-def observation_kind(text: str, speaker: str) -> str:
+def observation_kind(text: str) -> str:
     """Episode or fact for an annotated observation (the documented rule).
 
     An observation is an *episode* when it narrates something that happened at a time — it carries
@@ -82,7 +82,7 @@ def observation_memories(conv: Conversation) -> list[dict[str, Any]]:
     for o in conv.observations:
         when = conv.session_by_index.get(o.session_index)
         text = o.text
-        kind = observation_kind(o.text, o.speaker)
+        kind = observation_kind(o.text)
         out.append({
             "text": text,
             "kind": kind,

@@ -27,13 +27,19 @@ BM25 scores are unbounded and never compared with these thresholds.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from memlab.extract.ops import MemoryOp
 from memlab.index.text import jaccard, word_set
 from memlab.memory.entry import MemoryEntry
 from memlab.memory.search_types import SearchHit
+
+log = logging.getLogger(__name__)
+#: How reconcile treated one op (`Decision.tier`).
+Tier = Literal["skip", "update", "keep", "search-failed", "not-an-add", "disabled"]
 
 TIERS = {"skip": 2, "update": 1, "keep": 0}
 
@@ -61,7 +67,7 @@ class ReconcileConfig:
 class Decision:
     """What reconcile did to one op, with the evidence (for the extractor trace layer)."""
 
-    tier: str  # skip | update | keep | search-failed | not-an-add | disabled
+    tier: Tier
     op: MemoryOp | None  # the op to apply (None when skipped)
     candidate_id: str | None = None
     score: float | None = None
@@ -69,11 +75,13 @@ class Decision:
     rewritten: bool = False
     proposed: MemoryOp | None = None
     """The op as the extractor proposed it (kept for the trace, also when skipped or rewritten)."""
+    error: str | None = None
+    """Why the candidate search failed (tier ``search-failed``: the op is kept unreconciled)."""
 
     def to_dict(self) -> dict:
         return {"tier": self.tier, "candidate_id": self.candidate_id, "score": self.score, "jaccard": self.jaccard,
                 "rewritten": self.rewritten, "op": None if self.op is None else self.op.to_dict(),
-                "proposed": None if self.proposed is None else self.proposed.to_dict()}
+                "proposed": None if self.proposed is None else self.proposed.to_dict(), "error": self.error}
 
 
 SIGNALS = ("dense", "tfidf", "jaccard")
@@ -145,8 +153,9 @@ def reconcile(ops: Sequence[MemoryOp], search: Callable[[str, int], Sequence[Sea
             continue
         try:
             hits = search(op.text, cfg.candidates)
-        except Exception:  # never drop data on uncertainty
-            out.append(Decision("search-failed", op, proposed=op))
+        except Exception as e:  # never drop data on uncertainty: keep the add, record why
+            log.warning("reconcile search failed, op kept unreconciled: %s: %s", type(e).__name__, e)
+            out.append(Decision("search-failed", op, proposed=op, error=f"{type(e).__name__}: {e}"))
             continue
         out.append(decide(op, [(h.entry, reconcile_score(h, signal)) for h in hits], cfg))
     return out

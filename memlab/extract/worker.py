@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
+import logging
 import queue
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from memlab.extract.checkers import CheckContext, Checker, should_extract
 from memlab.extract.extractors import ExtractionRequest, Extractor
@@ -36,7 +37,9 @@ from memlab.extract.ops import MemoryOp
 from memlab.extract.policy import DEFAULT_POLICY, check_policy
 from memlab.extract.reconcile import Decision, ReconcileConfig, reconcile
 from memlab.memory.search_types import SearchOptions
-from memlab.memory.service import MemoryService
+from memlab.memory.service import Cleared, MemoryService, cleared
+
+log = logging.getLogger(__name__)
 
 DEFAULT_WORKERS = 1
 DEFAULT_CAPACITY = 10
@@ -68,12 +71,19 @@ class Counters:
         return asdict(self)
 
 
+#: What one extraction job came to (`JobResult.status`).
+JobStatus = Literal["ran", "skipped", "noop", "failed", "cancelled"]
+#: What applying one op did: the service's op-log results plus ``update->add`` (update of a vanished
+#: memory re-added) and ``skipped`` (reconcile said so); ``cleared:N`` via `memlab.memory.service.cleared`.
+AppliedResult = Literal["added", "exists", "updated", "superseded", "update->add", "not_found", "deleted", "absent",
+                        "skipped", "adds-disabled", "update->add (append-only)", "refused (append-only)", "error"]
+
+
 @dataclass
 class AppliedOp:
     op: MemoryOp
     decision: Decision
-    result: str  # added | exists | updated | superseded | update->add | deleted | absent | cleared:N | skipped
-    #              | refused (append-only) | error
+    result: AppliedResult | Cleared
     memory_id: str | None = None
     error: str | None = None
 
@@ -84,7 +94,7 @@ class AppliedOp:
 
 @dataclass
 class JobResult:
-    status: str  # ran | skipped | noop | failed | cancelled
+    status: JobStatus
     reason: str = ""
     session_id: str = ""
     cursor_before: datetime | None = None
@@ -219,11 +229,6 @@ class AutoMemoryWorker:
         fut.set_result(res)
         return fut
 
-    def drain(self) -> None:
-        """Wait until every queued job has run."""
-        for q in self._queues:
-            q.join()
-
     # -------------------------------------------------------------------------------- job
     def _finish(self, res: JobResult, counter: str) -> JobResult:
         with self._lock:
@@ -265,6 +270,8 @@ class AutoMemoryWorker:
         except _Skip:
             pass
         except Exception as e1:
+            log.warning("old-memory search failed for %s, reading recent memories instead: %s: %s", key,
+                        type(e1).__name__, e1)
             try:
                 old = [e for e in self.service.read_recent(key, -1) if not e.superseded][: self.old_memory_limit]
             except Exception as e2:
@@ -370,7 +377,7 @@ class AutoMemoryWorker:
                 gone = self.service.delete(key, op.memory_id or "")
                 return self._count(AppliedOp(op, d, "deleted" if gone else "absent", op.memory_id))
             n = self.service.clear(key)
-            return self._count(AppliedOp(op, d, f"cleared:{n}"))
+            return self._count(AppliedOp(op, d, cleared(n)))
         except Exception as e:
             with self._lock:
                 self.counters.ops_failed += 1

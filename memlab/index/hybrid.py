@@ -196,9 +196,6 @@ class HybridIndex:
         st.stale = False
 
     # ------------------------------------------------------------------ store hooks (Searcher)
-    def _state(self, key: UserKey) -> _KeyState | None:
-        return self._states.get(key)
-
     def on_upsert(self, entry: MemoryEntry) -> None:
         st = self._states.get(entry.key)
         if st is not None:

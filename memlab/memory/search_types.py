@@ -8,8 +8,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from memlab.memory.entry import MemoryEntry, UserKey
 
 RRF_K_DEFAULT = 60
@@ -125,23 +123,6 @@ class SearchResult:
     @property
     def source_ids(self) -> list[str]:
         return list(dict.fromkeys(s for h in self.hits for s in h.entry.source_ids))
-
-    def to_frame(self) -> pd.DataFrame:
-        import pandas as pd
-
-        return pd.DataFrame(
-            [
-                {
-                    "rank": h.rank, "id": h.id, "text": h.entry.text, "kind": h.entry.kind,
-                    "event_time": h.entry.event_time, "source_ids": list(h.entry.source_ids),
-                    "score": h.score, "dense_rank": h.dense_rank, "dense_score": h.dense_score,
-                    "keyword_rank": h.keyword_rank, "keyword_score": h.keyword_score,
-                    "fused_rank": h.fused_rank, "fused_score": h.fused_score, "text_score": h.text_score,
-                    "via": h.via,
-                }
-                for h in self.hits
-            ]
-        )
 
 
 class Searcher(Protocol):

@@ -11,7 +11,7 @@ import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, NewType
 
 from memlab.memory.entry import (
     MemoryEntry,
@@ -31,11 +31,22 @@ class SearchUnavailableError(RuntimeError):
     """The service has no index attached (see `memlab.index.open_service`)."""
 
 
+UpdateStatus = Literal["ok", "not_found"]
+OpKind = Literal["add", "update", "delete", "clear"]
+OpResult = Literal["added", "exists", "updated", "not_found", "deleted", "absent", "error"]
+#: ``cleared:N`` (N entries removed), made by `cleared`; the one op-log result that carries a number.
+Cleared = NewType("Cleared", str)
+
+
+def cleared(n: int) -> Cleared:
+    return Cleared(cleared(n))
+
+
 @dataclass(frozen=True)
 class UpdateResult:
     """Outcome of an update: ``ok`` with the new entry, or ``not_found`` (the caller decides what next)."""
 
-    status: str  # "ok" | "not_found"
+    status: UpdateStatus
     entry: MemoryEntry | None = None
 
     @property
@@ -50,10 +61,10 @@ class OpRecord:
     seq: int
     ts: datetime
     key: UserKey
-    op: str  # add | update | delete | clear
+    op: OpKind
     memory_id: str | None
     inputs: dict[str, Any]
-    result: str  # added | exists | updated | not_found | deleted | absent | cleared:N | error
+    result: OpResult | Cleared
     error: str | None = None
 
 
@@ -129,8 +140,8 @@ class MemoryService(ABC):
         if self.searcher is not None:
             self.searcher.on_upsert(entry)
 
-    def _record(self, key: UserKey, op: str, memory_id: str | None, inputs: dict[str, Any], result: str,
-                error: str | None = None) -> None:
+    def _record(self, key: UserKey, op: OpKind, memory_id: str | None, inputs: dict[str, Any],
+                result: OpResult | Cleared, error: str | None = None) -> None:
         self._append_log(OpRecord(self._next_seq(), datetime.now(timezone.utc), key, op, memory_id,
                                   _inputs(inputs), result, error))
 
