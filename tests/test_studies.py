@@ -40,7 +40,7 @@ def test_run_recall_full_memory_set_finds_all_evidence_and_an_empty_one_none(syn
 def test_run_recall_rejects_unknown_modes_and_memory_sets(synthetic_path):
     with pytest.raises(ValueError, match="modes: unknown \\['nope'\\]"):
         run_recall(str(synthetic_path), modes=("dense", "nope"))
-    with pytest.raises(ValueError, match="memory: expected turns"):
+    with pytest.raises(ValueError, match="memory = 'sessions'; expected one of turns, observations"):
         run_recall(str(synthetic_path), memory="sessions")
 
 
