@@ -151,6 +151,57 @@ def sqlite_file_problem(path: str | os.PathLike[str], quick_check: bool = True) 
     return None
 
 
+def versioned_table(conn: sqlite3.Connection, table: str, columns: str, version: int) -> str | None:
+    """Create (or check) a cache's data ``table`` and its ``meta`` format row; a problem string when the
+    file holds ``table`` without a format row (an older memlab) or with another version.
+
+    The look and the create are one ``BEGIN IMMEDIATE`` transaction: two connections opening a new file
+    at once (threads of one run, Ray tasks) must not see each other's half-made schema as an old file
+    and set aside the file the other one is already writing to."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        row = conn.execute("SELECT value FROM meta WHERE key='format'").fetchone() if "meta" in tables else None
+        problem = None
+        if row is None and table in tables:
+            problem = "written by an older memlab (no format version, no checksums)"
+        elif row is not None and row[0] != str(version):
+            problem = f"format version {row[0]}, this memlab reads {version}"
+        else:
+            conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {table} ({columns})")
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (str(version),))
+    except BaseException:
+        conn.rollback()
+        raise
+    conn.commit()
+    return problem
+
+
+_open_locks: dict[str, threading.Lock] = {}
+
+
+@contextlib.contextmanager
+def _opening(p: Path) -> Iterator[None]:
+    """Serialise the first look at a cache file between threads (a lock per path) and processes (an
+    advisory ``flock`` on ``<name>.lock`` beside it, where the OS has one): a file another opener has
+    just created is zero bytes for a moment, and must not be taken for a corrupt one and moved aside."""
+    with _lock:
+        tl = _open_locks.setdefault(str(p.resolve()), threading.Lock())
+    with tl:
+        try:
+            import fcntl
+        except ImportError:  # no advisory locks here: threads are still serialised
+            yield
+            return
+        with open(p.with_name(p.name + ".lock"), "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def open_sqlite_cache(path: str | os.PathLike[str], artefact: str, check: Any = None,
                       timeout: float = 30.0) -> sqlite3.Connection:
     """Open a SQLite cache, rebuilding it if the file is bad.
@@ -160,6 +211,11 @@ def open_sqlite_cache(path: str | os.PathLike[str], artefact: str, check: Any = 
     """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+    with _opening(p):
+        return _open_checked(p, artefact, check, timeout)
+
+
+def _open_checked(p: Path, artefact: str, check: Any, timeout: float) -> sqlite3.Connection:
     problem = sqlite_file_problem(p) if p.exists() else None
     conn: sqlite3.Connection | None = None
     if problem is None:

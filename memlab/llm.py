@@ -191,18 +191,10 @@ RESPONSE_CACHE_FORMAT = 2
 
 
 def _check_response_db(conn: sqlite3.Connection) -> str | None:
-    conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    row = conn.execute("SELECT value FROM meta WHERE key='format'").fetchone()
-    if row is None and "responses" in tables:
-        return "written by an older memlab (no format version, no checksums)"
-    if row is not None and row[0] != str(RESPONSE_CACHE_FORMAT):
-        return f"format version {row[0]}, this memlab reads {RESPONSE_CACHE_FORMAT}"
-    with conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS responses (h TEXT PRIMARY KEY, model TEXT, body TEXT, "
-                     "sha256 TEXT NOT NULL)")
-        conn.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (str(RESPONSE_CACHE_FORMAT),))
-    return None
+    from memlab.cache_integrity import versioned_table
+
+    return versioned_table(conn, "responses", "h TEXT PRIMARY KEY, model TEXT, body TEXT, sha256 TEXT NOT NULL",
+                           RESPONSE_CACHE_FORMAT)
 
 
 def _body_sha(h: str, model: str, body: str) -> str:

@@ -251,3 +251,53 @@ def test_caches_live_under_the_results_root_whatever_the_working_directory(tmp_p
     assert results_root() == tmp_path.resolve() / "results"
     monkeypatch.setenv("MEMLAB_RESULTS", "elsewhere")
     assert results_root() == (tmp_path / "notebooks" / "elsewhere").resolve() and results_root().is_absolute()
+
+
+# ------------------------------------------------------------------------------ first open, concurrently
+@pytest.mark.parametrize("artefact", ["response-cache", "embedding-cache"])
+def test_a_new_cache_opened_by_many_at_once_is_never_set_aside(tmp_path, artefact):
+    """Threads (or Ray tasks) opening one new cache file at once: none may read another's half-made schema
+    as an 'older memlab' file and move aside the file the others already write to (rows were lost so)."""
+    import threading
+
+    from memlab.index.embedders import _check_embedding_db
+    from memlab.llm import ResponseCache, _check_response_db
+
+    check = _check_response_db if artefact == "response-cache" else _check_embedding_db
+    for trial in range(20):
+        path = tmp_path / f"{trial}.sqlite"
+        mark = cache_integrity.mark()
+        gate = threading.Barrier(8)
+        conns: list[sqlite3.Connection] = []
+
+        def opener(path: Path = path, gate: threading.Barrier = gate, conns: list = conns) -> None:
+            gate.wait()
+            conns.append(cache_integrity.open_sqlite_cache(path, artefact, check))
+
+        threads = [threading.Thread(target=opener) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert events_since(mark) == [], f"trial {trial}: a fresh file was set aside"
+        assert not list(tmp_path.glob(f"{trial}.sqlite.corrupt-*"))
+        for c in conns:
+            c.close()
+    cache = ResponseCache(tmp_path / "r.sqlite")
+    cache.put("h1", "m", {"text": "x"})
+    assert sqlite3.connect(tmp_path / "r.sqlite").execute("SELECT count(*) FROM responses").fetchone() == (1,)
+
+
+def test_a_cache_from_an_older_memlab_is_still_set_aside(tmp_path):
+    from memlab.llm import ResponseCache
+
+    path = tmp_path / "responses.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE responses (h TEXT PRIMARY KEY, model TEXT, body TEXT)")  # no meta, no checksums
+    con.commit()
+    con.close()
+    mark = cache_integrity.mark()
+    ResponseCache(path)
+    (ev,) = events_since(mark)
+    assert ev.artefact == "response-cache" and "older memlab" in ev.problem
+    assert len(list(tmp_path.glob("responses.sqlite.corrupt-*"))) == 1

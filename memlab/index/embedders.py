@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from memlab.cache_integrity import crc, open_sqlite_cache, report
+from memlab.cache_integrity import crc, open_sqlite_cache, report, versioned_table
 from memlab.index.text import analyze
 from memlab.registry import Registry
 
@@ -438,18 +438,8 @@ EMBEDDING_CACHE_FORMAT = 2
 
 
 def _check_embedding_db(conn: sqlite3.Connection) -> str | None:
-    conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    row = conn.execute("SELECT value FROM meta WHERE key='format'").fetchone()
-    if row is None and "emb" in tables:
-        return "written by an older memlab (no format version, no checksums)"
-    if row is not None and row[0] != str(EMBEDDING_CACHE_FORMAT):
-        return f"format version {row[0]}, this memlab reads {EMBEDDING_CACHE_FORMAT}"
-    with conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS emb (eid TEXT, h TEXT, dim INTEGER, v BLOB, crc INTEGER NOT NULL, "
-                     "PRIMARY KEY (eid, h))")
-        conn.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (str(EMBEDDING_CACHE_FORMAT),))
-    return None
+    return versioned_table(conn, "emb", "eid TEXT, h TEXT, dim INTEGER, v BLOB, crc INTEGER NOT NULL, "
+                           "PRIMARY KEY (eid, h)", EMBEDDING_CACHE_FORMAT)
 
 
 #: Embedders whose spec needs a model after the colon (``litellm:<model>``).
