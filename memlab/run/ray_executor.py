@@ -248,6 +248,10 @@ def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str,
                 lines.extend(keyed_trace_rows(c.sample_id, wk.results))
                 log_build_usage(build_log, c.sample_id, wk.results, cfg.index.date_in_text)
 
+            if cfg.extraction.model:  # a fresh worker imports litellm (seconds, more on a loaded node) before
+                from memlab.llm import import_litellm  # the job clock starts, as the driver's endpoint check does
+
+                import_litellm()
             w = cfg.extraction.worker
             table, results = extract_dataset(
                 svc, [conv], extractor, reconcile=cfg.extraction.reconcile, checkers=build_checkers(cfg),  # type: ignore[arg-type]
