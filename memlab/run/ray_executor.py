@@ -25,13 +25,14 @@ ray is imported lazily: memlab works without it (``pip install 'memlab[ray]'`` a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,17 +220,24 @@ def _where() -> dict[str, Any]:
     return {"node_id": node, "host": socket.gethostname(), "pid": os.getpid()}
 
 
+@contextlib.contextmanager
+def _private_root(cfg: ExperimentConfig, snapshot: dict[str, list[tuple]], unit: str,
+                  hook: UnitHook | None) -> Iterator[tuple[Path, Clients]]:
+    """A task's private temp folder, its caches seeded from the driver's snapshot, and its model clients."""
+    if hook is not None:
+        hook(unit)
+    with tempfile.TemporaryDirectory(prefix="memlab-ray-") as tmp:
+        root = Path(tmp)
+        _seed(root, snapshot)
+        yield root, Clients(cfg, root / "responses.sqlite")
+
+
 def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str, Any]] | None,
                  state: dict[str, Any] | None, index_blob: bytes | None, snapshot: dict[str, list[tuple]],
                  unit: str, hook: UnitHook | None = None) -> dict[str, Any]:
     """Extract one conversation in a private folder, continuing from the cached rows/state/index given."""
-    if hook is not None:
-        hook(unit)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="memlab-ray-") as tmp:
-        root = Path(tmp)
-        _seed(root, snapshot)
-        clients = Clients(cfg, root / "responses.sqlite")
+    with _private_root(cfg, snapshot, unit, hook) as (root, clients):
         extractor = build_extractor(cfg, clients)
         cdir = root / "extract"
         cdir.mkdir()
@@ -276,13 +284,8 @@ def answer_unit(cfg: ExperimentConfig, conv: Conversation, questions: list[Quest
     """Answer one conversation's questions (``run.concurrency`` in flight) from the memories given."""
     import concurrent.futures as cf
 
-    if hook is not None:
-        hook(unit)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="memlab-ray-") as tmp:
-        root = Path(tmp)
-        _seed(root, snapshot)
-        clients = Clients(cfg, root / "responses.sqlite")
+    with _private_root(cfg, snapshot, unit, hook) as (root, clients):
         answerer = build_answerer(cfg, clients)
         judge = build_judge(cfg, clients)
         if errata is not None and hasattr(judge, "errata"):
