@@ -11,8 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -216,7 +218,15 @@ def test_run_json_pins_inputs(synthetic_path, tmp_path):
 
 
 def test_sigint_stops_cleanly_and_prints_the_resume_command(synthetic_path, tmp_path):
-    with ScriptedServer(responder=lambda b: (time.sleep(0.4), responder(b))[1]) as srv:
+    seen, sent = threading.Event(), threading.Event()
+
+    def slow(body: dict) -> Any:
+        time.sleep(0.4)
+        if seen.is_set():  # the test has seen two answers: hold the rest until Ctrl-C has been sent, so the
+            sent.wait(30)  # run is mid-call when it arrives however slow this machine is
+        return responder(body)
+
+    with ScriptedServer(responder=slow) as srv:
         cfg = tmp_path / "c.yaml"
         cfg.write_text(model(synthetic_path, srv).to_yaml())
         env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -228,8 +238,10 @@ def test_sigint_stops_cleanly_and_prints_the_resume_command(synthetic_path, tmp_
             logs = list((tmp_path / "r").glob("f-*/predictions.jsonl"))
             if logs and logs[0].read_text().count("\n") >= 2:
                 log = logs[0]
+                seen.set()
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
+        sent.set()
         out, err = proc.communicate(timeout=60)
         assert log is not None and proc.returncode == 130
         assert f"memlab run --resume {log.parent}" in err and "Traceback" not in err
