@@ -217,6 +217,39 @@ def test_run_json_pins_inputs(synthetic_path, tmp_path):
     assert pk["numpy"] and pk["faiss-cpu"] and pk["pandas"] and "memlab_commit" in info["environment"]
 
 
+class SwallowingAnswerer(FlakyAnswerer):
+    """Ctrl-C arrives on the third question and a library below swallows it (a broad ``except``)."""
+
+    def answer(self, question, ctx):
+        self.seen = getattr(self, "seen", 0) + 1
+        if self.seen == 3:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # the KeyboardInterrupt is raised in here ...
+            except BaseException:  # noqa: BLE001 ... and eaten, as some HTTP stacks do
+                pass
+        return super().answer(question, ctx)
+
+
+def test_a_swallowed_ctrl_c_still_stops_the_run(synthetic_path, tmp_path):
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("this process's SIGINT handler is not Python's default")
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(syn(synthetic_path), results=tmp_path, progress=False, answerer=SwallowingAnswerer(set()))
+    (run_dir,) = tmp_path.glob("f-*")
+    assert (run_dir / "predictions.jsonl").read_text().count("\n") == 2  # the third answer is not kept
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is given back
+    resumed = run_experiment(None, resume=run_dir, progress=False, answerer=FlakyAnswerer(set()))
+    assert resumed.info["resumed_skipped"] == 2 and resumed.info["status"] == "complete"
+
+
+def _terminal_sigint() -> None:
+    """In the child: Ctrl-C as a terminal delivers it (a test runner may leave SIGINT ignored or blocked)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_sigint_stops_cleanly_and_prints_the_resume_command(synthetic_path, tmp_path):
     seen, sent = threading.Event(), threading.Event()
 
@@ -231,7 +264,8 @@ def test_sigint_stops_cleanly_and_prints_the_resume_command(synthetic_path, tmp_
         cfg.write_text(model(synthetic_path, srv).to_yaml())
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         proc = subprocess.Popen([sys.executable, "-m", "memlab", "run", str(cfg), "--results", str(tmp_path / "r")],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_terminal_sigint)
         deadline = time.time() + 120
         log = None
         while time.time() < deadline and log is None:

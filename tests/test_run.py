@@ -6,8 +6,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -218,7 +220,15 @@ def test_a_failed_question_is_recorded_and_the_run_goes_on(locomo_path, warm_res
 def test_resume_after_sigkill_matches_uninterrupted(locomo_path, tmp_path, warm_results):
     straight_root = tmp_path / "straight"  # both roots start from the same warm extraction, no model response
     shutil.copytree(warm_results / ".cache" / "extract", straight_root / ".cache" / "extract")
-    with ScriptedServer(responder=lambda b: (time.sleep(0.05), responder(b))[1]) as srv:
+    seen, killed = threading.Event(), threading.Event()
+
+    def slow(body: dict) -> Any:
+        time.sleep(0.05)
+        if seen.is_set():  # hold the rest until the kill: a slow machine must not finish the run first
+            killed.wait(30)
+        return responder(body)
+
+    with ScriptedServer(responder=slow) as srv:
         cfg = model_cfg(locomo_path, srv, "original", **{"dataset.question_limit": 30})
         cfg_file = tmp_path / "cfg.yaml"
         cfg_file.write_text(cfg.to_yaml())
@@ -232,10 +242,12 @@ def test_resume_after_sigkill_matches_uninterrupted(locomo_path, tmp_path, warm_
             logs = list(killed_root.glob("original-*/predictions.jsonl"))
             if logs and sum(1 for _ in open(logs[0])) >= 8:
                 log = logs[0]
+                seen.set()
                 break
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        killed.set()
         assert log is not None, "the run never got going"
         n_before = sum(1 for _ in open(log))
         assert n_before < 30 and not (log.parent / "predictions.parquet").exists()

@@ -9,10 +9,12 @@ question's error: it stops the run (`EndpointUnreachable`) so that nothing is re
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import json
 import logging
+import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -178,6 +180,34 @@ def read_log(run_dir: Path) -> list[PredictionRecord]:
     return list(recs.values())
 
 
+@contextlib.contextmanager
+def remembered_interrupts() -> Iterator[threading.Event]:
+    """Ctrl-C while answering is raised as usual *and* remembered: a library that swallows the
+    KeyboardInterrupt (a broad ``except`` deep in an HTTP client) cannot make the run carry on and
+    finish as if nothing happened; the loop checks the flag after every question. Only in the main
+    thread, and never where SIGINT is ignored (a background job) or already customised by the host."""
+    flag = threading.Event()
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield flag
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        flag.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _stop_if(flag: threading.Event) -> None:
+    if flag.is_set():
+        raise KeyboardInterrupt
+
+
 def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: MemoryService | None,
                todo: Iterable[tuple[Conversation, Question]], run_dir: Path, progress: bool = True) -> int:
     """Answer ``todo`` (in parallel up to ``run.concurrency``), appending records as each finishes.
@@ -206,19 +236,24 @@ def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
 
     bar = tqdm(total=len(todo), desc=f"answer ({cfg.answer.arm})", disable=not progress, leave=False)
     try:
-        if cfg.run.concurrency <= 1:
-            for c, q in todo:
-                record(answer_one(cfg, answerer, judge, svc, c, q))
-                bar.update()
-        else:
-            pool = cf.ThreadPoolExecutor(max_workers=cfg.run.concurrency)
-            try:
-                futs = [pool.submit(answer_one, cfg, answerer, judge, svc, c, q) for c, q in todo]
-                for f in cf.as_completed(futs):
-                    record(f.result())
+        with remembered_interrupts() as interrupted:
+            if cfg.run.concurrency <= 1:
+                for c, q in todo:
+                    out = answer_one(cfg, answerer, judge, svc, c, q)
+                    _stop_if(interrupted)  # an answer made while Ctrl-C was swallowed is not kept
+                    record(out)
                     bar.update()
-            finally:
-                pool.shutdown(wait=True, cancel_futures=True)
+            else:
+                pool = cf.ThreadPoolExecutor(max_workers=cfg.run.concurrency)
+                try:
+                    futs = [pool.submit(answer_one, cfg, answerer, judge, svc, c, q) for c, q in todo]
+                    for f in cf.as_completed(futs):
+                        _stop_if(interrupted)
+                        record(f.result())
+                        bar.update()
+                finally:
+                    pool.shutdown(wait=True, cancel_futures=True)
+            _stop_if(interrupted)
     finally:
         bar.close()
         logf.close()
