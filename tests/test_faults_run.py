@@ -231,9 +231,15 @@ class SwallowingAnswerer(FlakyAnswerer):
         return super().answer(question, ctx)
 
 
-def test_a_swallowed_ctrl_c_still_stops_the_run(synthetic_path, tmp_path):
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        pytest.skip("this process's SIGINT handler is not Python's default")
+@pytest.fixture
+def terminal_sigint():
+    """Python's own Ctrl-C handler in this process (a CI job started in the background has SIGINT ignored)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def test_a_swallowed_ctrl_c_still_stops_the_run(synthetic_path, tmp_path, terminal_sigint):
     with pytest.raises(KeyboardInterrupt):
         run_experiment(syn(synthetic_path), results=tmp_path, progress=False, answerer=SwallowingAnswerer(set()))
     (run_dir,) = tmp_path.glob("f-*")
