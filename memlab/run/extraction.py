@@ -124,6 +124,19 @@ def job_timeout(cfg: ExperimentConfig) -> float:
     return r["timeout"] * (r["max_retries"] + 1) + 30.0
 
 
+def worker_params(cfg: ExperimentConfig) -> dict[str, Any]:
+    """`AutoMemoryWorker`'s parameters from the config. A model extractor's client stack (litellm: seconds
+    to import, far more on a loaded node) is loaded here, before any job's timeout clock starts, so the
+    first job of a process is not timed out by an import."""
+    if cfg.extraction.model:
+        from memlab.llm import import_litellm
+
+        import_litellm()
+    w = cfg.extraction.worker
+    return {"workers": w.workers, "capacity": w.capacity, "job_timeout": job_timeout(cfg),
+            "policy": cfg.extraction.policy}
+
+
 def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], extractor: Extractor,
                    clients: Clients, cache_root: Path, run_dir: Path, dataset_sha: str,
                    extractor_id: str | None = None) -> ExtractionOutcome:
@@ -144,12 +157,9 @@ def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation
     def log_build(conv: Conversation, worker: Any) -> None:
         log_build_usage(build_log, conv.sample_id, worker.results, cfg.index.date_in_text)
 
-    w = ex.worker
     table, results = extract_dataset(
         svc, data, extractor, reconcile=ex.reconcile, checkers=build_checkers(cfg),
-        conversations=[c.sample_id for c in convs], on_conversation=log_build,
-        worker_params={"workers": w.workers, "capacity": w.capacity, "job_timeout": job_timeout(cfg),
-                       "policy": ex.policy})
+        conversations=[c.sample_id for c in convs], on_conversation=log_build, worker_params=worker_params(cfg))
     failures = [{"conversation": conv_id, "reason": r.reason} for conv_id, rs in _by_conversation(results, convs)
                 for r in rs if r.status == "failed"]
     info = extraction_info(table, failures, convs, key, cdir, extractor_id, ex.policy)

@@ -62,9 +62,9 @@ from memlab.run.extraction import (
     extraction_cache_key,
     extraction_info,
     finish_extraction,
-    job_timeout,
     log_build_usage,
     open_store,
+    worker_params,
 )
 from memlab.run.records import AnswerRecord, PredictionRecord, RetrievalRecord, RunStatus
 from memlab.run.results import Run, add_costs, score_records, summarize, write_results
@@ -256,16 +256,9 @@ def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str,
                 lines.extend(keyed_trace_rows(c.sample_id, wk.results))
                 log_build_usage(build_log, c.sample_id, wk.results, cfg.index.date_in_text)
 
-            if cfg.extraction.model:  # a fresh worker imports litellm (seconds, more on a loaded node) before
-                from memlab.llm import import_litellm  # the job clock starts, as the driver's endpoint check does
-
-                import_litellm()
-            w = cfg.extraction.worker
             table, results = extract_dataset(
                 svc, [conv], extractor, reconcile=cfg.extraction.reconcile, checkers=build_checkers(cfg),  # type: ignore[arg-type]
-                conversations=[conv.sample_id], on_conversation=on_conversation,
-                worker_params={"workers": w.workers, "capacity": w.capacity, "job_timeout": job_timeout(cfg),
-                               "policy": cfg.extraction.policy})
+                conversations=[conv.sample_id], on_conversation=on_conversation, worker_params=worker_params(cfg))
             svc.searcher.ensure_built(key, lambda: svc.list(key))
             return {"rows": export_rows(svc, key), "state": svc.extraction_state(conv.sample_id), "trace": lines,
                     "build": build_log.read_text(encoding="utf-8") if build_log.is_file() else "",
