@@ -10,8 +10,9 @@ endif
 endif
 
 # minilm (the optional local neural embedder) needs torch; pin the CPU wheel first so pip never
-# pulls a multi-GB CUDA build. `make EXTRAS=dev` skips it, e5 and ray (their tests then skip, saying why).
-EXTRAS ?= dev,minilm,e5,ray
+# pulls a multi-GB CUDA build. `make EXTRAS=dev` skips it, e5, splade and ray (their tests then skip, saying
+# why).
+EXTRAS ?= dev,minilm,e5,splade,ray
 TORCH ?= torch==2.13.0
 
 # The HTML report's browser test drives Debian's chromium. Run as root with apt-get (CI: .ci/run on a fresh

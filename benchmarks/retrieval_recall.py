@@ -43,7 +43,8 @@ def config_arm(name: str) -> Arm:
               "participant_boost_sigma": r.participant_boost_sigma, "fusion": r.fusion,
               "fusion_weights": r.fusion_weights, "unit": r.unit}
     return Arm(memory=EXTRACTOR_MEMORY[ex], embedder=cfg.index.embedder, keyword=cfg.index.keyword,
-               append_citing=cfg.index.append_citing, date_in_text=cfg.index.date_in_text, search=search)
+               append_citing=cfg.index.append_citing, date_in_text=cfg.index.date_in_text, sparse=cfg.index.sparse,
+               search=search)
 
 
 def floats(text: str) -> list[float]:
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grid-dense", default="0.5,1,1.5")
     ap.add_argument("--grid-note", default="0,0.5,1")
     ap.add_argument("--grid-sigma", default="0,1")
+    ap.add_argument("--grid-sparse", default="0.5,1", help="weights of the sparse list (configs with index.sparse)")
     ap.add_argument("--conversations", help="comma-separated sample ids (default: all)")
     ap.add_argument("--embedding-cache", default="results/.cache/embeddings.sqlite",
                     help="on-disk embedding cache shared with runs ('' for none)")
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         arms[name] = config_arm(name)
     grid = {}
     if args.tune:
-        grid = weight_grid(arms[names[0]], floats(args.grid_dense), floats(args.grid_note), floats(args.grid_sigma))
+        grid = weight_grid(arms[names[0]], floats(args.grid_dense), floats(args.grid_note), floats(args.grid_sigma),
+                           sparse=floats(args.grid_sparse))
     t0 = time.perf_counter()
     per_q = run_arms({**arms, **grid}, args.path, style=args.style, ks=ks, conversations=convs,
                      embedding_cache=cache)

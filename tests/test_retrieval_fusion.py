@@ -21,6 +21,7 @@ from memlab.index.fusion import (
     zscore_scores,
 )
 from memlab.index.hybrid import is_turn_record
+from memlab.index.keyword import KEYWORD_SCORERS, KeywordScorer, make_keyword_scorer
 from memlab.memory import InMemoryMemoryService, SearchOptions, UserKey
 from memlab.run.config import ConfigError, ExperimentConfig
 from tests.test_index import FixedEmbedder
@@ -56,8 +57,8 @@ def test_fusion_registry_and_weight_validation():
     assert make_fusion("zscore", weights={"dense": 2}).weight("dense") == 2.0
     with pytest.raises(ValueError, match="fusion: expected one of"):
         make_fusion("borda")
-    with pytest.raises(ValueError, match="unknown list 'sparse'"):
-        check_weights({"sparse": 1.0})
+    with pytest.raises(ValueError, match="unknown list 'colbert'"):
+        check_weights({"colbert": 1.0})
     with pytest.raises(ValueError, match="keyword: expected a number >= 0"):
         check_weights({"keyword": -1})
     lists = [RankedList("dense", np.array([1, 0]), np.array([0.2, 0.9], dtype=np.float32)),
@@ -265,7 +266,8 @@ def test_config_fusion_and_index_keys(tmp_path):
     assert cfg.retrieval.fusion == "zscore" and cfg.index.append_citing and cfg.retrieval.unit == "turn"
     base = {"extraction": {"extractor": "turns"}}
     for bad, msg in (({"retrieval": {"fusion": "borda"}}, "retrieval.fusion = 'borda'"),
-                     ({"retrieval": {"fusion_weights": {"sparse": 1}}}, "unknown list 'sparse'"),
+                     ({"retrieval": {"fusion_weights": {"splade": 1}}}, "unknown list 'splade'"),
+                     ({"index": {"sparse": "colbert"}}, "index.sparse = 'colbert'"),
                      ({"retrieval": {"unit": "session"}}, "retrieval.unit"),
                      ({"index": {"embedder": "word2vec"}}, "index.embedder = 'word2vec'"),
                      ({"index": {"ef_search": 0}}, "index.ef_search")):
@@ -276,3 +278,73 @@ def test_config_fusion_and_index_keys(tmp_path):
         svc.add(K, f"memory number {i} about topic {i}")
     st = svc.searcher.ensure_built(K, lambda: svc.list(K))
     assert st.dense.index_.hnsw.efSearch == 77 and st.dense.index_.hnsw.efConstruction == 33
+
+
+# ------------------------------------------------------------------------------------- sparse list
+class _TableScorer(KeywordScorer):
+    """Scores a document by the words a fixed table maps the query to (a stand-in learned-sparse model)."""
+
+    name = "table"
+    expand = {"pottery": ["pottery", "vase", "clay"]}
+
+    def fit(self, docs):
+        self.docs, self.n_docs = list(docs), len(docs)
+        return self
+
+    def score(self, query):
+        terms = [t for w in query.lower().split() for t in self.expand.get(w, [w])]
+        return np.array([sum(t in d.lower() for t in terms) for d in self.docs], dtype=np.float32)
+
+    def _query_weights(self, js, tf):
+        raise NotImplementedError
+
+
+def test_sparse_list_is_fused_with_its_weight(monkeypatch):
+    monkeypatch.setitem(KEYWORD_SCORERS._classes, "table", _TableScorer)
+    texts = ["Alice: I love pottery, pottery is my thing", "Alice: I made a clay vase", "Bob: pottery was fine",
+             "Bob: the weather is nice"]
+
+    def ranked(sparse, weights=None):
+        svc = open_service("memory", keyword="bm25", sparse=sparse)
+        for t in texts:
+            svc.add(K, t, participants=[t.split(":")[0]])
+        res = svc.search(K, SearchOptions(query="pottery", keyword_only=True, fusion="zscore",
+                                          fusion_weights=weights, dedupe=False))
+        return [h.entry.text for h in res.hits]
+
+    bm25 = ranked(None)
+    assert set(bm25) == {texts[0], texts[2]}  # only the literal word
+    only_sparse = ranked("table", {"keyword": 0.0, "sparse": 1.0})
+    assert only_sparse[0] == texts[1]  # the expansion matches two of its words
+    assert ranked("table", {"keyword": 1.0, "sparse": 0.0})[0] == bm25[0]
+    assert set(ranked("table", {"keyword": 1.0, "sparse": 1.0})) == set(texts[:3])  # the lists' union
+
+
+def test_twin_keeps_every_index_setting():
+    idx = HybridIndex(embedder="tfidf-lsa", index="HNSW32", keyword="bm25", date_in_text=False, append_citing=True,
+                      ef_search=77, ef_construction=33, sparse="tfidf")
+    assert idx.twin()._config() == idx._config()
+
+
+def test_splade_scorer_expands_and_caches(monkeypatch):
+    from memlab.index import keyword_splade
+
+    ok, why = keyword_splade.available()
+    if not ok:
+        pytest.skip(why)
+    docs = ["Caroline: I went to an LGBTQ support group yesterday.", "Melanie: the weather was cold and rainy.",
+            "Caroline: my new job starts next week."]
+    scorer = make_keyword_scorer("splade").fit(docs)
+    s = scorer.score("Which gay community event did Caroline attend?")
+    assert s.shape == (3,) and int(np.argmax(s)) == 0
+    # "gay" is not in the document: BM25 matches only "Caroline" and prefers the shorter, wrong turn;
+    # SPLADE's expansion ranks the event turn first
+    bm = make_keyword_scorer("bm25").fit(docs).score("Which gay community event did Caroline attend?")
+    assert bm[2] > bm[0] > 0 and bm[1] == 0
+    assert s[0] > s[2] > 0
+    calls = []
+    real = keyword_splade._encode_uncached
+    monkeypatch.setattr(keyword_splade, "_encode_uncached", lambda texts: calls.append(len(texts)) or real(texts))
+    again = make_keyword_scorer("splade").fit([*docs, "Melanie: I paint landscapes."])
+    assert calls == [1]  # only the new text went through the model
+    assert np.allclose(again.score("Which gay community event did Caroline attend?")[:3], s, atol=1e-5)

@@ -11,6 +11,7 @@ conversations and reports only held-out rows: no figure is ever computed on the 
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -53,10 +54,11 @@ class Arm:
     keyword: str = "tfidf"
     append_citing: bool = False
     date_in_text: bool = True
+    sparse: str | None = None
     search: Mapping[str, Any] = field(default_factory=dict)
 
     def index_key(self) -> tuple:
-        return (self.memory, self.embedder, self.keyword, self.append_citing, self.date_in_text)
+        return (self.memory, self.embedder, self.keyword, self.append_citing, self.date_in_text, self.sparse)
 
 
 def memory_set(conv, memory: str, style: str) -> list[dict]:
@@ -90,7 +92,7 @@ def run_arms(
         if arm.index_key() not in services:
             services[arm.index_key()] = open_service(
                 "memory", embedder=arm.embedder, keyword=arm.keyword, date_in_text=arm.date_in_text,
-                append_citing=arm.append_citing, embedding_cache=embedding_cache)
+                append_citing=arm.append_citing, sparse=arm.sparse, embedding_cache=embedding_cache)
     rows = []
     encode_ms: dict[tuple, float] = {}
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
@@ -216,14 +218,16 @@ def cross_validate(per_question: pd.DataFrame, n_folds: int = 2, metric: str = "
 
 
 def weight_grid(base: Arm, dense: Sequence[float], note_dense: Sequence[float], sigma: Sequence[float],
-                keyword: float = 1.0) -> dict[str, Arm]:
-    """Arms over z-score fusion weights (keyword fixed: only ratios matter) and the boost size."""
+                keyword: float = 1.0, sparse: Sequence[float] = ()) -> dict[str, Arm]:
+    """Arms over z-score fusion weights (keyword fixed: only ratios matter) and the boost size; ``sparse``
+    weights only where the base arm has a sparse list."""
     arms = {}
-    for d in dense:
-        for nd in note_dense:
-            for s in sigma:
-                w = {"dense": float(d), "keyword": float(keyword), "note_dense": float(nd)}
-                search = {**base.search, "fusion": "zscore", "fusion_weights": w,
-                          "participant_boost": s > 0, "participant_boost_sigma": float(s)}
-                arms[f"z d{d:g} n{nd:g} s{s:g}"] = replace(base, search=search)
+    for d, nd, s, sw in itertools.product(dense, note_dense, sigma, (sparse if base.sparse else ()) or (None,)):
+        w = {"dense": float(d), "keyword": float(keyword), "note_dense": float(nd)}
+        if sw is not None:
+            w["sparse"] = float(sw)
+        search = {**base.search, "fusion": "zscore", "fusion_weights": w,
+                  "participant_boost": s > 0, "participant_boost_sigma": float(s)}
+        name = f"z d{d:g} n{nd:g} s{s:g}" + ("" if sw is None else f" p{sw:g}")
+        arms[name] = replace(base, search=search)
     return arms

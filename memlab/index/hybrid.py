@@ -102,6 +102,7 @@ class _KeyState:
     dense: DenseIndex | None = None
     keyword: KeywordScorer | None = None
     tfidf: TfidfScorer | None = None  # the bounded lexical score of every hit (the keyword scorer when tfidf)
+    sparse: KeywordScorer | None = None  # the optional second lexical list (``sparse``, e.g. SPLADE)
     is_fact: np.ndarray | None = None
     event_ts: np.ndarray | None = None  # float seconds, NaN where absent
     participants: dict[str, np.ndarray] = field(default_factory=dict)  # lower-cased name -> row mask
@@ -155,10 +156,12 @@ class HybridIndex:
         append_citing: bool = False,
         ef_search: int = 1024,
         ef_construction: int = 128,
+        sparse: str | None = None,
     ):
         self.embedder = embedder
         self.index = index
         self.keyword = keyword
+        self.sparse = sparse
         self.refit_growth = refit_growth
         self.date_in_text = date_in_text
         self.append_citing = append_citing
@@ -173,6 +176,14 @@ class HybridIndex:
         self.builds = 0
         if persist_path and Path(persist_path).is_file():
             self.load(persist_path)
+
+    def twin(self) -> HybridIndex:
+        """A new, empty index with these settings (no persist path: saving it writes only where told)."""
+        return HybridIndex(embedder=self.embedder, index=self.index, keyword=self.keyword,
+                           refit_growth=self.refit_growth, date_in_text=self.date_in_text,
+                           embedder_params=self.embedder_params, cache_path=self.cache_path,
+                           append_citing=self.append_citing, ef_search=self.ef_search,
+                           ef_construction=self.ef_construction, sparse=self.sparse)
 
     def keys(self) -> list[UserKey]:
         """Keys this index holds state for (loaded from disk or seen since start-up)."""
@@ -286,8 +297,9 @@ class HybridIndex:
             # the bounded lexical score reconcile reads compares the memory's own text, never appended notes
             same = kw_texts is texts and isinstance(st.keyword, TfidfScorer)
             st.tfidf = st.keyword if same else TfidfScorer().fit(texts)
+            st.sparse = make_keyword_scorer(self.sparse).fit(kw_texts) if self.sparse else None
         else:
-            st.dense, st.keyword, st.tfidf = None, None, None
+            st.dense, st.keyword, st.tfidf, st.sparse = None, None, None, None
         st.is_fact = np.array([e.kind == "fact" for e in rows], dtype=bool)
         st.event_ts = np.array([e.event_time.timestamp() if e.event_time else np.nan for e in rows], dtype=float)
         st.word_sets = [word_set(e.text) for e in rows]
@@ -428,6 +440,13 @@ class HybridIndex:
             k_score[kl] = ks[kl]
             klist = RankedList("keyword", kl, k_score)
             lists = [klist] if options.keyword_only else [lists[0], klist, *lists[1:]]
+            if st.sparse is not None:
+                ss = st.sparse.score(options.query)
+                cand = np.flatnonzero(mask & (ss > 0))
+                sl = cand[np.argsort(-ss[cand], kind="stable")][:depth]
+                s_score = np.full(n, np.nan, dtype=np.float32)
+                s_score[sl] = ss[sl]
+                lists.append(RankedList("sparse", sl, s_score))
         fused = None
         if len(lists) >= 2:
             fused = make_fusion(options.fusion, options.rrf_k, options.fusion_weights).fuse(lists, n)
@@ -536,7 +555,7 @@ class HybridIndex:
         params = {k: v for k, v in self.embedder_params.items() if k != "api_key"}  # never written to disk
         return {"embedder": emb, "index": self.index, "keyword": self.keyword,
                 "embedder_params": params, "date_in_text": self.date_in_text, "append_citing": self.append_citing,
-                "ef_search": self.ef_search, "ef_construction": self.ef_construction}
+                "sparse": self.sparse, "ef_search": self.ef_search, "ef_construction": self.ef_construction}
 
     def load(self, path: str | os.PathLike[str]) -> bool:
         """Read a saved index; False when there is none for these settings. A file that is

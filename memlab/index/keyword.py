@@ -2,6 +2,7 @@
 
 Both analyse text with `memlab.index.text.analyze` (stemmed content words) and score a query
 against every document by one sparse product, so a query costs microseconds at LoCoMo size.
+A learned sparse scorer, ``splade`` (`memlab.index.keyword_splade`), shares the posting-list product.
 """
 
 from __future__ import annotations
@@ -125,3 +126,6 @@ class BM25Scorer(KeywordScorer):
 
 def make_keyword_scorer(name: str) -> KeywordScorer:
     return KEYWORD_SCORERS.get(name)()
+
+
+from memlab.index import keyword_splade  # noqa: E402,F401  (registers splade)

@@ -109,6 +109,9 @@ class IndexConfig:
     date_in_text: bool = True
     append_citing: bool = False
     """Observation-aware keyword text: a dialog-turn record's text plus every memory citing that turn."""
+    sparse: str | None = None
+    """A second lexical list over the same keyword texts (a keyword scorer name, e.g. ``splade``), fused as
+    ``sparse``."""
     ef_search: int = 1024
     ef_construction: int = 128
 
@@ -333,6 +336,8 @@ class ExperimentConfig:
         one_of("extraction.policy", self.extraction.policy, POLICIES)
         one_of("store.backend", self.store.backend, BACKENDS)
         one_of("index.keyword", self.index.keyword, KEYWORD_SCORERS.names())
+        if self.index.sparse is not None:
+            one_of("index.sparse", self.index.sparse, KEYWORD_SCORERS.names())
         one_of("answer.arm", self.answer.arm, ANSWERERS.names())
         one_of("judge.kind", self.judge.kind, JUDGES.names())
         one_of("answer.span", self.answer.span, SPANS)

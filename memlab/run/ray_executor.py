@@ -159,14 +159,6 @@ def import_rows(svc: MemoryService, key: UserKey, rows: list[dict[str, Any]]) ->
             svc._put(MemoryEntry.from_dict(d))
 
 
-def _twin(searcher: Any) -> Any:
-    from memlab.index.hybrid import HybridIndex
-
-    return HybridIndex(embedder=searcher.embedder, index=searcher.index, keyword=searcher.keyword,
-                       refit_growth=searcher.refit_growth, date_in_text=searcher.date_in_text,
-                       embedder_params=searcher.embedder_params)
-
-
 def export_index_state(svc: MemoryService, key: UserKey) -> bytes | None:
     """One key's fitted index (embedder fit, vectors, FAISS index, keyword model) in the saved-index format.
 
@@ -176,7 +168,7 @@ def export_index_state(svc: MemoryService, key: UserKey) -> bytes | None:
     st = getattr(searcher, "_states", {}).get(key)
     if st is None:
         return None
-    twin = _twin(searcher)
+    twin = searcher.twin()
     twin._states = {key: st}
     with tempfile.TemporaryDirectory(prefix="memlab-index-") as d:
         return twin.save(Path(d) / "key.pkl").read_bytes()
