@@ -234,6 +234,13 @@ def test_weight_grid_arms():
     assert arm.search["fusion"] == "zscore" and arm.search["fusion_weights"]["dense"] == 2.0
     assert arm.search["participant_boost"] and arm.search["hybrid"]
     assert not grid["z d1 n0 s0"].search["participant_boost"]
+    # the sparse and session axes apply only to an arm that has those lists
+    assert len(weight_grid(Arm(), dense=[1], note_dense=[0], sigma=[0], sparse=[1, 2], session=[1])) == 1
+    both = weight_grid(Arm(sparse="splade", session_text=True), dense=[1], note_dense=[0], sigma=[0],
+                       sparse=[1, 2], session=[0.5])
+    assert set(both) == {"z d1 n0 s0 p1 g0.5", "z d1 n0 s0 p2 g0.5"}
+    assert both["z d1 n0 s0 p2 g0.5"].search["fusion_weights"] == {"dense": 1.0, "keyword": 1.0, "note_dense": 0.0,
+                                                                   "sparse": 2.0, "session": 0.5}
 
 
 # ------------------------------------------------------------------------------- registry and config
@@ -348,3 +355,23 @@ def test_splade_scorer_expands_and_caches(monkeypatch):
     again = make_keyword_scorer("splade").fit([*docs, "Melanie: I paint landscapes."])
     assert calls == [1]  # only the new text went through the model
     assert np.allclose(again.score("Which gay community event did Caroline attend?")[:3], s, atol=1e-5)
+
+
+def test_session_list_ranks_up_the_turns_of_the_matching_session():
+    from datetime import datetime
+
+    may, june = datetime(2023, 5, 1), datetime(2023, 6, 1)
+    turns = [("Alice: we adopted a puppy", "D1:1", may), ("Bob: lovely, show me", "D1:2", may),
+             ("Alice: I went hiking", "D2:1", june), ("Bob: where to?", "D2:2", june)]
+
+    def hits(session_text, weights=None):
+        svc = open_service("memory", keyword="bm25", session_text=session_text)
+        for text, dia, when in turns:
+            svc.add(K, text, participants=[text.split(":")[0]], source_ids=[dia], event_time=when)
+        res = svc.search(K, SearchOptions(query="puppy", keyword_only=True, fusion="zscore", fusion_weights=weights,
+                                          dedupe=False, unit="turn"))
+        return [h.entry.text for h in res.hits]
+
+    assert hits(False) == ["Alice: we adopted a puppy"]
+    # the other turn of that session joins (ranked after the turn that says it); the other session does not
+    assert hits(True, {"keyword": 1.0, "session": 1.0}) == ["Alice: we adopted a puppy", "Bob: lovely, show me"]

@@ -55,10 +55,12 @@ class Arm:
     append_citing: bool = False
     date_in_text: bool = True
     sparse: str | None = None
+    session_text: bool = False
     search: Mapping[str, Any] = field(default_factory=dict)
 
     def index_key(self) -> tuple:
-        return (self.memory, self.embedder, self.keyword, self.append_citing, self.date_in_text, self.sparse)
+        return (self.memory, self.embedder, self.keyword, self.append_citing, self.date_in_text, self.sparse,
+                self.session_text)
 
 
 def memory_set(conv, memory: str, style: str) -> list[dict]:
@@ -92,7 +94,8 @@ def run_arms(
         if arm.index_key() not in services:
             services[arm.index_key()] = open_service(
                 "memory", embedder=arm.embedder, keyword=arm.keyword, date_in_text=arm.date_in_text,
-                append_citing=arm.append_citing, sparse=arm.sparse, embedding_cache=embedding_cache)
+                append_citing=arm.append_citing, sparse=arm.sparse, session_text=arm.session_text,
+                embedding_cache=embedding_cache)
     rows = []
     encode_ms: dict[tuple, float] = {}
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
@@ -102,11 +105,20 @@ def run_arms(
             for it in memory_set(conv, ikey[0], style):
                 svc.add(key, **it)
             st = svc.searcher.ensure_built(key, lambda s=svc, k=key: s.list(k))  # build time is not search time
-            # query vectors come from the embedding cache, so ``ms`` is the search itself; the encoding cost
-            # per query (batched, uncached) is recorded apart as ``encode_ms``
+            # queries are encoded ahead (dense vectors into the embedding cache, sparse ones into the scorer's),
+            # so ``ms`` is the search itself; the encoding cost per query (batched, cache bypassed, dense plus
+            # sparse) is timed apart as ``encode_ms``
+            qs = [q.question for q in conv.questions]
+            st.embedder.embed_query(qs)
+            for lexical in (st.keyword, st.sparse):
+                if lexical is not None:
+                    lexical.encode_queries(qs)
             t0 = time.perf_counter()
-            st.embedder.embed_query([q.question for q in conv.questions])
-            encode_ms[ikey] = 1000 * (time.perf_counter() - t0) / max(1, len(conv.questions))
+            getattr(st.embedder, "embedder", st.embedder).embed_query(qs)
+            for lexical in (st.keyword, st.sparse):
+                if lexical is not None:
+                    lexical.encode_queries(qs, cached=False)
+            encode_ms[ikey] = 1000 * (time.perf_counter() - t0) / max(1, len(qs))
         for q in conv.questions:
             for name, arm in arms.items():
                 opts = SearchOptions(query=q.question, max_results=kmax, kind_fallback=False,
@@ -218,16 +230,20 @@ def cross_validate(per_question: pd.DataFrame, n_folds: int = 2, metric: str = "
 
 
 def weight_grid(base: Arm, dense: Sequence[float], note_dense: Sequence[float], sigma: Sequence[float],
-                keyword: float = 1.0, sparse: Sequence[float] = ()) -> dict[str, Arm]:
-    """Arms over z-score fusion weights (keyword fixed: only ratios matter) and the boost size; ``sparse``
-    weights only where the base arm has a sparse list."""
+                keyword: float = 1.0, sparse: Sequence[float] = (), session: Sequence[float] = ()) -> dict[str, Arm]:
+    """Arms over z-score fusion weights (keyword fixed: only ratios matter) and the boost size; ``sparse`` and
+    ``session`` weights only where the base arm has that list."""
+    optional = {"sparse": ("p", sparse if base.sparse else ()), "session": ("g", session if base.session_text else ())}
     arms = {}
-    for d, nd, s, sw in itertools.product(dense, note_dense, sigma, (sparse if base.sparse else ()) or (None,)):
+    extra_axes = [ws or (None,) for _, ws in optional.values()]
+    for d, nd, s, *extra in itertools.product(dense, note_dense, sigma, *extra_axes):
         w = {"dense": float(d), "keyword": float(keyword), "note_dense": float(nd)}
-        if sw is not None:
-            w["sparse"] = float(sw)
+        name = f"z d{d:g} n{nd:g} s{s:g}"
+        for (list_name, (tag, _)), x in zip(optional.items(), extra):
+            if x is not None:
+                w[list_name] = float(x)
+                name += f" {tag}{x:g}"
         search = {**base.search, "fusion": "zscore", "fusion_weights": w,
                   "participant_boost": s > 0, "participant_boost_sigma": float(s)}
-        name = f"z d{d:g} n{nd:g} s{s:g}" + ("" if sw is None else f" p{sw:g}")
         arms[name] = replace(base, search=search)
     return arms

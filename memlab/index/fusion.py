@@ -27,7 +27,7 @@ import numpy as np
 from memlab.index.text import jaccard, word_set
 
 #: The lists a hybrid search can fuse, by name (what ``fusion_weights`` may weight).
-LIST_NAMES = ("dense", "keyword", "note_dense", "sparse")
+LIST_NAMES = ("dense", "keyword", "note_dense", "sparse", "session")
 
 
 @dataclass(frozen=True)

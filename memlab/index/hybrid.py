@@ -19,6 +19,12 @@ Observation-aware indexing: with ``append_citing`` the keyword text of a dialog-
 extracted memories); the dense vectors and the bounded text score reconcile reads stay on each
 memory's own text. ``SearchOptions.unit="turn"`` then returns turn records only, each also scored by
 the best dense score among the memories citing it.
+
+Two optional lists (both off by default, fused by name like the others): ``sparse`` (``sparse="splade"``,
+a second lexical scorer over the same keyword texts; learned expansion finds turns that share no word
+with the question) and ``session`` (``session_text=True``: each turn record also gets the keyword score of
+its whole session, the records sharing its event time, joined; a turn in the session the question is
+about moves up, which is most of the gap to knowing the right session, `benchmarks/retrieval_recall.py`).
 """
 
 from __future__ import annotations
@@ -103,6 +109,8 @@ class _KeyState:
     keyword: KeywordScorer | None = None
     tfidf: TfidfScorer | None = None  # the bounded lexical score of every hit (the keyword scorer when tfidf)
     sparse: KeywordScorer | None = None  # the optional second lexical list (``sparse``, e.g. SPLADE)
+    session_kw: KeywordScorer | None = None  # BM25 over each session's records joined (``session_text``)
+    session_of: np.ndarray | None = None  # row -> session number (-1: not a record)
     is_fact: np.ndarray | None = None
     event_ts: np.ndarray | None = None  # float seconds, NaN where absent
     participants: dict[str, np.ndarray] = field(default_factory=dict)  # lower-cased name -> row mask
@@ -157,11 +165,13 @@ class HybridIndex:
         ef_search: int = 1024,
         ef_construction: int = 128,
         sparse: str | None = None,
+        session_text: bool = False,
     ):
         self.embedder = embedder
         self.index = index
         self.keyword = keyword
         self.sparse = sparse
+        self.session_text = session_text
         self.refit_growth = refit_growth
         self.date_in_text = date_in_text
         self.append_citing = append_citing
@@ -183,7 +193,8 @@ class HybridIndex:
                            refit_growth=self.refit_growth, date_in_text=self.date_in_text,
                            embedder_params=self.embedder_params, cache_path=self.cache_path,
                            append_citing=self.append_citing, ef_search=self.ef_search,
-                           ef_construction=self.ef_construction, sparse=self.sparse)
+                           ef_construction=self.ef_construction, sparse=self.sparse,
+                           session_text=self.session_text)
 
     def keys(self) -> list[UserKey]:
         """Keys this index holds state for (loaded from disk or seen since start-up)."""
@@ -298,6 +309,18 @@ class HybridIndex:
             same = kw_texts is texts and isinstance(st.keyword, TfidfScorer)
             st.tfidf = st.keyword if same else TfidfScorer().fit(texts)
             st.sparse = make_keyword_scorer(self.sparse).fit(kw_texts) if self.sparse else None
+            st.session_kw, st.session_of = None, None
+            if self.session_text:
+                groups: dict[Any, int] = {}
+                of = np.full(n, -1, dtype=np.int64)
+                for r, e in enumerate(rows):
+                    if st.is_record[r]:
+                        of[r] = groups.setdefault(e.event_time if e.event_time is not None else ("row", r), len(groups))
+                docs = [[] for _ in groups]
+                for r in np.flatnonzero(of >= 0):
+                    docs[of[r]].append(kw_texts[r])
+                st.session_of = of
+                st.session_kw = make_keyword_scorer(self.keyword).fit([" ".join(d) for d in docs]) if docs else None
         else:
             st.dense, st.keyword, st.tfidf, st.sparse = None, None, None, None
         st.is_fact = np.array([e.kind == "fact" for e in rows], dtype=bool)
@@ -447,6 +470,14 @@ class HybridIndex:
                 s_score = np.full(n, np.nan, dtype=np.float32)
                 s_score[sl] = ss[sl]
                 lists.append(RankedList("sparse", sl, s_score))
+            if st.session_kw is not None:
+                gs = st.session_kw.score(options.query)
+                per_row = np.where(st.session_of >= 0, gs[np.maximum(st.session_of, 0)], 0.0)
+                cand = np.flatnonzero(mask & (per_row > 0))
+                gl = cand[np.argsort(-per_row[cand], kind="stable")][:depth]
+                g_score = np.full(n, np.nan, dtype=np.float32)
+                g_score[gl] = per_row[gl]
+                lists.append(RankedList("session", gl, g_score))
         fused = None
         if len(lists) >= 2:
             fused = make_fusion(options.fusion, options.rrf_k, options.fusion_weights).fuse(lists, n)
@@ -555,7 +586,8 @@ class HybridIndex:
         params = {k: v for k, v in self.embedder_params.items() if k != "api_key"}  # never written to disk
         return {"embedder": emb, "index": self.index, "keyword": self.keyword,
                 "embedder_params": params, "date_in_text": self.date_in_text, "append_citing": self.append_citing,
-                "sparse": self.sparse, "ef_search": self.ef_search, "ef_construction": self.ef_construction}
+                "sparse": self.sparse, "session_text": self.session_text,
+                "ef_search": self.ef_search, "ef_construction": self.ef_construction}
 
     def load(self, path: str | os.PathLike[str]) -> bool:
         """Read a saved index; False when there is none for these settings. A file that is

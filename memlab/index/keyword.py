@@ -50,6 +50,11 @@ class KeywordScorer(ABC):
     @abstractmethod
     def fit(self, docs: list[str]) -> KeywordScorer: ...
 
+    def encode_queries(self, queries: list[str], cached: bool = True) -> None:
+        """Encode queries ahead of search where that costs a model pass (``cached=False``: redo it, to time
+        it); word-count scorers have nothing to do."""
+        return None
+
     @abstractmethod
     def _query_weights(self, js: np.ndarray, tf: np.ndarray) -> np.ndarray:
         """Weights of the query's known terms ``js`` (with counts ``tf``)."""

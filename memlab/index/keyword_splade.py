@@ -82,14 +82,15 @@ def _load() -> tuple[Any, Any]:
         return _model
 
 
-def encode(texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Each text's SPLADE vector as (vocabulary ids, weights > 0), from the process cache where known."""
+def encode(texts: list[str], cached: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each text's SPLADE vector as (vocabulary ids, weights > 0), from the process cache where known
+    (``cached=False``: encode every text again)."""
     keys = [hashlib.sha1(t.encode("utf-8", "surrogatepass")).hexdigest() for t in texts]
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(texts)
     todo: dict[str, int] = {}
     with _cache_lock:
         for i, k in enumerate(keys):
-            hit = _cache.get(k)
+            hit = _cache.get(k) if cached else None
             if hit is not None:
                 _cache.move_to_end(k)
                 out[i] = hit
@@ -151,6 +152,9 @@ class SpladeScorer(KeywordScorer):
         self.matrix_ = sp.csr_matrix((data, indices, indptr), shape=(len(vecs), vocab)).tocsc()
         self.n_docs = len(vecs)
         return self
+
+    def encode_queries(self, queries: list[str], cached: bool = True) -> None:
+        encode(list(queries), cached=cached)
 
     def score(self, query: str) -> np.ndarray:
         ids, w = encode([query])[0]

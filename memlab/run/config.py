@@ -112,6 +112,9 @@ class IndexConfig:
     sparse: str | None = None
     """A second lexical list over the same keyword texts (a keyword scorer name, e.g. ``splade``), fused as
     ``sparse``."""
+    session_text: bool = False
+    """Also score each dialog-turn record by the keyword scorer over its whole session (the records sharing its
+    event time, joined), fused as the ``session`` list: a turn in the session the question is about ranks up."""
     ef_search: int = 1024
     ef_construction: int = 128
 

@@ -106,7 +106,7 @@ def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Cli
         emb_params = {"api_base": ep["api_base"], "api_key": ep["api_key"], "timeout": ep["timeout"]}
     common = {"embedder": idx.embedder, "index": idx.factory, "keyword": idx.keyword, "date_in_text": idx.date_in_text,
               "embedder_params": emb_params, "append_citing": idx.append_citing, "sparse": idx.sparse,
-              "ef_search": idx.ef_search, "ef_construction": idx.ef_construction}
+              "session_text": idx.session_text, "ef_search": idx.ef_search, "ef_construction": idx.ef_construction}
     if cfg.store.backend == "sqlite":
         return open_service("sqlite", path=cdir / "store.db", embedding_cache=cache_root / "embeddings.sqlite",
                             index_path=cdir / f"index-{index_id}.npz", on_corrupt="rebuild", **common)
