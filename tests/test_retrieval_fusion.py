@@ -375,3 +375,34 @@ def test_session_list_ranks_up_the_turns_of_the_matching_session():
     assert hits(False) == ["Alice: we adopted a puppy"]
     # the other turn of that session joins (ranked after the turn that says it); the other session does not
     assert hits(True, {"keyword": 1.0, "session": 1.0}) == ["Alice: we adopted a puppy", "Bob: lovely, show me"]
+
+
+def test_splade_vectors_persist_on_disk_and_a_bad_row_is_encoded_again(tmp_path, monkeypatch):
+    import sqlite3
+
+    from memlab import cache_integrity
+    from memlab.index import keyword_splade
+
+    ok, why = keyword_splade.available()
+    if not ok:
+        pytest.skip(why)
+    docs = ["Caroline: I went to an LGBTQ support group yesterday.", "Melanie: the weather was cold."]
+    idx = HybridIndex(embedder="tfidf-lsa", keyword="bm25", sparse="splade",
+                      cache_path=str(tmp_path / "embeddings.sqlite"))
+    db_path = tmp_path / "sparse-vectors.sqlite"
+    assert idx._sparse_cache() == str(db_path)
+    first = make_keyword_scorer("splade", str(db_path)).fit(docs)
+    monkeypatch.setattr(keyword_splade, "_cache", type(keyword_splade._cache)())  # a new process: nothing in memory
+    calls = []
+    real = keyword_splade._encode_uncached
+    monkeypatch.setattr(keyword_splade, "_encode_uncached", lambda texts: calls.append(len(texts)) or real(texts))
+    again = make_keyword_scorer("splade", str(db_path)).fit(docs)
+    assert calls == [] and (again.matrix_ != first.matrix_).nnz == 0  # read back from disk, bit for bit
+    with sqlite3.connect(db_path) as conn:  # damage one stored vector
+        conn.execute("UPDATE vec SET w = zeroblob(length(w)) WHERE rowid = (SELECT min(rowid) FROM vec)")
+    monkeypatch.setattr(keyword_splade, "_cache", type(keyword_splade._cache)())
+    before = cache_integrity.mark()
+    third = make_keyword_scorer("splade", str(db_path)).fit(docs)
+    assert calls == [1]  # only the damaged row went through the model again
+    assert [e.artefact for e in cache_integrity.since(before)] == ["sparse-vector-cache"]
+    assert np.allclose(third.matrix_.toarray(), first.matrix_.toarray(), atol=1e-5)  # (encoded alone: float noise)

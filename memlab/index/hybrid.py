@@ -63,6 +63,8 @@ DEPTH_MIN = 100
 DEPTH_FACTOR = 10
 #: Rocchio weight of the feedback centroid (``SearchOptions.feedback``), measured in the recall benchmark.
 FEEDBACK_WEIGHT = 0.5
+#: File name of the sparse-vector cache, beside the embedding cache (`memlab.index.keyword_splade`).
+SPARSE_CACHE_NAME = "sparse-vectors.sqlite"
 #: Version of the saved-index format; a file of another version is ignored and rebuilt.
 INDEX_FORMAT = 4
 
@@ -90,6 +92,24 @@ def is_turn_record(entry: MemoryEntry) -> bool:
     """
     return (len(entry.source_ids) == 1 and len(entry.participants) == 1
             and entry.text.startswith(f"{entry.participants[0]}: "))
+
+
+def session_documents(rows: list[MemoryEntry], is_record: np.ndarray, texts: list[str]
+                      ) -> tuple[np.ndarray, list[str]]:
+    """Each dialog-turn record's session number (-1 for other rows) and each session's records' texts joined.
+
+    A session is the records sharing an event time (every turn of a LoCoMo session carries its date); a
+    record without one is a session of its own.
+    """
+    of = np.full(len(rows), -1, dtype=np.int64)
+    groups: dict[Any, int] = {}
+    for r, e in enumerate(rows):
+        if is_record[r]:
+            of[r] = groups.setdefault(e.event_time if e.event_time is not None else ("row", r), len(groups))
+    parts: list[list[str]] = [[] for _ in groups]
+    for r in np.flatnonzero(of >= 0):
+        parts[of[r]].append(texts[r])
+    return of, [" ".join(p) for p in parts]
 
 
 def _h(text: str) -> str:
@@ -195,6 +215,10 @@ class HybridIndex:
                            append_citing=self.append_citing, ef_search=self.ef_search,
                            ef_construction=self.ef_construction, sparse=self.sparse,
                            session_text=self.session_text)
+
+    def _sparse_cache(self) -> str | None:
+        """A model-encoded sparse scorer keeps its vectors beside the embedding cache (none without one)."""
+        return None if not self.cache_path else str(Path(self.cache_path).with_name(SPARSE_CACHE_NAME))
 
     def keys(self) -> list[UserKey]:
         """Keys this index holds state for (loaded from disk or seen since start-up)."""
@@ -304,23 +328,16 @@ class HybridIndex:
             st.matrix = mat
             st.dense = DenseIndex(self.index, ef_search=self.ef_search,
                                   ef_construction=self.ef_construction).build(mat)
-            st.keyword = make_keyword_scorer(self.keyword).fit(kw_texts)
+            st.keyword = make_keyword_scorer(self.keyword, self._sparse_cache()).fit(kw_texts)
             # the bounded lexical score reconcile reads compares the memory's own text, never appended notes
             same = kw_texts is texts and isinstance(st.keyword, TfidfScorer)
             st.tfidf = st.keyword if same else TfidfScorer().fit(texts)
-            st.sparse = make_keyword_scorer(self.sparse).fit(kw_texts) if self.sparse else None
+            st.sparse = make_keyword_scorer(self.sparse, self._sparse_cache()).fit(kw_texts) if self.sparse else None
             st.session_kw, st.session_of = None, None
             if self.session_text:
-                groups: dict[Any, int] = {}
-                of = np.full(n, -1, dtype=np.int64)
-                for r, e in enumerate(rows):
-                    if st.is_record[r]:
-                        of[r] = groups.setdefault(e.event_time if e.event_time is not None else ("row", r), len(groups))
-                docs = [[] for _ in groups]
-                for r in np.flatnonzero(of >= 0):
-                    docs[of[r]].append(kw_texts[r])
-                st.session_of = of
-                st.session_kw = make_keyword_scorer(self.keyword).fit([" ".join(d) for d in docs]) if docs else None
+                st.session_of, docs = session_documents(rows, st.is_record, kw_texts)
+                if docs:
+                    st.session_kw = make_keyword_scorer(self.keyword, self._sparse_cache()).fit(docs)
         else:
             st.dense, st.keyword, st.tfidf, st.sparse = None, None, None, None
         st.is_fact = np.array([e.kind == "fact" for e in rows], dtype=bool)

@@ -37,6 +37,8 @@ def _count_matrix(docs: list[str]) -> tuple[sp.csr_matrix, dict[str, int]]:
 class KeywordScorer(ABC):
     name: str
     matrix_: sp.csc_matrix
+    #: True for a scorer whose constructor takes ``cache_path`` (a model-encoded scorer keeps its vectors there)
+    uses_cache: bool = False
 
     def _accumulate(self, js: np.ndarray, w: np.ndarray) -> np.ndarray:
         """scores = matrix[:, js] @ w, walking the CSC posting lists (no scipy slicing overhead)."""
@@ -129,8 +131,10 @@ class BM25Scorer(KeywordScorer):
         return self.idf_[js] * tf
 
 
-def make_keyword_scorer(name: str) -> KeywordScorer:
-    return KEYWORD_SCORERS.get(name)()
+def make_keyword_scorer(name: str, cache_path: str | None = None) -> KeywordScorer:
+    """A scorer by name; ``cache_path`` reaches only the scorers that keep encoded vectors (`uses_cache`)."""
+    cls = KEYWORD_SCORERS.get(name)
+    return cls(cache_path=cache_path) if cls.uses_cache and cache_path else cls()
 
 
 from memlab.index import keyword_splade  # noqa: E402,F401  (registers splade)

