@@ -16,6 +16,7 @@ from memlab.extract import (
     LLMExtractor,
     Message,
     ReconcileConfig,
+    TurnsAndLLM,
     extraction_tools,
     load_prompt,
     parse_tool_call,
@@ -23,7 +24,7 @@ from memlab.extract import (
 )
 from memlab.index import open_service
 from memlab.llm import ModelCallError, ModelClient
-from memlab.memory import UserKey
+from memlab.memory import SearchOptions, UserKey
 from memlab.testing import Reply, ScriptedServer
 
 K = UserKey("app", "alice")
@@ -195,3 +196,34 @@ def test_litellm_import_and_call_never_leave_loopback():
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("LITELLM_")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+MATCHA = {"name": "add_memory", "arguments": {"memory": "Alice attended a matcha ceremony in Kyoto", "kind": "episode",
+                                              "participants": ["Alice"], "source_ids": ["D1:1"]}}
+
+
+@pytest.mark.parametrize("keeps_turns", [True, False])
+def test_turns_plus_llm_keeps_turns_verbatim_and_reconciles_against_its_own_memories(keeps_turns, monkeypatch):
+    monkeypatch.setattr(TurnsAndLLM, "keeps_turns", keeps_turns)  # False: what the worker did before the rule
+    svc = open_service("memory", keyword="bm25", append_citing=True)
+    svc.add(K, "Alice likes green tea", participants=["Alice"], source_ids=["D0:2"])  # an earlier extracted memory
+    # an earlier verbatim turn that says nearly what the model is about to extract
+    svc.add(K, "Alice: Alice attended a matcha ceremony in Kyoto", participants=["Alice"], source_ids=["D0:1"])
+    with ScriptedServer([Reply(tool_calls=[MATCHA])]) as srv:
+        w = AutoMemoryWorker(svc, TurnsAndLLM(extractor(srv)), reconcile_config=ReconcileConfig())
+        r = w.run_job(session("I went to a tea tasting in Kyoto yesterday!", "Sounds lovely."))
+        prompt = srv.requests[0]["messages"][0]["content"]
+    assert r.status == "ran"
+    tiers = [a.decision.tier for a in r.applied]
+    texts = {e.text for e in svc.list(K)}
+    assert tiers[:2] == ["verbatim", "verbatim"]  # the job's own turns, written as they are
+    assert {"Alice: I went to a tea tasting in Kyoto yesterday!", "Bob: Sounds lovely."} <= texts
+    assert "Alice likes green tea" in prompt
+    if not keeps_turns:  # the model saw the turn and reconcile took the memory for that turn's duplicate
+        assert "Alice: Alice attended a matcha ceremony" in prompt and tiers[2] == "skip"
+        return
+    assert "Alice: Alice attended a matcha ceremony" not in prompt  # the model reads its own memories only
+    assert tiers[2] == "keep" and "Alice attended a matcha ceremony in Kyoto" in texts
+    # observation-aware indexing with the extracted memory: its words find the turn it cites, which has none of them
+    hits = svc.search(K, SearchOptions(query="matcha ceremony", keyword_only=True, unit="turn")).hits
+    assert "Alice: I went to a tea tasting in Kyoto yesterday!" in [h.entry.text for h in hits]

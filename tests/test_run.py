@@ -184,20 +184,26 @@ def test_long_context_arm_and_judge(locomo_path, tmp_path):
         assert run.info["extraction"] == {}  # no memory needed
 
 
-def test_llm_extraction_arm_end_to_end(synthetic_path, tmp_path):
+@pytest.mark.parametrize("extractor", ["llm", "turns+llm"])
+def test_llm_extraction_arm_end_to_end(extractor, synthetic_path, tmp_path):
     data = load_locomo(synthetic_path)
     turns = {c.sample_id: {t.dia_id for t in c.turns} for c in data}
+    keep_turns = extractor == "turns+llm"  # then observation-aware: the extracted memories index their turns
+    extra = {"index.append_citing": True, "retrieval.unit": "turn"} if keep_turns else {}
     with ScriptedServer(responder=responder) as srv:  # it proposes one add per message in the delta
-        cfg = model_cfg(synthetic_path, srv, "original", **{"extraction.extractor": "llm",
+        cfg = model_cfg(synthetic_path, srv, "original", **{"extraction.extractor": extractor,
                                                             "extraction.model": "openai/scripted-extractor",
-                                                            "dataset.conversations": sorted(turns)})
+                                                            "dataset.conversations": sorted(turns), **extra})
         run = run_experiment(cfg, results=tmp_path, progress=False)
         extractor_calls = sum(1 for r in srv.requests if r.get("tools") and
                               "add_memory" in {t["function"]["name"] for t in r["tools"]})
     ext = [json.loads(x) for x in open(run.run_dir / "traces" / "extraction.jsonl")]
     applied = [e for e in ext if "result" in e]
-    assert len(applied) == sum(map(len, turns.values()))  # every message's add reached the store
+    # every message's add reached the store (and, keeping turns, every turn itself)
+    assert len(applied) == (2 if keep_turns else 1) * sum(map(len, turns.values()))
     assert all(e["result"] in ("added", "updated", "skipped", "update->add") for e in applied)
+    tiers = [e["reconcile"]["tier"] for e in applied]
+    assert tiers.count("verbatim") == (sum(map(len, turns.values())) if keep_turns else 0)
     info = run.info["extraction"]
     assert info["ops_applied"] == len(applied) and info["model_calls"] == extractor_calls > 0
     mems = [json.loads(x) for x in open(run.run_dir / "traces" / "memories.jsonl")]

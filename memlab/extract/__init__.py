@@ -6,6 +6,7 @@ from memlab.extract.extractors import (
     Extractor,
     LLMExtractor,
     ObservationsExtractor,
+    TurnsAndLLM,
     TurnsExtractor,
     extraction_tools,
     parse_tool_call,
@@ -19,7 +20,7 @@ from memlab.prompts import available_prompts, load_prompt, render
 __all__ = [
     "CURSOR_KEY", "AutoMemoryWorker", "ChatSession", "CheckContext", "Counters", "Decision", "ExtractionRequest",
     "ExtractionResult", "Extractor", "JobResult", "LLMExtractor", "MemoryOp", "Message", "ObservationsExtractor",
-    "ReconcileConfig", "TurnsExtractor", "available_prompts", "checks_all", "checks_any", "decide",
+    "ReconcileConfig", "TurnsAndLLM", "TurnsExtractor", "available_prompts", "checks_all", "checks_any", "decide",
     "extraction_tools", "load_prompt", "locomo_messages", "message_threshold", "parse_tool_call", "reconcile",
     "reconcile_score", "render", "replay_locomo", "time_interval", "worker_index",
 ]

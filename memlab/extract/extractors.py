@@ -57,6 +57,9 @@ class Extractor(ABC):
     reads_old_memories: bool = True
     #: Whether the extractor calls a model (then ``extraction.model`` is required).
     requires_model: bool = False
+    #: Whether the extractor writes the verbatim turns beside its own memories (`ExtractionResult.verbatim`);
+    #: the worker's old-memory lookup and reconcile then search its own memories only.
+    keeps_turns: bool = False
 
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
@@ -408,3 +411,42 @@ class TurnsAndObservations(CombinedExtractor):
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
         return cls(style=section.turn_style)
+
+
+@EXTRACTORS.register("turns+llm")
+class TurnsAndLLM(Extractor):
+    """Every turn verbatim plus the model's memories (`LLMExtractor`), each citing its source turns.
+
+    What observation-aware indexing (``index.append_citing``, ``retrieval.unit: turn``) needs without LoCoMo's
+    annotations: the extracted memories play the observations' part. The turns are written as they are
+    (`ExtractionResult.verbatim`); the model reads, and reconcile compares against, only its own earlier
+    memories (``keeps_turns``: the worker's searches leave the turn records out), so a memory that restates
+    its turn is never skipped as that turn's duplicate and the model never edits a turn.
+    """
+
+    name = "turns+llm"
+    requires_model = True
+    keeps_turns = True
+
+    def __init__(self, llm: LLMExtractor, style: str = "speaker-context"):
+        self.llm = llm
+        self.style = style
+        self.turns = TurnsExtractor(style=style)
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
+        return cls(LLMExtractor.from_config(section, client_for), style=section.turn_style)
+
+    def bind(self, conversation: Conversation) -> Extractor:
+        bound = copy.copy(self)
+        bound.turns = self.turns.bind(conversation)
+        bound.llm = self.llm.bind(conversation)
+        return bound
+
+    def cache_id(self) -> str:
+        return f"{self.turns.cache_id()}+{self.llm.cache_id()}"
+
+    def extract(self, request: ExtractionRequest) -> ExtractionResult:
+        out = self.llm.extract(request)  # a failed call raises: the job fails, and no turn is written either
+        out.verbatim = self.turns.extract(request).ops
+        return out

@@ -50,3 +50,6 @@ class ExtractionResult:
     calls: int = 0
     malformed_tool_calls: int = 0
     """Tool calls the model wrote as text (recovered by parsing or a forced re-ask)."""
+    verbatim: list[MemoryOp] = field(default_factory=list)
+    """Adds written as they are, before ``ops`` and never reconciled: the verbatim dialog turns of an extractor
+    that keeps them beside its own memories (``turns+llm``)."""

@@ -39,7 +39,7 @@ from memlab.memory.search_types import SearchHit
 
 log = logging.getLogger(__name__)
 #: How reconcile treated one op (`Decision.tier`).
-Tier = Literal["skip", "update", "keep", "search-failed", "not-an-add", "disabled"]
+Tier = Literal["skip", "update", "keep", "search-failed", "not-an-add", "disabled", "verbatim"]
 
 TIERS = {"skip": 2, "update": 1, "keep": 0}
 

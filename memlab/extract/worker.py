@@ -258,7 +258,9 @@ class AutoMemoryWorker:
             return self._finish(res, "jobs_skipped_by_checker")
         deadline = time.monotonic() + self.job_timeout
 
-        # old memories first (skipped for extractors that do not read them: model-free ones)
+        # old memories first (skipped for extractors that do not read them: model-free ones); an extractor that
+        # keeps the verbatim turns beside its own memories reads and reconciles against its own memories only
+        notes_only = bool(getattr(self.extractor, "keeps_turns", False))
         query = " ".join(m.text for m in delta if m.role == "user")[:QUERY_CHARS] or delta[-1].text[:QUERY_CHARS]
         old: list = []
         try:
@@ -266,7 +268,8 @@ class AutoMemoryWorker:
                 raise _Skip
             res.lookup_query = query
             old = self.service.search(key, SearchOptions(query=query, max_results=self.old_memory_limit,
-                                                         kind_fallback=False, include_superseded=False)).entries
+                                                         kind_fallback=False, include_superseded=False,
+                                                         notes_only=notes_only)).entries
         except _Skip:
             pass
         except Exception as e1:
@@ -297,9 +300,9 @@ class AutoMemoryWorker:
                     self.counters.model_calls += partial.calls
                     self.counters.malformed_tool_calls += partial.malformed_tool_calls
             return self._finish(res, "jobs_failed")
-        res.proposed, res.dropped, res.usage = list(out.ops), list(out.dropped), out.usage
+        res.proposed, res.dropped, res.usage = [*out.verbatim, *out.ops], list(out.dropped), out.usage
         with self._lock:
-            self.counters.ops_proposed += len(out.ops)
+            self.counters.ops_proposed += len(out.verbatim) + len(out.ops)
             self.counters.ops_dropped_malformed += len(out.dropped)
             self.counters.model_calls += out.calls
             self.counters.malformed_tool_calls += getattr(out, "malformed_tool_calls", 0)
@@ -307,13 +310,15 @@ class AutoMemoryWorker:
         # reconcile, then apply one by one
         def search(text: str, n: int):
             return self.service.search(key, SearchOptions(query=text, max_results=n, dedupe=False,
-                                                          kind_fallback=False, include_superseded=False)).hits
+                                                          kind_fallback=False, include_superseded=False,
+                                                          notes_only=notes_only)).hits
 
         cfg = self.reconcile_config
         if not getattr(self.extractor, "reconciles", True) or self.policy == "append-only":
             cfg = ReconcileConfig(**{**asdict(cfg), "enabled": False})
         signal = getattr(self.service.searcher, "reconcile_signal", "dense")
-        decisions = reconcile(out.ops, search, cfg, signal)
+        decisions = [Decision("verbatim", op, proposed=op) for op in out.verbatim]
+        decisions += reconcile(out.ops, search, cfg, signal)
         for d in decisions:
             res.applied.append(self._apply(key, d, now))
         if time.monotonic() > deadline:

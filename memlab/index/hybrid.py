@@ -395,6 +395,8 @@ class HybridIndex:
             mask &= np.array([e.superseded_at is None for e in st.rows], dtype=bool)
         if kind is not None:
             mask &= st.is_fact if kind == "fact" else ~st.is_fact
+        if options.notes_only:
+            mask &= ~st.is_record
         if options.after is not None or options.before is not None:
             ts = st.event_ts
             ok = ~np.isnan(ts)

@@ -51,7 +51,11 @@ class SearchOptions:
     """``memory``: rank every memory. ``turn``: rank the dialog-turn records only, each scored with the
     memories that cite it (their dense scores fused in as the ``note_dense`` list; `memlab.index.hybrid`)."""
     fusion_weights: Mapping[str, float] | None = None
-    """Weight per list name (``dense``, ``keyword``, ``note_dense``); a list not named weighs 1."""
+    """Weight per list name (``dense``, ``keyword``, ``note_dense``, ``sparse``, ``session``); a list not named
+    weighs 1."""
+    notes_only: bool = False
+    """Leave out the verbatim dialog-turn records (`memlab.index.hybrid.is_turn_record`): what an extractor that
+    keeps the turns beside its own memories (``turns+llm``) reads as old memories and reconciles against."""
 
     def __post_init__(self) -> None:
         if self.max_results < 0:

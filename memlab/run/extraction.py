@@ -61,7 +61,7 @@ def build_checkers(cfg: ExperimentConfig) -> list[Checker]:
 
 def extraction_cache_key(cfg: ExperimentConfig, dataset_sha: str, extractor_id: str) -> str:
     ex = cfg.extraction
-    llm = ex.extractor == "llm"
+    llm = cfg.role_in_use("extractor")  # llm, turns+llm: the prompt and the model decide the ops
     payload: dict[str, Any] = {"dataset": dataset_sha, "extractor": extractor_id, "prompt": ex.prompt if llm else None,
                                "model": ex.model if llm else None, "reconcile": asdict(ex.reconcile),
                                "turn_style": ex.turn_style, "backend": cfg.store.backend, "version": CACHE_VERSION}

@@ -131,7 +131,7 @@ def add_costs(run_dir: Path, cfg: ExperimentConfig, pred: pd.DataFrame, question
     roles = {"answer": "reader", "extract": "extractor", "embed": "embedder", "judge": "judge"}
     models = costs.Models(answer=cfg.answer.model, judge=cfg.judge.model,
                           api_bases={r: cfg.models.resolve(role)["api_base"] for r, role in roles.items()},
-                          extract=cfg.extraction.model if cfg.extraction.extractor == "llm" else None,
+                          extract=cfg.extraction.model if cfg.role_in_use("extractor") else None,
                           embed=cfg.index.embedder if len(build) else None)
     table = costs.PriceTable.from_file(cfg.cost.prices) if cfg.cost.prices else None
     pred, sources = costs.add_dollars(pred, models, table)
