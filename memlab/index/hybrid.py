@@ -112,6 +112,15 @@ def session_documents(rows: list[MemoryEntry], is_record: np.ndarray, texts: lis
     return of, [" ".join(p) for p in parts]
 
 
+def _lexical_list(name: str, scores: np.ndarray, mask: np.ndarray, depth: int) -> RankedList:
+    """The rows the filters allow with a score > 0, best first, cut at ``depth`` (scores NaN elsewhere)."""
+    cand = np.flatnonzero(mask & (scores > 0))
+    rows = cand[np.argsort(-scores[cand], kind="stable")][:depth]
+    kept = np.full(len(scores), np.nan, dtype=np.float32)
+    kept[rows] = scores[rows]
+    return RankedList(name, rows, kept)
+
+
 def _h(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
@@ -475,28 +484,16 @@ class HybridIndex:
                 nscore = np.where(np.isfinite(proj), proj, np.nan)
                 lists.append(RankedList("note_dense", nrows, nscore))
         if options.hybrid or options.keyword_only:
-            ks = st.keyword.score(options.query)
-            cand = np.flatnonzero(mask & (ks > 0))
-            kl = cand[np.argsort(-ks[cand], kind="stable")][:depth]
-            k_rank[kl] = np.arange(1, len(kl) + 1)
-            k_score[kl] = ks[kl]
-            klist = RankedList("keyword", kl, k_score)
+            klist = _lexical_list("keyword", st.keyword.score(options.query), mask, depth)
+            k_rank[klist.rows] = np.arange(1, len(klist.rows) + 1)
+            k_score = klist.scores
             lists = [klist] if options.keyword_only else [lists[0], klist, *lists[1:]]
             if st.sparse is not None:
-                ss = st.sparse.score(options.query)
-                cand = np.flatnonzero(mask & (ss > 0))
-                sl = cand[np.argsort(-ss[cand], kind="stable")][:depth]
-                s_score = np.full(n, np.nan, dtype=np.float32)
-                s_score[sl] = ss[sl]
-                lists.append(RankedList("sparse", sl, s_score))
+                lists.append(_lexical_list("sparse", st.sparse.score(options.query), mask, depth))
             if st.session_kw is not None:
-                gs = st.session_kw.score(options.query)
-                per_row = np.where(st.session_of >= 0, gs[np.maximum(st.session_of, 0)], 0.0)
-                cand = np.flatnonzero(mask & (per_row > 0))
-                gl = cand[np.argsort(-per_row[cand], kind="stable")][:depth]
-                g_score = np.full(n, np.nan, dtype=np.float32)
-                g_score[gl] = per_row[gl]
-                lists.append(RankedList("session", gl, g_score))
+                per_session = st.session_kw.score(options.query)
+                per_row = np.where(st.session_of >= 0, per_session[np.maximum(st.session_of, 0)], 0.0)
+                lists.append(_lexical_list("session", per_row, mask, depth))
         fused = None
         if len(lists) >= 2:
             fused = make_fusion(options.fusion, options.rrf_k, options.fusion_weights).fuse(lists, n)
