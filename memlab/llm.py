@@ -321,6 +321,7 @@ class _Endpoint:
 _ENDPOINTS: dict[str, _Endpoint] = {}
 _ENDPOINTS_LOCK = threading.Lock()
 _CONTEXT_WINDOWS: dict[tuple[str, str], tuple[int | None, str]] = {}
+_CONTEXT_WINDOWS_LOCK = threading.Lock()
 
 
 def endpoint(api_base: str, concurrency: int) -> _Endpoint:
@@ -492,14 +493,29 @@ class ModelClient:
             return None, "unknown"
         key = (self.api_base.rstrip("/"), self.model)
         if key not in _CONTEXT_WINDOWS:
+            # the probe is a request too: it takes an endpoint slot (a one-request server sees one at a time),
+            # and one thread asks while the others wait for its answer
+            ep = self.endpoint
+            if ep is not None:
+                ep.slots.acquire()
             try:
-                listing = _http_get_json(self.api_base.rstrip("/") + "/models", self.api_key, min(self.timeout, 10.0))
-                n = context_window_from_models(listing, self.model)
-                _CONTEXT_WINDOWS[key] = (n, f"{self.api_base.rstrip('/')}/models") if n else (None, "unknown")
-            except Exception as e:
-                log.info("%s: context window unknown (GET /models failed: %s: %s)", self.model, type(e).__name__, e)
-                _CONTEXT_WINDOWS[key] = (None, "unknown")
+                with _CONTEXT_WINDOWS_LOCK:
+                    if key not in _CONTEXT_WINDOWS:
+                        _CONTEXT_WINDOWS[key] = self._probe_context_window()
+            finally:
+                if ep is not None:
+                    ep.slots.release()
         return _CONTEXT_WINDOWS[key]
+
+    def _probe_context_window(self) -> tuple[int | None, str]:
+        base = (self.api_base or "").rstrip("/")
+        try:
+            n = context_window_from_models(_http_get_json(base + "/models", self.api_key, min(self.timeout, 10.0)),
+                                           self.model)
+        except Exception as e:
+            log.info("%s: context window unknown (GET /models failed: %s: %s)", self.model, type(e).__name__, e)
+            return None, "unknown"
+        return (n, f"{base}/models") if n else (None, "unknown")
 
     def check_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                      reserve: int = 0) -> int:

@@ -80,7 +80,8 @@ class ScriptedServer:
     def __init__(self, script: list[Reply] | None = None, default: Reply | None = None, embed_dim: int = 16,
                  responder: Callable[[dict[str, Any]], Reply] | None = None, tools_as_text: bool = False,
                  require_content: bool = False, embeddings: str = "ok", serial: bool = False,
-                 models: list[dict[str, Any]] | None = None, ignore_tool_choice: bool = False):
+                 models: list[dict[str, Any]] | None = None, ignore_tool_choice: bool = False,
+                 models_delay: float = 0.0):
         if embeddings not in ("ok", "per-token", "error"):
             raise ValueError(f"embeddings = {embeddings!r}; expected ok, per-token or error")
         self.tools_as_text = tools_as_text
@@ -88,6 +89,8 @@ class ScriptedServer:
         self.embeddings_mode = embeddings
         self.serial = serial
         self.ignore_tool_choice = ignore_tool_choice
+        self.models_delay = models_delay
+        """Seconds a ``/models`` answer takes (a busy local server answers its probe late too)."""
         self.models = models if models is not None else [{"id": "scripted", "object": "model"}]
         self._busy = threading.Lock()
         self._local = threading.local()
@@ -130,6 +133,7 @@ class ScriptedServer:
             def do_GET(self) -> None:  # noqa: N802
                 with server._serving(work=False):
                     if self.path.rstrip("/").endswith("/models"):
+                        time.sleep(server.models_delay)
                         self._send(200, {"object": "list", "data": server.models})
                     else:
                         self._send(404, {"error": {"message": f"no route {self.path}"}})

@@ -227,7 +227,7 @@ def _reconcile_note(op: Any) -> str:
     """The reconcile decision of one op, or nothing when reconcile decided nothing (disabled, not an add)."""
     rec = op.get("reconcile") or {}
     tier = rec.get("tier")
-    if not tier or tier in ("disabled", "not-an-add"):
+    if not tier or tier in ("disabled", "not-an-add", "verbatim"):
         return ""
     parts = [f" reconcile {tier}"]
     if rec.get("score") is not None:

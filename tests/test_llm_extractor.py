@@ -227,3 +227,20 @@ def test_turns_plus_llm_keeps_turns_verbatim_and_reconciles_against_its_own_memo
     # observation-aware indexing with the extracted memory: its words find the turn it cites, which has none of them
     hits = svc.search(K, SearchOptions(query="matcha ceremony", keyword_only=True, unit="turn")).hits
     assert "Alice: I went to a tea tasting in Kyoto yesterday!" in [h.entry.text for h in hits]
+
+
+def test_turns_plus_llm_fallback_lookup_still_hides_the_turns(monkeypatch):
+    svc = open_service("memory", keyword="bm25")
+    svc.add(K, "Alice likes green tea", participants=["Alice"], source_ids=["D0:2"])
+    svc.add(K, "Alice: I like tea", participants=["Alice"], source_ids=["D0:1"])
+
+    def broken(*a, **kw):
+        raise RuntimeError("index unavailable")
+
+    monkeypatch.setattr(svc, "search", broken)  # the old-memory search fails: the worker reads recent memories
+    with ScriptedServer([Reply(tool_calls=[MATCHA])]) as srv:
+        w = AutoMemoryWorker(svc, TurnsAndLLM(extractor(srv)), reconcile_config=ReconcileConfig(enabled=False))
+        r = w.run_job(session("I went to a tea tasting in Kyoto yesterday!", "Sounds lovely."))
+        prompt = srv.requests[0]["messages"][0]["content"]
+    assert r.status == "ran"
+    assert "Alice likes green tea" in prompt and "Alice: I like tea" not in prompt

@@ -156,7 +156,8 @@ def test_timed_out_request_is_not_piled_onto_a_busy_one_request_server():
 
 
 def test_one_request_at_a_time_per_local_endpoint():
-    with ScriptedServer(default=Reply(text="ok", delay=0.2)) as srv:
+    # a slow /models: the context-window probe of one thread overlaps the others' unless it takes the slot too
+    with ScriptedServer(default=Reply(text="ok", delay=0.2), models_delay=0.1) as srv:
         a, b = client(srv), client(srv)  # two clients, one endpoint: one shared slot
         ts = [threading.Thread(target=c.complete, args=([{"role": "user", "content": f"q{i}"}],))
               for i, c in enumerate((a, b, a))]

@@ -327,10 +327,20 @@ def test_sparse_list_is_fused_with_its_weight(monkeypatch):
     assert set(ranked("table", {"keyword": 1.0, "sparse": 1.0})) == set(texts[:3])  # the lists' union
 
 
-def test_twin_keeps_every_index_setting():
-    idx = HybridIndex(embedder="tfidf-lsa", index="HNSW32", keyword="bm25", date_in_text=False, append_citing=True,
-                      ef_search=77, ef_construction=33, sparse="tfidf")
-    assert idx.twin()._config() == idx._config()
+def test_twin_keeps_every_index_setting(tmp_path):
+    import inspect
+
+    idx = HybridIndex(embedder="tfidf-lsa", index="HNSW32", keyword="bm25", refit_growth=0.5, date_in_text=False,
+                      embedder_params={"n_components": 8}, cache_path=str(tmp_path / "emb.sqlite"),
+                      append_citing=True, ef_search=77, ef_construction=33, sparse="tfidf", session_text=True)
+    settings = [p for p in inspect.signature(HybridIndex).parameters if p != "persist_path"]
+    twin = idx.twin()
+    assert {p: getattr(twin, p) for p in settings} == {p: getattr(idx, p) for p in settings}
+    assert twin._config() == idx._config() and twin.persist_path is None
+    # settings added later are written only when set, so an index saved before them still matches
+    assert "sparse" not in HybridIndex()._config() and idx._config()["session_text"] is True
+    with pytest.raises(ValueError, match="notes_only"):
+        SearchOptions(query="x", notes_only=True, unit="turn")
 
 
 def test_splade_scorer_expands_and_caches(monkeypatch):

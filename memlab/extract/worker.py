@@ -36,6 +36,7 @@ from memlab.extract.messages import ChatSession
 from memlab.extract.ops import MemoryOp
 from memlab.extract.policy import DEFAULT_POLICY, check_policy
 from memlab.extract.reconcile import Decision, ReconcileConfig, reconcile
+from memlab.index.hybrid import is_turn_record
 from memlab.memory.search_types import SearchOptions
 from memlab.memory.service import Cleared, MemoryService, cleared
 
@@ -276,7 +277,8 @@ class AutoMemoryWorker:
             log.warning("old-memory search failed for %s, reading recent memories instead: %s: %s", key,
                         type(e1).__name__, e1)
             try:
-                old = [e for e in self.service.read_recent(key, -1) if not e.superseded][: self.old_memory_limit]
+                old = [e for e in self.service.read_recent(key, -1)
+                       if not e.superseded and not (notes_only and is_turn_record(e))][: self.old_memory_limit]
             except Exception as e2:
                 res.status, res.reason = "failed", f"old-memory lookup failed: search: {e1}; recent: {e2}"
                 return self._finish(res, "jobs_failed")

@@ -11,8 +11,9 @@ memory. Two fusions are registered (``FUSIONS``, a name -> class registry filled
   LoCoMo: ``benchmarks/retrieval_recall.py``).
 
 List names (the keys of ``weights``): ``dense``, ``keyword`` and, with observation-aware indexing,
-``note_dense`` (memories that cite a turn, scored on their own and projected onto that turn) and, with
-``index.sparse``, ``sparse`` (a second lexical scorer such as SPLADE over the keyword texts).
+``note_dense`` (memories that cite a turn, scored on their own and projected onto that turn) and, when the
+index has them, ``sparse`` (a second lexical scorer such as SPLADE over the keyword texts) and ``session``
+(each turn scored by BM25 over its whole session).
 """
 
 from __future__ import annotations

@@ -23,8 +23,10 @@ the best dense score among the memories citing it.
 Two optional lists (both off by default, fused by name like the others): ``sparse`` (``sparse="splade"``,
 a second lexical scorer over the same keyword texts; learned expansion finds turns that share no word
 with the question) and ``session`` (``session_text=True``: each turn record also gets the keyword score of
-its whole session, the records sharing its event time, joined; a turn in the session the question is
-about moves up, which is most of the gap to knowing the right session, `benchmarks/retrieval_recall.py`).
+its whole session, BM25 over the records sharing its event time, joined; a turn in the session the question
+is about moves up, `benchmarks/retrieval_recall.py`). Every turn of a session shares its session score, so
+the list carries no order within a session: it is meant for z-score fusion (under RRF those ties are broken
+by row order, which favours a session's early turns).
 """
 
 from __future__ import annotations
@@ -346,9 +348,9 @@ class HybridIndex:
             if self.session_text:
                 st.session_of, docs = session_documents(rows, st.is_record, kw_texts)
                 if docs:
-                    st.session_kw = make_keyword_scorer(self.keyword, self._sparse_cache()).fit(docs)
+                    st.session_kw = make_keyword_scorer("bm25").fit(docs)  # whole sessions: BM25's length norm
         else:
-            st.dense, st.keyword, st.tfidf, st.sparse = None, None, None, None
+            st.dense, st.keyword, st.tfidf, st.sparse, st.session_kw, st.session_of = None, None, None, None, None, None
         st.is_fact = np.array([e.kind == "fact" for e in rows], dtype=bool)
         st.event_ts = np.array([e.event_time.timestamp() if e.event_time else np.nan for e in rows], dtype=float)
         st.word_sets = [word_set(e.text) for e in rows]
@@ -432,9 +434,10 @@ class HybridIndex:
                 ) -> tuple[list[SearchHit], list[tuple[str, str, float]]]:
         """One ranked, deduped list under a kind filter (vectorised: ~0.1 ms at LoCoMo size).
 
-        Lists (each over the rows the filters allow): ``dense``, ``keyword`` and, with
-        ``unit="turn"``, ``note_dense`` (the best dense score among the notes citing each turn
-        record); fused by ``options.fusion``, then the participant boost, dedupe and the cut.
+        Lists (each over the rows the filters allow): ``dense``, ``keyword``, with ``unit="turn"``
+        ``note_dense`` (the best dense score among the notes citing each turn record), and the optional
+        ``sparse`` and ``session`` lists; fused by ``options.fusion``, then the participant boost, dedupe
+        and the cut.
         """
         mask = self._mask(st, options, kind)
         n = len(st.rows)
@@ -600,10 +603,12 @@ class HybridIndex:
     def _config(self) -> dict[str, Any]:
         emb = self.embedder if isinstance(self.embedder, str) else self.embedder.embedder_id
         params = {k: v for k, v in self.embedder_params.items() if k != "api_key"}  # never written to disk
-        return {"embedder": emb, "index": self.index, "keyword": self.keyword,
-                "embedder_params": params, "date_in_text": self.date_in_text, "append_citing": self.append_citing,
-                "sparse": self.sparse, "session_text": self.session_text,
-                "ef_search": self.ef_search, "ef_construction": self.ef_construction}
+        config = {"embedder": emb, "index": self.index, "keyword": self.keyword,
+                  "embedder_params": params, "date_in_text": self.date_in_text, "append_citing": self.append_citing,
+                  "ef_search": self.ef_search, "ef_construction": self.ef_construction}
+        if self.sparse or self.session_text:  # settings added later are written only when set: older files match
+            config.update(sparse=self.sparse, session_text=self.session_text)
+        return config
 
     def load(self, path: str | os.PathLike[str]) -> bool:
         """Read a saved index; False when there is none for these settings. A file that is

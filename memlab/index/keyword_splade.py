@@ -16,6 +16,7 @@ it); a key's index rebuild, or a rerun, encodes only what is new.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -45,14 +46,26 @@ TOKENS_PER_BATCH = 4096
 CACHE_SIZE = 200_000
 
 _model_lock = threading.Lock()
+_encode_lock = threading.Lock()
 _model: tuple[Any, Any] | None = None
 _cache_lock = threading.Lock()
 _cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 _dbs: dict[str, sqlite3.Connection] = {}
 #: Format of the on-disk vector cache; a file of another format is reported and started afresh.
 CACHE_FORMAT = 1
-#: What the disk cache keys vectors by, with the text's hash (another model never reads these vectors).
-MODEL_ID = f"splade-tiny({PACKAGE})"
+
+
+@functools.lru_cache(maxsize=1)
+def model_id() -> str:
+    """What the disk cache keys vectors by, with the text's hash: the package version that shipped the weights
+    and the token cut, so vectors of another release or cut are never read back."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version(PACKAGE)
+    except PackageNotFoundError:
+        v = "unknown"
+    return f"splade-tiny({PACKAGE}=={v},max_length={MAX_LENGTH})"
 
 
 def model_dir() -> Path:
@@ -142,12 +155,12 @@ def _db(path: str) -> sqlite3.Connection:
 def _disk_get(path: str, keys: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Cached vectors by text hash; a row failing its checksum is reported, dropped and encoded again."""
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    db = _db(path)
+    db, mid = _db(path), model_id()
     for i in range(0, len(keys), 500):
         chunk = keys[i:i + 500]
         q = f"SELECT h, ids, w, crc FROM vec WHERE model=? AND h IN ({','.join('?' * len(chunk))})"
-        for h, ids, w, c in db.execute(q, [MODEL_ID, *chunk]).fetchall():
-            ok = (isinstance(ids, bytes) and isinstance(w, bytes) and crc(MODEL_ID, h, ids, w) == c
+        for h, ids, w, c in db.execute(q, [model_id(), *chunk]).fetchall():
+            ok = (isinstance(ids, bytes) and isinstance(w, bytes) and crc(mid, h, ids, w) == c
                   and len(ids) == len(w) and len(ids) % 4 == 0)
             arr_w = np.frombuffer(w, dtype=np.float32) if ok else None
             if ok and np.isfinite(arr_w).all():
@@ -156,7 +169,7 @@ def _disk_get(path: str, keys: list[str]) -> dict[str, tuple[np.ndarray, np.ndar
             report("sparse-vector-cache", path, f"entry {h[:12]} fails its checksum or shape",
                    "entry dropped, text encoded again")
             with db:
-                db.execute("DELETE FROM vec WHERE model=? AND h=?", (MODEL_ID, h))
+                db.execute("DELETE FROM vec WHERE model=? AND h=?", (mid, h))
     return out
 
 
@@ -165,26 +178,31 @@ def _disk_has(path: str, keys: list[str]) -> set[str]:
     for i in range(0, len(keys), 500):
         chunk = keys[i:i + 500]
         q = f"SELECT h FROM vec WHERE model=? AND h IN ({','.join('?' * len(chunk))})"
-        out.update(h for (h,) in db.execute(q, [MODEL_ID, *chunk]).fetchall())
+        out.update(h for (h,) in db.execute(q, [model_id(), *chunk]).fetchall())
     return out
 
 
 def _disk_put(path: str, vecs: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
     if not vecs:
         return
-    rows = []
+    rows, mid = [], model_id()
     for h, (ids, w) in vecs.items():
         bi, bw = ids.astype(np.int32).tobytes(), w.astype(np.float32).tobytes()
-        rows.append((MODEL_ID, h, bi, bw, crc(MODEL_ID, h, bi, bw)))
+        rows.append((mid, h, bi, bw, crc(mid, h, bi, bw)))
     db = _db(path)
     with db:
         db.executemany("INSERT OR REPLACE INTO vec VALUES (?,?,?,?,?)", rows)
 
 
 def _encode_uncached(texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+    tok, model = _load()
+    with _encode_lock:  # a fast tokenizer refuses two threads at once ("Already borrowed")
+        return _encode_batches(texts, tok, model)
+
+
+def _encode_batches(texts: list[str], tok: Any, model: Any) -> list[tuple[np.ndarray, np.ndarray]]:
     import torch
 
-    tok, model = _load()
     lengths = [len(ids) for ids in tok(texts, truncation=True, max_length=MAX_LENGTH)["input_ids"]]
     order = np.argsort(lengths, kind="stable")
     result: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(texts)

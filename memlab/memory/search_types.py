@@ -62,6 +62,9 @@ class SearchOptions:
             raise ValueError(f"SearchOptions.max_results: expected >= 0, got {self.max_results}")
         if self.rrf_k <= 0:
             raise ValueError(f"SearchOptions.rrf_k: expected > 0, got {self.rrf_k}")
+        if self.notes_only and self.unit == "turn":
+            raise ValueError("SearchOptions: notes_only leaves out the turn records that unit='turn' returns; "
+                             "expected one of them")
         if isinstance(self.participant_boost_sigma, bool) or not isinstance(self.participant_boost_sigma,
                                                                               (int, float)) \
                 or self.participant_boost_sigma < 0:

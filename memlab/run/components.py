@@ -27,7 +27,8 @@ def build_answerer(cfg: ExperimentConfig, clients: Clients) -> Answerer:
         emb = {"api_base": ep["api_base"], "api_key": ep["api_key"], "timeout": ep["timeout"]} \
             if cfg.index.embedder.startswith("litellm:") else {}
         arm.use_index(embedder=cfg.index.embedder, keyword=cfg.index.keyword, index=cfg.index.factory,
-                      date_in_text=cfg.index.date_in_text, turn_style=cfg.extraction.turn_style,
+                      date_in_text=cfg.index.date_in_text, sparse=cfg.index.sparse,
+                      session_text=cfg.index.session_text, turn_style=cfg.extraction.turn_style,
                       embedder_params=emb, embedding_cache=str(Path(clients.cache_path).parent / "embeddings.sqlite"))
     return arm
 

@@ -114,7 +114,8 @@ class IndexConfig:
     ``sparse``."""
     session_text: bool = False
     """Also score each dialog-turn record by the keyword scorer over its whole session (the records sharing its
-    event time, joined), fused as the ``session`` list: a turn in the session the question is about ranks up."""
+    event time, joined, BM25), fused as the ``session`` list: a turn in the session the question is about ranks
+    up. Meant for ``retrieval.fusion: zscore`` (a session's turns tie in this list)."""
     ef_search: int = 1024
     ef_construction: int = 128
 

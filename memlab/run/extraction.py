@@ -99,7 +99,11 @@ def log_build_usage(build_log: Path, conversation: str, results: list[Any], date
 def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Clients) -> MemoryService:
     """The configured store and index, at ``cdir`` for a durable backend."""
     idx = cfg.index
-    index_id = hashlib.sha256(json.dumps(asdict(idx), sort_keys=True).encode()).hexdigest()[:10]
+    section = asdict(idx)
+    for later in ("sparse", "session_text"):  # fields added later count only when set: older saved indexes stay
+        if not section[later]:
+            del section[later]
+    index_id = hashlib.sha256(json.dumps(section, sort_keys=True).encode()).hexdigest()[:10]
     emb_params: dict[str, Any] = {}
     if idx.embedder.startswith("litellm:"):
         ep = clients.endpoint("embedder")
