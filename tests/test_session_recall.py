@@ -114,3 +114,18 @@ def test_empty_model_answer_is_an_error_not_an_abstention(synthetic_path, tmp_pa
         run = run_experiment(cfg, results=tmp_path, progress=False)
         assert run.predictions.error.str.contains("empty").all()  # never scored as an abstention
         assert run.summary.loc["overall 1-5", "errors"] == 2
+
+
+def test_the_runs_index_section_reaches_the_arms_turn_index(syn, tmp_path):
+    from memlab.run.clients import Clients
+    from memlab.run.components import build_answerer
+
+    cfg = ExperimentConfig.from_yaml("session-recall").with_overrides(
+        {"index.factory": "HNSW32", "index.ef_search": 77, "index.ef_construction": 33, "index.keyword": "bm25",
+         "index.sparse": "tfidf", "index.session_text": True})
+    arm = build_answerer(cfg, Clients(cfg, tmp_path / "responses.sqlite"))
+    svc, key = arm.turn_service(syn["syn-1"])
+    idx = svc.searcher
+    assert (idx.index, idx.keyword, idx.sparse, idx.session_text) == ("HNSW32", "bm25", "tfidf", True)
+    st = idx.ensure_built(key, lambda: svc.list(key))
+    assert st.dense.index_.hnsw.efSearch == 77 and st.sparse is not None and st.session_kw is not None

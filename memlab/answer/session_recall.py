@@ -75,14 +75,14 @@ class SessionRecallAnswerer(Answerer):
                    window=section.recall_window, max_units=section.recall_max)
 
     def use_index(self, **params: Any) -> None:
-        """Index settings (embedder, keyword, index, date_in_text, sparse, session_text, turn_style,
-        embedder_params, embedding_cache) before the first question; the runner passes the run's ``index``
-        section (``append_citing`` does not apply: this index holds turns only)."""
+        """Index settings (embedder, keyword, index, date_in_text, sparse, session_text, ef_search,
+        ef_construction, turn_style, embedder_params, embedding_cache) before the first question; the runner
+        passes the run's ``index`` section (``append_citing`` does not apply: this index holds turns only)."""
         if self._built:
             raise RuntimeError("session-recall: index settings change after turns were indexed")
         for k, v in params.items():
-            if k not in ("embedder", "keyword", "index", "date_in_text", "sparse", "session_text", "turn_style",
-                         "embedder_params", "embedding_cache"):
+            if k not in ("embedder", "keyword", "index", "date_in_text", "sparse", "session_text", "ef_search",
+                         "ef_construction", "turn_style", "embedder_params", "embedding_cache"):
                 raise TypeError(f"session-recall use_index: unknown setting {k!r}")
             setattr(self, k, v if k != "embedder_params" else (v or {}))
 
@@ -90,7 +90,8 @@ class SessionRecallAnswerer(Answerer):
                  reader: Answerer | None = None, unit: str = "session", window: int = 3, max_units: int = 2,
                  embedder: str = "tfidf-lsa", keyword: str = "tfidf", index: str = "Flat",
                  date_in_text: bool = True, turn_style: str = "speaker", embedder_params: dict[str, Any] | None = None,
-                 embedding_cache: str | None = None, sparse: str | None = None, session_text: bool = False):
+                 embedding_cache: str | None = None, sparse: str | None = None, session_text: bool = False,
+                 ef_search: int = 1024, ef_construction: int = 128):
         if unit not in UNITS:
             raise ValueError(f"session-recall unit: expected one of {UNITS}, got {unit!r}")
         if window < 0 or max_units < 1:
@@ -112,6 +113,8 @@ class SessionRecallAnswerer(Answerer):
         self.embedding_cache = embedding_cache
         self.sparse = sparse
         self.session_text = session_text
+        self.ef_search = ef_search
+        self.ef_construction = ef_construction
         self._service: MemoryService | None = None
         self._built: dict[str, list[MemoryEntry]] = {}
         self._lock = threading.Lock()
@@ -126,7 +129,8 @@ class SessionRecallAnswerer(Answerer):
                                              keyword=self.keyword, date_in_text=self.date_in_text,
                                              embedder_params=self.embedder_params,
                                              embedding_cache=self.embedding_cache, sparse=self.sparse,
-                                             session_text=self.session_text)
+                                             session_text=self.session_text, ef_search=self.ef_search,
+                                             ef_construction=self.ef_construction)
             if conv.sample_id not in self._built:
                 for m in turn_memories(conv, self.turn_style):
                     self._service.add(key, **m)

@@ -28,7 +28,8 @@ def build_answerer(cfg: ExperimentConfig, clients: Clients) -> Answerer:
             if cfg.index.embedder.startswith("litellm:") else {}
         arm.use_index(embedder=cfg.index.embedder, keyword=cfg.index.keyword, index=cfg.index.factory,
                       date_in_text=cfg.index.date_in_text, sparse=cfg.index.sparse,
-                      session_text=cfg.index.session_text, turn_style=cfg.extraction.turn_style,
+                      session_text=cfg.index.session_text, ef_search=cfg.index.ef_search,
+                      ef_construction=cfg.index.ef_construction, turn_style=cfg.extraction.turn_style,
                       embedder_params=emb, embedding_cache=str(Path(clients.cache_path).parent / "embeddings.sqlite"))
     return arm
 
