@@ -67,6 +67,9 @@ DEPTH_FACTOR = 10
 FEEDBACK_WEIGHT = 0.5
 #: File name of the sparse-vector cache, beside the embedding cache (`memlab.index.keyword_splade`).
 SPARSE_CACHE_NAME = "sparse-vectors.sqlite"
+#: Settings added after the saved-index format was fixed: written (into a manifest, into a run's index file
+#: name) only when set, so an index saved before them still matches.
+LATER_SETTINGS = ("sparse", "session_text")
 #: Version of the saved-index format; a file of another version is ignored and rebuilt.
 INDEX_FORMAT = 4
 
@@ -606,8 +609,7 @@ class HybridIndex:
         config = {"embedder": emb, "index": self.index, "keyword": self.keyword,
                   "embedder_params": params, "date_in_text": self.date_in_text, "append_citing": self.append_citing,
                   "ef_search": self.ef_search, "ef_construction": self.ef_construction}
-        if self.sparse or self.session_text:  # settings added later are written only when set: older files match
-            config.update(sparse=self.sparse, session_text=self.session_text)
+        config.update({k: getattr(self, k) for k in LATER_SETTINGS if getattr(self, k)})
         return config
 
     def load(self, path: str | os.PathLike[str]) -> bool:

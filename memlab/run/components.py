@@ -26,11 +26,10 @@ def build_answerer(cfg: ExperimentConfig, clients: Clients) -> Answerer:
         ep = clients.endpoint("embedder")
         emb = {"api_base": ep["api_base"], "api_key": ep["api_key"], "timeout": ep["timeout"]} \
             if cfg.index.embedder.startswith("litellm:") else {}
-        arm.use_index(embedder=cfg.index.embedder, keyword=cfg.index.keyword, index=cfg.index.factory,
-                      date_in_text=cfg.index.date_in_text, sparse=cfg.index.sparse,
-                      session_text=cfg.index.session_text, ef_search=cfg.index.ef_search,
-                      ef_construction=cfg.index.ef_construction, turn_style=cfg.extraction.turn_style,
-                      embedder_params=emb, embedding_cache=str(Path(clients.cache_path).parent / "embeddings.sqlite"))
+        params = cfg.index.service_params()
+        del params["append_citing"]  # its index holds the turns only: nothing cites them
+        arm.use_index(**params, turn_style=cfg.extraction.turn_style, embedder_params=emb,
+                      embedding_cache=str(Path(clients.cache_path).parent / "embeddings.sqlite"))
     return arm
 
 

@@ -113,11 +113,17 @@ class IndexConfig:
     """A second lexical list over the same keyword texts (a keyword scorer name, e.g. ``splade``), fused as
     ``sparse``."""
     session_text: bool = False
-    """Also score each dialog-turn record by the keyword scorer over its whole session (the records sharing its
-    event time, joined, BM25), fused as the ``session`` list: a turn in the session the question is about ranks
-    up. Meant for ``retrieval.fusion: zscore`` (a session's turns tie in this list)."""
+    """Also score each dialog-turn record by BM25 over its whole session (the records sharing its event time,
+    joined), fused as the ``session`` list: a turn in the session the question is about ranks up. Meant for
+    ``retrieval.fusion: zscore`` (a session's turns tie in this list)."""
     ef_search: int = 1024
     ef_construction: int = 128
+
+    def service_params(self) -> dict[str, Any]:
+        """This section as `memlab.index.open_service` keywords (every index the run builds reads them here)."""
+        return {"embedder": self.embedder, "index": self.factory, "keyword": self.keyword,
+                "date_in_text": self.date_in_text, "append_citing": self.append_citing, "sparse": self.sparse,
+                "session_text": self.session_text, "ef_search": self.ef_search, "ef_construction": self.ef_construction}
 
 
 @dataclass

@@ -23,6 +23,7 @@ from memlab.extract.checkers import Checker, checks_all, checks_any, message_thr
 from memlab.extract.extractors import Extractor
 from memlab.extract.pipeline import conversation_key, extract_dataset
 from memlab.index import open_service
+from memlab.index.hybrid import LATER_SETTINGS
 from memlab.memory import MemoryService
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig
@@ -99,18 +100,13 @@ def log_build_usage(build_log: Path, conversation: str, results: list[Any], date
 def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Clients) -> MemoryService:
     """The configured store and index, at ``cdir`` for a durable backend."""
     idx = cfg.index
-    section = asdict(idx)
-    for later in ("sparse", "session_text"):  # fields added later count only when set: older saved indexes stay
-        if not section[later]:
-            del section[later]
+    section = {k: v for k, v in asdict(idx).items() if k not in LATER_SETTINGS or v}  # older saved indexes stay
     index_id = hashlib.sha256(json.dumps(section, sort_keys=True).encode()).hexdigest()[:10]
     emb_params: dict[str, Any] = {}
     if idx.embedder.startswith("litellm:"):
         ep = clients.endpoint("embedder")
         emb_params = {"api_base": ep["api_base"], "api_key": ep["api_key"], "timeout": ep["timeout"]}
-    common = {"embedder": idx.embedder, "index": idx.factory, "keyword": idx.keyword, "date_in_text": idx.date_in_text,
-              "embedder_params": emb_params, "append_citing": idx.append_citing, "sparse": idx.sparse,
-              "session_text": idx.session_text, "ef_search": idx.ef_search, "ef_construction": idx.ef_construction}
+    common = {**idx.service_params(), "embedder_params": emb_params}
     if cfg.store.backend == "sqlite":
         return open_service("sqlite", path=cdir / "store.db", embedding_cache=cache_root / "embeddings.sqlite",
                             index_path=cdir / f"index-{index_id}.npz", on_corrupt="rebuild", **common)
