@@ -244,3 +244,13 @@ def test_turns_plus_llm_fallback_lookup_still_hides_the_turns(monkeypatch):
         prompt = srv.requests[0]["messages"][0]["content"]
     assert r.status == "ran"
     assert "Alice likes green tea" in prompt and "Alice: I like tea" not in prompt
+
+
+def test_turns_plus_llm_failed_call_fails_the_job_and_writes_no_turn():
+    svc = open_service("memory", keyword="bm25")
+    with ScriptedServer([Reply(status=400, text="bad request")]) as srv:
+        w = AutoMemoryWorker(svc, TurnsAndLLM(extractor(srv)), reconcile_config=ReconcileConfig())
+        s = session("I went to a tea tasting in Kyoto yesterday!", "Sounds lovely.")
+        r = w.run_job(s)
+    assert r.status == "failed" and "extractor failed" in r.reason
+    assert svc.list(K) == [] and s.cursor is None  # nothing half-written; the rerun extracts the job again

