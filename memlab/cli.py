@@ -268,7 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as e:  # the run printed how to resume; 128 + the signal, as a shell reports it
         return 143 if type(e).__name__ == "Terminated" else 130
-    except OSError as e:  # disk full, read-only folder, name too long: one line, no traceback
+    except Exception as e:  # disk full, read-only folder, name too long: one line, no traceback
+        if args.command not in ("run", "report", "compare", "rescore"):
+            raise
         from memlab.run.runner import is_storage_error, storage_message
 
         if not is_storage_error(e):

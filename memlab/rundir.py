@@ -231,5 +231,11 @@ def remember_settings(run_dir: str | os.PathLike[str], settings: dict[str, Any])
     if not settings and not _settings_file(run_dir).exists():
         return
     p = _settings_file(run_dir)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    write_json(p, {"run_dir": str(Path(run_dir).resolve()), "settings": settings})
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        write_json(p, {"run_dir": str(Path(run_dir).resolve()), "settings": settings})
+    except OSError as e:  # a read-only home must not stop a run: its resume will ask for --trust-run-config
+        import warnings
+
+        warnings.warn(f"could not record the run's endpoints in {p} ({e.strerror or e}); resuming {run_dir} "
+                      f"will need --trust-run-config", stacklevel=2)

@@ -259,25 +259,35 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
 
 
 class RunStorageError(OSError):
-    """The run could not write its folder or caches (disk full, read-only, name too long): it is marked failed."""
+    """The run could not write or read its folder or caches (disk full, read-only, name too long): marked failed."""
 
 
-_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG,
-                   errno.EFBIG, errno.EIO, errno.ENOTDIR, errno.EISDIR}
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.ENAMETOOLONG}
+_STORAGE_ERRNOS = _WRITE_ERRNOS | {errno.EACCES, errno.EPERM, errno.EIO, errno.ENOTDIR, errno.EISDIR}
+#: SQLite's words for the same causes (the caches are SQLite files; it raises its own error type).
+_SQLITE_STORAGE = ("disk is full", "readonly database", "disk i/o error", "unable to open database file")
 
 
 def is_storage_error(e: BaseException) -> bool:
     """Whether ``e`` is a failure to write or read a file (not a network error, which has its own message)."""
+    import sqlite3
+
+    if isinstance(e, sqlite3.Error):
+        return any(w in str(e).lower() for w in _SQLITE_STORAGE)
     return isinstance(e, OSError) and not isinstance(e, (ConnectionError, TimeoutError, RunStorageError)) and \
         (e.filename is not None or e.errno in _STORAGE_ERRNOS)
 
 
-def storage_message(e: OSError, run_dir: Path | None = None) -> str:
+def storage_message(e: BaseException, run_dir: Path | None = None) -> str:
     """One line: the path, the cause, and (in a run) what happens next."""
-    where = f"{e.filename}" + (f" -> {e.filename2}" if e.filename2 else "") if e.filename else "a file"
-    cause = e.strerror or str(e)
-    name = errno.errorcode.get(e.errno or 0)
-    text = f"cannot write {where}: {cause}" + (f" ({name})" if name else "")
+    if isinstance(e, OSError):
+        where = f"{e.filename}" + (f" -> {e.filename2}" if e.filename2 else "") if e.filename else "a file"
+        name = errno.errorcode.get(e.errno or 0)
+        verb = "cannot write" if e.errno in _WRITE_ERRNOS else "cannot use"
+        text = f"{verb} {where}: {e.strerror or e}" + (f" ({name})" if name else "")
+    else:  # SQLite names no file: the caches are under the results root's .cache/
+        where = f" under {run_dir.parent / '.cache'}" if run_dir is not None else ""
+        text = f"cannot write a cache database{where}: {e}"
     if run_dir is not None:
         text += f"; the run is marked failed. Fix the cause, then: memlab run --resume {run_dir}"
     return text
