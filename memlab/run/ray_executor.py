@@ -618,7 +618,9 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
             if cell.build_texts is not None:  # an arm that indexes raw turns itself: its embedding cost
                 rows = costs.index_usage({c.sample_id: cell.build_texts(c) for c in cell.convs})
                 (cell.run_dir / "traces").mkdir(exist_ok=True)
-                (cell.run_dir / "traces" / BUILD_LOG).write_text("".join(json.dumps(r) + "\n" for r in rows))
+                from memlab.atomic import write_text
+
+                write_text(cell.run_dir / "traces" / BUILD_LOG, "".join(json.dumps(r) + "\n" for r in rows))
             pred, cell.info["cost"] = add_costs(cell.run_dir, cell.cfg, pred,
                                                 {c.sample_id: len(c.questions) for c in cell.convs},
                                                 expect_build=cell.needs_memory or cell.build_texts is not None)
