@@ -415,12 +415,12 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
         clients = Clients(cfg, cache_root / "responses.sqlite")
         answerer = build_answerer(cfg, clients)
         extractor = build_extractor(cfg, clients) if answerer.needs_memory else None
+        if cfg.run.check_endpoint:  # as the local executor does: before any work, before Ray starts
+            check_endpoints(cfg, clients, clients.roles_in_use(answerer))
         prepared.append((cfg, prev, data, sha, picks, answerer, extractor, clients, t_start, errata))
     ray = connect(address or cfgs[0].run.ray_address)
     cells: list[_Cell] = []
-    for i, (cfg, prev, data, sha, picks, answerer, extractor, clients, t_start, errata) in enumerate(prepared):
-        if cfg.run.check_endpoint:
-            check_endpoints(cfg, clients, roles=("reader", "judge"))  # as the local executor does
+    for i, (cfg, prev, data, sha, picks, answerer, extractor, _, t_start, errata) in enumerate(prepared):
         run_dir = open_run_dir(cfg.name, cfg.to_yaml(), root, resume)
         convs = list({c.sample_id: c for c, _ in picks}.values())
         info: dict[str, Any] = {
