@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from memlab import __version__
 from memlab.atomic import write_json
@@ -50,6 +49,7 @@ from memlab.extract.messages import ChatSession, locomo_messages
 from memlab.extract.pipeline import conversation_key, extract_dataset, keyed_trace_rows
 from memlab.memory import MemoryService
 from memlab.memory.entry import MemoryEntry, UserKey
+from memlab.progress import progress_bar
 from memlab.run.answering import PREDICTIONS_LOG, answer_one, load_done, read_log
 from memlab.run.clients import Clients, check_endpoints, role_model
 from memlab.run.components import build_answerer, build_extractor, build_judge, component_label
@@ -458,7 +458,7 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
     remote_extract = ray.remote(extract_unit)
     remote_answer = ray.remote(answer_unit)
     stores: dict[str, tuple[MemoryService, Path]] = {}
-    bar = tqdm(total=0, desc=f"grid ({len(cells)} run(s), ray)", disable=not progress)
+    bar = progress_bar(total=0, desc=f"grid ({len(cells)} run(s), ray)", disable=not progress)
     try:
         # -- 2. extraction: one task per (cache key, conversation) the cache lacks
         t0 = time.perf_counter()
