@@ -79,7 +79,7 @@ class LineProgress:
         self._start()
         self.n += n
         if self.total and self.n < self.total:
-            mark = int(self.n / self.total / self.step)
+            mark = self.n * round(1 / self.step) // self.total  # integers: 3/10 is the third tenth
             if mark > self._shown:
                 self._shown = mark
                 self._say(f"{self.n}/{self.total} ({100 * self.n / self.total:.0f} %), "

@@ -20,6 +20,9 @@ def test_a_log_file_gets_a_line_per_tenth_and_the_end():
     assert "\r" not in out.getvalue() and all(ln.startswith("answer (x): ") for ln in lines)
     assert lines[0] == "answer (x): 0/250" and lines[-1].startswith("answer (x): 250/250 done, ")
     assert len(lines) == 11 and "25/250 (10 %)" in lines[1] and "225/250 (90 %)" in lines[-2]
+    out = io.StringIO()
+    list(progress_bar(range(10), desc="extract", file=out))  # every tenth of 10 (3/10 is not 0.2999...)
+    assert [ln.split(" ")[1] for ln in out.getvalue().splitlines()[1:-1]] == [f"{i}/10" for i in range(1, 10)]
 
 
 def test_update_total_growth_and_disable():
