@@ -155,11 +155,12 @@ def check_endpoints(cfg: ExperimentConfig, clients: Clients, roles: tuple[str, .
         if kind != "listing":
             continue
         data = got.get("data") if isinstance(got, dict) else None
-        ids = [d.get("id") for d in data if isinstance(d, dict)] if isinstance(data, list) else []
+        entries = [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
+        ids = [d.get("id") for d in entries]
         for role, model in users:
             if not ids or model in ids or _model_id(model) in ids or f"{_model_id(model)}:latest" in ids:
                 continue  # (Ollama lists `local:latest` for a model asked for as `local`)
-            if len(ids) == 1 and "max_model_len" not in data[0]:  # one model, not vLLM: it may answer to any name
+            if len(ids) == 1 and "max_model_len" not in entries[0]:  # one model, not vLLM: it may answer to any name
                 log.info("%s %s: %s lists only %r (a one-model server that answers to any name is fine)",
                          role, model, base, ids[0])
                 continue
