@@ -94,7 +94,8 @@ class LineProgress:
         self._closed = True
         if self._t0 is None:  # never advanced: nothing ran, nothing to say
             return
-        self._say(f"{self.n}/{self.total or self.n} done, {time.perf_counter() - self._t0:.1f} s")
+        end = "done" if not self.total or self.n >= self.total else "stopped"  # (an error or Ctrl-C)
+        self._say(f"{self.n}/{self.total or self.n} {end}, {time.perf_counter() - self._t0:.1f} s")
 
     def __enter__(self) -> LineProgress:
         return self

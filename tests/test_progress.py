@@ -36,6 +36,11 @@ def test_update_total_growth_and_disable():
     bar.close()
     bar.close()  # closing twice says nothing more
     assert out.getvalue().splitlines()[-1].startswith("grid: 4/4 done") and out.getvalue().count("done") == 1
+    cut = io.StringIO()
+    for i in progress_bar(range(10), desc="cut", file=cut):
+        if i == 2:
+            break
+    assert cut.getvalue().splitlines()[-1].startswith("cut: 2/10 stopped")  # not "done"
     quiet = io.StringIO()
     b = progress_bar(total=3, desc="q", disable=True, file=quiet)
     b.update(3)
