@@ -24,6 +24,8 @@ import urllib.request
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from memlab.breaker import CircuitOpen, breaker
+
 log = logging.getLogger(__name__)
 
 _OFFLINE_ENV = {
@@ -392,7 +394,7 @@ def prompt_tokens_estimate(messages: list[dict[str, Any]], tools: list[dict[str,
 def _connection_error(e: BaseException) -> bool:
     chain: BaseException | None = e
     while chain is not None:
-        if isinstance(chain, ConnectionRefusedError) or type(chain).__name__ in ("ConnectError",):
+        if isinstance(chain, (ConnectionRefusedError, CircuitOpen)) or type(chain).__name__ in ("ConnectError",):
             return True
         if "connection refused" in str(chain).lower() or "connect error" in str(chain).lower():
             return True
@@ -644,8 +646,14 @@ class ModelClient:
         last: Exception | None = None
         spent = 0.0
         ep = self.endpoint
+        br = breaker(self.api_base or f"provider:{self.model}")
         attempt = 0
         for attempt in range(1, self.max_retries + 2):
+            try:
+                br.before()  # a few calls in a row could not connect: fail now, not after every retry
+            except CircuitOpen as e:
+                last, attempt = e, attempt - 1
+                break
             t0 = time.perf_counter()
             wait = 0.0
             if ep is not None:
@@ -654,9 +662,11 @@ class ModelClient:
                 with self._lock:
                     self.calls += 1
                 resp = send()
+                br.record(True)
                 return resp, attempt, spent + time.perf_counter() - t0
             except Exception as e:  # litellm maps provider errors to its own exception classes
                 last = e
+                br.record(not _connection_error(e), f"{type(e).__name__}: {e}")
                 if _is_timeout(e) and ep is not None:
                     self._wait_until_idle()  # still holding the slot: nothing new reaches a busy server
                 wait = _retry_after(e) or 0.0

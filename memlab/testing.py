@@ -167,6 +167,9 @@ class ScriptedServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        from memlab.breaker import breaker
+
+        breaker(self.api_base).reset()  # a port reused from a test's dead endpoint: this server answers
         return self
 
     def stop(self) -> None:

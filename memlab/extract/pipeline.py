@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from memlab.data.locomo import Conversation, LoCoMo
 from memlab.extract.checkers import Checker
@@ -16,6 +15,7 @@ from memlab.extract.reconcile import ReconcileConfig
 from memlab.extract.worker import AutoMemoryWorker, JobResult
 from memlab.memory.entry import UserKey
 from memlab.memory.service import MemoryService
+from memlab.progress import progress_bar
 
 APP_NAME = "locomo"
 
@@ -110,7 +110,7 @@ def extract_dataset(
     rows, results = [], []
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
     base = resolve_extractor(extractor, **(extractor_params or {}))
-    for conv in tqdm(convs, desc=f"extract ({base.name})", leave=False):
+    for conv in progress_bar(convs, desc=f"extract ({base.name})", leave=False):
         key = conversation_key(conv)
         before = service.count(key)
         saved = service.extraction_state(conv.sample_id) or {}

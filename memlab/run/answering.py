@@ -19,14 +19,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from memlab.answer import AnswerContext, Answerer
 from memlab.answer.base import evidence_ranks
 from memlab.atomic import write_text
 from memlab.data import Conversation, Question
 from memlab.extract.pipeline import conversation_key
 from memlab.memory import MemoryService
+from memlab.progress import progress_bar
 from memlab.run.config import ExperimentConfig
 from memlab.run.records import AnswerRecord, PredictionRecord, RecordSchemaError, RetrievalRecord
 
@@ -252,7 +251,7 @@ def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             logf.flush()
             n += 1
 
-    bar = tqdm(total=len(todo), desc=f"answer ({cfg.answer.arm})", disable=not progress, leave=False)
+    bar = progress_bar(total=len(todo), desc=f"answer ({cfg.answer.arm})", disable=not progress, leave=False)
     try:
         with contextlib.nullcontext(stop) if stop is not None else remembered_interrupts() as interrupted:
             if cfg.run.concurrency <= 1:

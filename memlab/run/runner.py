@@ -1,9 +1,10 @@
 """``run_experiment``: one run as a short sequence of stages, each in its own module.
 
 1. config + data validated, questions selected (`selection`) — before any folder exists;
-2. components built from the registries, or the user's own (`components`);
+2. components built from the registries, or the user's own (`components`); in the run folder, every
+   model endpoint they use checked at once, before any work (`clients.check_endpoints`);
 3. extraction into the cached store, traces, warm indexes (`extraction`);
-4. the model endpoints checked (`clients`), then answering with the resume log (`answering`);
+4. answering with the resume log (`answering`);
 5. scoring and the summary (`results`), and ``run.json`` (status, counts, timings, provenance).
 
 Results under ``results/<run_id>/``: ``config.yaml`` (as run), ``environment.json``, ``predictions.jsonl``
@@ -171,6 +172,8 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
     svc = None
     try:
         write_json(run_dir / "run.json", {**info, "timings": timings})
+        if cfg.run.check_endpoint:  # every model endpoint this run calls, at once, before any work
+            check_endpoints(cfg, clients, clients.roles_in_use(answerer))
         # -- 3. extraction
         ext_info: dict[str, Any] = {}
         if answerer.needs_memory:
@@ -189,8 +192,6 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
         info["extraction"] = ext_info
         stop.stop()  # a signal swallowed during extraction still stops the run here
         # -- 4. answering
-        if cfg.run.check_endpoint:
-            check_endpoints(cfg, clients, roles=("reader", "judge"))
         done = load_done(run_dir)
         done_ids = {r.qid for r in done}
         todo = [(c, q) for c, q in picks if q.qid not in done_ids]
