@@ -10,8 +10,8 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from memlab.answer import ANSWERERS, JUDGES, Answerer
 import memlab.eval.profiles  # noqa: F401 - registers the llm judge (ProfileJudge) in JUDGES
+from memlab.answer import ANSWERERS, JUDGES, Answerer
 from memlab.extract.extractors import EXTRACTORS, Extractor
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig
