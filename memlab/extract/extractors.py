@@ -12,19 +12,22 @@ instance (the model-free extractors read that conversation's annotations).
 from __future__ import annotations
 
 import copy
+import dataclasses
+import inspect
 import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
 from memlab.data.locomo import Conversation
 from memlab.extract.memory_sets import observation_memories, turn_memories
 from memlab.extract.messages import Message
 from memlab.extract.ops import ExtractionResult, MemoryOp
-from memlab.llm import ModelClient
+from memlab.llm import ModelClient, normalise_endpoint
 from memlab.memory.entry import KINDS, MemoryEntry, UserKey
 from memlab.prompts import load_prompt, render
 from memlab.registry import Registry
@@ -70,12 +73,62 @@ class Extractor(ABC):
         """The instance that extracts one conversation (itself unless it reads per-conversation data)."""
         return self
 
+    #: Constructor arguments that do not decide the ops (a key, a timeout): left out of `cache_id`.
+    cache_exclude: tuple[str, ...] = ()
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor's arguments as this instance holds them (scikit-learn's convention: each is stored
+        under its own name), less `cache_exclude`; raises TypeError naming one that is not stored."""
+        out: dict[str, Any] = {}
+        for p in list(inspect.signature(type(self).__init__).parameters.values())[1:]:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in self.cache_exclude:
+                continue
+            if not hasattr(self, p.name):
+                raise TypeError(f"{type(self).__qualname__}: constructor argument {p.name!r} is not stored as "
+                                f"self.{p.name}, so the extraction cache key cannot cover it; store it under its "
+                                "own name, list it in cache_exclude, or override cache_id()")
+            out[p.name] = getattr(self, p.name)
+        return out
+
     def cache_id(self) -> str:
-        """Part of the extraction cache key: what, besides the data, decides the ops."""
-        return self.name
+        """Part of the extraction cache key: what, besides the data, decides the ops — the class (its own
+        ``name``, else module and qualified name: never a name inherited from a base) and its constructor
+        settings (`get_params`), so two extractors, or one with two settings, never share cached memories."""
+        cls = type(self)
+        ident = cls.__dict__.get("name") or f"{cls.__module__}.{cls.__qualname__}"
+        params = self.get_params()
+        if not params:
+            return ident
+        return f"{ident}({','.join(_param_id(k, v) for k, v in params.items())})"
 
     @abstractmethod
     def extract(self, request: ExtractionRequest) -> ExtractionResult: ...
+
+
+_PLAIN = re.compile(r"[\w.:/@+-]*")
+
+
+def _param_id(name: str, v: Any) -> str:
+    """One constructor setting as text in a cache id (plain strings as they are, others as JSON-like text)."""
+    if isinstance(v, str):
+        return v if _PLAIN.fullmatch(v) else json.dumps(v)
+    if v is None or isinstance(v, (bool, int, float)):
+        return json.dumps(v)
+    if isinstance(v, Extractor):
+        return v.cache_id()
+    if isinstance(v, ModelClient):
+        return f"{v.model}@{normalise_endpoint(v.api_base) or 'provider'}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_param_id(name, x) for x in v) + "]"
+    if isinstance(v, dict):
+        items = sorted(v.items(), key=lambda kv: str(kv[0]))
+        return "{" + ",".join(f"{k}={_param_id(name, x)}" for k, x in items) + "}"
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return f"{type(v).__qualname__}{_param_id(name, dataclasses.asdict(v))}"
+    if isinstance(v, (datetime, Enum)):
+        return json.dumps(str(v))
+    raise TypeError(f"extractor setting {name}={v!r} ({type(v).__qualname__}) cannot be written into the "
+                    "extraction cache key; list it in cache_exclude or override cache_id()")
 
 
 class ConversationExtractor(Extractor):
@@ -119,9 +172,6 @@ class TurnsExtractor(ConversationExtractor):
 
     def _reset(self) -> None:
         self._by_id = None
-
-    def cache_id(self) -> str:
-        return f"turns({self.style})"
 
     def extract(self, request: ExtractionRequest) -> ExtractionResult:
         if self.conversation is not None and self._by_id is None:
@@ -331,11 +381,23 @@ class LLMExtractor(Extractor):
         self.cache_path = cache_path
         self.client = client
 
-    def cache_id(self) -> str:
+    cache_exclude = ("api_key", "timeout", "max_retries", "backoff", "cache_path", "client", "api_base")
+
+    def get_params(self) -> dict[str, Any]:
+        """Model, prompt (with its text's hash) and the endpoint that answers (with a non-default temperature):
+        what decides the ops; a key, timeouts and retries do not."""
         import hashlib
 
+        params = super().get_params()
         h = hashlib.sha256(load_prompt("extract", self.prompt).encode()).hexdigest()[:12]
-        return f"llm({self.model},{self.prompt}@{h})"
+        params["prompt"] = f"{self.prompt}@{h}"
+        client = self.client
+        endpoint = normalise_endpoint(client.api_base if client is not None else self.api_base)
+        if endpoint is not None:  # a provider's own API is named by the model (keys stay as they were)
+            params["endpoint"] = endpoint
+        if client is not None and client.temperature not in (0.0, None):
+            params["temperature"] = client.temperature
+        return params
 
     def _client(self) -> ModelClient:
         if self.client is None:
