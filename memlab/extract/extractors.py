@@ -27,7 +27,7 @@ from memlab.data.locomo import Conversation
 from memlab.extract.memory_sets import observation_memories, turn_memories
 from memlab.extract.messages import Message
 from memlab.extract.ops import ExtractionResult, MemoryOp
-from memlab.llm import ModelClient, normalise_endpoint
+from memlab.llm import CallStats, Completion, MalformedToolCall, ModelClient, ModelError, ToolCall, normalise_endpoint
 from memlab.memory.entry import KINDS, MemoryEntry, UserKey
 from memlab.prompts import load_prompt, render
 from memlab.registry import Registry
@@ -272,14 +272,36 @@ def _str_list(args: dict[str, Any], name: str) -> tuple[str, ...]:
     return tuple(x for x in v if x.strip())
 
 
-def parse_tool_call(name: str, raw_args: str, delta_ids: Sequence[str]) -> MemoryOp:
-    """One tool call -> one op; raises ValueError with the reason when it is malformed."""
+class UnreadableArguments(ValueError):
+    """A tool call whose arguments are not a JSON object: the call itself is malformed (re-asked once)."""
+
+
+def tool_arguments(name: str, raw_args: str) -> dict[str, Any]:
+    """A tool call's arguments as a dict; raises `UnreadableArguments` naming the tool and the JSON error."""
     try:
         args = json.loads(raw_args) if raw_args.strip() else {}
     except json.JSONDecodeError as e:
-        raise ValueError(f"{name}: arguments are not valid JSON ({e.msg})") from None
+        raise UnreadableArguments(f"{name}: arguments are not valid JSON ({e.msg} at char {e.pos})") from None
     if not isinstance(args, dict):
-        raise ValueError(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
+        raise UnreadableArguments(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
+    return args
+
+
+def unreadable(calls: Sequence[ToolCall]) -> dict[str, str]:
+    """Tool-call id -> why its arguments cannot be read, for each malformed call of a reply."""
+    out = {}
+    for tc in calls:
+        try:
+            tool_arguments(tc.name, tc.arguments)
+        except UnreadableArguments as e:
+            out[tc.id] = str(e)
+    return out
+
+
+def parse_tool_call(name: str, raw_args: str, delta_ids: Sequence[str]) -> MemoryOp:
+    """One tool call -> one op; raises ValueError with the reason when it is malformed
+    (`UnreadableArguments` when its arguments are not a JSON object)."""
+    args = tool_arguments(name, raw_args)
     if name == "clear_memories":
         return MemoryOp(action="clear", source_ids=tuple(delta_ids))
     if name == "delete_memory":
@@ -353,12 +375,15 @@ def render_old_memories(memories: Sequence[MemoryEntry]) -> str:
 
 @EXTRACTORS.register("llm")
 class LLMExtractor(Extractor):
-    """One model call through litellm; malformed tool calls are dropped one by one with a reason.
+    """One model call through litellm; a proposal that cannot become an op is dropped with its reason.
 
     A memory in the first person ("I went ...") is dropped with its reason: it cannot say whose it
-    is. A reply with no text and no tool call, or a tool call written as text that neither parses nor
-    comes back well-formed when re-asked with ``tool_choice`` forced, raises a `memlab.llm.ModelError`
-    (the job fails and is retried on rerun; nothing is cached).
+    is. Tool calls whose arguments are not a JSON object are counted (``malformed_tool_calls``) and
+    re-asked once, the model shown each error beside its calls (as the answer path re-asks a tool call
+    written as text); still malformed, the job fails with `memlab.llm.MalformedToolCall` and that reply
+    is not cached. A reply with no text and no tool call, or a tool call written as text that neither
+    parses nor comes back well-formed when re-asked with ``tool_choice`` forced, raises a
+    `memlab.llm.ModelError` too (the job fails and is retried on rerun; nothing failed is cached).
     """
 
     name = "llm"
@@ -415,10 +440,18 @@ class LLMExtractor(Extractor):
                 {"role": "user", "content": "Extract the memories from the new messages now."}]
 
     def extract(self, request: ExtractionRequest) -> ExtractionResult:
-        comp = self._client().complete(self.build_messages(request), tools=extraction_tools(), tool_choice="auto")
+        client, msgs, tools = self._client(), self.build_messages(request), extraction_tools()
+        comp = client.complete(msgs, tools=tools, tool_choice="auto")
+        stats, calls = comp.stats(), list(comp.tool_calls)
+        bad = unreadable(calls)
+        if bad:
+            stats.malformed_tool_calls += len(bad)
+            again = self._reask(client, msgs, tools, calls, bad, stats)
+            stats = stats + again.stats()
+            calls = [tc for tc in calls if tc.id not in bad] + list(again.tool_calls)
         ops, dropped = [], []
         ids = request.source_ids
-        for tc in comp.tool_calls:
+        for tc in calls:
             try:
                 op = parse_tool_call(tc.name, tc.arguments, ids)
                 word = (first_person(op.text, speakers_of(request.delta))
@@ -429,8 +462,35 @@ class LLMExtractor(Extractor):
                 ops.append(op)
             except ValueError as e:
                 dropped.append(str(e))
-        return ExtractionResult(ops=ops, dropped=dropped, usage=comp.usage, calls=comp.calls,
-                                malformed_tool_calls=comp.malformed_tool_calls)
+        return ExtractionResult(ops=ops, dropped=dropped, usage=stats.usage, calls=stats.calls,
+                                malformed_tool_calls=stats.malformed_tool_calls)
+
+    def _reask(self, client: ModelClient, msgs: list[dict[str, Any]], tools: list[dict[str, Any]],
+               calls: list[ToolCall], bad: dict[str, str], spent: CallStats) -> Completion:
+        """Ask once more, showing the model its calls and each malformed one's error; a reply whose calls
+        are still malformed raises `MalformedToolCall` (carrying ``spent`` and the count) and is not cached."""
+        turn = {"role": "assistant", "content": "", "tool_calls": [
+            {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+            for tc in calls]}
+        results = [{"role": "tool", "tool_call_id": tc.id,
+                    "content": json.dumps({"error": f"{bad[tc.id]}; send this call again with its arguments as "
+                                                    "one valid JSON object"} if tc.id in bad else {"ok": True})}
+                   for tc in calls]
+        still: dict[str, str] = {}
+
+        def well_formed(comp: Completion) -> None:
+            still.update(unreadable(comp.tool_calls))
+            if still:
+                raise MalformedToolCall(f"{client.model}: {len(bad)} extraction tool call(s) had unreadable "
+                                        f"arguments and, re-asked with the errors shown, {len(still)} still do: "
+                                        f"{'; '.join(list(still.values())[:3])}")
+
+        try:
+            return client.complete([*msgs, turn, *results], tools=tools, tool_choice="auto", check=well_formed)
+        except ModelError as e:
+            e.partial = spent + e.partial
+            e.partial.malformed_tool_calls += len(still)
+            raise
 
 
 class CombinedExtractor(Extractor):
