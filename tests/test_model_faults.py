@@ -408,3 +408,5 @@ def test_an_echoed_bearer_token_never_reaches_the_error_text():
         e = raises_model_error(lambda: c.complete([{"role": "user", "content": "hi"}]), "ModelCallError")
         assert "Authorization" in str(e) and secret not in str(e) and "[redacted]" in str(e)
     assert llm.redact("key sk-proj-AbC123xyz789 and Bearer abc.def") == "key [redacted] and Bearer [redacted]"
+    assert llm.redact('{"Authorization": "Bearer tok-123456"}') == '{"Authorization": "Bearer [redacted]"}'
+    assert llm.redact("api_key=abcdefgh1234 ok") == "api_key=[redacted] ok"
