@@ -350,7 +350,6 @@ def test_a_run_judged_not_correct_scores_no_j_and_asks_the_judge_again(synthetic
 
     with ScriptedServer(responder=_judging("The generated answer is NOT CORRECT.")) as srv:
         cfg = model(synthetic_path, srv, **{"judge.model": "openai/scripted"})
-        assert type(build_judge(cfg, Clients(cfg, tmp_path / "r.sqlite"))) is JUDGES.get("llm")
         run = run_experiment_quiet(cfg, tmp_path)
         p = run.predictions
         assert p.judge_error.notna().all() and p.j.isna().all() and p.error.isna().all()
@@ -358,6 +357,7 @@ def test_a_run_judged_not_correct_scores_no_j_and_asks_the_judge_again(synthetic
         judged = sum("grade answers" in r["messages"][0]["content"] for r in srv.requests)
         run_experiment_quiet(cfg, tmp_path)  # a fresh run: the verdicts were not cached
         assert sum("grade answers" in r["messages"][0]["content"] for r in srv.requests) == 2 * judged == 14
+        assert type(build_judge(cfg, Clients(cfg, tmp_path / "r.sqlite"))) is JUDGES.get("llm")
 
 
 def test_extractors_with_other_settings_never_share_cached_memories(synthetic_path, tmp_path):
