@@ -346,9 +346,11 @@ def test_a_run_judged_not_correct_scores_no_j_and_asks_the_judge_again(synthetic
     from memlab.answer import JUDGES
     from memlab.run.clients import Clients
     from memlab.run.components import build_judge
+    from memlab.run.rescore import rescore
     from tests.test_faults_run import model
 
-    with ScriptedServer(responder=_judging("The generated answer is NOT CORRECT.")) as srv:
+    verdict = ["The generated answer is NOT CORRECT."]
+    with ScriptedServer(responder=lambda body: _judging(verdict[0])(body)) as srv:
         cfg = model(synthetic_path, srv, **{"judge.model": "openai/scripted"})
         run = run_experiment_quiet(cfg, tmp_path)
         p = run.predictions
@@ -358,6 +360,9 @@ def test_a_run_judged_not_correct_scores_no_j_and_asks_the_judge_again(synthetic
         run_experiment_quiet(cfg, tmp_path)  # a fresh run: the verdicts were not cached
         assert sum("grade answers" in r["messages"][0]["content"] for r in srv.requests) == 2 * judged == 14
         assert type(build_judge(cfg, Clients(cfg, tmp_path / "r.sqlite"))) is JUDGES.get("llm")
+        verdict[0] = "CORRECT"  # rescore --allow-model-calls asks again too (nothing unreadable was cached)
+        res = rescore(run.run_dir, allow_model_calls=True, write=False)
+        assert res.info["judge"]["model_calls"] == 7 and res.scores["j"].eq(1.0).all()
 
 
 def test_extractors_with_other_settings_never_share_cached_memories(synthetic_path, tmp_path):

@@ -363,6 +363,7 @@ def test_response_cache_is_keyed_by_the_endpoint_that_answered(tmp_path):
         assert client(b, cache_path=cache).complete(msgs).text == "two" and len(b.requests) == 1
         assert client("HTTP" + a.api_base[4:] + "/", cache_path=cache).complete(msgs).from_cache
         assert len(a.requests) == 1  # the same endpoint however written: served from the cache
+        assert not client(a, cache_path=cache, temperature=0.7).complete(msgs).from_cache  # a parameter differs
 
 
 def _add(memory: str, sid: str = "D1:1") -> dict:
