@@ -84,7 +84,8 @@ _SECRETS_LOCK = threading.Lock()
 _SECRET_PATTERNS = (
     re.compile(r"(?i)(bearer\s+)[^\s'\",;}()\[\]]+"),  # an echoed Authorization header, whatever the token
     re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"),  # OpenAI-style keys (sk-..., sk-proj-...)
-    re.compile(r"(?i)((?:api[_-]?key|authorization|x-api-key)[\"']?\s*[:=]\s*[\"']?(?:bearer\s+)?)(?!bearer\s)[^\s'\",;}()\[\]]{6,}"),
+    re.compile(r"(?i)((?:api[_-]?key|authorization|x-api-key)[\"']?\s*[:=]\s*[\"']?(?:bearer\s+)?)"  # key: value
+               r"(?!bearer\s)[^\s'\",;}()\[\]]{6,}"),
 )
 REDACTED = "[redacted]"
 

@@ -411,3 +411,17 @@ def test_an_echoed_bearer_token_never_reaches_the_error_text():
     assert llm.redact("key sk-proj-AbC123xyz789 and Bearer abc.def") == "key [redacted] and Bearer [redacted]"
     assert llm.redact('{"Authorization": "Bearer tok-123456"}') == '{"Authorization": "Bearer [redacted]"}'
     assert llm.redact("api_key=abcdefgh1234 ok") == "api_key=[redacted] ok"
+
+
+def test_cached_embeddings_are_keyed_by_the_endpoint_too(tmp_path):
+    """Like the response cache: a second embedding server was answered from the first one's cached vectors."""
+    from memlab.index.embedders import CachedEmbedder, LiteLLMEmbedder
+
+    with ScriptedServer() as a, ScriptedServer(embed_dim=8) as b:
+        for srv in (a, b):
+            emb = CachedEmbedder(LiteLLMEmbedder(MODEL, api_base=srv.api_base, api_key="x", num_retries=0),
+                                 tmp_path / "emb.sqlite")
+            assert emb.embed(["Bob adopted Rex"]).shape == (1, 16 if srv is a else 8)
+        assert len(a.embed_requests) == 1 and len(b.embed_requests) == 1
+    hosted = LiteLLMEmbedder("text-embedding-3-small")
+    assert hosted.embedder_id == "litellm:text-embedding-3-small"  # a provider's own API: the id as before
