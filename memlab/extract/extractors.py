@@ -444,12 +444,16 @@ class LLMExtractor(Extractor):
         comp = client.complete(msgs, tools=tools, tool_choice="auto")
         stats, calls = comp.stats(), list(comp.tool_calls)
         bad = unreadable(calls)
+        ops: list[MemoryOp] = []
+        dropped: list[str] = []
         if bad:
             stats.malformed_tool_calls += len(bad)
             again = self._reask(client, msgs, tools, calls, bad, stats)
             stats = stats + again.stats()
             calls = [tc for tc in calls if tc.id not in bad] + list(again.tool_calls)
-        ops, dropped = [], []
+            if not again.tool_calls:  # the model declined to send them again: dropped, with the reason
+                dropped += [f"{why} (re-asked with the error shown; no corrected call came back)"
+                            for why in bad.values()]
         ids = request.source_ids
         for tc in calls:
             try:
