@@ -419,6 +419,8 @@ def test_malformed_extraction_arguments_are_counted_in_run_json_and_the_cli_line
         assert jobs > 1 and info["extraction"]["malformed_tool_calls"] == jobs
         assert info["extraction"]["memories"] == 7 and info["status"] == "complete"
         assert f"malformed {jobs})" in capsys.readouterr().out
+        trace = [json.loads(x) for x in (run_json.parent / "traces" / "extraction.jsonl").read_text().splitlines()]
+        assert [r["malformed_tool_calls"] for r in trace if "malformed_tool_calls" in r] == [1] * jobs  # per job
 
 
 def test_an_echoed_key_is_redacted_from_every_stored_error(synthetic_path, tmp_path, monkeypatch):
