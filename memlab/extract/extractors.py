@@ -287,14 +287,14 @@ def tool_arguments(name: str, raw_args: str) -> dict[str, Any]:
     return args
 
 
-def unreadable(calls: Sequence[ToolCall]) -> dict[str, str]:
-    """Tool-call id -> why its arguments cannot be read, for each malformed call of a reply."""
+def unreadable(calls: Sequence[ToolCall]) -> dict[int, str]:
+    """Position in ``calls`` -> why that call's arguments cannot be read, for each malformed call of a reply."""
     out = {}
-    for tc in calls:
+    for i, tc in enumerate(calls):
         try:
             tool_arguments(tc.name, tc.arguments)
         except UnreadableArguments as e:
-            out[tc.id] = str(e)
+            out[i] = str(e)
     return out
 
 
@@ -450,7 +450,7 @@ class LLMExtractor(Extractor):
             stats.malformed_tool_calls += len(bad)
             again = self._reask(client, msgs, tools, calls, bad, stats)
             stats = stats + again.stats()
-            calls = [tc for tc in calls if tc.id not in bad] + list(again.tool_calls)
+            calls = [tc for i, tc in enumerate(calls) if i not in bad] + list(again.tool_calls)
             if not again.tool_calls:  # the model declined to send them again: dropped, with the reason
                 dropped += [f"{why} (re-asked with the error shown; no corrected call came back)"
                             for why in bad.values()]
@@ -470,19 +470,20 @@ class LLMExtractor(Extractor):
                                 malformed_tool_calls=stats.malformed_tool_calls)
 
     def _reask(self, client: ModelClient, msgs: list[dict[str, Any]], tools: list[dict[str, Any]],
-               calls: list[ToolCall], bad: dict[str, str], spent: CallStats) -> Completion:
+               calls: list[ToolCall], bad: dict[int, str], spent: CallStats) -> Completion:
         """Ask once more, showing the model its calls and each malformed one's error; a reply whose calls
         are still malformed raises `MalformedToolCall` (carrying ``spent`` and the count) and is not cached."""
         turn = {"role": "assistant", "content": "", "tool_calls": [
             {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
             for tc in calls]}
         results = [{"role": "tool", "tool_call_id": tc.id,
-                    "content": json.dumps({"error": f"{bad[tc.id]}; send this call again with its arguments as "
-                                                    "one valid JSON object"} if tc.id in bad else {"ok": True})}
-                   for tc in calls]
-        still: dict[str, str] = {}
+                    "content": json.dumps({"error": f"{bad[i]}; send this call again with its arguments as "
+                                                    "one valid JSON object"} if i in bad else {"ok": True})}
+                   for i, tc in enumerate(calls)]
+        still: dict[int, str] = {}
 
-        def well_formed(comp: Completion) -> None:
+        def well_formed(comp: Completion) -> None:  # also run on a cached reply: only its own calls count
+            still.clear()
             still.update(unreadable(comp.tool_calls))
             if still:
                 raise MalformedToolCall(f"{client.model}: {len(bad)} extraction tool call(s) had unreadable "
