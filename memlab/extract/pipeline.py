@@ -57,6 +57,9 @@ def keyed_trace_rows(conversation_id: str, results: Sequence[JobResult]) -> list
             rows.append({"conversation": conversation_id, "job_status": res.status, "dropped": reason})
         if res.status == "failed":
             rows.append({"conversation": conversation_id, "job_status": "failed", "reason": res.reason})
+        if res.malformed_tool_calls:  # the job's tool calls written as text or with unreadable arguments
+            rows.append({"conversation": conversation_id, "job_status": res.status,
+                         "malformed_tool_calls": res.malformed_tool_calls})
         jid = job_id(res)
         out.extend((jid, i, r) for i, r in enumerate(rows))
     return out

@@ -189,6 +189,7 @@ def extraction_info(table: Any, failures: list[dict[str, str]], convs: list[Conv
         "conversations_extracted": int((table.jobs_run > 0).sum()), "jobs_run": int(table.jobs_run.sum()),
         "jobs_failed": int(table.jobs_failed.sum()), "ops_applied": int(table.ops_applied.sum()),
         "ops_failed": int(table.ops_failed.sum()), "model_calls": int(table.model_calls.sum()),
+        "malformed_tool_calls": int(table.malformed_tool_calls.sum()) if "malformed_tool_calls" in table else 0,
         "from_cache": worked == 0, "failed_jobs": failures, "empty_conversations": empty,
         "policy": policy, "superseded": int(table.superseded.sum()), "refused": int(table.refused.sum()),
     }
