@@ -24,6 +24,7 @@ from memlab.answer.base import evidence_ranks
 from memlab.atomic import write_text
 from memlab.data import Conversation, Question
 from memlab.extract.pipeline import conversation_key
+from memlab.llm import redact
 from memlab.memory import MemoryService
 from memlab.progress import progress_bar
 from memlab.run.config import ExperimentConfig
@@ -37,6 +38,12 @@ TRACE_FILES = ("retrieval", "answers")
 
 class EndpointUnreachable(ConnectionError):
     """A model endpoint refused or dropped the connection: the run stops (resume it later)."""
+
+
+def error_text(e: BaseException) -> str:
+    """The stored text of a failure: its type and message, with any key it echoes redacted (an arm's own
+    exception may carry a server's reply that repeats the Authorization header)."""
+    return redact(f"{type(e).__name__}: {e}")
 
 
 def is_connection_error(exc: BaseException) -> bool:
@@ -65,7 +72,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     except Exception as e:  # one failed question is recorded and the run goes on
         if is_connection_error(e):
             raise EndpointUnreachable(f"{q.qid}: the model endpoint could not be reached: {e}") from e
-        row.error = f"{type(e).__name__}: {e}"
+        row.error = error_text(e)
         row.rule = "error"
         partial = getattr(e, "partial", None)  # usage of the rounds that succeeded before the failure
         if partial is not None:
@@ -94,7 +101,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
         except Exception as e:
             if is_connection_error(e):
                 raise EndpointUnreachable(f"{q.qid}: the judge endpoint could not be reached: {e}") from e
-            row.judge_error = f"{type(e).__name__}: {e}"
+            row.judge_error = error_text(e)
     queries = [asdict(t) for t in a.queries]
     ev = set(q.evidence_ids)
     for t in queries:
@@ -110,7 +117,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             for t, d in zip(queries, deep["queries"]):
                 t.update(d or {})
         except Exception as e:
-            retrieval.rank_error = f"{type(e).__name__}: {e}"
+            retrieval.rank_error = error_text(e)
     prompt = a.prompt if len(a.prompt) < 4000 else a.prompt[:4000] + f"... [{len(a.prompt)} chars]"
     answer = AnswerRecord(qid=q.qid, prediction=a.prediction, rule=a.rule, prompt_hash=a.prompt_hash, prompt=prompt,
                           response=a.response, tool_calls=a.tool_calls, usage=asdict(a.usage), calls=a.calls,
