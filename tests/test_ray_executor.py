@@ -92,7 +92,7 @@ def test_units_run_anywhere_from_what_they_are_sent(data_path, tmp_path):
     """The task bodies, called here without Ray: a private temp folder, nothing of the driver's root."""
     from memlab.data import load_locomo
     from memlab.extract.pipeline import conversation_key
-    from memlab.run.ray_executor import answer_unit, cache_snapshot, extract_unit, import_index_state
+    from memlab.run.ray_executor import answer_unit, cache_snapshot, extract_unit
 
     (cfg, _) = offline_grid(data_path).expand()
     (local,) = run_grid(cfg, results=tmp_path, executor="local", progress=False)
@@ -110,7 +110,7 @@ def test_units_run_anywhere_from_what_they_are_sent(data_path, tmp_path):
     from memlab.index import open_service
 
     bare = open_service("memory", keyword="bm25")
-    assert import_index_state(bare, conversation_key(conv), ext["index"]) is False  # other settings: refused
+    assert bare.import_index(conversation_key(conv), ext["index"]) is False  # other settings: refused
 
 
 def test_offline_grid_on_ray_equals_local(ray_local, data_path, tmp_path):

@@ -162,6 +162,15 @@ class Searcher(Protocol):
         """Drop what the index holds for a key when it no longer matches the store's entries."""
         ...
 
+    def export_key(self, key: UserKey) -> bytes | None:
+        """One key's built state as bytes (None when the key is not built): the index of a copied store."""
+        ...
+
+    def import_key(self, key: UserKey, blob: bytes, entries: list[MemoryEntry]) -> bool:
+        """Install `export_key` output for a key holding ``entries``; False (nothing installed) when it was
+        built with other settings or for other rows."""
+        ...
+
     def close(self) -> None:
         """Persist what the index keeps (if anything) and release it."""
         ...
