@@ -39,7 +39,6 @@ from typing import Any
 import pandas as pd
 
 from memlab import cache_integrity
-from memlab.atomic import write_json
 from memlab.data import Conversation, Question, load_locomo, sha256_file
 from memlab.extract.messages import ChatSession, locomo_messages
 from memlab.extract.pipeline import conversation_key, extract_dataset, keyed_trace_rows
@@ -91,6 +90,7 @@ from memlab.run.steps import (
     record_failure,
     record_interrupt,
     storage_message,
+    write_run_json,
 )
 from memlab.rundir import RunLock, open_run_dir, results_root
 
@@ -432,7 +432,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
             held.enter_context(RunLock(run_dir))
         info = open_info(p, run_dir, comps, {"kind": "ray", "address": where, "max_retries": retries,
                                              "units": [], "nodes": []})
-        write_json(run_dir / "run.json", {**info, "timings": {"load_s": p.load_s}})
+        write_run_json(run_dir, {**info, "timings": {"load_s": p.load_s}})
         cell = _Cell(i, p, comps, run_dir, info, t_start, timings={"load_s": p.load_s})
         done = load_done(run_dir) if resume is not None else []
         cell.done = len(done)
@@ -542,8 +542,9 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                                        cell.cfg.extraction.policy)
                 info["tasks_failed"] = sorted(lost)
                 try:
-                    finish_extraction(cell.cfg, ok, ExtractionOutcome(svc, info), cell.run_dir,
-                                      close_on_failure=False)
+                    done = finish_extraction(cell.cfg, ok, ExtractionOutcome(svc, info), cell.run_dir,
+                                             close_on_failure=False)
+                    cell.timings.update(done.timings)
                 except ExtractionFailed as e:
                     cell.failed = e
                 ext_info = info

@@ -22,7 +22,6 @@ from typing import Any
 
 from memlab import cache_integrity
 from memlab.answer import Answerer
-from memlab.atomic import write_json
 from memlab.extract.extractors import Extractor
 from memlab.run.answering import StopFlag, Terminated, answer_all, load_done, remembered_interrupts
 from memlab.run.clients import Clients, check_endpoints
@@ -40,6 +39,7 @@ from memlab.run.steps import (  # noqa: F401 - RunStorageError, is_storage_error
     record_failure,
     record_interrupt,
     storage_message,
+    write_run_json,
 )
 from memlab.rundir import RunLock, open_run_dir, remember_settings, remembered_settings, results_root
 
@@ -137,7 +137,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
     info = open_info(p, run_dir, comps, {"kind": "local"})
     svc = None
     try:
-        write_json(run_dir / "run.json", {**info, "timings": timings})
+        write_run_json(run_dir, {**info, "timings": timings})
         if cfg.run.check_endpoint:  # every model endpoint this run calls, at once, before any work
             check_endpoints(cfg, clients, clients.roles_in_use(comps.answerer))
         # -- 3. extraction

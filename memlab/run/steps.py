@@ -25,7 +25,7 @@ from memlab.run.checks import inert_knobs
 from memlab.run.clients import Clients
 from memlab.run.components import build_answerer, build_extractor, build_judge, component_label
 from memlab.run.config import ConfigError, ExperimentConfig
-from memlab.run.records import RunStatus
+from memlab.run.records import RunInfo, RunStatus
 from memlab.run.results import RECALL_KS, Run, add_costs, score_records, summarize, write_results
 from memlab.run.selection import select_questions
 from memlab.rundir import environment
@@ -182,12 +182,17 @@ def close_session(run_dir: Path, info: dict[str, Any], timings: dict[str, float]
     info["timings"] = total_timings(info["sessions"])
     info["cache_integrity"] = [e.to_dict() for e in cache_integrity.since(integrity_mark)]
     try:
-        write_json(run_dir / "run.json", info)
+        write_run_json(run_dir, info)
     except OSError as e:  # the disk is full or the folder read-only: say so, without hiding the first error
         print(f"memlab: could not record the run's status in {run_dir / 'run.json'}: {e.strerror or e}",
               file=sys.stderr)
         if info["status"] not in (RunStatus.FAILED.value, RunStatus.INTERRUPTED.value):
             raise RunStorageError(storage_message(e, run_dir)) from e
+
+
+def write_run_json(run_dir: Path, info: dict[str, Any]) -> None:
+    """Write ``info`` as the run's run.json, through `RunInfo` (the one definition of its fields)."""
+    write_json(run_dir / "run.json", RunInfo.from_dict(info, where=str(run_dir / "run.json")).to_dict())
 
 
 def total_timings(sessions: list[dict[str, Any]]) -> dict[str, float]:
