@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from memlab.memory.search_types import HIT_COLUMNS, HitRecord
-from memlab.run.records import MemoryRecord, PredictionRecord, read_frame, read_jsonl
+from memlab.run.records import ExtractionTraceRecord, MemoryRecord, PredictionRecord, read_frame, read_jsonl
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -186,13 +186,14 @@ def load(run_dir: str | Path) -> Traces:
     for col in ("rank", "dense_rank", "keyword_rank", "fused_rank"):
         retrieval[col] = retrieval[col].astype("Int64")
     ext = []
-    for r in _read_jsonl(d / "traces" / "extraction.jsonl"):
-        op = r.get("op") or {}
-        ext.append({"conversation": r.get("conversation"), "job_status": r.get("job_status"),
+    ext_path = d / "traces" / "extraction.jsonl"
+    for x in read_jsonl(ext_path, ExtractionTraceRecord) if ext_path.is_file() else []:
+        op = x.op or {}
+        ext.append({"conversation": x.conversation, "job_status": x.job_status,
                     "action": op.get("action"), "text": op.get("text"), "kind": op.get("kind"),
-                    "source_ids": op.get("source_ids") or [], "memory_id": r.get("memory_id"),
-                    "result": r.get("result") or ("dropped" if "dropped" in r else r.get("job_status")),
-                    "error": r.get("error") or r.get("dropped") or r.get("reason"), "reconcile": r.get("reconcile")})
+                    "source_ids": op.get("source_ids") or [], "memory_id": x.memory_id,
+                    "result": x.result or ("dropped" if x.dropped is not None else x.job_status),
+                    "error": x.error or x.dropped or x.reason, "reconcile": x.reconcile})
     extraction = pd.DataFrame(ext, columns=None if ext else ["conversation", "job_status", "action", "text", "kind",
                                                               "source_ids", "memory_id", "result", "error",
                                                               "reconcile"])

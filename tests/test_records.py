@@ -10,7 +10,7 @@ import pytest
 
 from memlab.memory.search_types import HIT_COLUMNS, HitRecord
 from memlab.run import ExperimentConfig, run_experiment
-from memlab.run.records import MemoryRecord, RecordSchemaError, RunInfo
+from memlab.run.records import ExtractionTraceRecord, MemoryRecord, RecordSchemaError, RunInfo
 from memlab.run.results import RunFileError, read_run_json
 
 
@@ -47,8 +47,12 @@ def test_memories_and_hits_round_trip_through_their_records(run):
 
     lines = [json.loads(x) for x in (run.run_dir / "traces" / "memories.jsonl").read_text().splitlines()]
     assert lines and all(MemoryRecord.from_dict(x).to_dict() == x for x in lines)
+    ops = [json.loads(x) for x in (run.run_dir / "traces" / "extraction.jsonl").read_text().splitlines()]
+    assert ops and all(ExtractionTraceRecord.from_dict(x).to_dict() == x for x in ops)
+    failed = {"conversation": "c", "job_status": "failed", "reason": "timeout"}  # a failed job: only its fields
+    assert ExtractionTraceRecord.from_dict(failed).to_dict() == failed
     tr = load(run.run_dir)
-    assert len(tr.memories) == len(lines)
+    assert len(tr.memories) == len(lines) and len(tr.extraction) == len(ops)
     assert list(tr.retrieval.columns) == ["qid", "query_index", "query", *HIT_COLUMNS]
     first = json.loads((run.run_dir / "traces" / "retrieval.jsonl").read_text().splitlines()[0])
     hit = first["queries"][0]["hits"][0]
@@ -63,4 +67,13 @@ def test_a_hit_with_an_unknown_field_is_an_error_naming_the_file(run):
     rows[0]["queries"][0]["hits"][0]["dense_rnak"] = 3  # a misspelt field was a silent extra column before
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(ValueError, match=f"{path}.*dense_rnak"):
+        load(run.run_dir)
+
+
+def test_an_extraction_trace_line_with_an_unknown_field_is_an_error_naming_the_file(run):
+    from memlab.trace import load
+
+    path = run.run_dir / "traces" / "extraction.jsonl"
+    path.write_text(path.read_text().replace('"job_status"', '"jobstatus"', 1))
+    with pytest.raises(RecordSchemaError, match=f"{path}:1"):
         load(run.run_dir)

@@ -164,6 +164,35 @@ class MemoryRecord(Record):
 
 
 @dataclass
+class ExtractionTraceRecord(Record):
+    """One line of the extraction trace (``traces/extraction.jsonl``): an op the worker applied, skipped or
+    failed (``op`` and its ``reconcile`` decision, ``result``, ``memory_id``, ``error``), a dropped proposal
+    (``dropped``), a failed job (``reason``), or a job's count of tool calls written as text."""
+
+    conversation: str
+    job_status: str
+    op: dict[str, Any] | None = None
+    reconcile: dict[str, Any] | None = None
+    result: str | None = None
+    memory_id: str | None = None
+    error: str | None = None
+    dropped: str | None = None
+    reason: str | None = None
+    malformed_tool_calls: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The line as it has always been written: an op line has all its fields, the others only theirs."""
+        d: dict[str, Any] = {"conversation": self.conversation, "job_status": self.job_status}
+        if self.op is not None:
+            d.update(op=self.op, reconcile=self.reconcile, result=self.result, memory_id=self.memory_id,
+                     error=self.error)
+        for k in ("dropped", "reason", "malformed_tool_calls"):
+            if getattr(self, k) is not None:
+                d[k] = getattr(self, k)
+        return d
+
+
+@dataclass
 class RunInfo(Record):
     """``run.json``: a run's status, counts, timings and provenance. Both executors write it through this class
     (`memlab.run.steps`), and `memlab.run.results.read_run_json` reads it back through it, so a field is named
