@@ -15,6 +15,7 @@ from memlab.eval.stats import (
     cluster_bootstrap,
     compare_grid,
     compare_predictions,
+    comparison_legend,
     holm,
     judge_disagreements,
     mcnemar_exact,
@@ -73,7 +74,7 @@ def test_planted_difference_is_detected():
     fl = c.flipped
     assert len(fl) > 0 and set(fl.direction) == {"fixed by B"}
     assert (fl.f1_a < 0.5).all() and (fl.f1_b >= 0.5).all() and (fl.prediction_b == "better").all()
-    plain = compare_predictions(a, b, metrics=("f1",), a_sha=SHA, b_sha=SHA, cluster_perm=False, n_perm=2000)
+    plain = compare_predictions(a, b, metrics=("f1",), a_sha=SHA, b_sha=SHA, unit="question", n_perm=2000)
     assert plain.table.set_index("group").loc["overall 1-5", "p_perm"] == pytest.approx(1 / 2001)
 
 
@@ -154,16 +155,94 @@ def test_compare_refuses_different_datasets_and_question_sets():
     assert c.table.set_index("group").loc["overall 1-5", "n"] == 300 and "300 shared" in c.notes[0]
 
 
-def test_grid_applies_holm_over_runs():
+def test_grid_applies_holm_over_runs_groups_and_metrics():
     base = frame(8)
     big = base.copy()
     big["f1"] = np.clip(base.f1 + 0.2, 0, 1)
     same = base.copy()
-    table, comps = compare_grid(base, {"big": big, "same": same}, {"baseline": SHA, "big": SHA, "same": SHA},
-                                metrics=("f1",))
-    o = table[table.group == "overall 1-5"].set_index("run")
-    assert o.loc["big", "p_perm_holm"] == pytest.approx(min(1, 2 * o.loc["big", "p_perm"]))
-    assert o.loc["same", "p_perm_holm"] == 1.0 and set(comps) == {"big", "same"}
+    cmp = compare_grid(base, {"same": same, "big": big}, {"baseline": SHA, "big": SHA, "same": SHA},
+                       metrics=("f1", "bleu1"))
+    table = cmp.table
+    assert cmp.runs == ["same", "big"] and list(dict.fromkeys(table.run)) == ["same", "big"]  # the order given
+    assert len(table) == 2 * 7 * 2  # runs x groups x metrics: one family
+    for col in ("p_perm", "p_mcnemar"):
+        assert table[f"{col}_holm"].tolist() == pytest.approx(holm(table[col]).tolist())
+    o = table[(table.group == "overall 1-5") & (table.metric == "f1")].set_index("run")
+    # 14 rows of "big" share the smallest p (2/1024): Holm multiplies it by the 28 tests of the table
+    assert o.loc["big", "p_perm"] == pytest.approx(2 / 1024)
+    assert o.loc["big", "p_perm_holm"] == pytest.approx(28 * 2 / 1024)
+    assert o.loc["same", "p_perm_holm"] == 1.0 and set(cmp.flipped.run) == {"big"}
+
+
+def test_holm_runs_over_the_categories_and_metrics_of_one_comparison():
+    a = frame(12)
+    b = a.copy()
+    b["f1"] = np.clip(a.f1 + 0.1, 0, 1)
+    t = compare_predictions(a, b, metrics=("f1", "bleu1", "em"), a_sha=SHA, b_sha=SHA).table
+    assert len(t) == 21
+    assert t.p_perm_holm.tolist() == pytest.approx(holm(t.p_perm).tolist())
+    assert t.p_mcnemar_holm.tolist() == pytest.approx(holm(t.p_mcnemar).tolist())
+    assert (t.p_perm_holm >= t.p_perm).all() and (t.p_perm_holm > t.p_perm).any()
+
+
+def test_interval_and_permutation_test_resample_the_same_unit():
+    """Every conversation loses 0.02 on average, but each question swings by +-0.5: the conversation sign-flip test
+    gives its smallest p (2/1024), and the interval, resampling the same conversations, excludes 0. (The
+    two-stage resample, which also redraws questions within each conversation, gave [-0.07, +0.03] here.)"""
+    rows = []
+    for c in range(10):
+        for i in range(40):
+            up = i % 2 == 0
+            rows.append({"qid": f"c{c}:{i}", "conversation_id": f"c{c}", "category": 1 + i % 5, "f1": 0.5 if up else 0.54,
+                         "f1_b": 1.0 if up else 0.0, "prediction": "p"})
+    a = pd.DataFrame(rows)
+    b = a.assign(f1=a.f1_b)
+    c = compare_predictions(a, b, metrics=("f1",), a_sha=SHA, b_sha=SHA)
+    o = c.table.set_index("group").loc["overall 1-5"]
+    assert c.unit == "conversation" and o.delta == pytest.approx(-0.02)
+    assert o.p_perm == pytest.approx(2 / 1024) and o.hi < 0
+    assert any("whole conversations" in line for line in c.legend())
+
+
+def test_few_conversations_use_questions_as_the_unit_and_say_so():
+    a = frame(13, n_conv=3)
+    b = a.copy()
+    b["f1"] = np.clip(a.f1 + 0.15, 0, 1)
+    c = compare_predictions(a, b, metrics=("f1",), a_sha=SHA, b_sha=SHA, n_perm=2000)
+    o = c.table.set_index("group").loc["overall 1-5"]
+    assert c.unit == "question" and o.p_perm == pytest.approx(1 / 2001)  # 3 conversations could only give 0.25
+    text = str(c)
+    assert "3 conversation(s) < 6" in text and "resampling questions" in text
+    clustered = compare_predictions(a, b, metrics=("f1",), a_sha=SHA, b_sha=SHA, unit="conversation")
+    assert clustered.table.set_index("group").loc["overall 1-5", "p_perm"] == pytest.approx(2 / 8)
+    with pytest.raises(ValueError, match="unit = 'runs'"):
+        compare_predictions(a, b, a_sha=SHA, b_sha=SHA, unit="runs")
+
+
+def test_printed_comparison_names_the_direction_the_tests_and_mdd():
+    a = frame(14)
+    b = a.copy()
+    b["f1"] = np.clip(a.f1 - 0.1, 0, 1)
+    text = str(compare_predictions(a, b, metrics=("f1", "bleu1"), a_sha=SHA, b_sha=SHA, a_name="base",
+                                   b_name="new"))
+    assert "A (baseline) = base; B = new; every delta is B \u2212 A" in text
+    header = next(line for line in text.splitlines() if "p_perm" in line and "metric" in line)
+    assert "B \u2212 A" in header and "p_perm_holm" in header and "mdd" in header
+    for key in ("p_perm: two-sided paired permutation test", "p_mcnemar: exact McNemar", "*_holm: Holm-adjusted over "
+                "all 14 rows", "mdd: minimum detectable difference", "smallest possible p 0.00195"):
+        assert key in text, key
+    assert "no p_perm_holm can fall below" not in text  # 14 x 2/1024 < 0.05
+    floor = comparison_legend("conversation", 10, "f1", 0.5, 35)[-1]
+    assert "after Holm over 35 tests no p_perm_holm can fall below 0.0684" in floor
+
+
+def test_a_run_whose_every_question_errored_is_refused_clearly():
+    a = frame(15)
+    b = a.assign(error="ModelError: empty reply", f1=np.nan, bleu1=np.nan, em=np.nan)
+    with pytest.raises(ComparisonError, match="B: every one of its 400 questions ended in an error"):
+        compare_predictions(a, b, metrics=("f1",), a_sha=SHA, b_sha=SHA)
+    with pytest.raises(ComparisonError, match="no metric among j has a value in both"):
+        compare_predictions(a, a.copy(), metrics=("j",), a_sha=SHA, b_sha=SHA)
 
 
 def test_category_summary_carries_intervals_n_and_mdd():
