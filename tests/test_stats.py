@@ -193,8 +193,8 @@ def test_interval_and_permutation_test_resample_the_same_unit():
     for c in range(10):
         for i in range(40):
             up = i % 2 == 0
-            rows.append({"qid": f"c{c}:{i}", "conversation_id": f"c{c}", "category": 1 + i % 5, "f1": 0.5 if up else 0.54,
-                         "f1_b": 1.0 if up else 0.0, "prediction": "p"})
+            rows.append({"qid": f"c{c}:{i}", "conversation_id": f"c{c}", "category": 1 + i % 5,
+                         "f1": 0.5 if up else 0.54, "f1_b": 1.0 if up else 0.0, "prediction": "p"})
     a = pd.DataFrame(rows)
     b = a.assign(f1=a.f1_b)
     c = compare_predictions(a, b, metrics=("f1",), a_sha=SHA, b_sha=SHA)

@@ -284,9 +284,11 @@ def comparison_legend(unit: str, clusters: int, threshold_metric: str, threshold
                 "conversation's summed delta flipped (Monte Carlo)")
     else:
         ci = "95 % percentile bootstrap of the delta resampling questions (each question its own unit)"
+        why = (f"used because {clusters} conversation(s) < {MIN_CLUSTERS} cannot reach p < 0.05 as a clustered "
+               "test, so questions of one conversation are treated as independent" if clusters < MIN_CLUSTERS
+               else "questions of one conversation treated as independent, as asked")
         perm = ("two-sided paired permutation test of the mean delta, each question's sign flipped on its own "
-                f"(Monte Carlo; used because {clusters} conversation(s) < {MIN_CLUSTERS} cannot reach p < 0.05 as a "
-                "clustered test, so questions of one conversation are treated as independent)")
+                f"(exact up to 16 questions, else random flips; {why})")
     lines = [
         f"lo, hi: {ci}.",
         f"p_perm: {perm}.",

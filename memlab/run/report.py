@@ -385,7 +385,7 @@ def _markdown(df: pd.DataFrame) -> str:
 
 _LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                  CONTEXT_MARK: r"$^\dagger$"}
+                  CONTEXT_MARK: r"$^\dagger$", "\u2212": "$-$"}
 
 
 def latex_escape(s: str) -> str:
@@ -436,6 +436,8 @@ def format_report(table: pd.DataFrame, fmt: str = "text") -> str:
     if cmp is None:
         return out
     cdf, legend = comparison_display(cmp), [comparison_heading(cmp), *cmp.legend(), *cmp.notes]
+    if len(cmp.runs) == 1:  # the heading names B
+        cdf = cdf.drop(columns=["run"])
     if fmt == "text":
         return out + "\n\n" + legend[0] + "\n" + cdf.to_string(index=False) + "\n\n" + "\n".join(legend[1:])
     if fmt == "md":
