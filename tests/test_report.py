@@ -151,3 +151,14 @@ def test_cli_report(sweep, tmp_path, capsys):
     assert {"f1", "f1_lo", "f1_hi", "calls_qa", "n", "errors"} <= set(back.columns) and (back.calls_qa == 0).all()
     assert main(["report", str(broken)]) == 2
     assert "nothing to report" in capsys.readouterr().err
+
+
+def test_public_names_report_and_compare_are_the_functions_the_cli_uses():
+    import memlab
+    from memlab.run.compare import compare
+
+    assert memlab.report is report_table and memlab.compare is compare  # `memlab.report` raised AttributeError
+    assert {"report", "compare", "run_experiment"} <= set(dir(memlab))
+    for gone in ("compare_runs", "paired"):
+        with pytest.raises(AttributeError):
+            getattr(memlab, gone)
