@@ -4,8 +4,8 @@ The page needs no server and no network: plots are embedded as base64 PNG, the d
 the script and style are inline. It holds the per-category table with 95 % intervals, the paired
 comparisons of every run against the first (runs in the order given; each delta is run − A, the same numbers
 ``memlab compare`` prints, also in the page's data as ``comparisons``), the plots (evidence recall for every
-run), and a question browser: filter by category,
-failure label (`memlab.attribution`), correct / incorrect (F1 >= 0.5) and flipped between runs; click a
+run), and a question browser: filter by category, failure label (`memlab.attribution`), correct / incorrect
+(F1 >= 0.5) and flipped between runs; click a
 question to see, per run, its three trace layers (`memlab.trace`): the extractor ops that touched its
 evidence memories, the retrieval ranks of every query, and the answer.
 """

@@ -454,8 +454,6 @@ def write_report(table: pd.DataFrame, out: str | Path, fmt: str | None = None) -
     return p
 
 
-
-
 def format_wide(table: pd.DataFrame) -> str:
     """A wide table (one run under several scoring profiles, `memlab.run.rescore.profile_table`) as text."""
     return table.to_string(float_format=lambda x: f"{x:.3f}")
