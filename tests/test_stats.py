@@ -22,6 +22,7 @@ from memlab.eval.stats import (
     mcnemar_from_counts,
     naive_bootstrap,
     percentile_ci,
+    sign_flip,
     sign_flip_test,
 )
 from memlab.run import ExperimentConfig, run_experiment
@@ -185,10 +186,10 @@ def test_holm_runs_over_the_categories_and_metrics_of_one_comparison():
     assert (t.p_perm_holm >= t.p_perm).all() and (t.p_perm_holm > t.p_perm).any()
 
 
-def test_interval_and_permutation_test_resample_the_same_unit():
+def test_interval_and_permutation_test_use_one_method():
     """Every conversation loses 0.02 on average, but each question swings by +-0.5: the conversation sign-flip test
-    gives its smallest p (2/1024), and the interval, resampling the same conversations, excludes 0. (The
-    two-stage resample, which also redraws questions within each conversation, gave [-0.07, +0.03] here.)"""
+    gives its smallest p (2/1024), and the interval, which inverts that test, excludes 0. (The two-stage bootstrap,
+    which also redraws questions within each conversation, gave [-0.07, +0.03] here.)"""
     rows = []
     for c in range(10):
         for i in range(40):
@@ -201,8 +202,35 @@ def test_interval_and_permutation_test_resample_the_same_unit():
     o = c.table.set_index("group").loc["overall 1-5"]
     assert c.unit == "conversation" and o.delta == pytest.approx(-0.02)
     assert o.p_perm == pytest.approx(2 / 1024) and o.hi < 0
-    assert any("whole conversations" in line for line in c.legend())
+    assert any("excludes 0 exactly when p_perm <= 0.05" in line for line in c.legend())
 
+
+@pytest.mark.parametrize("unit", ["conversation", "question"])
+def test_interval_excludes_zero_exactly_when_the_test_rejects(unit):
+    rows = []
+    few = unit == "question"  # Monte Carlo flips of 400 questions: a smaller grid keeps the test short
+    for shift in (0.0, 0.03, 0.08) if few else (0.0, 0.01, 0.02, 0.03, 0.05, 0.08):
+        for seed in (20,) if few else (20, 21):
+            a = frame(seed, conv_sd=0.05)
+            b = frame(seed + 100, shift=shift, conv_sd=0.05).assign(qid=a.qid)
+            rows.append(compare_predictions(a, b, metrics=("f1",) if few else ("f1", "bleu1"), a_sha=SHA, b_sha=SHA,
+                                            unit=unit, n_perm=2000, n_boot=200).table)
+    t = pd.concat(rows)
+    assert ((t.lo <= 0) & (0 <= t.hi)).tolist() == (t.p_perm > 0.05).tolist()
+    assert (t.p_perm <= 0.05).any() and (t.p_perm > 0.05).any()  # both outcomes really occur
+    assert ((t.lo <= t.delta) & (t.delta <= t.hi)).all()
+
+
+def test_sign_flip_interval_bounds_are_where_the_test_turns():
+    rng = np.random.default_rng(3)
+    d = rng.normal(0.04, 0.3, 400) + np.repeat(rng.normal(0, 0.03, 10), 40)
+    cl = np.repeat(np.arange(10), 40)
+    p, lo, hi = sign_flip(d, cl)
+    assert p == sign_flip_test(d, cl) and lo < d.mean() < hi
+    eps = 1e-7
+    assert sign_flip_test(d - (hi - eps), cl) > 0.05 >= sign_flip_test(d - (hi + eps), cl)
+    assert sign_flip_test(d - (lo + eps), cl) > 0.05 >= sign_flip_test(d - (lo - eps), cl)
+    assert sign_flip(d[:200], cl[:200])[1] == -np.inf  # five conversations: no shift is ever rejected
 
 def test_few_conversations_use_questions_as_the_unit_and_say_so():
     a = frame(13, n_conv=3)
@@ -212,9 +240,11 @@ def test_few_conversations_use_questions_as_the_unit_and_say_so():
     o = c.table.set_index("group").loc["overall 1-5"]
     assert c.unit == "question" and o.p_perm == pytest.approx(1 / 2001)  # 3 conversations could only give 0.25
     text = str(c)
-    assert "3 conversation(s) < 6" in text and "resampling questions" in text
+    assert "3 conversation(s) < 6" in text and "bootstrap over the same questions" in text
+    assert np.isfinite(o.lo) and np.isfinite(o.hi)
     clustered = compare_predictions(a, b, metrics=("f1",), a_sha=SHA, b_sha=SHA, unit="conversation")
-    assert clustered.table.set_index("group").loc["overall 1-5", "p_perm"] == pytest.approx(2 / 8)
+    oc = clustered.table.set_index("group").loc["overall 1-5"]
+    assert oc.p_perm == pytest.approx(2 / 8) and oc.lo == -np.inf and oc.hi == np.inf  # nothing can be rejected
     with pytest.raises(ValueError, match="unit = 'runs'"):
         compare_predictions(a, b, a_sha=SHA, b_sha=SHA, unit="runs")
 

@@ -29,14 +29,15 @@ detected when it is about (z_0.975 + z_0.80) = 1.96 + 0.84 = 2.8 standard errors
 SE is the bootstrap SD of the mean (paired: of the mean difference; one run: sqrt(2) x its SE, the
 SE of the difference of two independent runs with this run's n and variance).
 
-One unit for the paired interval and the paired test. A comparison resamples the same unit it permutes:
-with ``unit='conversation'`` the interval of delta is a percentile bootstrap over whole conversations
-(``cluster_bootstrap(inner=False)``) and the permutation test flips the sign of whole conversations, so the two
-agree (a CI that excludes 0 goes with a small p, up to the bootstrap's own noise). The two-stage resample of the
-run summaries (conversations, then questions within them) would add the within-conversation spread a second
-time to a paired delta, which is why a comparison uses the one-stage form. With fewer than `MIN_CLUSTERS`
-conversations no clustered test can reach p < 0.05, so ``unit='auto'`` (the default) then resamples and flips
-questions, and the legend says so. Holm: each comparison is one family per test, over all its rows (every run x
+One method for the paired interval and the paired test. The interval of a delta inverts the permutation test
+(`sign_flip`): it is every shift the test, run on ``diff - shift`` with the same units and sign patterns, does not
+reject at 5 %, so it excludes 0 exactly when ``p_perm <= 0.05`` (a percentile bootstrap over 10 conversations was
+narrower than the exact test: multi-hop F1 on LoCoMo-10 had [-0.039, +0.000] beside p = 0.002 with the
+two-stage resample, and a one-stage one excluded 0 beside p = 0.098 for overall 1-4). The unit is the
+conversation (sign flips of whole conversations) with ``unit='conversation'``; with fewer than `MIN_CLUSTERS`
+conversations no clustered test can reach p < 0.05 and its interval is unbounded, so ``unit='auto'`` (the
+default) then uses questions, and the legend says so. ``mdd`` takes its SE from a bootstrap over the same unit
+(``cluster_bootstrap(inner=False)``). Holm: each comparison is one family per test, over all its rows (every run x
 group x metric); ``p_perm_holm`` and ``p_mcnemar_holm`` are the adjusted values.
 
 Permutation test: under the null the two runs are exchangeable on each question, so the sign of
@@ -172,30 +173,63 @@ def sign_flip_test(diffs: Sequence[float], clusters: Sequence[object] | None = N
                    seed: int = 0, max_exact: int = 16) -> float:
     """Two-sided paired permutation p-value for mean(diffs) = 0 (see the module notes; ``clusters=None``
     flips questions one by one)."""
+    return sign_flip(diffs, clusters, n_perm=n_perm, seed=seed, max_exact=max_exact)[0]
+
+
+def sign_flip(diffs: Sequence[float], clusters: Sequence[object] | None = None, n_perm: int = 10000,
+              seed: int = 0, max_exact: int = 16, level: float = 0.95) -> tuple[float, float, float]:
+    """(p, lo, hi): the sign-flip test of mean(diffs) = 0 and the interval that inverts it.
+
+    The interval is every shift delta the same test does not reject at ``1 - level`` when run on
+    ``diffs - delta`` (same units, same sign patterns), so it excludes 0 exactly when p <= 1 - level.
+    Each pattern's statistic |sum_u s_u (S_u - delta n_u)| against the observed |sum_u (S_u - delta n_u)|
+    (S_u, n_u: a unit's summed difference and its number of questions) stops counting at one point on each
+    side of the estimate, found in closed form, so the bounds are exact for these patterns. With fewer than
+    six units (2/2^5 > 0.05) a side can be unbounded (inf).
+    """
     d = np.asarray(diffs, dtype=float)
     keep = ~np.isnan(d)
     d = d[keep]
     if len(d) == 0:
-        return float("nan")
-    t_obs = abs(d.sum())
+        return float("nan"), float("nan"), float("nan")
     tol = 1e-9 * max(1.0, np.abs(d).sum())
     if clusters is not None:
         cl = np.asarray(pd.factorize(pd.Series(list(clusters), dtype=object))[0])[keep]
-        units = np.bincount(cl, weights=d)
-        units = units[np.bincount(cl) > 0]
+        sizes = np.bincount(cl)
+        units, counts = np.bincount(cl, weights=d)[sizes > 0], sizes[sizes > 0].astype(float)
     else:
-        units = d
-    if len(units) <= max_exact:
+        units, counts = d, np.ones(len(d))
+    exact = len(units) <= max_exact
+    if exact:
         signs = np.array(list(itertools.product((1.0, -1.0), repeat=len(units))))
-        t = np.abs(signs @ units)
-        return float(np.mean(t >= t_obs - tol))
-    rng = np.random.default_rng(seed)
-    hits = 0
-    for start in range(0, n_perm, 2000):
-        b = min(2000, n_perm - start)
-        signs = rng.choice((-1.0, 1.0), size=(b, len(units)))
-        hits += int((np.abs(signs @ units) >= t_obs - tol).sum())
-    return (1 + hits) / (1 + n_perm)
+        flipped, flipped_n = signs @ units, signs @ counts
+    else:
+        rng = np.random.default_rng(seed)
+        parts = []
+        for start in range(0, n_perm, 2000):
+            signs = rng.choice((-1.0, 1.0), size=(min(2000, n_perm - start), len(units)))
+            parts.append((signs @ units, signs @ counts))
+        flipped, flipped_n = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    k = len(flipped)
+    hits = int((np.abs(flipped) >= abs(units.sum()) - tol).sum())
+    p = hits / k if exact else (1 + hits) / (1 + k)
+    total, est = counts.sum(), units.sum() / counts.sum()
+    a = flipped - est * flipped_n  # each pattern's statistic at delta = est (where the observed one is 0)
+    # rank of the last accepted bound among the patterns' crossing points, largest first
+    j = int(np.floor((1 - level) * k)) if exact else int(np.floor((1 - level) * (1 + k) - 1))
+
+    def reach(side: float) -> float:
+        """How far from ``est`` (side +1: up, -1: down) the test keeps accepting."""
+        if j < 0:
+            return float("inf")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            denom = total + side * np.sign(a) * flipped_n
+            x = np.where(denom > 0, np.abs(a) / denom, np.inf)
+        zero = np.abs(a) <= tol
+        x[zero] = np.where(np.abs(flipped_n[zero]) >= total, np.inf, 0.0)
+        return float(np.sort(x)[::-1][j])
+
+    return float(p), float(est - reach(-1.0)), float(est + reach(1.0))
 
 
 def mcnemar_exact(a_correct: Sequence[bool], b_correct: Sequence[bool]) -> tuple[float, int, int]:
@@ -275,15 +309,14 @@ class Comparison:
 
 def comparison_legend(unit: str, clusters: int, threshold_metric: str, threshold: float, tests: int) -> list[str]:
     """The legend of a comparison table (see `Comparison.legend`)."""
+    ci = ("95 % interval of the delta by inverting p_perm: every shift the same permutation test does not reject "
+          "at 0.05, so it excludes 0 exactly when p_perm <= 0.05")
     if unit == "conversation":
-        ci = ("95 % percentile bootstrap of the delta resampling whole conversations, the same unit the "
-              "permutation test flips")
         perm = (f"two-sided paired permutation test of the mean delta: the sign of each conversation's summed "
                 f"delta flipped, exact over all 2^{clusters} patterns (smallest possible p {2 / 2 ** clusters:.3g})"
                 if clusters <= 16 else "two-sided paired permutation test of the mean delta: the sign of each "
                 "conversation's summed delta flipped (Monte Carlo)")
     else:
-        ci = "95 % percentile bootstrap of the delta resampling questions (each question its own unit)"
         why = (f"used because {clusters} conversation(s) < {MIN_CLUSTERS} cannot reach p < 0.05 as a clustered "
                "test, so questions of one conversation are treated as independent" if clusters < MIN_CLUSTERS
                else "questions of one conversation treated as independent, as asked")
@@ -295,7 +328,8 @@ def comparison_legend(unit: str, clusters: int, threshold_metric: str, threshold
         f"p_mcnemar: exact McNemar test on correct = {threshold_metric} >= {threshold} (questions where only one run "
         "is correct); it tests the share correct, not the mean, and treats questions as independent.",
         f"*_holm: Holm-adjusted over all {tests} rows of this table (every run x group x metric), one family per test.",
-        "mdd: minimum detectable difference, 2.8 x the bootstrap SE of the delta: a true difference this large is "
+        f"mdd: minimum detectable difference, 2.8 x the SE of the delta (bootstrap over the same {unit}s): a true "
+        "difference this large is "
         "detected with 80 % power at alpha 0.05; a |delta| below it with a large p means this comparison cannot "
         "tell, not that there is no difference.",
         "wins / losses / ties: questions where the run scored higher / lower / the same as the baseline.",
@@ -392,19 +426,18 @@ def compare_predictions(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str]
         va = A.loc[ids, used].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
         vb = B.loc[ids, used].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
         d = vb - va
-        boot = cluster_bootstrap(d, clusters, n_boot=n_boot, seed=seed, inner=False)
-        lo, hi = percentile_ci(boot, level)
+        boot = cluster_bootstrap(d, clusters, n_boot=n_boot, seed=seed, inner=False)  # the SE behind mdd
         for i, m in enumerate(used):
             ok = ~np.isnan(d[:, i])
             di = d[ok, i]
+            p_perm, lo, hi = sign_flip(di, np.asarray(clusters, dtype=object)[ok] if unit == "conversation" else None,
+                                       n_perm=n_perm, seed=seed, level=level)
             p_mc, _, _ = mcnemar_exact(va[ok, i] >= threshold, vb[ok, i] >= threshold)
             rows.append({
                 "run": b_name, "group": name, "label": label, "metric": m, "n": int(ok.sum()),
                 "a": float(np.nanmean(va[ok, i])) if ok.any() else np.nan,
                 "b": float(np.nanmean(vb[ok, i])) if ok.any() else np.nan,
-                "delta": float(di.mean()) if ok.any() else np.nan, "lo": float(lo[i]), "hi": float(hi[i]),
-                "p_perm": sign_flip_test(di, np.asarray(clusters, dtype=object)[ok] if unit == "conversation"
-                                         else None, n_perm=n_perm, seed=seed),
+                "delta": float(di.mean()) if ok.any() else np.nan, "lo": lo, "hi": hi, "p_perm": p_perm,
                 "p_mcnemar": p_mc,
                 "wins": int((di > 0).sum()), "losses": int((di < 0).sum()), "ties": int((di == 0).sum()),
                 "mdd": MDD_FACTOR * _sd(boot[:, i]) if ok.sum() > 1 else np.nan,
