@@ -6,6 +6,7 @@ Set ``MEMLAB_EVIDENCE_DIR`` to keep the screenshot of the page with a question o
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 
@@ -61,7 +62,13 @@ def test_page_is_self_contained(two_arms):
 
 
 def _deltas(rows) -> dict:
-    return {(str(r["group"]), r["metric"]): (r["delta"], r["lo"], r["hi"], r["p_perm_holm"]) for r in rows}
+    """(delta, lo, hi, Holm p) per (group, metric); an unbounded bound (one question cannot reject) as None,
+    the way the page's JSON holds it."""
+    def v(x):
+        return None if x is None or not math.isfinite(x) else x
+
+    return {(str(r["group"]), r["metric"]): (v(r["delta"]), v(r["lo"]), v(r["hi"]), v(r["p_perm_holm"]))
+            for r in rows}
 
 
 def test_one_order_and_one_sign_in_compare_report_and_html(two_arms, tmp_path, capsys):
@@ -74,13 +81,13 @@ def test_one_order_and_one_sign_in_compare_report_and_html(two_arms, tmp_path, c
     b = run_experiment(two_arms["base"].with_overrides({"extraction.extractor": "observations"}),
                        results=two_arms["root"] / "results", progress=False)
     want = _deltas(memlab.compare(a, b).table.to_dict("records"))
-    sh = want[("4", "f1")]
-    assert sh[0] < 0 and sh[1] < sh[2]  # B loses single-hop questions: a signed difference to check
+    sh = want[("overall 1-5", "f1")]
+    assert None not in sh and sh[0] < 0 and sh[1] < sh[2]  # B loses questions: a signed difference to check
 
     assert main(["compare", str(a.run_dir), str(b.run_dir)]) == 0
     out = capsys.readouterr().out
     assert "every delta is B \u2212 A" in out
-    line = next(ln for ln in out.splitlines() if ln.split()[:3] == ["4", "single-hop", "f1"])
+    line = next(ln for ln in out.splitlines() if ln.split()[:3] == ["overall", "1-5", "f1"])
     assert f"{sh[0]:.3f}" in line.split() and f"{sh[1]:.3f}" in line.split()
 
     page = tmp_path / "ab.html"
@@ -88,7 +95,7 @@ def test_one_order_and_one_sign_in_compare_report_and_html(two_arms, tmp_path, c
     out = capsys.readouterr().out
     assert ("A = offline extractor=turns+observations, B = offline extractor=observations; every delta is "
             "B \u2212 A") in out
-    row = next(ln for ln in out.splitlines() if "4 single-hop" in ln and " f1 " in ln and "[" in ln and "/" in ln)
+    row = next(ln for ln in out.splitlines() if "overall 1-5" in ln and " f1 " in ln and "[" in ln and "/" in ln)
     assert f"{sh[0]:+.3f} [{sh[1]:+.3f}, {sh[2]:+.3f}]" in row
     text = page.read_text(encoding="utf-8")
     data = payload(text)
@@ -99,7 +106,7 @@ def test_one_order_and_one_sign_in_compare_report_and_html(two_arms, tmp_path, c
     got = _deltas(c["rows"])
     assert got.keys() == want.keys()
     for k in want:
-        assert got[k] == pytest.approx(want[k], nan_ok=True), k
+        assert [None if x is None else pytest.approx(x) for x in want[k]] == list(got[k]), k
     assert "B &minus; A = offline extractor=observations &minus; offline extractor=turns+observations" in text
 
     # given the other way round, every view swaps the runs and the sign
@@ -107,7 +114,7 @@ def test_one_order_and_one_sign_in_compare_report_and_html(two_arms, tmp_path, c
     assert [r["label"] for r in flipped["runs"]] == ["offline extractor=observations",
                                                      "offline extractor=turns+observations"]
     back = _deltas(flipped["comparisons"][0]["rows"])
-    assert back[("4", "f1")][0] == pytest.approx(-sh[0]) and back[("4", "f1")][1] == pytest.approx(-sh[2])
+    assert back[("overall 1-5", "f1")][:3] == pytest.approx((-sh[0], -sh[2], -sh[1]))
 
 
 def test_report_intersection_and_a_run_that_only_errored(two_arms, tmp_path, capsys):
