@@ -342,7 +342,6 @@ def test_judge_repeats_cached_apart_over_http(synthetic_path, tmp_path):
 
     cfg = offline(synthetic_path, **{"judge.model": "openai/scripted-judge", "judge.repeats": 3,
                                      "judge.temperature": 0.7, "judge.prompt": "strict"})
-    cfg.models.api_base = None
     with ScriptedServer(responder=judge) as srv:
         cfg.models.api_base = srv.api_base
         run = run_experiment(cfg, results=tmp_path, progress=False)
