@@ -1,11 +1,11 @@
-"""Data layer: LoCoMo-10 and LongMemEval records, the validating loaders, format detection and the verified download."""
+"""Data layer: LoCoMo-10 and LongMemEval records, validating loaders, format detection, verified downloads."""
 
 from memlab.data.dataset import FORMATS, dataset_name, detect_format, load_dataset
 from memlab.data.fetch import (
     HOW_TO_GET,
-    LONGMEMEVAL_FILES,
     LOCOMO_SHA256,
     LOCOMO_URL,
+    LONGMEMEVAL_FILES,
     ChecksumMismatchError,
     ChecksumNotPinnedError,
     DataNotFoundError,
