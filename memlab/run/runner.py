@@ -86,7 +86,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
     cfg, prev = _resolve(config, resume, overrides, force_config)
     # -- 1. validate everything before a run folder exists
     t0 = time.perf_counter()
-    cfg, data, data_note = load_run_data(cfg)  # LoCoMo or LongMemEval, told by the file's fields
+    cfg, data, data_notes = load_run_data(cfg)  # LoCoMo or LongMemEval, told by the file's fields
     dataset_sha = sha256_file(data.report.path)
     if prev.get("dataset_sha256") and prev["dataset_sha256"] != dataset_sha:
         raise ConfigError(f"--resume {resume}: the dataset changed since the run started "
@@ -112,7 +112,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
     judge = build_judge(cfg, clients)
     if errata is not None and hasattr(judge, "errata"):
         judge.errata = errata  # the judge sees corrected gold answers and skips invalid ones
-    notes = inert_knobs(cfg, RECALL_KS) + ([data_note] if data_note else [])
+    notes = inert_knobs(cfg, RECALL_KS) + data_notes
     # -- the run folder
     run_dir = open_run_dir(cfg.name, cfg.to_yaml(), root, resume)
     info: dict[str, Any] = {
