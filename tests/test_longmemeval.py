@@ -231,3 +231,88 @@ def test_profile_guard_refuses_locomo_counts():
         check_categories(pd.Series([4] * 841), prof.category_counts)  # LoCoMo's single-hop count
     with pytest.raises(ProfileError, match="not categories"):
         check_categories(pd.Series([6]), get_profile("locomo").category_counts)
+
+
+# ---------------------------------------------------------------------------- retrieval metrics
+def test_official_retrieval_metrics_hand_worked():
+    from memlab.eval.longmemeval import question_retrieval
+
+    # turns ranked S2:1, S1:1, S3:1, S1:2 (the last memory cites two turns; S1:1 counts once, first)
+    m = question_retrieval([["S2:1"], ["S1:1"], ["S3:1"], ["S1:2", "S1:1"]], ["S1:1", "S3:1"], [1, 3])
+    ideal = 1 + 1 / math.log2(2)  # two relevant: ranks 1 and 2
+    got = 0 + 1 / math.log2(2) + 1 / math.log2(3)  # relevant at ranks 2 and 3
+    assert math.isclose(m["turn_ndcg_any@5"], got / ideal) and m["turn_recall_all@5"] == 1.0
+    # sessions in order of first turn: S2, S1, S3 -> the same pattern at session level
+    assert math.isclose(m["session_ndcg_any@5"], got / ideal) and m["session_recall_all@10"] == 1.0
+    # an evidence turn beyond rank 50: recall_all@50 is 0, while ndcg still credits the first one
+    ranked = [[f"S9:{i}"] for i in range(1, 55)] + [["S1:1"]]
+    far = question_retrieval([["S3:1"], *ranked], ["S3:1", "S1:1"], [3, 1])
+    assert far["turn_recall_all@50"] == 0.0 and far["turn_recall_all@10"] == 0.0
+    assert math.isclose(far["turn_ndcg_any@10"], 1 / ideal)
+    assert far["session_recall_all@5"] == 1.0  # S3, S9, S1: both answer sessions among the first three
+    none = question_retrieval([["S1:1"]], [], [])
+    assert math.isnan(none["turn_recall_all@5"]) and math.isnan(none["session_ndcg_any@10"])
+
+
+# ---------------------------------------------------------------------------- runs end to end
+def test_offline_run_end_to_end(lme_path, tmp_path):
+    from memlab import attribution
+    from memlab.eval import longmemeval as lme_eval
+    from memlab.run import ExperimentConfig, run_experiment
+
+    cfg = ExperimentConfig.from_yaml("offline").with_overrides({"dataset.path": str(lme_path)})
+    with pytest.warns(UserWarning, match="not the official LongMemEval metric"):
+        run = run_experiment(cfg, results=tmp_path / "res", progress=False)
+    info = run.info
+    assert info["dataset_format"] == "longmemeval" and len(info["dataset_sha256"]) == 64
+    assert run.config.scoring.profile == "longmemeval" and any("scoring.profile set" in n for n in info["notes"])
+    s = run.summary
+    assert list(s.index) == ["1", "2", "3", "4", "5", "6", "7", "overall 1-4", "overall 1-5"]
+    assert s.loc["6", "label"] == "knowledge-update" and s.loc["7", "label"] == "temporal-reasoning"
+    assert s.loc["overall 1-5", "n"] == 7 and s.loc["overall 1-4", "n"] == 6  # 1-4: all but abstention
+    assert s.loc["overall 1-5", "f1_lo"] <= s.loc["overall 1-5", "f1"] <= s.loc["overall 1-5", "f1_hi"]
+    assert s.loc["4", "recall@10"] == 1.0  # multi-session: both evidence turns found
+    tables = lme_eval.report(run.run_dir)
+    acc, retr = tables["accuracy"], tables["retrieval"]
+    assert acc.loc["single-session-user", "n"] == 2 and acc.loc["abstention", "n"] == 1  # abs counted in its type
+    assert "f1 (not the official metric)" in acc.columns and "j" not in acc.columns  # no judge: no J
+    assert retr.loc["overall", "n"] == 6 and "5" not in retr.index  # abstention skipped
+    assert {"turn_recall_all@50", "session_ndcg_any@10", "recall@10"} <= set(retr.columns)
+    assert retr.loc["6", "turn_ndcg_any@10"] < 1.0  # the old value (Boston) outranks the update
+    att = attribution.attribute(run)
+    assert set(att["qid"]) <= {q for q in run.predictions.qid}
+    assert "label-issue" not in set(att["label"])  # the abstention question has no evidence by design
+
+
+def test_scripted_judge_run(lme_path, tmp_path):
+    from memlab.eval import longmemeval as lme_eval
+    from memlab.run import ExperimentConfig, run_experiment
+    from memlab.testing import Reply, ScriptedServer
+
+    def judge(body):
+        prompt = body["messages"][0]["content"]
+        if "treat the question as unanswerable" in prompt:
+            return Reply(text="Maybe.")  # not a verdict: a judge error, never scored
+        if "off by one" in prompt:
+            return Reply(text="Yes")
+        return Reply(text="yes" if "Reference answer: golden retriever" in prompt else "No.")
+
+    with ScriptedServer(responder=judge) as srv:
+        cfg = ExperimentConfig.from_yaml("offline").with_overrides(
+            {"dataset.path": str(lme_path), "judge.model": "openai/scripted-judge", "models.api_base": srv.api_base,
+             "models.max_retries": 1})
+        with pytest.warns(UserWarning):
+            run = run_experiment(cfg, results=tmp_path / "res", progress=False)
+        prompts = [r["messages"][0]["content"] for r in srv.requests]
+    assert len(prompts) == 7
+    # one prompt per type: temporal, knowledge update, preference, abstention each once, the default three times
+    assert [sum(k in p for p in prompts) for k in ("off by one", "superseded", "Rubric:", "unanswerable")] == [1] * 4
+    assert sum("single-session-user,\nsingle-session-assistant and multi-session" in p for p in prompts) == 3
+    p = run.predictions.set_index("qid")
+    assert p.loc["q-ssu/q0", "j"] == 1.0 and p.loc["q-tr/q0", "j"] == 1.0 and p.loc["q-ku/q0", "j"] == 0.0
+    assert math.isnan(p.loc["q-ssu_abs/q0", "j"]) and "not one verdict" in p.loc["q-ssu_abs/q0", "judge_error"]
+    assert run.info["judge_errors"] == 1
+    acc = lme_eval.report(run.run_dir)["accuracy"]
+    assert acc.loc["temporal-reasoning", "j"] == 1.0 and acc.loc["knowledge-update", "j"] == 0.0
+    assert acc.loc["overall", "j"] == pytest.approx(2 / 6)  # the failed verdict drops out, never scored as 0
+    assert acc.loc["overall", "j_lo"] <= 2 / 6 <= acc.loc["overall", "j_hi"]
