@@ -316,3 +316,15 @@ def test_scripted_judge_run(lme_path, tmp_path):
     assert acc.loc["temporal-reasoning", "j"] == 1.0 and acc.loc["knowledge-update", "j"] == 0.0
     assert acc.loc["overall", "j"] == pytest.approx(2 / 6)  # the failed verdict drops out, never scored as 0
     assert acc.loc["overall", "j_lo"] <= 2 / 6 <= acc.loc["overall", "j_hi"]
+
+
+def test_report_labels_categories_by_type(lme_path, tmp_path):
+    from memlab.run import ExperimentConfig, run_experiment
+    from memlab.run.report import report_table
+
+    cfg = ExperimentConfig.from_yaml("offline").with_overrides({"dataset.path": str(lme_path),
+                                                                 "dataset.categories": [6, 7]})
+    with pytest.warns(UserWarning):
+        run = run_experiment(cfg, results=tmp_path / "res", progress=False)
+    t = report_table([run.run_dir], warn=False)
+    assert {"6 knowledge-update", "7 temporal-reasoning"} <= set(t["category"])  # not LoCoMo's labels
