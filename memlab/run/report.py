@@ -198,6 +198,16 @@ def category_name(group: Any, n: int | None = None, label: str | None = None) ->
     return f"{name} (n={int(n):,})" if n is not None else name
 
 
+def _own_labels(run: Run, summary: pd.DataFrame) -> list[str | None]:
+    """The summary's labels for a run on another benchmark than LoCoMo (LongMemEval's types); None (LoCoMo's
+    labels, as before) for a LoCoMo run under any profile."""
+    from memlab.eval.profiles import get_profile
+
+    if get_profile(run.config.scoring.profile).dataset == "locomo" or "label" not in summary.columns:
+        return [None] * len(summary)
+    return list(summary["label"])
+
+
 def _group_key(g: Any) -> Any:
     try:
         return int(g)
@@ -297,7 +307,7 @@ def report_table(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFA
                   (s.get("tokens_qa", pd.Series(0.0, index=s.index)).fillna(0) == 0)
         t = pd.DataFrame({"run": label, "group": list(s.index),
                           "category": [category_name(g, label=lab) for g, lab in
-                                       zip(s.index, s["label"] if "label" in s.columns else [None] * len(s))],
+                                       zip(s.index, _own_labels(run, s))],
                           "n": s["n"].astype(int).to_numpy()})
         for m in metrics:
             col, src = m, s
