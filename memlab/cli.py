@@ -10,11 +10,12 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
     from memlab.data import fetch_locomo
 
     if args.dataset != "locomo":  # longmemeval-s|-m|-oracle
-        from memlab.data import fetch_longmemeval, sha256_file
+        from memlab.data import LONGMEMEVAL_FILES, fetch_longmemeval, sha256_file
 
         path = fetch_longmemeval(args.dataset, dest=args.dest, sha256=args.sha256, unpinned=args.unpinned,
                                  force=args.force)
-        how = "sha256 verified" if args.sha256 else f"NOT verified: sha256 {sha256_file(path)}, pin it"
+        verified = args.sha256 or LONGMEMEVAL_FILES[args.dataset][1]
+        how = "sha256 verified" if verified else f"NOT verified: sha256 {sha256_file(path)}, pin it"
         print(f"{args.dataset} ready at {path} ({how}); run with --set dataset.path={path}")
         return 0
     kw = {"dest": args.dest, "force": args.force}

@@ -328,3 +328,26 @@ def test_report_labels_categories_by_type(lme_path, tmp_path):
         run = run_experiment(cfg, results=tmp_path / "res", progress=False)
     t = report_table([run.run_dir], warn=False)
     assert {"6 knowledge-update", "7 temporal-reasoning"} <= set(t["category"])  # not LoCoMo's labels
+
+
+def test_fetch_verifies_a_given_checksum_and_downloads_unpinned_on_request(tmp_path, lme_path):
+    import hashlib
+
+    from memlab.data import ChecksumMismatchError
+    from tests.test_data import _Server
+
+    payload = lme_path.read_bytes()
+    srv = _Server(payload)
+    base = srv.url.rsplit("/", 1)[0] + "/"
+    try:
+        dest = tmp_path / "dl" / "s.json"
+        with pytest.raises(ChecksumMismatchError, match="does not match"):
+            fetch_longmemeval("longmemeval-s", dest=dest, sha256="0" * 64, base_url=base)
+        assert not dest.exists()
+        good = hashlib.sha256(payload).hexdigest()
+        assert fetch_longmemeval("longmemeval-s", dest=dest, sha256=good, base_url=base) == dest
+        assert len(load_dataset(dest)) == 7
+        dest.unlink()
+        assert fetch_longmemeval("longmemeval-oracle", dest=dest, unpinned=True, base_url=base).read_bytes() == payload
+    finally:
+        srv.close()

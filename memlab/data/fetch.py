@@ -122,16 +122,17 @@ def longmemeval_cache_path(variant: str) -> Path:
 
 
 def fetch_longmemeval(variant: str, dest: str | os.PathLike[str] | None = None, sha256: str | None = None,
-                      unpinned: bool = False, timeout: float = 600.0, force: bool = False) -> Path:
+                      unpinned: bool = False, timeout: float = 600.0, force: bool = False,
+                      base_url: str = LONGMEMEVAL_BASE) -> Path:
     """Download one LongMemEval variant (``longmemeval-s|-m|-oracle``), verified by ``sha256`` (given, or
     pinned in `LONGMEMEVAL_FILES`); with neither, only ``unpinned=True`` downloads (and the caller should
-    record the hash it prints). Nothing is written on a mismatch."""
+    record the hash it prints). Nothing is written on a mismatch. ``base_url``: a mirror of the release."""
     if variant not in LONGMEMEVAL_FILES:
         raise ValueError(f"LongMemEval variant {variant!r}: expected one of {', '.join(LONGMEMEVAL_FILES)}")
     name, pinned = LONGMEMEVAL_FILES[variant]
     want = sha256 or pinned
     if want is None and not unpinned:
-        raise ChecksumNotPinnedError(f"{variant}: no sha256 is pinned for {LONGMEMEVAL_BASE}{name} in this memlab.\n"
+        raise ChecksumNotPinnedError(f"{variant}: no sha256 is pinned for {base_url}{name} in this memlab.\n"
                                      f"{LONGMEMEVAL_HOW}")
     target = Path(dest) if dest is not None else longmemeval_cache_path(variant)
-    return _download(LONGMEMEVAL_BASE + name, target, want, timeout, force, LONGMEMEVAL_HOW)
+    return _download(base_url + name, target, want, timeout, force, LONGMEMEVAL_HOW)
