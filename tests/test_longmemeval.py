@@ -110,7 +110,7 @@ def test_records_follow_the_locomo_interface(lme_path):
     assert data.type_counts() == {"single-session-user": 2, "single-session-assistant": 1,
                                   "single-session-preference": 1, "multi-session": 1, "knowledge-update": 1,
                                   "temporal-reasoning": 1, "abstention": 1}
-    assert data.report.questions_without_evidence == [] and data.report.sessions_out_of_order == []
+    assert data.report.questions_without_evidence == [] and data.report.sessions_shifted == []
     ku = data["q-ku"]
     assert ku.questions[0].evidence_ids == ("S2:1",) and "Boston" in ku.turn("S1:1").text  # the old value stays
 
@@ -152,11 +152,30 @@ def test_malformed_items_are_named(tmp_path, mutate, needle):
 def test_report_collects_data_quality_facts(tmp_path):
     items = lme_items()
     items[0]["haystack_sessions"][1][0]["has_answer"] = False  # an answerable question without evidence
-    items[3]["haystack_dates"][2] = items[3]["haystack_dates"][0]  # a session not later than the one before
+    items[3]["haystack_dates"][2] = items[3]["haystack_dates"][0]  # session 3 starts with session 1 (2 turns)
     data = load_longmemeval(write_items(tmp_path, items))
     assert data.report.questions_without_evidence == ["q-ssu"]
-    assert data.report.sessions_out_of_order == [("q-ms", 3)]
+    assert data.report.sessions_shifted == [("q-ms", 3, 2.0)]  # after session 1's last turn (+1 s), before 2
+    ms = data["q-ms"].sessions
+    assert ms[2].date_time_raw == ms[0].date_time_raw and (ms[2].date_time - ms[0].date_time).total_seconds() == 2
     assert "1 answerable questions without has_answer turns" in data.report.summary()
+
+
+def test_sessions_sharing_a_date_are_all_extracted(tmp_path):
+    """Turn timestamps are session date + 1 s per turn and extraction reads after its cursor: without
+    moving sessions apart, the sessions that share the first one's date were silently never stored."""
+    from memlab.run import ExperimentConfig, run_experiment
+
+    items = lme_items()
+    for i in (1, 2):
+        items[3]["haystack_dates"][i] = items[3]["haystack_dates"][0]
+    p = write_items(tmp_path, items, "same-dates.json")
+    cfg = ExperimentConfig.from_yaml("offline").with_overrides({"dataset.path": str(p),
+                                                                 "dataset.conversations": ["q-ms"]})
+    with pytest.warns(UserWarning):
+        run = run_experiment(cfg, results=tmp_path / "res", progress=False)
+    mems = [json.loads(x) for x in open(run.run_dir / "traces" / "memories.jsonl")]
+    assert sorted(s for m in mems for s in m["source_ids"]) == ["S1:1", "S1:2", "S2:1", "S2:2", "S3:1", "S3:2"]
 
 
 def test_format_is_told_by_fields(lme_path, synthetic_path, tmp_path):

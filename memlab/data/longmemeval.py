@@ -21,15 +21,15 @@ Category numbers (stable; the one place they are defined; scoring and reports ke
 ==  ========================== ===========================================================
 
 Structure errors are fatal, one message naming file, question id, session and turn; data-quality
-facts (a question without evidence turns, sessions out of date order) go to the load report.
+facts (a question without evidence turns, sessions moved seconds apart) go to the load report.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -92,14 +92,16 @@ class LongMemEvalReport(LoadReport):
     questions_without_evidence: list[str] = field(default_factory=list)
     """Answerable questions with no ``has_answer`` turn (evidence recall is NaN for them)."""
     evidence_outside_answer_sessions: list[tuple[str, str]] = field(default_factory=list)
-    sessions_out_of_order: list[tuple[str, int]] = field(default_factory=list)
-    """(question id, session) whose date is not after the previous session's: turn timestamps of the two
-    sessions overlap, so an incremental extractor's cursor may skip the later one's first turns."""
+    sessions_shifted: list[tuple[str, int, float]] = field(default_factory=list)
+    """(question id, session, seconds): sessions starting before the previous session's last turn (the same
+    minute, say), moved that many seconds later (``date_time``; ``date_time_raw`` keeps the file's date).
+    Turn timestamps are the session date plus one second per turn, and an incremental extractor reads only
+    messages after its cursor: without the shift it would silently skip the later session."""
 
     def summary(self) -> str:
         return (f"{len(self.questions_without_evidence)} answerable questions without has_answer turns; "
                 f"{len(self.evidence_outside_answer_sessions)} has_answer turns outside the answer sessions; "
-                f"{len(self.sessions_out_of_order)} sessions not later than the one before")
+                f"{len(self.sessions_shifted)} sessions moved seconds later to keep turn timestamps apart")
 
 
 @dataclass(frozen=True)
@@ -239,7 +241,6 @@ def _parse_item(item: Any, pos: int, path: str, report: LongMemEvalReport) -> Co
     seen: dict[str, int] = {}
     sessions: list[Session] = []
     evidence: list[str] = []
-    prev: datetime | None = None
     for i, (sid, draw, turns_raw) in enumerate(zip(sids, dates, hay), 1):
         swhere = f"{where}: session {sid!r} (#{i})" if isinstance(sid, str) else f"{where}: session #{i}"
         if not isinstance(sid, str) or not sid:
@@ -248,9 +249,6 @@ def _parse_item(item: Any, pos: int, path: str, report: LongMemEvalReport) -> Co
             raise _fail(path, swhere, "haystack_session_ids", f"ids used once (also session #{seen[sid]})", sid)
         seen[sid] = i
         when = _date(draw, path, swhere, "haystack_dates")
-        if prev is not None and when <= prev:
-            report.sessions_out_of_order.append((qid, i))
-        prev = when
         if not isinstance(turns_raw, list):
             raise _fail(path, swhere, "haystack_sessions", "a list of {role, content} turns", turns_raw)
         turns = []
@@ -270,6 +268,7 @@ def _parse_item(item: Any, pos: int, path: str, report: LongMemEvalReport) -> Co
                 evidence.append(tid)
             turns.append(Turn(dia_id=tid, speaker=role, text=content, session_index=i))
         sessions.append(Session(index=i, date_time=when, date_time_raw=draw, turns=tuple(turns)))
+    sessions = _apart(sessions, qid, report)
     ans_ids = _get(item, "answer_session_ids", list, path, where, "a list of haystack session ids")
     for a in ans_ids:
         if a not in seen:
@@ -288,6 +287,21 @@ def _parse_item(item: Any, pos: int, path: str, report: LongMemEvalReport) -> Co
         category_label=LONGMEMEVAL_LABELS[category], question_type=qtype, question_date=qdate,
         question_date_raw=qdate_raw, abstention=abstention, answer_session_ids=tuple(ans_ids), answer_sessions=ans_idx)
     return Conversation(sample_id=qid, speakers=(USER, ASSISTANT), sessions=tuple(sessions), questions=(q,))
+
+
+def _apart(sessions: list[Session], qid: str, report: LongMemEvalReport) -> list[Session]:
+    """Sessions in date order (haystack order among equal dates) each start after the previous one's last
+    turn timestamp; a session that would not is moved later by whole seconds and reported."""
+    out = {s.index: s for s in sessions}
+    last_end: datetime | None = None
+    for s in sorted(sessions, key=lambda s: (s.date_time, s.index)):
+        start = s.date_time
+        if last_end is not None and start <= last_end:
+            start = last_end + timedelta(seconds=1)
+            report.sessions_shifted.append((qid, s.index, (start - s.date_time).total_seconds()))
+            out[s.index] = replace(s, date_time=start)
+        last_end = start + timedelta(seconds=max(len(s.turns) - 1, 0))
+    return [out[s.index] for s in sessions]
 
 
 def load_longmemeval(path: str | Path) -> LongMemEval:
