@@ -370,3 +370,21 @@ def test_fetch_verifies_a_given_checksum_and_downloads_unpinned_on_request(tmp_p
         assert fetch_longmemeval("longmemeval-oracle", dest=dest, unpinned=True, base_url=base).read_bytes() == payload
     finally:
         srv.close()
+
+
+@pytest.mark.parametrize("arm", ["original", "long-context"])
+def test_model_arms_get_the_question_date(lme_path, tmp_path, arm):
+    from memlab.run import ExperimentConfig, run_experiment
+    from memlab.testing import ScriptedServer
+    from tests.scripted_model import responder
+
+    with ScriptedServer(responder=responder) as srv:
+        cfg = ExperimentConfig.from_dict({
+            "name": arm, "dataset": {"path": str(lme_path), "conversations": ["q-tr"]},
+            "extraction": {"extractor": "turns"}, "answer": {"arm": arm, "model": "openai/scripted-reader"},
+            "models": {"api_base": srv.api_base, "max_retries": 1}})
+        with pytest.warns(UserWarning):
+            run = run_experiment(cfg, results=tmp_path / "res", progress=False)
+        user = [m["content"] for r in srv.requests for m in r["messages"] if m["role"] == "user"]
+    assert run.info["errors"] == 0 and user
+    assert user[0].endswith("(Current date: 2023/06/30 (Fri) 10:00.)") and user[0].startswith("How many days")
