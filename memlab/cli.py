@@ -9,6 +9,15 @@ import sys
 def _cmd_fetch(args: argparse.Namespace) -> int:
     from memlab.data import fetch_locomo
 
+    if args.dataset != "locomo":  # longmemeval-s|-m|-oracle
+        from memlab.data import LONGMEMEVAL_FILES, fetch_longmemeval, sha256_file
+
+        path = fetch_longmemeval(args.dataset, dest=args.dest, sha256=args.sha256, unpinned=args.unpinned,
+                                 force=args.force)
+        verified = args.sha256 or LONGMEMEVAL_FILES[args.dataset][1]
+        how = "sha256 verified" if verified else f"NOT verified: sha256 {sha256_file(path)}, pin it"
+        print(f"{args.dataset} ready at {path} ({how}); run with --set dataset.path={path}")
+        return 0
     kw = {"dest": args.dest, "force": args.force}
     if args.url:
         kw["url"] = args.url
@@ -18,11 +27,14 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from memlab.data import load_locomo
+    from memlab.data import dataset_name, load_dataset
 
-    data = load_locomo(args.path)
+    data = load_dataset(args.path)  # LoCoMo or LongMemEval, told by the file's fields
     print(f"{data.report.path}")
-    print(", ".join(f"{k} {v:,}" for k, v in data.counts().items()))
+    print(f"format {dataset_name(data)}, " + ", ".join(f"{k} {v:,}" for k, v in data.counts().items()))
+    if hasattr(data, "type_counts"):
+        print("questions per type (abstention ones also counted in their type): "
+              + ", ".join(f"{k} {v}" for k, v in data.type_counts().items()))
     print(data.stats().to_string())
     print("load report:", data.report.summary())
     for issue in data.report.evidence_issues:
@@ -174,12 +186,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     data = sub.add_parser("data", help="get or inspect the LoCoMo-10 file")
     dsub = data.add_subparsers(dest="data_command", required=True)
-    f = dsub.add_parser("fetch", help="download LoCoMo-10 and verify its sha256")
+    f = dsub.add_parser("fetch", help="download LoCoMo-10 (or a LongMemEval variant) and verify its sha256")
+    f.add_argument("dataset", nargs="?", default="locomo",
+                   choices=["locomo", "longmemeval-s", "longmemeval-m", "longmemeval-oracle"])
+    f.add_argument("--sha256", help="LongMemEval: the checksum to verify against")
+    f.add_argument("--unpinned", action="store_true", help="LongMemEval: download without a pinned checksum")
     f.add_argument("--dest", help="target file (default ~/.cache/memlab/locomo10.json)")
     f.add_argument("--url", help="alternative source URL (a mirror)")
     f.add_argument("--force", action="store_true", help="download even if a verified copy exists")
     f.set_defaults(func=_cmd_fetch)
-    i = dsub.add_parser("info", help="validate a LoCoMo file and print its statistics and load report")
+    i = dsub.add_parser("info", help="validate a LoCoMo or LongMemEval file (told by its fields), print its "
+                                     "statistics and load report")
     i.add_argument("path", nargs="?")
     i.set_defaults(func=_cmd_info)
     d = sub.add_parser("demo", help="the README demo on the embedded offline default")
@@ -239,11 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memlab.data import ChecksumMismatchError, DataNotFoundError, LoCoMoFormatError
+    from memlab.data import ChecksumMismatchError, ChecksumNotPinnedError, DataNotFoundError, LoCoMoFormatError
 
     args = build_parser().parse_args(argv)
     errors: tuple[type[BaseException], ...] = (DataNotFoundError, ChecksumMismatchError, LoCoMoFormatError,
-                                               ConnectionError)
+                                               ConnectionError, ChecksumNotPinnedError)
     if args.command in ("run", "report", "compare", "rescore"):
         from memlab.eval.errata import ErrataError
         from memlab.eval.profiles import ProfileError

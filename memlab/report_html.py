@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from memlab import attribution, plots, trace
-from memlab.data import load_locomo
+from memlab.data import load_dataset
 from memlab.run.report import (
     CONTEXT_NOTE,
     CORRECT_F1,
@@ -244,7 +244,7 @@ def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table
         path = run.info.get("dataset") or run.config.dataset.path
         key = str(path)
         if key not in datasets:
-            datasets[key] = load_locomo(path)
+            datasets[key] = load_dataset(path)
         atts.append(attribution.attribute(run, datasets[key]))
 
     figs: list[tuple[str, str]] = []

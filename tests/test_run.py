@@ -48,7 +48,7 @@ def test_shipped_configs_round_trip():
         ({"answer": {"arm": "original"}}, "answer.model is required"),
         ({"extraction": {"reconcile": {"skip_score": 3}}}, "skip_score"),
         ({"grid": {"retrieval.nope": [1]}}, "unknown key 'retrieval.nope'"),
-        ({"dataset": {"categories": [6]}}, "dataset.categories has [6]"),
+        ({"dataset": {"categories": [8]}}, "dataset.categories has [8]"),
     ],
 )
 def test_config_errors_name_key_and_allowed(doc, needle):

@@ -232,5 +232,8 @@ def evidence_ranks(ctx: AnswerContext, queries: list[QueryTrace], evidence: set[
                         best[s] = r
                     else:
                         best.setdefault(s, None)
-        out["queries"].append({"memory_ranks": mranks, "evidence_ranks": best})
+        q_out: dict[str, Any] = {"memory_ranks": mranks, "evidence_ranks": best}
+        if not out["queries"]:  # the first query's whole ranking as source ids: turn/session-level metrics
+            q_out["ranked_sources"] = [list(h.entry.source_ids) for h in res.hits]  # (memlab.eval.longmemeval)
+        out["queries"].append(q_out)
     return out

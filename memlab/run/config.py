@@ -436,9 +436,10 @@ class ExperimentConfig:
         if self.retrieval.preload < -1:
             raise ConfigError(f"{where}: retrieval.preload = {self.retrieval.preload}; expected -1 (all), 0 (off) or N")
         if self.dataset.categories is not None:
-            bad = [c for c in self.dataset.categories if isinstance(c, bool) or c not in (1, 2, 3, 4, 5)]
+            # 1-5: LoCoMo's numbers; 6, 7: LongMemEval's (memlab.data.longmemeval numbers its types 1-7)
+            bad = [c for c in self.dataset.categories if isinstance(c, bool) or c not in range(1, 8)]
             if bad:
-                raise ConfigError(f"{where}: dataset.categories has {bad}; allowed: 1, 2, 3, 4, 5")
+                raise ConfigError(f"{where}: dataset.categories has {bad}; allowed: 1-5 (LoCoMo), 1-7 (LongMemEval)")
         self._validate_models(where)
         for key in self.grid:
             get_dotted(self, key, where=f"{where}: grid")

@@ -187,14 +187,25 @@ def run_labels(runs: Sequence[Run]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------- table
-def category_name(group: Any, n: int | None = None) -> str:
-    """``1 multi-hop`` / ``overall 1-4``, with ``(n=…)`` when ``n`` is given."""
+def category_name(group: Any, n: int | None = None, label: str | None = None) -> str:
+    """``1 multi-hop`` / ``overall 1-4``, with ``(n=…)`` when ``n`` is given; ``label``: the run's own label
+    for the number (its summary's, e.g. LongMemEval's types), else LoCoMo's."""
     try:
         g = int(group)
-        name = f"{g} {CATEGORY_LABELS.get(g, '')}".strip()
+        name = f"{g} {label if isinstance(label, str) and label else CATEGORY_LABELS.get(g, '')}".strip()
     except (TypeError, ValueError):
         name = str(group)
     return f"{name} (n={int(n):,})" if n is not None else name
+
+
+def _own_labels(run: Run, summary: pd.DataFrame) -> list[str | None]:
+    """The summary's labels for a run on another benchmark than LoCoMo (LongMemEval's types); None (LoCoMo's
+    labels, as before) for a LoCoMo run under any profile."""
+    from memlab.eval.profiles import get_profile
+
+    if get_profile(run.config.scoring.profile).dataset == "locomo" or "label" not in summary.columns:
+        return [None] * len(summary)
+    return list(summary["label"])
 
 
 def _group_key(g: Any) -> Any:
@@ -295,7 +306,9 @@ def report_table(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFA
         offline = (s.get("calls_qa", pd.Series(0.0, index=s.index)).fillna(0) == 0) & \
                   (s.get("tokens_qa", pd.Series(0.0, index=s.index)).fillna(0) == 0)
         t = pd.DataFrame({"run": label, "group": list(s.index),
-                          "category": [category_name(g) for g in s.index], "n": s["n"].astype(int).to_numpy()})
+                          "category": [category_name(g, label=lab) for g, lab in
+                                       zip(s.index, _own_labels(run, s))],
+                          "n": s["n"].astype(int).to_numpy()})
         for m in metrics:
             col, src = m, s
             lo, hi = f"{m}_lo", f"{m}_hi"
