@@ -21,7 +21,7 @@ def inert_knobs(cfg: ExperimentConfig, recall_ks: Sequence[int] = (), warn: bool
             notes.append("the long-context arm reads the whole transcript: retrieval settings do not change its "
                          f"answers (set here: {', '.join(changed)})")
     if a.arm != "extractive":
-        changed = [f"answer.{k}" for k in ("span", "abstain", "speaker_window") if getattr(a, k) != getattr(base_a, k)]
+        changed = [f"answer.{k}" for k in ("span", "abstain") if getattr(a, k) != getattr(base_a, k)]
         if changed:
             notes.append(f"{', '.join(changed)} only apply to the extractive arm, not {a.arm!r}")
     else:
