@@ -13,7 +13,6 @@ import pytest
 
 from memlab.run import ExperimentConfig, run_experiment
 from memlab.run.report import (
-    CONTEXT_MARK,
     ReportError,
     _bootstrap,
     format_report,
@@ -70,12 +69,13 @@ def test_table_is_tidy_with_intervals_n_and_context_tokens(sweep):
     assert table.category.tolist()[:5] == ["1 multi-hop", "2 temporal", "3 open-domain", "4 single-hop",
                                            "5 adversarial"]
     assert table.n.tolist() == s.n.astype(int).tolist()
-    for m in ("f1", "bleu1", "recall@10", "tokens_qa"):
+    for m in ("f1", "bleu1", "recall@10", "context_tokens_qa"):
         ok = table[[m, f"{m}_lo", f"{m}_hi"]].dropna()
         assert len(ok) and (ok[f"{m}_lo"] <= ok[m] + 1e-12).all() and (ok[m] <= ok[f"{m}_hi"] + 1e-12).all()
-    # the offline arm sends no prompt: Tokens/QA is its context tokens, and the table says so
-    assert (s.tokens_qa == 0).all() and (s.context_tokens_qa > 0).all()
-    assert np.allclose(table.tokens_qa, s.context_tokens_qa) and set(table.tokens_source) == {"context"}
+    # the offline arm sends no prompt: its prompt tokens stay 0 (never swapped for the context tokens,
+    # which have their own column)
+    assert (table.prompt_tokens_qa == 0).all() and np.allclose(table.context_tokens_qa, s.context_tokens_qa)
+    assert (s.context_tokens_qa > 0).all() and not table.model_calls.any()
     assert table.j.isna().all()  # no judge: J is missing, never 0
     k5 = report_table([sweep["k"][5].run_dir])
     assert k5["recall@10"].isna().all()  # a top-5 run cannot report Recall@10
@@ -122,9 +122,12 @@ def test_exports_markdown_latex_csv(sweep):
     assert len([ln for ln in md if ln.startswith("| offline")]) == len(table)
     row = next(ln for ln in md if "| 4 single-hop |" in ln and "k=10" in ln)
     r = table[(table.group.astype(str) == "4") & table.run.str.contains("k=10")].iloc[0]
-    assert f"{r.f1:.3f} [{r.f1_lo:.3f}, {r.f1_hi:.3f}]" in row and CONTEXT_MARK in row
+    assert f"{r.f1:.3f} [{r.f1_lo:.3f}, {r.f1_hi:.3f}]" in row and f"{r.context_tokens_qa:,.0f}" in row
+    # offline runs only: no column is empty for every run (no J without a judge, no calls, no prompt tokens)
+    assert md[0].startswith("| run | category | n | F1 | BLEU-1 | recall@10 | context tokens/QA | latency")
+    assert not any(h in md[0] for h in ("| J |", "Calls/QA", "prompt tokens/QA", "n/a"))
     tex = format_report(table, "latex")
-    assert "\\toprule" in tex and "\\bottomrule" in tex and "recall@10" in tex and "$^\\dagger$" in tex
+    assert "\\toprule" in tex and "\\bottomrule" in tex and "recall@10" in tex and "context tokens/QA" in tex
     assert "k=5" in tex and "latency p50 (s)" in tex and "_" not in tex.replace("\\_", "")
     back = pd.read_csv(io.StringIO(format_report(table, "csv")))
     assert len(back) == len(table) and np.allclose(back.f1, table.f1) and np.allclose(back.f1_hi, table.f1_hi)

@@ -311,6 +311,11 @@ class ExperimentConfig:
             if not spec.startswith("litellm:") or len(spec) <= len("litellm:"):
                 raise ConfigError(f"{where}: judge = {spec!r}; expected litellm:<model> or a judge section")
             d["judge"] = {"model": spec[len("litellm:"):]}
+        if isinstance(d.get("answer"), dict) and "speaker_window" in d["answer"]:  # removed with the fitted reader
+            d["answer"] = dict(d["answer"])
+            if d["answer"].pop("speaker_window") not in (None, 1):  # 1: what every older run folder recorded
+                raise ConfigError(f"{where}: answer.speaker_window was removed: the offline reader's abstain test "
+                                  "reads the whole context; tune answer.abstain_margin instead")
         cfg = _build(cls, d, where)
         cfg.validate(where)
         return cfg
