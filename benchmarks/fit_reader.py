@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
+import pprint
 import sys
 import time
 from dataclasses import dataclass
@@ -245,8 +246,8 @@ def write_weights(path: Path, w: dict[str, float], fit_info: dict[str, Any]) -> 
              "", "Fit on all LoCoMo-10 conversations after leave-conversations-out cross-validation; ``FIT`` holds",
              "the held-out figures of that cross-validation (the weights of each fold were fit without its",
              'conversations) and how the fit was run.', '"""', "", "WEIGHTS: dict[str, float] = {"]
-    lines += [f"    {k!r}: {float(v)!r}," for k, v in w.items()] + ["}", "",
-                                                                     f"FIT: dict[str, object] = {fit_info!r}", ""]
+    lines += [f"    {k!r}: {float(v)!r}," for k, v in w.items()] + ["}", ""]
+    lines += ["FIT: dict[str, object] = " + pprint.pformat(fit_info, width=100, sort_dicts=False), ""]
     path.write_text("\n".join(lines), encoding="utf-8")
 
 

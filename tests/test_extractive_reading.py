@@ -126,17 +126,19 @@ def test_the_fit_scripts_vectorised_choice_is_the_readers():
            mem(2, "Bob: We went to the concert yesterday. It was loud.", "Bob", d),
            mem(3, "Alice: Activities like pottery and camping, and swimming too.", "Alice", d)]
     questions = [("What guitar amplifier does Bob play with?", 4), ("When did Bob go to the concert?", 2),
-                 ("What activities does Alice enjoy?", 1), ("What amplifier does Alice play with?", 5)]
+                 ("What activities do they enjoy?", 1), ("What amplifier does Alice play with?", 5)]
     store = [{"qid": f"q{i}", "conversation_id": "syn-1", "category": c, "question": q, "answer": "Fender",
               "speakers": ("Alice", "Bob"),
               "contexts": {k: [(j + 1, e) for j, e in enumerate(ctx[:k])] for k in (2, 4)}}
              for i, (q, c) in enumerate(questions)]
     table = fit.read_all(store, [2, 4], ExtractiveAnswerer())
+    kinds = set()
     for w in (PINNED, dict(PINNED, abstain_margin=-1.0, length_weight=1.0), dict(WEIGHTS)):
         f1, preds = fit.predict(table, w, fit.np.arange(len(table.start)), store, 3, {})
         reader = ExtractiveAnswerer(**w)
-        assert {kind for kind, _ in preds} >= {"span", "list", "abstain"}  # every path of choose is compared
+        kinds |= {kind for kind, _ in preds}
         for g, (kind, answer) in enumerate(preds):
             q = store[table.qi[g]]
             expect, _, _ = reader.choose(reader.read(q["question"], q["contexts"][int(table.k[g])], q["speakers"]))
             assert answer == expect, (q["question"], w, kind)
+    assert kinds >= {"span", "list", "abstain"}  # every path of choose was compared
