@@ -153,3 +153,41 @@ def test_cli_report(sweep, tmp_path, capsys):
     assert {"f1", "f1_lo", "f1_hi", "calls_qa", "n", "errors"} <= set(back.columns) and (back.calls_qa == 0).all()
     assert main(["report", str(broken)]) == 2
     assert "nothing to report" in capsys.readouterr().err
+
+
+def test_printed_tables_leave_out_what_an_offline_run_does_not_have(synthetic_path, tmp_path, capsys):
+    # `memlab run` printed tokens_qa 0.000 and calls_qa 0.000 for the offline reader, and report_table swapped
+    # its context tokens into tokens_qa; now each column is one quantity and empty ones are not printed.
+    from memlab.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"name: offline\ndataset: {{path: {synthetic_path}}}\nextraction: {{extractor: turns}}\n")
+    assert main(["run", str(cfg), "--results", str(tmp_path / "r")]) == 0
+    header = set(next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("label")).split())
+    assert {"context_tokens_qa", "embedding_tokens_qa"} <= header
+    assert not header & {"prompt_tokens_qa", "calls_qa", "tokens_qa", "total_tokens_qa"}
+    table = report_table(list((tmp_path / "r").glob("offline-*")))
+    assert (table.prompt_tokens_qa == 0).all() and (table.context_tokens_qa > 0).all()
+    shown = format_report(table)
+    assert "context tokens/QA" in shown and "Calls/QA" not in shown and "prompt tokens/QA" not in shown
+    mixed = pd.concat([table, table.assign(run="model", model_calls=True, prompt_tokens_qa=100.0, calls_qa=1.0,
+                                           prompt_tokens_qa_lo=np.nan, prompt_tokens_qa_hi=np.nan)])
+    from memlab.run.report import display_frame
+
+    d = display_frame(mixed)
+    assert set(d.loc[d.run == "model", "prompt tokens/QA"]) == {"100"}
+    offline = d[d.run != "model"]
+    assert set(offline["prompt tokens/QA"]) == {"-"} and set(offline["Calls/QA"]) == {"-"}
+    # a run folder written before the renaming reads with the new names
+    from memlab.run.records import read_frame, write_frame
+    from memlab.run.results import load_run
+
+    d = next((tmp_path / "r").glob("offline-*"))
+    s = read_frame(d / "summary")
+    old = s.drop(columns=["answer_tokens_qa"]).rename(columns={"embedding_tokens_qa": "embed_tokens_qa",
+                                                               "model_tokens_qa": "total_tokens_qa"})
+    write_frame(d / "summary", old.assign(tokens_qa=0.0))
+    back = load_run(d).summary
+    assert {"answer_tokens_qa", "embedding_tokens_qa", "model_tokens_qa"} <= set(back.columns)
+    assert not {"tokens_qa", "embed_tokens_qa", "total_tokens_qa"} & set(back.columns)
+    assert np.allclose(back.embedding_tokens_qa, s.embedding_tokens_qa)
