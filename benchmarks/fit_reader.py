@@ -75,15 +75,19 @@ class _Capture(Answerer):
         return Answer(prediction=ABSTAIN)
 
 
-def capture(ks: list[int], cache: Path) -> list[dict[str, Any]]:
-    path = cache / f"contexts-k{'-'.join(map(str, ks))}.pkl"
+def capture(ks: list[int], cache: Path, overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Each question's context at every k under the `offline` config (``overrides``: config keys, e.g. the
+    dataset); cached in ``cache`` by the k's and the overrides."""
+    tag = "-".join(f"{k}={v}" for k, v in sorted((overrides or {}).items())).replace("/", "_")
+    path = cache / f"contexts-k{'-'.join(map(str, ks))}{'-' + tag if tag else ''}.pkl"
     if path.is_file():
         with open(path, "rb") as f:
             return pickle.load(f)
     from memlab.run import ExperimentConfig, run_experiment
 
     cap = _Capture(ks)
-    run_experiment(ExperimentConfig.from_yaml("offline"), results=cache / "runs", progress=False, answerer=cap)
+    cfg = ExperimentConfig.from_yaml("offline").with_overrides(overrides or {})
+    run_experiment(cfg, results=cache / "runs", progress=False, answerer=cap)
     cache.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
         pickle.dump(cap.store, f)

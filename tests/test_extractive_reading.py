@@ -142,3 +142,17 @@ def test_the_fit_scripts_vectorised_choice_is_the_readers():
             expect, _, _ = reader.choose(reader.read(q["question"], q["contexts"][int(table.k[g])], q["speakers"]))
             assert answer == expect, (q["question"], w, kind)
     assert kinds >= {"span", "list", "abstain"}  # every path of choose was compared
+
+
+def test_fit_script_captures_contexts_per_k_and_fits_on_them(synthetic_path, tmp_path):
+    fit = _fit_module()
+    store = fit.capture([1, 3], tmp_path, {"dataset.path": str(synthetic_path)})
+    assert store and all(len(q["contexts"][1]) <= 1 and len(q["contexts"][3]) <= 3 for q in store)
+    assert all([r for r, _ in q["contexts"][3]] == list(range(1, len(q["contexts"][3]) + 1)) for q in store)
+    assert len(list(tmp_path.glob("contexts-k1-3-*.pkl"))) == 1  # retrieved once, cached for the next fit
+    again = fit.capture([1, 3], tmp_path, {"dataset.path": str(synthetic_path)})
+    assert [q["qid"] for q in again] == [q["qid"] for q in store]
+    table = fit.read_all(store, [1, 3], ExtractiveAnswerer())
+    groups = fit.np.arange(len(table.start))
+    w, best = fit.fit(table, groups, store, dict(WEIGHTS), 3)
+    assert set(w) == set(WEIGHTS) and best >= fit.predict(table, dict(WEIGHTS), groups, store, 3, {})[0].mean()
