@@ -341,7 +341,7 @@ class ExtractiveAnswerer(Answerer):
 
 def reading_trace(r: Reading, info: dict[str, Any], limit: int = 5) -> dict[str, Any]:
     """What the reader read, for the answer trace: the people named, the abstain test, and the best
-    ``limit`` candidates (rank, owners, text, answer, score, features) of the context it was given."""
+    ``limit`` candidates (rank, owners, text, answer, score, non-zero features) of the context it was given."""
     out: dict[str, Any] = {"people": info.get("people", []), "temporal": r.temporal, "list": r.list_question,
                            "candidates_read": len(r.candidates)}
     if "abstain_test" in info:
@@ -352,5 +352,6 @@ def reading_trace(r: Reading, info: dict[str, Any], limit: int = 5) -> dict[str,
         out["top_candidates"] = [
             {"rank": r.candidates[i].rank, "owners": sorted(r.candidates[i].owners), "text": r.candidates[i].text[:160],
              "answer": r.candidates[i].answer, "score": round(scores[i], 3),
-             "features": dict(zip(FEATURES, map(float, r.candidates[i].features)))} for i in best]
+             "features": {f: round(float(v), 3) for f, v in zip(FEATURES, r.candidates[i].features) if v}}
+            for i in best]
     return out
