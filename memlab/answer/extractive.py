@@ -119,14 +119,17 @@ def is_list_question(question: str) -> bool:
     return bool(LIST_QUESTION.search(question))
 
 
-def _date_fit(question: str, when: datetime | None) -> float:
-    """1 when the question names a year or month and the memory is dated in it (0 without a date)."""
-    if when is None:
-        return 0.0
+def _dates_named(question: str) -> tuple[set[int], set[int]]:
+    """The years and month numbers a question names."""
     low = question.lower()
-    years = {int(y.group(0)) for y in _YEAR.finditer(low)}
-    months = {i + 1 for i, mo in enumerate(_MONTHS) if re.search(rf"\b{mo}\b", low)}
-    if not years and not months:
+    return ({int(y.group(0)) for y in _YEAR.finditer(low)},
+            {i + 1 for i, mo in enumerate(_MONTHS) if re.search(rf"\b{mo}\b", low)})
+
+
+def _date_fit(named: tuple[set[int], set[int]], when: datetime | None) -> float:
+    """1 when the question names a year or month (``named``) and the memory is dated in it (0 without a date)."""
+    years, months = named
+    if when is None or (not years and not months):
         return 0.0
     return float((not years or when.year in years) and (not months or when.month in months))
 
@@ -247,10 +250,16 @@ class ExtractiveAnswerer(Answerer):
         mem_stems = [set(analyze(_PHOTO.sub("", " ".join(t for t, _ in segments(e))))) for _, e in hits]
         mem_q = [len(qstems & s) for s in mem_stems]
         nq = max(len(qstems), 1)
+        holders: dict[str, list[int]] = {}  # stem -> the memories (sharing a question term) that carry it
+        for j, s in enumerate(mem_stems):
+            if mem_q[j]:
+                for t in s:
+                    holders.setdefault(t, []).append(j)
+        named = _dates_named(question)
         splitter = _CLAUSE if self.split == "clause" else _SENTENCE
         out: list[Candidate] = []
         for i, (rank, e) in enumerate(hits):
-            date = _date_fit(question, e.event_time)
+            date = _date_fit(named, e.event_time)
             for seg, owners in segments(e):
                 seg = _PHOTO.sub("", seg)
                 if temporal:
@@ -267,8 +276,8 @@ class ExtractiveAnswerer(Answerer):
                     stems = set(analyze(text))
                     overlap = len(qstems & stems)
                     nstems = {stem(w.strip(".,!?;:\"'()").lower().split("'")[0]) for w in novel}
-                    agree = sum(mem_q[j] / nq for j in range(len(hits)) if j != i and mem_q[j]
-                                and nstems & mem_stems[j]) if nstems else 0.0
+                    others = sorted({j for t in nstems for j in holders.get(t, ()) if j != i})
+                    agree = sum(mem_q[j] / nq for j in others)
                     feats = np.array([overlap, mem_q[i] - overlap, agree,
                                       0.0 if temporal else math.log2(max(rank, 1)),
                                       math.log2(max(rank, 1)) if temporal else 0.0,
