@@ -156,3 +156,12 @@ def test_fit_script_captures_contexts_per_k_and_fits_on_them(synthetic_path, tmp
     groups = fit.np.arange(len(table.start))
     w, best = fit.fit(table, groups, store, dict(WEIGHTS), 3)
     assert set(w) == set(WEIGHTS) and best >= fit.predict(table, dict(WEIGHTS), groups, store, 3, {})[0].mean()
+
+
+def test_a_reader_weight_set_for_a_model_arm_is_said_to_do_nothing():
+    from memlab.run.checks import inert_knobs
+
+    cfg = ExperimentConfig.from_dict({"answer": {"arm": "original", "model": "m", "rank_weight": 2.0}})
+    notes = inert_knobs(cfg, warn=False)
+    assert any("answer.rank_weight only apply to the extractive arm" in n for n in notes)
+    assert not inert_knobs(ExperimentConfig.from_dict({"answer": {"rank_weight": 2.0}}), warn=False)
