@@ -80,8 +80,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     rc = 0
     for run in runs:
         judged = ("j", "j_lo", "j_hi", "j_sd", "judge_errors") if run.config.judge.model else ()
+        called = "calls_qa" in run.summary and bool((run.summary["calls_qa"].fillna(0) > 0).any())
+        # an offline reader sends nothing to a model: its prompt tokens and calls are not printed
         cols = [c for c in ("label", "n", "n_scored", "errors", "f1", "f1_lo", "f1_hi", "bleu1", *judged, "recall@10",
-                            "tokens_qa", "total_tokens_qa", "context_tokens_qa", "calls_qa", "latency_p50_s")
+                            *(("prompt_tokens_qa",) if called else ()), "context_tokens_qa", "embedding_tokens_qa",
+                            *(("calls_qa",) if called else ()), "latency_p50_s")
                 if c in run.summary.columns]
         m = run.info.get("models", {})
         ext = run.info.get("extraction") or {}
@@ -227,8 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--format", choices=("text", "md", "latex", "csv"),
                     help="table format (default text; with --out, from the file suffix .md/.tex/.csv)")
     rp.add_argument("--out", metavar="FILE", help="write the table to FILE instead of printing it")
-    rp.add_argument("--metrics", help="comma-separated summary columns (default: f1,bleu1,j,recall@10,tokens_qa,"
-                                      "calls_qa,latency_p50_s)")
+    rp.add_argument("--metrics", help="comma-separated summary columns (default: f1,bleu1,j,recall@10,prompt_tokens_qa,"
+                                      "context_tokens_qa,calls_qa,latency_p50_s)")
     rp.add_argument("--html", metavar="OUT.html", help="also write one self-contained HTML page: tables, plots and "
                                                        "a question browser with the three trace layers")
     rp.add_argument("--profiles", help="show one run under these scoring profiles side by side, "

@@ -28,8 +28,8 @@ import pandas as pd
 from memlab import attribution, plots, trace
 from memlab.data import load_dataset
 from memlab.run.report import (
-    CONTEXT_NOTE,
     CORRECT_F1,
+    TOKEN_NOTE,
     category_name,
     correct,
     display_frame,
@@ -273,8 +273,8 @@ def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table
     payload = json.dumps(_clean(data), ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
 
     notes = ["Means with 95 % clustered-bootstrap intervals [lo, hi] (conversations, then questions within them)."]
-    if (table.get("tokens_source") == "context").any():
-        notes.append(CONTEXT_NOTE)
+    if any(c.endswith("tokens_qa") for c in table.columns):
+        notes.append(TOKEN_NOTE)
     notes += [f"Skipped {d}: the run {why}." for d, why in skipped]
     parts = [f"<h1>{html.escape(title or 'memlab report')}</h1>",
              f'<p class="meta">{len(loaded)} run(s); generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. '

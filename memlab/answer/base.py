@@ -67,6 +67,9 @@ class Answer:
     preload: dict[str, Any] | None = None
     rule: str = ""
     """Which rule produced the answer (extractive arm) or how the model finished (model arms)."""
+    reading: dict[str, Any] | None = None
+    """What an offline reader read of its context (candidates, owners, scores, the abstain test): the trace
+    says why it answered or abstained from the context it was given, nothing else."""
     malformed_tool_calls: int = 0
     """Tool calls the model wrote as text (recovered by parsing or a forced re-ask); a run sums them."""
 
