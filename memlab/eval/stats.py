@@ -68,7 +68,7 @@ from memlab.data.locomo import CATEGORY_LABELS
 
 #: (z_0.975 + z_0.80): standard errors between 0 and a difference detected with 80 % power at alpha = 0.05.
 MDD_FACTOR = 2.8
-OVERALL = {"overall 1-4": (1, 2, 3, 4), "overall 1-5": (1, 2, 3, 4, 5)}
+OVERALL = {"overall 1-4": (1, 2, 3, 4, 6, 7), "overall 1-5": (1, 2, 3, 4, 5, 6, 7)}  # as summary.OVERALL_GROUPS
 N_BOOT = 2000
 
 
@@ -133,6 +133,15 @@ def _sd(x: np.ndarray) -> float:
     """Sample SD of the non-NaN values (NaN with fewer than two)."""
     v = x[~np.isnan(x)]
     return float(np.std(v, ddof=1)) if len(v) > 1 else float("nan")
+
+
+def mean_ci(values: Sequence[float], clusters: Sequence[object], n_boot: int = N_BOOT, seed: int = 0,
+            level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, lo, hi) of one metric with the clustered bootstrap interval (`memlab.eval.longmemeval`'s summary)."""
+    x = np.asarray(values, dtype=float)
+    boot = cluster_bootstrap(x, clusters, n_boot=n_boot, seed=seed)
+    lo, hi = percentile_ci(boot, level)
+    return float(np.nanmean(x)) if np.any(~np.isnan(x)) else float("nan"), float(lo), float(hi)
 
 
 def groups_of(frame: pd.DataFrame, category_col: str = "category") -> list[tuple[object, str, pd.DataFrame]]:
