@@ -109,19 +109,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     import warnings
 
-    from memlab.run.report import DEFAULT_METRICS, format_compare, format_report, report_table, write_report
+    from memlab.run.report import DEFAULT_METRICS, format_report, format_wide, report_table, write_report
 
     if args.profiles:
         from memlab.run.rescore import profile_table
 
         for run in args.runs:
             print(f"{run}: one run under the scoring profiles {args.profiles}")
-            print(format_compare(profile_table(run, [p.strip() for p in args.profiles.split(",") if p.strip()])))
+            print(format_wide(profile_table(run, [p.strip() for p in args.profiles.split(",") if p.strip()])))
         return 0
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else DEFAULT_METRICS
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        table = report_table(args.runs, metrics=metrics)
+        table = report_table(args.runs, metrics=metrics, compare=True,
+                             questions="intersection" if args.intersection else "same")
     for w in caught:
         print(f"memlab report: warning: {w.message}", file=sys.stderr)
     if args.out:
@@ -136,8 +137,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from memlab.eval.stats import format_comparison
-    from memlab.run.compare import compare_runs
+    from memlab.run.compare import compare
 
     runs = list(args.runs)
     if args.baseline:
@@ -146,18 +146,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise SystemExit("memlab compare: give at least two runs (the first, or --baseline, is the baseline)")
     metrics = args.metrics.split(",") if args.metrics else None
     kw = {"metrics": metrics} if metrics else {}
-    table, comps = compare_runs(runs, questions="intersection" if args.intersection else "same",
-                                threshold_metric=args.threshold_metric, threshold=args.threshold, **kw)
-    if len(comps) == 1:
-        table = table.drop(columns=["run", "p_perm_holm", "p_mcnemar_holm"])
-    print(f"baseline: {runs[0]}; delta = run - baseline; 95 % paired clustered-bootstrap CI [lo, hi]; "
-          f"p_perm: conversation sign-flip; p_mcnemar: exact, correct = {args.threshold_metric} >= {args.threshold}"
-          + ("; *_holm: Holm over the runs" if len(comps) > 1 else ""))
-    print(format_comparison(table))
-    for name, c in comps.items():
-        for note in c.notes:
-            print(f"note ({name}): {note}")
-        fl = c.flipped
+    cmp = compare(*runs, questions="intersection" if args.intersection else "same",
+                  threshold_metric=args.threshold_metric, threshold=args.threshold, **kw)
+    print(cmp)
+    for name in cmp.runs:
+        fl = cmp.flipped[cmp.flipped["run"] == name] if len(cmp.flipped) else cmp.flipped
         if len(fl):
             fixed = int(fl.direction.str.startswith("fixed").sum())
             print(f"{name}: {len(fl)} questions flipped ({fixed} fixed, {len(fl) - fixed} broken)")
@@ -234,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "context_tokens_qa,calls_qa,latency_p50_s)")
     rp.add_argument("--html", metavar="OUT.html", help="also write one self-contained HTML page: tables, plots and "
                                                        "a question browser with the three trace layers")
+    rp.add_argument("--intersection", action="store_true",
+                    help="compare the runs on their shared questions when the question sets differ (default: no "
+                         "paired comparison then, with a note)")
     rp.add_argument("--profiles", help="show one run under these scoring profiles side by side, "
                                        "e.g. locomo,mem0,trpc-agent-go (no model calls: J from the cache)")
     rp.set_defaults(func=_cmd_report)

@@ -14,7 +14,6 @@ import pytest
 from memlab.run import ExperimentConfig, run_experiment
 from memlab.run.report import (
     ReportError,
-    _bootstrap,
     format_report,
     load_runs,
     report_table,
@@ -45,16 +44,16 @@ def sweep(tmp_path_factory):
     return {"root": root, "k": runs, "obs": obs}
 
 
-def test_labels_name_the_distinguishing_values_and_sweeps_sort_numerically(sweep):
+def test_labels_name_the_distinguishing_values_and_runs_keep_the_order_given(sweep):
     dirs = [sweep["k"][k].run_dir for k in (20, 5, 10)]
     table = report_table(dirs)
-    assert list(dict.fromkeys(table.run)) == ["offline k=5", "offline k=10", "offline k=20"]
+    assert list(dict.fromkeys(table.run)) == ["offline k=20", "offline k=5", "offline k=10"]  # never re-sorted
     mixed = report_table([sweep["obs"].run_dir, *dirs])
     labels = list(dict.fromkeys(mixed.run))
-    # given first, its name group stays first; every value that differs is named
+    # every value that differs is named
     assert labels[0] == "offline-obs extractor=observations, k=10, allow_failed_extraction=True"
     assert labels[1:] == [f"offline extractor=turns+observations, k={k}, allow_failed_extraction=False"
-                          for k in (5, 10, 20)]
+                          for k in (20, 5, 10)]
     twin = sweep["root"] / "results" / "offline-rerun"
     shutil.copytree(dirs[0], twin)
     same = load_runs([dirs[0], twin, dirs[0]])[0]  # a folder given twice is reported once
@@ -87,16 +86,17 @@ def test_intervals_come_from_the_summary_when_it_has_them(sweep):
     assert (table.f1_lo == 0.11).all() and (table.f1_hi == 0.99).all()
 
 
-def test_clustered_bootstrap_known_cases():
-    const = np.full(40, 0.25)
-    assert _bootstrap(const, np.repeat(np.arange(4), 10), 500, 0) == (0.25, 0.25)
-    rng = np.random.default_rng(1)
-    # ten conversations whose means differ a lot: the clustered interval must be wider than the naive one
-    vals = np.concatenate([np.full(30, c / 10) + rng.normal(0, 0.01, 30) for c in range(10)])
-    clustered = _bootstrap(vals, np.repeat(np.arange(10), 30), 2000, 0)
-    naive = _bootstrap(vals, np.arange(300), 2000, 0)
-    assert clustered[0] < vals.mean() < clustered[1]
-    assert (clustered[1] - clustered[0]) > 2 * (naive[1] - naive[0])
+def test_intervals_computed_here_use_the_stats_bootstrap(sweep):
+    """Bounds the summary lacks (context tokens) come from `memlab.eval.stats.cluster_bootstrap`, seeded by the run."""
+    from memlab.eval.stats import cluster_bootstrap, percentile_ci
+    from memlab.run.report import ci_frame
+
+    run = sweep["k"][10]
+    p = run.predictions
+    got = ci_frame(run, ["context_tokens_qa"]).loc["overall 1-5"]
+    lo, hi = percentile_ci(cluster_bootstrap(p.context_tokens.to_numpy(float), p.conversation_id.tolist(), 2000,
+                                             run.config.run.seed))
+    assert (got.context_tokens_qa_lo, got.context_tokens_qa_hi) == (float(lo), float(hi)) and lo < hi
 
 
 def test_unfinished_runs_are_skipped_with_a_warning(sweep, tmp_path):
@@ -147,12 +147,24 @@ def test_cli_report(sweep, tmp_path, capsys):
     assert rc == 0 and f"wrote {out}" in cap.out
     assert "warning" in cap.err and "memlab run --resume" in cap.err
     tex = out.read_text()
-    assert tex.index("k=5") < tex.index("k=20") and "\\begin{tabular}" in tex
+    assert tex.index("k=20") < tex.index("k=5") and "\\begin{tabular}" in tex  # the order given
+    assert "every delta is B $-$ A" in tex  # the paired comparison, k=5 against k=20
     assert main(["report", str(sweep["k"][5].run_dir), "--format", "csv", "--metrics", "f1,calls_qa"]) == 0
     back = pd.read_csv(io.StringIO(capsys.readouterr().out))
     assert {"f1", "f1_lo", "f1_hi", "calls_qa", "n", "errors"} <= set(back.columns) and (back.calls_qa == 0).all()
     assert main(["report", str(broken)]) == 2
     assert "nothing to report" in capsys.readouterr().err
+
+
+def test_public_names_report_and_compare_are_the_functions_the_cli_uses():
+    import memlab
+    from memlab.run.compare import compare
+
+    assert memlab.report is report_table and memlab.compare is compare  # `memlab.report` raised AttributeError
+    assert {"report", "compare", "run_experiment"} <= set(dir(memlab))
+    for gone in ("compare_runs", "paired"):
+        with pytest.raises(AttributeError):
+            getattr(memlab, gone)
 
 
 def test_printed_tables_leave_out_what_an_offline_run_does_not_have(synthetic_path, tmp_path, capsys):

@@ -20,7 +20,7 @@ from memlab.data import load_locomo
 from memlab.index import open_service
 from memlab.memory import SearchOptions, UserKey
 from memlab.run import ConfigError, ExperimentConfig, load_run, run_experiment
-from memlab.run.report import compare
+from memlab.run.report import report_table
 from memlab.testing import Reply, ScriptedServer
 from tests.scripted_model import responder
 
@@ -124,8 +124,8 @@ def test_offline_run_writes_everything(locomo_path, tmp_path):
     assert info["extraction"]["from_cache"] is False and info["timings"]["total_s"] > 0
     second = run_experiment(offline_cfg(locomo_path, **{"retrieval.top_k": 5}), results=tmp_path, progress=False)
     assert second.info["extraction"]["from_cache"] is True  # retrieval ablation re-extracts nothing
-    table = compare([run, second])
-    assert ("f1", run.run_dir.name) in table.columns and ("f1", second.run_dir.name) in table.columns
+    table = report_table([run, second])
+    assert list(dict.fromkeys(table.run_dir)) == [str(run.run_dir), str(second.run_dir)] and table.f1.notna().all()
 
 
 def model_cfg(locomo_path, srv, arm, **over):
