@@ -2,8 +2,10 @@
 
 The page needs no server and no network: plots are embedded as base64 PNG, the data as inline JSON, and
 the script and style are inline. It holds the per-category table with 95 % intervals, the paired
-comparisons of every run against the first, the plots, and a question browser: filter by category,
-failure label (`memlab.attribution`), correct / incorrect (F1 >= 0.5) and flipped between runs; click a
+comparisons of every run against the first (runs in the order given; each delta is run − A, the same numbers
+``memlab compare`` prints, also in the page's data as ``comparisons``), the plots (evidence recall for every
+run), and a question browser: filter by category, failure label (`memlab.attribution`), correct / incorrect
+(F1 >= 0.5) and flipped between runs; click a
 question to see, per run, its three trace layers (`memlab.trace`): the extractor ops that touched its
 evidence memories, the retrieval ranks of every query, and the answer.
 """
@@ -26,17 +28,19 @@ import numpy as np
 import pandas as pd
 
 from memlab import attribution, plots, trace
-from memlab.data import load_locomo
+from memlab.data import load_dataset
+from memlab.eval.stats import Comparison
 from memlab.run.report import (
-    CONTEXT_NOTE,
     CORRECT_F1,
+    TOKEN_NOTE,
     category_name,
+    comparison_display,
+    comparison_heading,
     correct,
     display_frame,
     distinguishing,
     load_runs,
-    order_runs,
-    paired,
+    report_comparison,
     report_table,
     run_labels,
 )
@@ -88,19 +92,12 @@ def _table_html(df: pd.DataFrame, cls: str = "") -> str:
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
 
-def _comparison_display(table: pd.DataFrame) -> pd.DataFrame:
-    def num(x: Any, fmt: str = "{:+.3f}") -> str:
-        return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
-
-    out = []
-    for r in table.to_dict("records"):
-        out.append({"category": category_name(r.get("group", r.get("category"))), "metric": r.get("metric", "f1"),
-                    "n": r.get("n", ""), "delta [95 % CI]": f"{num(r.get('delta'))} [{num(r.get('lo'))}, "
-                                                            f"{num(r.get('hi'))}]",
-                    "p (permutation)": num(r.get("p_perm"), "{:.3g}"), "p (McNemar)": num(r.get("p_mcnemar"), "{:.3g}"),
-                    "wins / losses / ties": f"{r.get('wins', '')} / {r.get('losses', '')} / {r.get('ties', '')}",
-                    "MDD": num(r.get("mdd"), "{:.3f}")})
-    return pd.DataFrame(out)
+def comparison_data(cmp: Comparison) -> list[dict[str, Any]]:
+    """The paired comparisons as page data: per run, its direction (``run − A``) and the signed rows."""
+    cols = ["group", "metric", "n", "a", "b", "delta", "lo", "hi", "p_perm", "p_perm_holm", "p_mcnemar",
+            "p_mcnemar_holm", "wins", "losses", "ties", "mdd"]
+    return [{"run": name, "baseline": cmp.baseline, "direction": cmp.direction(name),
+             "rows": cmp.table.loc[cmp.table["run"] == name, cols].to_dict("records")} for name in cmp.runs]
 
 
 # ---------------------------------------------------------------------------------- traces
@@ -227,13 +224,14 @@ def question_data(runs: Sequence[Run], labels: Sequence[str], attributions: Sequ
 
 
 # ---------------------------------------------------------------------------------- page
-def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table: pd.DataFrame | None = None) -> str:
-    """The page as a string (see the module docstring)."""
+def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table: pd.DataFrame | None = None,
+               questions: str = "same") -> str:
+    """The page as a string (see the module docstring); runs keep the order given, the first is A of every delta.
+    ``questions='intersection'`` compares runs with different question sets on their shared questions."""
     matplotlib.use("Agg", force=False)
     loaded, skipped = load_runs(runs, warn=False)
     if not loaded:
         raise FileNotFoundError("memlab report --html: no finished run among " + ", ".join(str(d) for d, _ in skipped))
-    loaded = order_runs(loaded)
     labels = run_labels(loaded)
     if table is None:
         table = report_table(loaded, warn=False)
@@ -244,7 +242,7 @@ def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table
         path = run.info.get("dataset") or run.config.dataset.path
         key = str(path)
         if key not in datasets:
-            datasets[key] = load_locomo(path)
+            datasets[key] = load_dataset(path)
         atts.append(attribution.attribute(run, datasets[key]))
 
     figs: list[tuple[str, str]] = []
@@ -256,25 +254,24 @@ def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table
     diffs = distinguishing(loaded)
     if len(loaded) > 1 and all(set(d) == {"retrieval.top_k"} for d in diffs):
         figs.append(("Top-k curve", _png(plots.topk_curve(loaded))))
-    figs.append((f"Evidence recall ({labels[0]})", _png(plots.recall_curves(loaded[0]))))
+    for lab, run in zip(labels, loaded):
+        figs.append((f"Evidence recall ({lab})", _png(plots.recall_curves(run))))
 
-    comparisons = []
-    flipped: set[str] = set()
-    for lab, run in zip(labels[1:], loaded[1:]):
-        res = paired(loaded[0], run)
-        t, fl = res.table, res.flipped
-        flipped |= set(map(str, fl.qid)) if len(fl) else set()
-        comparisons.append((lab, t, fl, list(getattr(res, "notes", []) or [])))
+    cmp = table.attrs.get("comparison")
+    if cmp is None and len(loaded) > 1:
+        cmp = report_comparison(loaded, labels, questions)
+    flipped: set[str] = set(map(str, cmp.flipped.qid)) if isinstance(cmp, Comparison) and len(cmp.flipped) else set()
 
-    questions = question_data(loaded, labels, atts, flipped)
+    qdata = question_data(loaded, labels, atts, flipped)
     data = {"runs": [{"label": lab, "dir": str(r.run_dir)} for lab, r in zip(labels, loaded)],
-            "questions": questions, "labels": list(attribution.LABELS),
-            "cats": sorted({(q["cat"], q["catName"]) for q in questions})}
+            "questions": qdata, "labels": list(attribution.LABELS),
+            "cats": sorted({(q["cat"], q["catName"]) for q in qdata}),
+            "comparisons": comparison_data(cmp) if isinstance(cmp, Comparison) else []}
     payload = json.dumps(_clean(data), ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
 
     notes = ["Means with 95 % clustered-bootstrap intervals [lo, hi] (conversations, then questions within them)."]
-    if (table.get("tokens_source") == "context").any():
-        notes.append(CONTEXT_NOTE)
+    if any(c.endswith("tokens_qa") for c in table.columns):
+        notes.append(TOKEN_NOTE)
     notes += [f"Skipped {d}: the run {why}." for d, why in skipped]
     parts = [f"<h1>{html.escape(title or 'memlab report')}</h1>",
              f'<p class="meta">{len(loaded)} run(s); generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. '
@@ -283,12 +280,18 @@ def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table
                                        "questions": [len(r.predictions) for r in loaded]}), "runs"),
              '<h2 id="summary">Summary per category</h2>', _table_html(display_frame(table), "summary"),
              "".join(f'<p class="note">{html.escape(n)}</p>' for n in notes)]
-    if comparisons:
+    if isinstance(cmp, str):
+        parts.append(f'<h2 id="compare">Paired comparisons</h2><p class="note">{html.escape(cmp)}</p>')
+    elif cmp is not None:
         parts.append('<h2 id="compare">Paired comparisons (question by question, against the first run)</h2>')
-        for lab, t, fl, cnotes in comparisons:
-            parts.append(f"<h3>{html.escape(lab)} &minus; {html.escape(labels[0])}: {len(fl)} flipped question(s)</h3>")
-            parts.append(_table_html(_comparison_display(t), "compare"))
-            parts.append("".join(f'<p class="note">{html.escape(str(n))}</p>' for n in cnotes))
+        parts.append(f'<p class="note">{html.escape(comparison_heading(cmp))}</p>')
+        shown = comparison_display(cmp)
+        for lab in cmp.runs:
+            nfl = int((cmp.flipped["run"] == lab).sum()) if len(cmp.flipped) else 0
+            parts.append(f"<h3>B &minus; A = {html.escape(lab)} &minus; {html.escape(cmp.baseline)}: "
+                         f"{nfl} flipped question(s)</h3>")
+            parts.append(_table_html(shown[shown["run"] == lab].drop(columns=["run"]), "compare"))
+        parts.append("".join(f'<p class="note">{html.escape(str(n))}</p>' for n in [*cmp.legend(), *cmp.notes]))
     parts.append('<h2 id="plots">Plots</h2><div class="plots">' + "".join(
         f'<figure><img alt="{html.escape(c)}" src="{src}"><figcaption>{html.escape(c)}</figcaption></figure>'
         for c, src in figs) + "</div>")

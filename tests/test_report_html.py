@@ -6,6 +6,7 @@ Set ``MEMLAB_EVIDENCE_DIR`` to keep the screenshot of the page with a question o
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 
@@ -29,7 +30,7 @@ def two_arms(tmp_path_factory):
     b = run_experiment(base.with_overrides({"name": "offline-obs", "extraction.extractor": "observations"}),
                        results=root / "results", progress=False)
     page = write_html(root / "report.html", [a.run_dir, b.run_dir], title="synthetic report")
-    return {"a": a, "b": b, "page": page, "root": root}
+    return {"a": a, "b": b, "page": page, "root": root, "base": base}
 
 
 def payload(text: str) -> dict:
@@ -56,6 +57,101 @@ def test_page_is_self_contained(two_arms):
             assert set(r["layers"]) == {"ops", "mems", "queries", "answer"}
             assert (r["label"] is None) == r["ok"] or q["cat"] == 5  # a label exactly for each failed question
     assert "Paired comparisons" in text and "Summary per category" in text
+    # every run's evidence recall is drawn, not only the first's
+    assert [f"Evidence recall ({r['label']})" in text for r in data["runs"]] == [True, True]
+
+
+def _deltas(rows) -> dict:
+    """(delta, lo, hi, Holm p) per (group, metric); an unbounded bound (one question cannot reject) as None,
+    the way the page's JSON holds it."""
+    def v(x):
+        return None if x is None or not math.isfinite(x) else x
+
+    return {(str(r["group"]), r["metric"]): (v(r["delta"]), v(r["lo"]), v(r["hi"]), v(r["p_perm_holm"]))
+            for r in rows}
+
+
+def test_one_order_and_one_sign_in_compare_report_and_html(two_arms, tmp_path, capsys):
+    """Issue 21: A = turns+observations, B = observations, both named "offline" (the config values then tell them
+    apart, and the old report sorted them by value, so its HTML showed A - B while compare showed B - A)."""
+    import memlab
+    from memlab.cli import main
+
+    a = two_arms["a"]
+    b = run_experiment(two_arms["base"].with_overrides({"extraction.extractor": "observations"}),
+                       results=two_arms["root"] / "results", progress=False)
+    want = _deltas(memlab.compare(a, b).table.to_dict("records"))
+    sh = want[("overall 1-5", "f1")]
+    assert None not in sh and sh[0] < 0 and sh[1] < sh[2]  # B loses questions: a signed difference to check
+
+    assert main(["compare", str(a.run_dir), str(b.run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "every delta is B \u2212 A" in out
+    line = next(ln for ln in out.splitlines() if ln.split()[:3] == ["overall", "1-5", "f1"])
+    assert f"{sh[0]:.3f}" in line.split() and f"{sh[1]:.3f}" in line.split()
+
+    page = tmp_path / "ab.html"
+    assert main(["report", str(a.run_dir), str(b.run_dir), "--metrics", "f1", "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert ("A = offline extractor=turns+observations, B = offline extractor=observations; every delta is "
+            "B \u2212 A") in out
+    row = next(ln for ln in out.splitlines() if "overall 1-5" in ln and " f1 " in ln and "[" in ln and "/" in ln)
+    assert f"{sh[0]:+.3f} [{sh[1]:+.3f}, {sh[2]:+.3f}]" in row
+    text = page.read_text(encoding="utf-8")
+    data = payload(text)
+    assert [r["label"] for r in data["runs"]] == ["offline extractor=turns+observations",
+                                                  "offline extractor=observations"]
+    (c,) = data["comparisons"]
+    assert c["direction"] == "offline extractor=observations \u2212 offline extractor=turns+observations"
+    got = _deltas(c["rows"])
+    assert got.keys() == want.keys()
+    for k in want:
+        assert [None if x is None else pytest.approx(x) for x in want[k]] == list(got[k]), k
+    assert "B &minus; A = offline extractor=observations &minus; offline extractor=turns+observations" in text
+
+    # given the other way round, every view swaps the runs and the sign
+    flipped = payload(build_html([b.run_dir, a.run_dir]))
+    assert [r["label"] for r in flipped["runs"]] == ["offline extractor=observations",
+                                                     "offline extractor=turns+observations"]
+    back = _deltas(flipped["comparisons"][0]["rows"])
+    assert back[("overall 1-5", "f1")][:3] == pytest.approx((-sh[0], -sh[2], -sh[1]))
+
+
+def test_report_intersection_and_a_run_that_only_errored(two_arms, tmp_path, capsys):
+    """`report` takes --intersection like compare; a run whose every question errored gets a message, not a crash
+    (before: "cluster_bootstrap: 0 values but 1 cluster labels")."""
+    from memlab.cli import main
+    from memlab.testing import Reply, ScriptedServer
+
+    a = two_arms["a"]
+    small = run_experiment(two_arms["base"].with_overrides({"dataset.categories": [4]}),
+                           results=two_arms["root"] / "results", progress=False)
+    assert main(["report", str(a.run_dir), str(small.run_dir), "--metrics", "f1"]) == 0
+    out = capsys.readouterr().out
+    assert "no paired comparison: different question sets" in out and "--intersection" in out
+    page = tmp_path / "inter.html"
+    assert main(["report", str(a.run_dir), str(small.run_dir), "--metrics", "f1", "--intersection",
+                 "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert "every delta is B \u2212 A" in out and f"compared on the {len(small.predictions)} shared questions" in out
+    assert {r["n"] for r in payload(page.read_text(encoding="utf-8"))["comparisons"][0]["rows"]
+            if r["group"] == "overall 1-5"} == {len(small.predictions)}
+
+    with ScriptedServer(responder=lambda body: Reply(text="")) as srv:  # every answer call: an empty reply
+        cfg = two_arms["base"].with_overrides({"name": "errored", "answer.arm": "original",
+                                               "answer.model": "openai/scripted", "models.max_retries": 0,
+                                               "run.max_error_rate": 1.0})
+        cfg.models.api_base = srv.api_base
+        errored = run_experiment(cfg, results=two_arms["root"] / "results", progress=False)
+    assert errored.predictions.error.notna().all()
+    assert main(["compare", str(a.run_dir), str(errored.run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "every one of its" in err and "ended in an error" in err and f"--resume {errored.run_dir}" in err
+    page = tmp_path / "errored.html"
+    assert main(["report", str(a.run_dir), str(errored.run_dir), "--metrics", "f1", "--html", str(page)]) == 0
+    assert "no paired comparison" in capsys.readouterr().out
+    text = page.read_text(encoding="utf-8")
+    assert "ended in an error" in text and payload(text)["comparisons"] == []
 
 
 def test_indexed_question_traces_match_memlab_trace(two_arms):

@@ -8,7 +8,7 @@ D.runs.forEach((r, i) => $('f-run').insertAdjacentHTML('beforeend', `<option val
 D.cats.forEach(c => $('f-cat').insertAdjacentHTML('beforeend', `<option value="${c[0]}">${esc(c[1])}</option>`));
 D.labels.forEach(l => $('f-label').insertAdjacentHTML('beforeend', `<option value="${l}">${esc(l)}</option>`));
 $('qhead').innerHTML = '<tr><th>qid</th><th>cat</th><th>question</th>' +
-  D.runs.map((r, i) => `<th title="${esc(r.label)}">F1 run ${i + 1}</th>`).join('') + '</tr>';
+  D.runs.map((r, i) => `<th title="${esc(r.label)}">F1 run ${i + 1}${i === 0 ? ' (A)' : ''}</th>`).join('') + '</tr>';
 let selected = null;
 function visible(){
   const run = +$('f-run').value, cat = $('f-cat').value, lab = $('f-label').value, out = $('f-outcome').value;
@@ -61,7 +61,7 @@ function show(qid){
   let h = `<h3 id="d-title">${esc(q.qid)} &middot; ${esc(q.catName)}${q.flip ? ' <span class="lab">flipped</span>' : ''}</h3>` +
     `<p><b>Q:</b> ${esc(q.q)}<br><b>gold:</b> ${esc(q.gold)}<br><b>evidence:</b> ${esc(q.ev.join(', ') || '(none)')}</p>`;
   q.r.forEach((r, i) => {
-    h += `<div class="runcol"><b>run ${i + 1}: ${esc(D.runs[i].label)}</b>`;
+    h += `<div class="runcol"><b>run ${i + 1}${i === 0 ? ' (A: deltas are run \u2212 A)' : ''}: ${esc(D.runs[i].label)}</b>`;
     if (!r) { h += '<p class="note">not answered in this run</p></div>'; return; }
     h += `<p>prediction: <b>${esc(r.pred)}</b> &mdash; F1 <span class="${r.ok ? 'ok' : 'bad'}">${f3(r.f1)}</span>` +
       `${r.label ? ` &mdash; <span class="lab">${esc(r.label)}</span> ${esc(r.reason)}` : ''}` +

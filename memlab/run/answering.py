@@ -121,7 +121,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     prompt = a.prompt if len(a.prompt) < 4000 else a.prompt[:4000] + f"... [{len(a.prompt)} chars]"
     answer = AnswerRecord(qid=q.qid, prediction=a.prediction, rule=a.rule, prompt_hash=a.prompt_hash, prompt=prompt,
                           response=a.response, tool_calls=a.tool_calls, usage=asdict(a.usage), calls=a.calls,
-                          latency_s=a.latency_s)
+                          latency_s=a.latency_s, reading=a.reading)
     return row, retrieval, answer
 
 

@@ -39,7 +39,7 @@ from typing import Any
 import pandas as pd
 
 from memlab import cache_integrity
-from memlab.data import Conversation, Question, load_locomo, sha256_file
+from memlab.data import Conversation, Question, load_dataset, sha256_file
 from memlab.extract.messages import ChatSession, locomo_messages
 from memlab.extract.pipeline import conversation_key, extract_dataset, keyed_trace_rows
 from memlab.memory import MemoryService
@@ -409,9 +409,10 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
         t_start = time.perf_counter()
         path = cfg.dataset.path or ""
         if path not in datasets:
-            data = load_locomo(cfg.dataset.path)
+            data = load_dataset(cfg.dataset.path)  # LoCoMo or LongMemEval
             datasets[path] = (data, sha256_file(data.report.path))
         p = prepare(cfg, prev, resume, loaded=datasets[path])
+        cfg = p.cfg  # with the dataset's scoring profile
         clients = Clients(cfg, cache_root / "responses.sqlite")
         comps = build_components(cfg, clients, p.errata)
         if cfg.run.check_endpoint:  # as the local executor does: before any work, before Ray starts

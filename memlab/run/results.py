@@ -98,7 +98,6 @@ def summarize(pred: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
             "judge_errors": int(g["judge_error"].notna().sum()),
             "prompt_tokens_qa": ok.prompt_tokens.sum() / n, "completion_tokens_qa": ok.completion_tokens.sum() / n,
             "cached_tokens_qa": ok.cached_tokens.sum() / n,
-            "tokens_qa": (ok.prompt_tokens.sum() + ok.completion_tokens.sum()) / n,
             "context_tokens_qa": ok.context_tokens.sum() / n, "calls_qa": ok.calls.sum() / n,
             "latency_p50_s": float(np.percentile(ok.latency_s, 50)) if len(ok) else np.nan,
             "latency_p95_s": float(np.percentile(ok.latency_s, 95)) if len(ok) else np.nan,
@@ -205,5 +204,7 @@ def load_run(run_dir: str | Path) -> Run:
     cfg = read_config(d / "config.yaml")
     pred = _read_table(d / "predictions").reset_index()
     summ = _read_table(d / "summary")
+    summ = summ.rename(columns={o: n for o, n in costs.RENAMED.items() if o in summ and n not in summ}) \
+        .drop(columns=[o for o in costs.RENAMED if o in summ], errors="ignore")  # older runs' token names
     info = read_run_json(d / "run.json") if (d / "run.json").is_file() else {}
     return Run(run_dir=d, config=cfg, predictions=pred, summary=summ, info=info)

@@ -120,6 +120,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
          stop: StopFlag, t_start: float) -> Run:
     # -- 1. validate everything before a run folder exists
     p = prepare(cfg, prev, resume)
+    cfg = p.cfg  # with the dataset's scoring profile
     # -- 2. components
     root = Path(resume).parent if resume is not None else Path(results) if results is not None else results_root()
     root = root.resolve()

@@ -15,7 +15,7 @@ from typing import Any
 
 from memlab import __version__
 from memlab.atomic import write_json, write_text
-from memlab.data import Conversation, LoCoMo, Question, load_locomo, sha256_file
+from memlab.data import Conversation, LoCoMo, Question, dataset_name, load_dataset, sha256_file
 from memlab.eval import cost as costs
 from memlab.eval.errata import errata_columns, errata_counts, load_errata
 from memlab.eval.profiles import apply_scoring
@@ -27,7 +27,7 @@ from memlab.run.components import build_answerer, build_extractor, build_judge, 
 from memlab.run.config import ConfigError, ExperimentConfig
 from memlab.run.records import RunInfo, RunStatus
 from memlab.run.results import RECALL_KS, Run, add_costs, score_records, summarize, write_results
-from memlab.run.selection import select_questions
+from memlab.run.selection import run_profile, select_questions
 from memlab.rundir import environment
 
 
@@ -43,17 +43,21 @@ class Prepared:
     convs: list[Conversation]
     errata: Any
     load_s: float
+    notes: list[str]
+    """What loading said (a scoring profile chosen for the dataset, a profile's caveat): run.json ``notes``."""
 
 
 def prepare(cfg: ExperimentConfig, prev: dict[str, Any], resume: str | Path | None,
             loaded: tuple[LoCoMo, str] | None = None) -> Prepared:
-    """Load and check the data (a resumed run refuses a changed dataset), select the questions, check the
-    errata; ``loaded`` is a (dataset, sha256) pair the caller already read (a grid reads it once)."""
+    """Load and check the data (a resumed run refuses a changed dataset), apply the dataset's scoring profile
+    (``Prepared.cfg`` is the run's config from here on), select the questions, check the errata; ``loaded`` is
+    a (dataset, sha256) pair the caller already read (a grid reads it once)."""
     t0 = time.perf_counter()
     if loaded is None:
-        data = load_locomo(cfg.dataset.path)
+        data = load_dataset(cfg.dataset.path)  # LoCoMo or LongMemEval, told by the file's fields
         loaded = (data, sha256_file(data.report.path))
     data, dataset_sha = loaded
+    cfg, notes = run_profile(cfg, data)  # the dataset's scoring profile
     if prev.get("dataset_sha256") and prev["dataset_sha256"] != dataset_sha:
         raise ConfigError(f"--resume {resume}: the dataset changed since the run started "
                           f"({data.report.path}: sha256 {dataset_sha[:12]}…, the run used "
@@ -63,7 +67,7 @@ def prepare(cfg: ExperimentConfig, prev: dict[str, Any], resume: str | Path | No
     if errata is not None:  # a bad errata file or an unknown qid fails before anything runs
         errata.check_known(q.qid for c in data for q in c.questions)
     convs = list({c.sample_id: c for c, _ in picks}.values())
-    return Prepared(cfg, prev, data, dataset_sha, picks, convs, errata, time.perf_counter() - t0)
+    return Prepared(cfg, prev, data, dataset_sha, picks, convs, errata, time.perf_counter() - t0, notes)
 
 
 @dataclass
@@ -110,12 +114,14 @@ def open_info(p: Prepared, run_dir: Path, comps: Components, executor: dict[str,
     """The run.json of a run that has started (status running); the caller writes it before any work."""
     info: dict[str, Any] = {
         "run_id": run_dir.name, "status": RunStatus.RUNNING.value, "memlab_version": __version__,
-        "dataset": p.data.report.path, "dataset_sha256": p.dataset_sha, "questions": len(p.picks),
+        "dataset": p.data.report.path, "dataset_format": dataset_name(p.data), "dataset_sha256": p.dataset_sha,
+        "questions": len(p.picks),
         "config": p.cfg.to_dict(), "environment": environment(),
         "components": {"answerer": component_label(comps.answerer),
                        "extractor": component_label(comps.extractor) if comps.extractor is not None else None,
                        "custom": comps.custom},
-        "sessions": p.prev.get("sessions", []), "notes": inert_knobs(p.cfg, RECALL_KS), "executor": executor,
+        "sessions": p.prev.get("sessions", []), "notes": inert_knobs(p.cfg, RECALL_KS) + p.notes,
+        "executor": executor,
     }
     return info
 
