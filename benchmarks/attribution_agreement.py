@@ -1,0 +1,119 @@
+"""Agreement between the attribution rules (`memlab.attribution`) and a hand check.
+
+The hand check: 60 failed questions of the ``offline`` run, 12 per category 1-5, drawn with a fixed
+seed from the failed questions outside conv-26 (`draw`), each labelled by reading the question, the
+gold, the evidence turns, the retrieved context and the prediction, before looking at the rule's label.
+The labels and reasons are in ``benchmarks/attribution_handcheck.csv`` (qid, category, hand_label,
+reason). This script recomputes the rules' labels on a run and prints Cohen's kappa and the confusion
+table (rows: hand, columns: rules).
+
+    python -m memlab run offline --results /tmp/r
+    python benchmarks/attribution_agreement.py /tmp/r/offline-<time>
+    python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --dump   # the drawn questions, no labels
+
+A question of the CSV that the run does not count as failed (another reader) is reported and left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+HANDCHECK = HERE / "attribution_handcheck.csv"
+PER_CATEGORY = 12
+SEED = 21
+EXCLUDED_CONVERSATION = "conv-26"
+
+
+def draw(att: pd.DataFrame, per_category: int = PER_CATEGORY, seed: int = SEED) -> pd.DataFrame:
+    """The hand-check sample: ``per_category`` failed questions per category, none from conv-26."""
+    pool = att[att.conversation_id != EXCLUDED_CONVERSATION].sort_values("qid")
+    return pd.concat([g.sample(n=min(per_category, len(g)), random_state=seed)
+                      for _, g in pool.groupby("category", sort=True)]).reset_index(drop=True)
+
+
+def cohen_kappa(a: pd.Series, b: pd.Series) -> float:
+    """Cohen's kappa of two label columns over the same items."""
+    a, b = a.reset_index(drop=True), b.reset_index(drop=True)
+    labels = sorted(set(a) | set(b))
+    po = float((a == b).mean())
+    pe = sum(float((a == x).mean()) * float((b == x).mean()) for x in labels)
+    return 1.0 if pe == 1 else (po - pe) / (1 - pe)
+
+
+def agreement(att: pd.DataFrame, hand: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """(the joined rows, the confusion table hand x rules, qids of the CSV the run did not fail)."""
+    missing = sorted(set(hand.qid) - set(att.qid))
+    both = hand.merge(att[["qid", "label", "reason"]].rename(columns={"label": "rule_label",
+                                                                      "reason": "rule_reason"}), on="qid")
+    table = pd.crosstab(both.hand_label, both.rule_label, margins=True, margins_name="total")
+    return both, table, missing
+
+
+def dump(tr, att: pd.DataFrame, data) -> str:
+    """Everything a hand labeller reads for the drawn questions, without the rule's label."""
+    out = []
+    texts = tr.memories.set_index("id")["text"].to_dict()
+    for r in draw(att).to_dict("records"):
+        q = tr.questions.set_index("qid").loc[r["qid"]]
+        conv = data[r["conversation_id"]]
+        out.append(f"==== {r['qid']}  cat {r['category']}  F1 {r['f1']:.2f}  ceiling {r['ceiling']:.2f}  "
+                   f"bearing {r['bearing']}")
+        out.append(f"Q: {q['question']}\nGOLD: {q['answer']}\nPRED: {q['prediction']}   (rule {q['rule']})")
+        out.append(f"raw evidence: {list(q['evidence_raw'])}")
+        for e in q["evidence"]:
+            t = conv.turn_index.get(e)
+            if t is not None:
+                d = conv.session_by_index[t.session_index].date_time_raw
+                out.append(f"  EV {e} [{d}] {t.speaker}: {t.searchable_text}")
+        for i, mid in enumerate(tr.contexts.get(r["qid"], [])):
+            out.append(f"  ctx{i + 1:02d} {str(texts.get(mid, '?'))[:220]}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("run_dir", help="a finished offline run folder")
+    ap.add_argument("--handcheck", default=str(HANDCHECK))
+    ap.add_argument("--dump", action="store_true", help="print the drawn questions for labelling (no rule labels)")
+    args = ap.parse_args(argv)
+    from memlab import attribution
+    from memlab.data import load_locomo
+    from memlab.trace import load
+
+    tr = load(args.run_dir)
+    data = load_locomo()
+    att = attribution.attribute(tr, data)
+    if args.dump:
+        print(dump(tr, att, data))
+        return 0
+    hand = pd.read_csv(args.handcheck)
+    want = {"qid", "category", "hand_label", "reason"}
+    if not want <= set(hand.columns):
+        raise SystemExit(f"{args.handcheck}: columns {list(hand.columns)}; expected {sorted(want)}")
+    bad = sorted(set(hand.hand_label) - set(attribution.LABELS))
+    if bad:
+        raise SystemExit(f"{args.handcheck}: unknown hand_label(s) {bad}; expected one of {attribution.LABELS}")
+    both, table, missing = agreement(att, hand)
+    if missing:
+        print(f"{len(missing)} hand-checked question(s) not failed in this run, left out: {missing}")
+    print(f"n = {len(both)}; agreement {float((both.hand_label == both.rule_label).mean()):.3f}; "
+          f"Cohen's kappa {cohen_kappa(both.hand_label, both.rule_label):.3f}")
+    for c, g in both.groupby("category"):
+        print(f"  category {c}: n {len(g)}, agree {int((g.hand_label == g.rule_label).sum())}, "
+              f"kappa {cohen_kappa(g.hand_label, g.rule_label):.3f}")
+    print("\nconfusion (rows: hand, columns: rules)")
+    print(table.to_string())
+    print("\ndisagreements")
+    for r in both[both.hand_label != both.rule_label].to_dict("records"):
+        print(f"  {r['qid']} cat {r['category']}: hand {r['hand_label']} ({r['reason']}) / rules {r['rule_label']} "
+              f"({r['rule_reason']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
