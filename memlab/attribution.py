@@ -76,7 +76,8 @@ from memlab.data import LoCoMo, load_locomo
 from memlab.data.locomo import recover_evidence_ids
 from memlab.eval.ceiling import answer_bearing, answer_ceiling, memory_line
 from memlab.eval.errata import INVALID, Errata, apply_errata, load_errata
-from memlab.eval.scoring import is_abstention, score_answer, stemmed_tokens
+from memlab.eval.scoring import is_abstention, normalize_answer, score_answer, stemmed_tokens
+from memlab.index.text import STOP_WORDS
 from memlab.trace import Traces, _as_list, load
 
 LABELS = ("label-issue", "judge-error", "abstain-error", "reconcile-loss", "write-miss", "retrieval-miss",
@@ -250,15 +251,34 @@ def speaker_contradiction(question: str, turns: Sequence[EvidenceTurn], speakers
 _INFERRED = re.compile(r"^\s*(likely|probably|maybe|possibly|yes|no|not|unlikely|somewhat)\b", re.IGNORECASE)
 
 
-def _inferred(answer: str, category: int) -> bool:
-    """Whether a gold answer is meant to be inferred or computed rather than read off a turn."""
-    return (category == 3 or bool(_INFERRED.search(answer)) or parse_date(answer) is not None
-            or bool(re.fullmatch(r"\W*(\d+|one|two|three|four|five|six|seven|eight|nine|ten|once|twice)\b.*",
-                                 answer.strip(), re.IGNORECASE)))
+_COUNT = re.compile(r"\W*(\d+|one|two|three|four|five|six|seven|eight|nine|ten|once|twice)\b.*", re.IGNORECASE)
+
+
+def answer_kind(answer: str, category: int) -> str:
+    """How a gold answer relates to its evidence text: ``count`` (a number: every evidence turn is one
+    instance, all are needed), ``date`` (computed from a turn's date), ``inferred`` (open-domain, yes/no,
+    likely: any sufficient part of the evidence supports it) or ``literal`` (words read off a turn)."""
+    if _COUNT.fullmatch(answer.strip()):
+        return "count"
+    if parse_date(answer) is not None:
+        return "date"
+    if category == 3 or _INFERRED.search(answer):
+        return "inferred"
+    return "literal"
+
+
+def _content(answer: str) -> set[str]:
+    """Gold tokens without stop words ("with", "it" ...), which any text holds."""
+    kept = " ".join(w for w in normalize_answer(answer).split() if w not in STOP_WORDS)
+    return set(stemmed_tokens(kept)) or set(stemmed_tokens(answer))
 
 
 def _holds_gold(gold: set[str], text: str) -> bool:
     return bool(gold & set(stemmed_tokens(text)))
+
+
+_RELATIVE_ONLY = re.compile(r"^\W*(the\s+)?(yesterday|today|tomorrow|recently|(last|next|this)\s+(week|weekend|month|"
+                            r"year|summer|winter|spring|fall|night|\w+day))\W*$", re.IGNORECASE)
 
 
 def label_question(ev: QuestionEvidence) -> tuple[str, str]:
@@ -278,6 +298,8 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     if unusable:
         return "label-issue", f"evidence ids that name no turn {sorted(unusable)}"
     if cat != 5:
+        if _RELATIVE_ONLY.match(answer):
+            return "label-issue", f"the gold {answer!r} is a relative time with no date: it depends on when it was said"
         why = date_contradiction(answer, ev.turns) or \
             speaker_contradiction(str(row.get("question") or ""), ev.turns, ev.speakers)
         if why:
@@ -297,14 +319,17 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     f1 = _num(row.get("f1"))
     ctx = f"ceiling {ceiling:.2f}"
     evs = set(evidence)
-    gold = set(stemmed_tokens(answer))
+    gold = _content(answer)
     turn_of = {t.id: t.text for t in ev.turns}
     written = sorted({s for m in ev.memories for s in m["source_ids"] if s in evs})
     reached = sorted({s for m in ev.memories if m["id"] in ev.context_ids for s in m["source_ids"] if s in evs
                       and (_holds_gold(gold, str(m["text"])) or
                            not _holds_gold(gold, turn_of.get(s, ev.turn_text)))})
     turn_cov = coverage(answer, ev.turn_text)
-    if not bearing:
+    kind = answer_kind(answer, cat)
+    # an inferred answer is supported by any sufficient part of its evidence: a reached turn leaves it to the reader
+    supported = kind == "inferred" and turn_cov < COVERAGE and bool(reached)
+    if not bearing and not supported:
         mem_cov = coverage(answer, " ".join(m["text"] for m in ev.memories))  # multi-hop: answers span memories
         lost = not ev.memories or (turn_cov >= COVERAGE and mem_cov < COVERAGE)
         # 4. reconcile-loss
@@ -325,7 +350,13 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
             if not ev.memories:
                 return "write-miss", "no stored memory is sourced from the evidence"
             return "write-miss", f"answer lost in extraction (turns cover {turn_cov:.2f}, memories {mem_cov:.2f})"
-        # 6. retrieval-miss
+        # 6. retrieval-miss (a multi-hop part that reached the reader through another turn still counts)
+        parts = [p.strip() for p in answer.split(",") if p.strip()] if cat == 1 else []
+        have = set(stemmed_tokens(" ".join(lines)))
+        carried = [p for p in parts if len(parts) > 1 and len(_content(p) & have) >= COVERAGE * len(_content(p))]
+        if not reached and carried:
+            return "partial-retrieval", (f"no evidence id reached, but the context carries {carried} through other "
+                                         f"turns; missed {_where(ev, written)} ({ctx})")
         if not reached:
             return "retrieval-miss", (f"{len(ev.memories)} evidence memories stored, none that holds the answer "
                                       f"given to the reader ({ctx}); {_where(ev, written)}")
@@ -334,13 +365,15 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
         if missed:
             return "partial-retrieval", f"reached {', '.join(reached)}; missed {_where(ev, missed)} ({ctx})"
     # 8. abstain-error (non-adversarial)
-    where = "the context held every answer word" if bearing else "every written evidence id reached the reader"
+    where = ("the context held every answer word" if bearing else
+             f"evidence {', '.join(reached)} reached the reader and the answer is inferred" if supported else
+             "every written evidence id reached the reader")
     if abstained:
         return "abstain-error", f"abstained although {where} ({ctx})"
     # 9. reading-miss, when the context could have given a better answer
     if bearing or (not math.isnan(f1) and ceiling > f1):
         return "reading-miss", f"{where}; a span scores {ceiling:.2f}, the answer {f1:.2f}"
-    if turn_cov < COVERAGE and _inferred(answer, cat):
+    if turn_cov < COVERAGE and kind != "literal":
         return "reading-miss", f"{where}; the answer must be inferred or computed from it ({ctx})"
     if turn_cov >= COVERAGE:
         return "reading-miss", f"{where}; the evidence memories hold part of the answer ({ctx})"
