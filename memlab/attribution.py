@@ -73,7 +73,7 @@ import pandas as pd
 
 from memlab.answer.temporal import resolve
 from memlab.data import LoCoMo, load_locomo
-from memlab.data.locomo import recover_evidence_ids
+from memlab.data.locomo import format_day, recover_evidence_ids
 from memlab.eval.ceiling import answer_bearing, answer_ceiling, memory_line
 from memlab.eval.errata import INVALID, Errata, apply_errata, load_errata
 from memlab.eval.scoring import is_abstention, normalize_answer, score_answer, stemmed_tokens
@@ -176,6 +176,8 @@ _MON = "|".join(_MONTHS)
 _DAY_RE = re.compile(rf"\b(\d{{1,2}})\s+({_MON}),?\s+(\d{{4}})\b", re.IGNORECASE)
 _MONTH_RE = re.compile(rf"\b({_MON}),?\s+(\d{{4}})\b", re.IGNORECASE)
 _YEAR_RE = re.compile(r"\b(19\d\d|20\d\d)\b")
+_MONTH_WORD = re.compile(rf"\b({_MON}|monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend)\b",
+                         re.IGNORECASE)
 #: Words that tie a turn to a time of its own, so its session's date says nothing about the gold.
 _OWN_TIME = re.compile(rf"\b({_MON}|\d+|since|ago|years?|months?|weeks?|when i was|once|used to|back then|"
                        r"a while|ages|recently|lately|few|couple|before|after|until|ago|next|tomorrow|summer|"
@@ -208,22 +210,26 @@ def _dates_agree(a: tuple[datetime, str], b: tuple[datetime, str]) -> bool:
 def date_contradiction(answer: str, turns: Sequence[EvidenceTurn]) -> str | None:
     """Why a dated gold answer contradicts every evidence turn, or None (no date, or one turn agrees).
 
-    Each turn implies a date: its session's date moved by the turn's own relative phrase
-    (`memlab.answer.temporal.resolve`); a turn with no such phrase but other time words of its own
-    ("since 2016", "in June", "years") implies nothing and the check stays silent.
+    A turn implies its session's date and, for each sentence with a relative phrase, that date moved
+    by it (`memlab.answer.temporal.resolve`: "yesterday", "last year", "two weeks ago"); the gold agrees
+    with a turn when it agrees with any of these (LoCoMo writes "the week before <session date>"). A
+    turn with no relative phrase but time words of its own ("since 2016", "in June", "years") implies
+    nothing and the check stays silent.
     """
     gold = parse_date(str(answer))
     if gold is None or not turns or any(t.date is None for t in turns):
         return None
     implied = []
     for t in turns:
-        said, phrase = resolve(t.text, t.date)  # type: ignore[arg-type]
-        if phrase is None and _OWN_TIME.search(t.text):
+        said = [resolve(x, t.date) for x in re.split(r"(?<=[.!?])\s+", t.text)]  # type: ignore[arg-type]
+        phrases = [(a, p) for a, p in said if p is not None]
+        if not phrases and _OWN_TIME.search(t.text):
             return None
-        d = parse_date(said)
-        if d is None or _dates_agree(gold, d):
+        dates = [parse_date(a) for a, _ in phrases] + [(t.date, "day")]
+        if any(d is None or _dates_agree(gold, d) for d in dates):
             return None
-        implied.append(f"{t.id} said {t.date:%d %B %Y}" + (f" ({phrase!r})" if phrase else "") + f" -> {said}")
+        implied.append(f"{t.id} said {format_day(t.date)}"  # type: ignore[arg-type]
+                       + "".join(f" ({p!r} -> {a})" for a, p in phrases))
     return f"gold date {answer!r} contradicts its evidence: " + "; ".join(implied)
 
 
@@ -235,7 +241,8 @@ def speaker_contradiction(question: str, turns: Sequence[EvidenceTurn], speakers
     if len(speakers) != 2 or not turns:
         return None
     first = {s: s.split()[0].lower() for s in speakers}
-    named = [s for s in speakers if re.search(rf"\b{re.escape(first[s])}\b", question, re.IGNORECASE)]
+    words = {w.lower() for w in re.findall(r"\b[A-Z][a-z]+", question)}  # names and short forms: Deb, Mel, Jo
+    named = [s for s in speakers if any(len(w) >= 2 and first[s].startswith(w) for w in words)]
     if len(named) != 1:
         return None
     asked = named[0]
@@ -258,10 +265,10 @@ def answer_kind(answer: str, category: int) -> str:
     """How a gold answer relates to its evidence text: ``count`` (a number: every evidence turn is one
     instance, all are needed), ``date`` (computed from a turn's date), ``inferred`` (open-domain, yes/no,
     likely: any sufficient part of the evidence supports it) or ``literal`` (words read off a turn)."""
+    if parse_date(answer) is not None or _MONTH_WORD.search(answer):
+        return "date"
     if _COUNT.fullmatch(answer.strip()):
         return "count"
-    if parse_date(answer) is not None:
-        return "date"
     if category == 3 or _INFERRED.search(answer):
         return "inferred"
     return "literal"
