@@ -21,6 +21,7 @@ from memlab.attribution import (
     label_question,
     speaker_contradiction,
 )
+from memlab.eval.ceiling import answer_bearing, answer_ceiling, memory_line
 
 ROW = {"category": 4, "evidence": ["D1:2"], "evidence_raw": ["D1:2"], "answer": "Rex", "prediction": "a cat",
        "f1": 0.0, "em": 0.0}
@@ -239,16 +240,21 @@ def test_attribution_on_a_real_run(locomo_path, locomo, warm_results):
                              "qid"])
     assert set(att.qid) == expected and att.qid.is_unique and set(att.label) <= set(LABELS)
     assert attribution_table(att).loc["total", "failed"] == len(expected)
+    lines = {m["id"]: memory_line(m["text"], m["event_time"]) for m in tr.memories.to_dict("records")}
     for r in att.to_dict("records"):
         ev, sourced, ctx = _old_style_facts(tr, r["qid"])
         reached = {s for m, ss in sourced.items() if m in ctx for s in ss}
         written = {s for ss in sourced.values() for s in ss}
-        if r["label"] == "retrieval-miss":
-            assert sourced and not reached
-        if r["label"] == "partial-retrieval":
-            assert reached and written - reached
-        if r["label"] == "reading-miss":
-            assert written and reached == written
+        if r["category"] == 5:
+            continue
+        context = [lines[i] for i in tr.contexts[r["qid"]]]
+        bearing = answer_bearing(r["answer"], r["category"], context) == 1.0
+        assert r["bearing"] == bearing
+        assert r["ceiling"] == pytest.approx(answer_ceiling(r["answer"], r["category"], context))
+        if r["label"] in ("retrieval-miss", "partial-retrieval"):  # only when the answer's words were not there
+            assert sourced and not bearing
+        if r["label"] == "reading-miss":  # the context could do better, or it had every evidence turn
+            assert bearing or r["ceiling"] > r["f1"] or (written and reached == written)
     # the trace records every evidence memory's rank in each query's full ranking
     retr = [json.loads(x) for x in open(run.run_dir / "traces" / "retrieval.jsonl")]
     k = cfg.retrieval.top_k

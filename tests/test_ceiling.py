@@ -93,3 +93,48 @@ def test_every_answered_question_records_its_ceiling(synthetic_path, tmp_path):
     for col in ("answer_ceiling", "answer_ceiling_lo", "answer_ceiling_hi", "answer_bearing"):
         assert col in s.columns
     assert math.isnan(s.loc["5", "answer_ceiling"]) and s.loc["4", "answer_ceiling"] == 1.0
+
+
+def _topk_run(k, f1, ceiling, bearing, recall, ctx):
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    idx = ["1", "2", "3", "4", "5", "overall 1-4", "overall 1-5"]
+    d = pd.DataFrame(index=idx)
+    d["n"] = [282, 321, 96, 841, 446, 1540, 1986]
+    for col, v in (("f1", f1), ("answer_ceiling", ceiling)):
+        d[col], d[f"{col}_lo"], d[f"{col}_hi"] = v, v - 0.02, v + 0.04
+    d["answer_bearing"], d["context_recall"], d["context_tokens_qa"] = bearing, recall, ctx
+    return SimpleNamespace(summary=d, config=SimpleNamespace(retrieval=SimpleNamespace(top_k=k)))
+
+
+def test_topk_panels_draw_every_measure_per_k_for_overall_and_multihop(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from memlab import plots
+
+    runs = [_topk_run(20, 0.22, 0.8, 0.6, 0.85, 900.0), _topk_run(5, 0.22, 0.6, 0.4, 0.6, 250.0),
+            _topk_run(10, 0.22, 0.7, 0.5, 0.74, 460.0)]
+    table = plots.topk_measures(runs, groups=["overall 1-4", "1"])
+    assert list(zip(table.group, table.k)) == [("overall 1-4", 5), ("overall 1-4", 10), ("overall 1-4", 20),
+                                               ("1", 5), ("1", 10), ("1", 20)]
+    assert list(table.answer_ceiling[:3]) == [0.6, 0.7, 0.8] and list(table.context_tokens_qa[:3]) == [250, 460, 900]
+    fig = plots.topk_panels(runs, groups=["overall 1-4", "1"], save_to=tmp_path)
+    left = [a for a in fig.axes if a.get_ylabel() == "score / share"]
+    assert [a.get_title() for a in left] == ["overall 1-4 (n=1,540)", "1 multi-hop (n=282)"]
+    for ax in left:
+        ys = sorted(tuple(round(float(y), 3) for y in line.get_ydata()) for line in ax.get_lines()
+                    if len(line.get_xdata()) == 3 and line.get_linestyle() != "None")
+        assert ys == [(0.22, 0.22, 0.22), (0.4, 0.5, 0.6), (0.6, 0.7, 0.8), (0.6, 0.74, 0.85)]
+        assert ax.get_ylim() == (0.0, 1.0)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any("answer ceiling" in s for s in labels) and any("answer-bearing" in s for s in labels)
+    assert any("context tokens" in s for s in labels) and any("Recall@k" in s for s in labels)
+    assert (tmp_path / "topk_measures.png").is_file()
+    # an older run without the ceiling columns still draws F1 and recall, the missing measures as NaN
+    old = [_topk_run(5, 0.2, 0.6, 0.4, 0.6, 250.0)]
+    old[0].summary.drop(columns=["answer_ceiling", "answer_ceiling_lo", "answer_ceiling_hi", "answer_bearing"],
+                        inplace=True)
+    assert plots.topk_measures(old).answer_ceiling.isna().all()
