@@ -27,11 +27,14 @@ HANDCHECK = HERE / "attribution_handcheck.csv"
 PER_CATEGORY = 12
 SEED = 21
 EXCLUDED_CONVERSATION = "conv-26"
+HOLDOUT_PER_CATEGORY = 5
+HOLDOUT_SEED = 22
 
 
-def draw(att: pd.DataFrame, per_category: int = PER_CATEGORY, seed: int = SEED) -> pd.DataFrame:
-    """The hand-check sample: ``per_category`` failed questions per category, none from conv-26."""
-    pool = att[att.conversation_id != EXCLUDED_CONVERSATION].sort_values("qid")
+def draw(att: pd.DataFrame, per_category: int = PER_CATEGORY, seed: int = SEED,
+         exclude: set[str] = frozenset()) -> pd.DataFrame:  # type: ignore[assignment]
+    """The hand-check sample: ``per_category`` failed questions per category, none from conv-26 nor ``exclude``."""
+    pool = att[(att.conversation_id != EXCLUDED_CONVERSATION) & ~att.qid.isin(exclude)].sort_values("qid")
     return pd.concat([g.sample(n=min(per_category, len(g)), random_state=seed)
                       for _, g in pool.groupby("category", sort=True)]).reset_index(drop=True)
 
@@ -54,11 +57,11 @@ def agreement(att: pd.DataFrame, hand: pd.DataFrame) -> tuple[pd.DataFrame, pd.D
     return both, table, missing
 
 
-def dump(tr, att: pd.DataFrame, data) -> str:
+def dump(tr, att: pd.DataFrame, data, sample: pd.DataFrame) -> str:
     """Everything a hand labeller reads for the drawn questions, without the rule's label."""
     out = []
     texts = tr.memories.set_index("id")["text"].to_dict()
-    for r in draw(att).to_dict("records"):
+    for r in sample.to_dict("records"):
         q = tr.questions.set_index("qid").loc[r["qid"]]
         conv = data[r["conversation_id"]]
         out.append(f"==== {r['qid']}  cat {r['category']}  F1 {r['f1']:.2f}  ceiling {r['ceiling']:.2f}  "
@@ -79,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run_dir", help="a finished offline run folder")
     ap.add_argument("--handcheck", default=str(HANDCHECK))
-    ap.add_argument("--dump", action="store_true", help="print the drawn questions for labelling (no rule labels)")
+    ap.add_argument("--dump", choices=["dev", "holdout"],
+                    help="print the drawn questions for labelling, without the rules' labels: 'dev' the 60, "
+                         f"'holdout' {HOLDOUT_PER_CATEGORY} more per category (seed {HOLDOUT_SEED}) labelled after "
+                         "the rules were last changed")
     args = ap.parse_args(argv)
     from memlab import attribution
     from memlab.data import load_locomo
@@ -89,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     data = load_locomo()
     att = attribution.attribute(tr, data)
     if args.dump:
-        print(dump(tr, att, data))
+        dev = draw(att)
+        sample = dev if args.dump == "dev" else draw(att, HOLDOUT_PER_CATEGORY, HOLDOUT_SEED, set(dev.qid))
+        print(dump(tr, att, data, sample))
         return 0
     hand = pd.read_csv(args.handcheck)
     want = {"qid", "category", "hand_label", "reason"}
@@ -103,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(missing)} hand-checked question(s) not failed in this run, left out: {missing}")
     print(f"n = {len(both)}; agreement {float((both.hand_label == both.rule_label).mean()):.3f}; "
           f"Cohen's kappa {cohen_kappa(both.hand_label, both.rule_label):.3f}")
+    if "sample" in both.columns:
+        for name, g in both.groupby("sample", sort=False):
+            print(f"  sample {name}: n {len(g)}, agreement {float((g.hand_label == g.rule_label).mean()):.3f}, "
+                  f"kappa {cohen_kappa(g.hand_label, g.rule_label):.3f}")
     for c, g in both.groupby("category"):
         print(f"  category {c}: n {len(g)}, agree {int((g.hand_label == g.rule_label).sum())}, "
               f"kappa {cohen_kappa(g.hand_label, g.rule_label):.3f}")

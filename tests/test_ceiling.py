@@ -135,6 +135,6 @@ def test_topk_panels_draw_every_measure_per_k_for_overall_and_multihop(tmp_path)
     assert (tmp_path / "topk_measures.png").is_file()
     # an older run without the ceiling columns still draws F1 and recall, the missing measures as NaN
     old = [_topk_run(5, 0.2, 0.6, 0.4, 0.6, 250.0)]
-    old[0].summary.drop(columns=["answer_ceiling", "answer_ceiling_lo", "answer_ceiling_hi", "answer_bearing"],
-                        inplace=True)
+    old[0].summary = old[0].summary.drop(columns=["answer_ceiling", "answer_ceiling_lo", "answer_ceiling_hi",
+                                                  "answer_bearing"])
     assert plots.topk_measures(old).answer_ceiling.isna().all()
