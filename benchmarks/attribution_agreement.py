@@ -1,15 +1,18 @@
 """Agreement between the attribution rules (`memlab.attribution`) and a hand check.
 
 The hand check: 60 failed questions of the ``offline`` run, 12 per category 1-5, drawn with a fixed
-seed from the failed questions outside conv-26 (`draw`), each labelled by reading the question, the
-gold, the evidence turns, the retrieved context and the prediction, before looking at the rule's label.
-The labels and reasons are in ``benchmarks/attribution_handcheck.csv`` (qid, category, hand_label,
-reason). This script recomputes the rules' labels on a run and prints Cohen's kappa and the confusion
-table (rows: hand, columns: rules).
+seed from the failed questions outside conv-26 (`draw`; sample ``dev``), each labelled by reading the
+question, the gold, the evidence turns, the retrieved context and the prediction, before looking at the
+rule's label. The rules were then revised where the disagreements showed them wrong, so agreement on
+``dev`` is in-sample. 25 more (5 per category, another seed, sample ``holdout``) were drawn and labelled
+the same way after the last change to the rules: that is the out-of-sample figure. Labels and reasons
+are in ``benchmarks/attribution_handcheck.csv`` (qid, category, hand_label, reason, sample). This
+script recomputes the rules' labels on a run and prints Cohen's kappa (with a 95 % bootstrap interval
+over questions) and the confusion table (rows: hand, columns: rules).
 
     python -m memlab run offline --results /tmp/r
     python benchmarks/attribution_agreement.py /tmp/r/offline-<time>
-    python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --dump   # the drawn questions, no labels
+    python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --dump dev   # the drawn questions, no labels
 
 A question of the CSV that the run does not count as failed (another reader) is reported and left out.
 """
@@ -46,6 +49,17 @@ def cohen_kappa(a: pd.Series, b: pd.Series) -> float:
     po = float((a == b).mean())
     pe = sum(float((a == x).mean()) * float((b == x).mean()) for x in labels)
     return 1.0 if pe == 1 else (po - pe) / (1 - pe)
+
+
+def kappa_interval(a: pd.Series, b: pd.Series, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95 % percentile bootstrap interval of Cohen's kappa, resampling questions (seeded)."""
+    import numpy as np
+
+    a, b = a.reset_index(drop=True), b.reset_index(drop=True)
+    rng = np.random.default_rng(seed)
+    ks = [cohen_kappa(a[i], b[i]) for i in (rng.integers(0, len(a), len(a)) for _ in range(n_boot))]
+    lo, hi = np.percentile(ks, [2.5, 97.5])
+    return float(lo), float(hi)
 
 
 def agreement(att: pd.DataFrame, hand: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
@@ -109,12 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     both, table, missing = agreement(att, hand)
     if missing:
         print(f"{len(missing)} hand-checked question(s) not failed in this run, left out: {missing}")
-    print(f"n = {len(both)}; agreement {float((both.hand_label == both.rule_label).mean()):.3f}; "
-          f"Cohen's kappa {cohen_kappa(both.hand_label, both.rule_label):.3f}")
+    def line(g: pd.DataFrame) -> str:
+        lo, hi = kappa_interval(g.hand_label, g.rule_label)
+        return (f"n {len(g)}, agreement {float((g.hand_label == g.rule_label).mean()):.3f}, Cohen's kappa "
+                f"{cohen_kappa(g.hand_label, g.rule_label):.3f} [{lo:.2f}, {hi:.2f}]")
+
+    print(f"all: {line(both)}")
     if "sample" in both.columns:
         for name, g in both.groupby("sample", sort=False):
-            print(f"  sample {name}: n {len(g)}, agreement {float((g.hand_label == g.rule_label).mean()):.3f}, "
-                  f"kappa {cohen_kappa(g.hand_label, g.rule_label):.3f}")
+            print(f"  sample {name}: {line(g)}")
     for c, g in both.groupby("category"):
         print(f"  category {c}: n {len(g)}, agree {int((g.hand_label == g.rule_label).sum())}, "
               f"kappa {cohen_kappa(g.hand_label, g.rule_label):.3f}")

@@ -320,3 +320,36 @@ def test_a_skipped_proposal_shows_its_own_text_and_the_memory_kept_instead():
     assert _reconcile_note(op) == " reconcile skip score 0.68 Jaccard 0.15 vs m9"
     assert _reconcile_note({"reconcile": {"tier": "disabled", "score": None, "jaccard": None}}) == ""
     assert _op_text({"result": "added", "text": "raw", "final_text": "final"}) == "final"
+
+
+def test_handcheck_agreement_script():
+    import importlib.util
+    from pathlib import Path
+
+    import pandas as pd
+    from sklearn.metrics import cohen_kappa_score
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "attribution_agreement.py"
+    spec = importlib.util.spec_from_file_location("attribution_agreement", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a = pd.Series(["reading-miss", "retrieval-miss", "reading-miss", "abstain-error", "label-issue", "reading-miss"])
+    b = pd.Series(["reading-miss", "partial-retrieval", "reading-miss", "abstain-error", "label-issue", "write-miss"])
+    assert mod.cohen_kappa(a, b) == pytest.approx(cohen_kappa_score(a, b))
+    lo, hi = mod.kappa_interval(a, b, n_boot=200)
+    assert lo <= mod.cohen_kappa(a, b) <= hi
+    # the draw: per category, fixed by the seed, never conv-26, never an excluded qid
+    att = pd.DataFrame({"qid": [f"conv-{c}/q{i}" for c in (26, 30) for i in range(40)],
+                        "conversation_id": [f"conv-{c}" for c in (26, 30) for _ in range(40)],
+                        "category": [1 + i % 5 for _ in range(2) for i in range(40)]})
+    d1, d2 = mod.draw(att, per_category=3, seed=5), mod.draw(att, per_category=3, seed=5)
+    assert list(d1.qid) == list(d2.qid) and (d1.conversation_id == "conv-30").all()
+    assert d1.groupby("category").size().tolist() == [3] * 5
+    held = mod.draw(att, per_category=3, seed=6, exclude=set(d1.qid))
+    assert not set(held.qid) & set(d1.qid)
+    # the shipped hand labels are well-formed and use the rule's label names
+    hand = pd.read_csv(mod.HANDCHECK)
+    assert {"qid", "category", "hand_label", "reason", "sample"} <= set(hand.columns) and hand.qid.is_unique
+    assert set(hand.hand_label) <= set(LABELS) and hand.reason.str.len().min() > 10
+    assert not hand.qid.str.startswith("conv-26/").any()
+    assert hand.groupby("sample").size().to_dict() == {"dev": 60, "holdout": 25}
