@@ -89,6 +89,7 @@ def test_every_answered_question_records_its_ceiling(synthetic_path, tmp_path):
     for qid, row in p[p.category != 5].iterrows():
         lines = [memory_line(mems.loc[i, "text"], mems.loc[i, "event_time"]) for i in tr.contexts[qid]]
         assert row.answer_ceiling == pytest.approx(answer_ceiling(row.answer, row.category, lines)), qid
+    assert "answer ceiling 1.00  answer-bearing yes" in tr.show("syn-1/q3")
     s = run.summary
     for col in ("answer_ceiling", "answer_ceiling_lo", "answer_ceiling_hi", "answer_bearing"):
         assert col in s.columns
