@@ -139,3 +139,17 @@ def test_topk_panels_draw_every_measure_per_k_for_overall_and_multihop(tmp_path)
     old[0].summary = old[0].summary.drop(columns=["answer_ceiling", "answer_ceiling_lo", "answer_ceiling_hi",
                                                   "answer_bearing"])
     assert plots.topk_measures(old).answer_ceiling.isna().all()
+
+
+def test_errata_corrected_gold_drops_the_ceiling_measured_against_the_old_gold(tmp_path):
+    import pandas as pd
+
+    from memlab.eval.errata import apply_errata, load_errata
+
+    p = tmp_path / "errata.csv"
+    p.write_text("qid,answer\nc/q1,Milo\n", encoding="utf-8")
+    frame = pd.DataFrame({"qid": ["c/q1", "c/q2"], "answer": ["Rex", "Rex"], "answer_ceiling": [1.0, 0.5],
+                          "answer_bearing": [1.0, 0.0]})
+    out = apply_errata(frame, load_errata(p))
+    assert math.isnan(out.loc[0, "answer_ceiling"]) and math.isnan(out.loc[0, "answer_bearing"])
+    assert out.loc[1, "answer_ceiling"] == 0.5 and out.loc[1, "answer_bearing"] == 0.0
