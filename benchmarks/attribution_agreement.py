@@ -4,8 +4,8 @@ The hand check: 60 failed questions of the ``offline`` run, 12 per category 1-5,
 seed from the failed questions outside conv-26 (`draw`; sample ``dev``), each labelled by reading the
 question, the gold, the evidence turns, the retrieved context and the prediction, before looking at the
 rule's label. The rules were then revised where the disagreements showed them wrong, so agreement on
-``dev`` is in-sample. 25 more (5 per category, another seed, sample ``holdout``) were drawn and labelled
-the same way after the last change to the rules: that is the out-of-sample figure. Labels and reasons
+``dev`` is in-sample. 50 more (``holdout`` and ``holdout2``, 5 per category each, other seeds) were drawn
+and labelled the same way after the last change to the rules: that is the out-of-sample figure. Labels and reasons
 are in ``benchmarks/attribution_handcheck.csv`` (qid, category, hand_label, reason, sample). This
 script recomputes the rules' labels on a run and prints Cohen's kappa (with a 95 % bootstrap interval
 over questions) and the confusion table (rows: hand, columns: rules).
@@ -30,8 +30,8 @@ HANDCHECK = HERE / "attribution_handcheck.csv"
 PER_CATEGORY = 12
 SEED = 21
 EXCLUDED_CONVERSATION = "conv-26"
-HOLDOUT_PER_CATEGORY = 5
-HOLDOUT_SEED = 22
+#: The samples in the order they were drawn, each excluding the earlier ones: (per category, seed).
+SAMPLES = {"dev": (PER_CATEGORY, SEED), "holdout": (5, 22), "holdout2": (5, 23)}
 
 
 def draw(att: pd.DataFrame, per_category: int = PER_CATEGORY, seed: int = SEED,
@@ -40,6 +40,16 @@ def draw(att: pd.DataFrame, per_category: int = PER_CATEGORY, seed: int = SEED,
     pool = att[(att.conversation_id != EXCLUDED_CONVERSATION) & ~att.qid.isin(exclude)].sort_values("qid")
     return pd.concat([g.sample(n=min(per_category, len(g)), random_state=seed)
                       for _, g in pool.groupby("category", sort=True)]).reset_index(drop=True)
+
+
+def samples(att: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Every `SAMPLES` draw, each excluding the questions drawn before it."""
+    out: dict[str, pd.DataFrame] = {}
+    seen: set[str] = set()
+    for name, (per, seed) in SAMPLES.items():
+        out[name] = draw(att, per, seed, seen)
+        seen |= set(out[name].qid)
+    return out
 
 
 def cohen_kappa(a: pd.Series, b: pd.Series) -> float:
@@ -96,10 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run_dir", help="a finished offline run folder")
     ap.add_argument("--handcheck", default=str(HANDCHECK))
-    ap.add_argument("--dump", choices=["dev", "holdout"],
-                    help="print the drawn questions for labelling, without the rules' labels: 'dev' the 60, "
-                         f"'holdout' {HOLDOUT_PER_CATEGORY} more per category (seed {HOLDOUT_SEED}) labelled after "
-                         "the rules were last changed")
+    ap.add_argument("--dump", choices=list(SAMPLES),
+                    help="print one sample's drawn questions for labelling, without the rules' labels "
+                         f"(per category and seed: {SAMPLES})")
     args = ap.parse_args(argv)
     from memlab import attribution
     from memlab.data import load_locomo
@@ -109,9 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     data = load_locomo()
     att = attribution.attribute(tr, data)
     if args.dump:
-        dev = draw(att)
-        sample = dev if args.dump == "dev" else draw(att, HOLDOUT_PER_CATEGORY, HOLDOUT_SEED, set(dev.qid))
-        print(dump(tr, att, data, sample))
+        print(dump(tr, att, data, samples(att)[args.dump]))
         return 0
     hand = pd.read_csv(args.handcheck)
     want = {"qid", "category", "hand_label", "reason"}
@@ -132,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     if "sample" in both.columns:
         for name, g in both.groupby("sample", sort=False):
             print(f"  sample {name}: {line(g)}")
+        held = both[both["sample"] != "dev"]
+        if len(held):
+            print(f"  held out (every sample but dev, labelled after the last rule change): {line(held)}")
+            print(f"  held out, categories 1-4: {line(held[held.category != 5])}")
     for c, g in both.groupby("category"):
         print(f"  category {c}: n {len(g)}, agree {int((g.hand_label == g.rule_label).sum())}, "
               f"kappa {cohen_kappa(g.hand_label, g.rule_label):.3f}")

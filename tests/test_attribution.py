@@ -352,4 +352,4 @@ def test_handcheck_agreement_script():
     assert {"qid", "category", "hand_label", "reason", "sample"} <= set(hand.columns) and hand.qid.is_unique
     assert set(hand.hand_label) <= set(LABELS) and hand.reason.str.len().min() > 10
     assert not hand.qid.str.startswith("conv-26/").any()
-    assert hand.groupby("sample").size().to_dict() == {"dev": 60, "holdout": 25}
+    assert hand.groupby("sample").size().to_dict() == {"dev": 60, "holdout": 25, "holdout2": 25}
