@@ -12,15 +12,21 @@ evidence memory is sourced from it. The *context*: the memories the reader was g
 hits plus preload), each as the line a reader sees (`memlab.eval.ceiling.memory_line`: date, text).
 The context is *answer-bearing* when every gold token occurs in it, whichever turn brought it; its
 *answer ceiling* is the best official F1 a span of it could score (`memlab.eval.ceiling`).
-An evidence id is *reached* by content: a context memory sourced from it holds a gold token, or
-the evidence turn itself holds none (a bridge hop) and a memory sourced from it is in the context;
-a summary (an observation) that dropped the answer's words does not reach its turn.
+An evidence id is *reached* by content: a context memory sourced from it holds a gold content token
+(a gold token that is not a stop word: every text holds "with" or "it"), or the evidence turn itself
+holds none (a bridge hop) and a memory sourced from it is in the context; a summary (an observation)
+that dropped the answer's words does not reach its turn. The *answer kind* (`answer_kind`): a
+``count`` needs every evidence turn (each is one instance), an ``inferred`` answer (open-domain,
+yes/no, likely) is supported by any sufficient part of its evidence, a ``date`` is computed from a
+turn's date, a ``literal`` answer is read off a turn.
 The evidence memories *lost the answer* when there are none, or when the evidence turns carry the
 answer but the evidence memories together do not.
 
 Rules, tried in this order; the first that holds names the label (so labels are mutually
 exclusive; ``abstain-error`` and ``reading-miss`` have two rules each). Rules 4-7 are only tried
-when the context is not answer-bearing: a reader who had every word of the answer lost it itself.
+when the context is not answer-bearing (a reader who had every word of the answer lost it itself),
+and, for an inferred answer whose words are not in its evidence turns, when no evidence id was
+reached.
 
 1. ``label-issue`` — the gold or its evidence is wrong or unusable: the errata file marks the gold
    invalid; the question has no valid evidence id; a raw evidence entry names no existing turn even
@@ -28,8 +34,9 @@ when the context is not answer-bearing: a reader who had every word of the answe
    contradicts its evidence turns (the date each turn implies — its session's date moved by the
    turn's own "yesterday", "last year", ... — is more than 10 days, a month or a year, at the gold's
    precision, from the gold date); or the question names one speaker while every evidence turn is
-   the other speaker's, about themself (no "you", no name of the person asked about; not category 5,
-   whose questions swap the person on purpose);
+   the other speaker's, about themself (no "you", no name of the person asked about; a short form
+   such as "Deb" names Deborah; not category 5, whose questions swap the person on purpose); or the
+   gold is only a relative time ("Last year"), which depends on when it was said;
 2. ``judge-error`` — the judge call failed, or the judge said wrong (J = 0) to an exact match
    (EM = 1);
 3. ``abstain-error`` — an adversarial question (category 5) answered instead of abstaining;
@@ -39,9 +46,10 @@ when the context is not answer-bearing: a reader who had every word of the answe
    whose final text does not carry the answer although the proposal did;
 5. ``write-miss`` — the evidence memories lost the answer (none stored, or the answer's words
    are in the evidence turns but not in the memories);
-6. ``retrieval-miss`` — evidence memories exist, no evidence id was reached;
-7. ``partial-retrieval`` — some written evidence ids were reached, others not (the typical
-   multi-hop failure: one hop found, the other not);
+6. ``retrieval-miss`` — evidence memories exist, no evidence id was reached, and no comma part of
+   a multi-hop gold reached the reader through another turn (coverage of its content tokens >= 0.5);
+7. ``partial-retrieval`` — some written evidence ids (or gold parts) were reached, others not (the
+   typical multi-hop failure: one hop found, the other not);
 8. ``abstain-error`` — a non-adversarial question abstained although the context was
    answer-bearing or every written evidence id was reached;
 9. ``reading-miss`` — the context could have given a better answer: it was answer-bearing, or
