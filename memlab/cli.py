@@ -49,10 +49,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             from memlab.run.executors import run_grid
 
             runs = run_grid(resume=args.resume, executor="ray", address=args.address, overrides=args.set or None,
-                            force_config=args.force_config)
+                            force_config=args.force_config, trust_run_config=args.trust_run_config)
         else:
             runs = [run_experiment(None, resume=args.resume, overrides=args.set or None,
-                                   force_config=args.force_config)]
+                                   force_config=args.force_config, trust_run_config=args.trust_run_config)]
     else:
         if not args.config:
             raise SystemExit("memlab run: give a CONFIG (a file or a shipped config name) or --resume RUN_DIR")
@@ -76,7 +76,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"\n{run.run_dir}  [{run.status}]  ({run.info['timings']['total_s']:.1f} s; model calls "
               f"{m.get('model_calls', 0)}, served from cache {m.get('cache_hits', 0)}, malformed tool calls "
               f"{m.get('malformed_tool_calls', 0)}; extraction "
-              f"{'from cache' if ext.get('from_cache') else 'ran'}, ops failed {ext.get('ops_failed', 0)})")
+              f"{'from cache' if ext.get('from_cache') else 'ran'}, ops failed {ext.get('ops_failed', 0)}, "
+              f"malformed {ext.get('malformed_tool_calls', 0)})")
         roles = run.info.get("model_roles", [])
         if len(roles) > 1 or any(not r.startswith("embedder:") for r in roles):
             print("  " + "\n  ".join(roles))  # which endpoint each role used, and the local embedder
@@ -193,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="finish a killed or errored run: its missing and errored questions")
     r.add_argument("--force-config", action="store_true",
                    help="with --resume: apply the --set overrides to the remaining questions")
+    r.add_argument("--trust-run-config", action="store_true",
+                   help="with --resume: use endpoints, API key variables and prompt files from the run folder's "
+                        "config.yaml that you did not start the run with (refused by default: a folder from "
+                        "elsewhere could send your keys or files to its own server)")
     r.add_argument("--results", help="results root (default ./results or $MEMLAB_RESULTS)")
     r.add_argument("--executor", choices=("local", "ray"),
                    help="where the runs execute (default: the config's run.executor, local): ray = (grid cell x "
@@ -247,9 +252,12 @@ def main(argv: list[str] | None = None) -> int:
         from memlab.run.extraction import ExtractionFailed
         from memlab.run.ray_executor import RayNotInstalled
         from memlab.run.records import RecordSchemaError
+        from memlab.run.results import RunFileError
+        from memlab.run.runner import RunStorageError
+        from memlab.rundir import RunFolderBusy
 
         errors += (ConfigError, FileNotFoundError, ExtractionFailed, RecordSchemaError, ErrataError, ProfileError,
-                   ComparisonError, RayNotInstalled)
+                   ComparisonError, RayNotInstalled, RunFileError, RunFolderBusy, RunStorageError)
         if args.command == "report":
             from memlab.run.report import ReportError
 
@@ -259,8 +267,17 @@ def main(argv: list[str] | None = None) -> int:
     except errors as e:
         print(f"memlab: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:  # the run printed how to resume; 128 + the signal, as a shell reports it
+        return 143 if type(e).__name__ == "Terminated" else 130
+    except Exception as e:  # disk full, read-only folder, name too long: one line, no traceback
+        if args.command not in ("run", "report", "compare", "rescore"):
+            raise
+        from memlab.run.runner import is_storage_error, storage_message
+
+        if not is_storage_error(e):
+            raise
+        print(f"memlab: {storage_message(e)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -304,7 +304,9 @@ def write_html(out: str | Path, runs: Sequence[Run | str | Path], title: str | N
                table: pd.DataFrame | None = None) -> Path:
     p = Path(out)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(build_html(runs, title=title, table=table), encoding="utf-8")
+    from memlab.atomic import write_text  # a full disk keeps the old file
+
+    write_text(p, build_html(runs, title=title, table=table))
     return p
 
 

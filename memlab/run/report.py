@@ -60,9 +60,9 @@ def unfinished_reason(run_dir: Path) -> str | None:
         return "did not finish (no predictions.parquet)"
     info = run_dir / "run.json"
     if info.is_file():
-        import json
+        from memlab.run.results import read_run_json  # a corrupt run.json is an error naming it
 
-        status = json.loads(info.read_text(encoding="utf-8")).get("status")
+        status = read_run_json(info).get("status")
         if status not in (None, "complete", "complete-with-errors"):
             return f"is {status!r} (run.json)"
     return None
@@ -420,7 +420,9 @@ def write_report(table: pd.DataFrame, out: str | Path, fmt: str | None = None) -
     p = Path(out)
     fmt = fmt or {".md": "md", ".tex": "latex", ".csv": "csv"}.get(p.suffix.lower(), "text")
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(format_report(table, fmt) + "\n", encoding="utf-8")
+    from memlab.atomic import write_text  # a full disk keeps the old file
+
+    write_text(p, format_report(table, fmt) + "\n")
     return p
 
 
