@@ -3,6 +3,8 @@
 - `category_bars`: a metric per category, one bar per arm, with 95 % interval error bars;
 - `f1_vs_tokens`: per-category F1 against Tokens/QA, one point per arm and category, Pareto fronts;
 - `topk_curve`: F1 and tokens against k (a top-k ablation);
+- `topk_panels`: per k, F1 beside what retrieval delivered (answer ceiling, answer-bearing, evidence recall of
+  the context, context tokens), one panel per group (overall 1-4, multi-hop); `topk_measures` is its table;
 - `attribution_bars`: failure labels stacked per category and arm, as shares with their counts;
 - `recall_curves`: evidence Recall@k against k per category.
 
@@ -262,6 +264,83 @@ def topk_curve(runs: Sequence[Any], group: Any = "overall 1-4", metric: str = "f
     ax.legend(handles=[h1, h2], fontsize=8, loc="lower right")
     fig.tight_layout()
     _save(fig, save_to, "topk")
+    return fig
+
+
+#: What `topk_panels` draws per k: (summary column, legend label, line style); the ceiling and the
+#: bearing share are reader-independent (`memlab.eval.ceiling`), F1 is what this reader made of it.
+TOPK_MEASURES = (("f1", "F1 (official LoCoMo)", "o-"),
+                 ("answer_ceiling", "answer ceiling@k (best span of the context)", "^--"),
+                 ("answer_bearing", "answer-bearing@k (every gold word in the context)", "s:"),
+                 ("context_recall", "evidence Recall@k (the reader's whole context)", "D-."))
+
+
+def topk_measures(runs: Sequence[Any], groups: Sequence[Any] = ("overall 1-4", "1")) -> pd.DataFrame:
+    """One row per (group, k): n, each `TOPK_MEASURES` value with its 95 % interval where the run has one,
+    and context tokens/QA; rows in k order. Runs without the ceiling columns (older runs) get NaN there."""
+    rows = []
+    for r in runs:
+        s = _summary(r)
+        for g in _keys(groups):
+            if g not in s.index:
+                continue
+            row: dict[str, Any] = {"group": g, "label": category_name(g), "k": int(r.config.retrieval.top_k),
+                                   "n": int(s.loc[g, "n"]) if "n" in s.columns else None}
+            for col, _, _ in TOPK_MEASURES:
+                row[col] = float(s.loc[g, col]) if col in s.columns else np.nan
+                for end in ("lo", "hi"):
+                    c = f"{col}_{end}"
+                    row[c] = float(s.loc[g, c]) if c in s.columns else np.nan
+            row["context_tokens_qa"] = float(s.loc[g, "context_tokens_qa"]) if "context_tokens_qa" in s.columns \
+                else np.nan
+            rows.append(row)
+    order = {g: i for i, g in enumerate(_keys(groups))}
+    df = pd.DataFrame(rows)
+    if not len(df):
+        return df
+    return df.assign(_o=df.group.map(order)).sort_values(["_o", "k"]).drop(columns="_o").reset_index(drop=True)
+
+
+def topk_panels(runs: Sequence[Any], groups: Sequence[Any] = ("overall 1-4", "1"),
+                save_to: str | Path | None = None) -> Figure:
+    """Per k, F1 with its interval next to what retrieval put in front of the reader (answer ceiling with its
+    interval, answer-bearing share, evidence recall of the context) and context tokens/QA (right axis,
+    dashed grey), one panel per group, so a flat F1 over a rising ceiling reads as a reader limit."""
+    df = topk_measures(runs, groups)
+    keys = [g for g in _keys(groups) if g in set(df.group)]
+    fig, axes = plt.subplots(1, max(len(keys), 1), figsize=(6.2 * max(len(keys), 1), 4.6), squeeze=False)
+    handles: list[Any] = []
+    for ax, g in zip(axes[0], keys):
+        d = df[df.group == g]
+        hs = []
+        for i, (col, label, style) in enumerate(TOPK_MEASURES):
+            if d[col].isna().all():
+                continue
+            lo, hi = d[f"{col}_lo"], d[f"{col}_hi"]
+            err = np.vstack([(d[col] - lo).clip(lower=0), (hi - d[col]).clip(lower=0)]) \
+                if lo.notna().all() and hi.notna().all() else None
+            hs.append(ax.errorbar(d.k, d[col], yerr=err, fmt=style, capsize=3, color=ARM_COLORS[i],
+                                  label=label + (" (95 % interval)" if err is not None else "")))
+        ns = sorted({n for n in d.n if n is not None})
+        ax.set_title(f"{category_name(g)}" + (f" (n={ns[0]:,})" if len(ns) == 1 else ""))
+        ax.set_xlabel("top-k (memories retrieved)")
+        ax.set_ylabel("score / share")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(d.k))
+        ax.set_xticklabels([str(k) for k in d.k])
+        ax.minorticks_off()
+        ax.set_ylim(0, 1.0)
+        ax.grid(True, alpha=0.3)
+        ax2 = ax.twinx()
+        (ht,) = ax2.plot(d.k, d.context_tokens_qa, "x--", color="#999999", label="context tokens/QA (right axis)")
+        ax2.set_ylim(0, max(1.0, float(np.nanmax(df.context_tokens_qa)) * 1.1) if len(df) else 1.0)
+        ax2.set_ylabel("context tokens/QA")
+        handles = hs + [ht]
+    if handles:
+        fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.suptitle("Top-k: what retrieval delivered (reader-independent) and what the reader made of it")
+    fig.tight_layout(rect=(0, 0.1, 1, 0.95))
+    _save(fig, save_to, "topk_measures")
     return fig
 
 
