@@ -137,5 +137,5 @@ $('qbody').addEventListener('keydown', e => {  // rows are reachable by Tab; Ent
   if (next) { e.preventDefault(); next.focus(); }
 });
 render();
-window.memlabReport = {show, render, visible, layersOf};
+window.memlabReport = {show, render, visible, layersOf, questions: D.questions};
 })();
