@@ -369,16 +369,28 @@ def _markdown(df: pd.DataFrame) -> str:
 
 _LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                  CONTEXT_MARK: r"$^\dagger$"}
+                  "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}", "\u2212": "$-$",
+                  "\u2026": r"\ldots{}", "\u2265": r"$\geq$", "\u2264": r"$\leq$", "\u00d7": r"$\times$",
+                  "\u2013": "--", "\u2014": "---", "\u00b1": r"$\pm$", CONTEXT_MARK: r"$^\dagger$"}
 
 
 def latex_escape(s: str) -> str:
+    """Text as LaTeX reads it literally: every special character (and the few non-ASCII signs memlab's
+    labels use) as its command, so a run named ``arm_1 & co`` neither breaks the table nor the build."""
     return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in str(s))
 
 
 def _latex(df: pd.DataFrame, caption: str | None) -> str:
+    """A booktabs table that fits the column (``\\resizebox`` to ``\\linewidth``: needs graphicx and booktabs);
+    a metric that no run has (``n/a`` in every row, e.g. J for runs that were not judged) is left out and named
+    in the caption, so a wide table is not made wider by empty columns."""
+    empty = [c for c in df.columns if c not in ("run", "category", "n", "errors") and (df[c] == "n/a").all()]
+    df = df.drop(columns=empty)
+    if empty:
+        caption = ((caption + " ") if caption else "") + f"Not shown (no value in any run): {', '.join(empty)}."
     spec = "".join("r" if c not in ("run", "category") else "l" for c in df.columns)
-    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\resizebox{\linewidth}{!}{%",
+             rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
              " & ".join(latex_escape(c) for c in df.columns) + r" \\", r"\midrule"]
     prev = None
     for row in df.itertuples(index=False):
@@ -388,7 +400,7 @@ def _latex(df: pd.DataFrame, caption: str | None) -> str:
         show = [latex_escape(v) if i or vals[0] != prev else "" for i, v in enumerate(vals)]
         prev = vals[0]
         lines.append(" & ".join(show) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [r"\bottomrule", r"\end{tabular}}"]
     if caption:
         lines.append(rf"\caption{{{latex_escape(caption)}}}")
     lines.append(r"\end{table}")
