@@ -232,7 +232,8 @@ def test_hostile_text_in_chromium(hostile):
     pred = hostile["run"].predictions
     with Chromium(1200, 900) as br:
         br.goto(hostile["page"].resolve().as_uri())
-        assert br.eval("document.getElementById('f-count').textContent") == f"showing {len(pred)} of {len(pred)} questions"
+        count = br.eval("document.getElementById('f-count').textContent")
+        assert count == f"showing {len(pred)} of {len(pred)} questions"
         assert br.eval("typeof window.pwned") == "undefined"
         qid = pred.qid[pred.question == HOSTILE_Q].iloc[0]
         br.eval(f"memlabReport.show({json.dumps(qid)})")
