@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from memlab.attribution import LABELS
 from memlab.run.report import category_name, ci_frame
@@ -154,6 +155,18 @@ def category_bars(runs: Mapping[str, Any], metric: str = "f1",
     return fig
 
 
+def _plain_log_ticks(ax: plt.Axes) -> None:
+    """Token counts on a log axis as plain numbers at 1-2-5 steps ("200", "1,000"), never "2×10²"."""
+    lo, hi = ax.get_xlim()
+    steps = (1, 2, 5) if hi / lo > 6 else (1, 1.5, 2, 3, 5, 7)
+    ticks = [m * 10.0 ** e for e in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
+             for m in steps if lo <= m * 10.0 ** e <= hi]
+    ax.set_xticks(ticks)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(lo, hi)
+
+
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     """Points not dominated by another (fewer or equal tokens and higher or equal F1), by tokens."""
     front: list[tuple[float, float]] = []
@@ -178,6 +191,7 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
     arms = list(runs)
     top = 0.0
     shown = []
+    fronts = 0
     intervals = {arm: interval(runs[arm], metric) for arm in arms}
     for c in _keys(categories):
         pts = []
@@ -201,8 +215,10 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
             shown.append(c)
         front = pareto_front(pts)
         if len(front) > 1:
+            fronts += 1
             ax.plot([p[0] for p in front], [p[1] for p in front], ls="--", lw=1, color=_color(c))
     ax.set_xscale("log")
+    _plain_log_ticks(ax)
     offline = [not sends_prompt(_summary(r)) for r in runs.values()]
     ax.set_xlabel((CONTEXT_AXIS if all(offline) else TOKENS_AXIS + ("; offline arms: context tokens"
                                                                      if any(offline) else ""))
@@ -216,6 +232,8 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
     arm_handles = [Line2D([], [], color="#555555", marker=MARKERS[i % len(MARKERS)], ls="", ms=7,
                           label=arm + (" (context tokens)" if off and not all(offline) else ""))
                    for i, (arm, off) in enumerate(zip(arms, offline))]
+    if fronts:
+        arm_handles.append(Line2D([], [], color="#555555", ls="--", lw=1, label="Pareto front of a category"))
     leg = ax.legend(handles=cat_handles, fontsize=8, title="colour = category", title_fontsize=8,
                     loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.add_artist(leg)
@@ -381,8 +399,9 @@ def attribution_bars(attributions: Mapping[str, pd.DataFrame], n: Mapping[str, M
     ax.set_ylabel("share of the category's questions" if n is not None else "share of the failed questions")
     ax.set_ylim(0, 1)
     ax.set_title("Why answers failed, per category and arm (numbers: failed questions)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=LABEL_COLORS[lab]) for lab in LABELS]
-    names = list(LABELS)
+    stack = list(LABELS)[::-1]  # the legend reads top-down like the stack (its first label is the bottom segment)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=LABEL_COLORS[lab]) for lab in stack]
+    names = stack
     if len(arms) > 1:
         handles += [plt.Rectangle((0, 0), 1, 1, facecolor="#dddddd", hatch=HATCHES[j % len(HATCHES)],
                                   edgecolor="#555555") for j in range(len(arms))]
@@ -410,6 +429,7 @@ def recall_curves(run: Any, ks: Sequence[int] = (1, 5, 10, 20), save_to: str | P
         n = int(s.loc[c, "n"]) if "n" in s.columns else None
         ax.errorbar(list(ks), ys, yerr=err, fmt="o-", color=CATEGORY_COLORS[c], capsize=3,
                     label=category_name(c, n))
+    ax.set_xticks(list(ks))  # only the k values measured (no 2.5, 7.5 in between)
     ax.set_xlabel("k" + (f" (up to the run's top-k = {top_k})" if top_k is not None else ""))
     ax.set_ylabel("evidence Recall@k")
     ax.set_ylim(0, 1)

@@ -283,6 +283,7 @@ def pack_runs(runs: Sequence[Run], attributions: Sequence[pd.DataFrame], flipped
     for (qt, qs, mem_text), att in zip(per_run, attributions):
         att = att.set_index("qid") if len(att) else att
         outcome, answers, ops, op_ids, op_refs, queries, hits = [], [], [], {}, [], [], []
+        sequential = True  # every query's ranks are 1..n: the page numbers them itself
         for qid in order:
             if qid not in qs.index:
                 outcome.append({"has": 0, "nops": 0, "nq": 0})
@@ -305,6 +306,7 @@ def pack_runs(runs: Sequence[Run], attributions: Sequence[pd.DataFrame], flipped
                         mems.append({"text": h["text"], "src": h["src"]})
                     hits.append({**h, "ev": int(h["ev"]), "mem": mem_ids[key]})
                 queries.append({**q, "nh": len(q["hits"])})
+                sequential = sequential and [h["rank"] for h in q["hits"]] == list(range(1, len(q["hits"]) + 1))
             answers.append(L["answer"])
             f1 = float(row["f1"])
             outcome.append({"has": 1, "pred": _short(row["prediction"], 500), "f1": _round(f1, 4),
@@ -318,7 +320,7 @@ def pack_runs(runs: Sequence[Run], attributions: Sequence[pd.DataFrame], flipped
             "answer": t.table(answers, ANSWER_FIELDS, ANSWER_STRINGS),
             "ops": t.table(ops, OP_FIELDS, OP_STRINGS), "opref": op_refs,
             "queries": t.table(queries, ("query", "error", "dropped", "fallback", "nh"), ("query", "error")),
-            "hits": t.table(hits, HIT_FIELDS, ("via",))})
+            "hits": t.table(hits, HIT_FIELDS[1:] if sequential else HIT_FIELDS, ("via",))})
     return _clean({"questions": t.table(questions, ("qid", "cat", "catName", "conv", "q", "gold", "ev", "flip"),
                                         ("qid", "catName", "conv", "q", "gold", "ev")),
                    "mems": t.table(mems, ("text", "src"), ("text", "src")), "runs_data": out_runs,

@@ -91,6 +91,7 @@ def test_each_text_is_stored_once_and_numbers_rounded(two_arms):
     hits = data["runs_data"][0]["hits"]
     assert len(hits["mem"]) > len(set(hits["mem"]))  # one memory shown by several questions: one record
     assert "mems" not in json.dumps(data["runs_data"])  # no per-question memory records
+    assert "rank" not in hits  # ranks 1..n in every query: numbered by the page (checked in Chromium below)
     via = data["strings"].index("primary")
     assert via == 0 or data["strings"][via - 1] in column(data, hits, "via")  # the most used texts come first
     assert all(v is None or v == round(v, 4) for R in data["runs_data"] for v in R["q"]["f1"])

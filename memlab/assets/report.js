@@ -47,7 +47,7 @@ function layersOf(k, i){
     const q = row(R.queries, j), hits = [];
     for (let h = o.hit[j]; h < o.hit[j] + q.nh; h++) {
       const x = row(R.hits, h), m = row(D.mems, x.mem);
-      hits.push({rank: x.rank, dense: x.dense, kw: x.kw, fused: x.fused, via: x.via, ev: !!x.ev, src: m.src, text: m.text});
+      hits.push({rank: x.rank === undefined ? h - o.hit[j] + 1 : x.rank, dense: x.dense, kw: x.kw, fused: x.fused, via: x.via, ev: !!x.ev, src: m.src, text: m.text});
     }
     delete q.nh;
     q.hits = hits;
