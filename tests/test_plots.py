@@ -71,6 +71,11 @@ def test_f1_vs_tokens_points_intervals_and_legends(tmp_path):
     assert ax.get_ylim()[0] == 0  # quality axis not truncated
     assert not any(t.get_text() for t in ax.texts)  # no point labels that could overlap
     assert (tmp_path / "f1_vs_tokens.png").is_file() and (tmp_path / "f1_vs_tokens.svg").is_file()
+    assert "Pareto front of a category" in texts  # the dashed lines say what they are
+    fig.canvas.draw()
+    ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert ticks == ["500", "1,000", "2,000"]  # plain numbers at 1-2-5 steps, never "2×10²"
+    assert not any(t.get_text() for t in ax.get_xticklabels(minor=True))
 
 
 def test_f1_vs_tokens_total_adds_the_build_tokens(tmp_path):
@@ -128,6 +133,8 @@ def test_attribution_bars_are_shares_with_counts():
     assert sorted(t.get_text() for t in ax.texts) == ["1", "1", "2"]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1 multi-hop\n(n=10)", "2 temporal\n(n=4)"]
     assert "share" in ax.get_ylabel() and ax.get_ylim() == (0.0, 1.0)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == list(plots.LABELS)[::-1]  # top-down like the stack: its bottom segment is listed last
     shares = plots.attribution_bars({"arm": att})  # without n: shares of the failed questions
     tops = [sum(p.get_height() for c in shares.axes[0].containers for p in [c[i]]) for i in range(2)]
     assert np.allclose(tops, [1.0, 1.0])
@@ -139,6 +146,7 @@ def test_recall_curves_stop_at_the_runs_top_k():
     assert len(lines) == 7 and list(lines[0].get_xdata()) == [1, 5, 10]
     assert list(lines[0].get_ydata()) == [0.1, 0.4, 0.6]
     assert fig.axes[0].get_legend().get_texts()[0].get_text() == "1 multi-hop (n=282)"
+    assert list(fig.axes[0].get_xticks()) == [1, 5, 10]  # ticks at the k measured, not 2, 4, 6, 8
 
 
 def sweep_table():
