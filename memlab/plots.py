@@ -26,6 +26,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.transforms import ScaledTranslation
 
 from memlab.attribution import LABELS
 from memlab.run.report import category_name, ci_frame
@@ -39,6 +40,7 @@ MARKERS = "osD^vP*X"
 ARM_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 HATCHES = ("", "//", "..", "xx", "\\\\", "++", "oo", "--")
 TOKENS_AXIS = "Tokens/QA (provider prompt + completion)"
+DODGE_PT = 7.0  # f1_vs_tokens: horizontal display offset between categories, in points
 CONTEXT_AXIS = "context tokens/QA (no prompt sent: the retrieved context a model would read)"
 
 
@@ -181,7 +183,9 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
                  tokens: str = "answer") -> Figure:
     """One point per (arm, category): x Tokens/QA (log), y F1 with its interval; dashed Pareto front per category.
 
-    Colour = category, marker = arm (two legends say which). Offline arms sit at their context tokens.
+    Colour = category, marker = arm (two legends say which; hollow, so coinciding arms stay visible); each
+    category is drawn a few points to the side of its tokens so that one arm's categories do not hide each
+    other. Offline arms sit at their context tokens.
     ``tokens="answer"``: answering tokens only (what the reference reports); ``"total"``: plus the
     memory-building tokens per question (extraction + embeddings, amortized; `memlab.eval.cost`).
     """
@@ -193,7 +197,11 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
     shown = []
     fronts = 0
     intervals = {arm: interval(runs[arm], metric) for arm in arms}
-    for c in _keys(categories):
+    keys = _keys(categories)
+    for ci, c in enumerate(keys):
+        # categories of one arm sit at nearly the same tokens: each category is drawn a few points to the side
+        # (a display offset: the data, and the tick it sits at, are unchanged) so points and bars stay apart
+        dodge = ax.transData + ScaledTranslation((ci - (len(keys) - 1) / 2) * DODGE_PT / 72, 0, fig.dpi_scale_trans)
         pts = []
         for i, arm in enumerate(arms):
             s = _summary(runs[arm])
@@ -208,16 +216,18 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
             iv = intervals[arm]
             e = _yerr(y, float(iv[0].loc[c]), float(iv[1].loc[c])) if iv is not None else None
             pts.append((x, y))
-            ax.errorbar([x], [y], yerr=e, fmt=MARKERS[i % len(MARKERS)], color=_color(c),
-                        ms=7, capsize=3, elinewidth=1, zorder=3)
+            ax.update_datalim([(x, y)])  # a display-offset artist does not extend the data limits itself
+            ax.errorbar([x], [y], yerr=e, fmt=MARKERS[i % len(MARKERS)], color=_color(c), mfc="white", mew=1.5,
+                        ms=7, capsize=3, elinewidth=1, zorder=3 + i * 0.01, transform=dodge)
             top = max(top, y if e is None else y + float(e[1, 0]))
         if pts:
             shown.append(c)
         front = pareto_front(pts)
         if len(front) > 1:
             fronts += 1
-            ax.plot([p[0] for p in front], [p[1] for p in front], ls="--", lw=1, color=_color(c))
+            ax.plot([p[0] for p in front], [p[1] for p in front], ls="--", lw=1, color=_color(c), transform=dodge)
     ax.set_xscale("log")
+    ax.autoscale_view()
     _plain_log_ticks(ax)
     offline = [not sends_prompt(_summary(r)) for r in runs.values()]
     ax.set_xlabel((CONTEXT_AXIS if all(offline) else TOKENS_AXIS + ("; offline arms: context tokens"
@@ -225,20 +235,19 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
                   + (" + memory-building tokens/QA" if tokens == "total" else ""))
     ax.set_ylabel(_metric_label(metric))
     _quality_ylim(ax, top)
-    ax.set_title("Per-category quality against token cost (bars: 95 % interval)")
+    ax.set_title("Per-category quality against token cost (bars: 95 % interval; categories drawn side by side)")
     ax.grid(True, alpha=0.3)
     cat_handles = [Line2D([], [], color=_color(c), marker="s", ls="", ms=8,
                           label=_group_n(runs, c)) for c in shown]
-    arm_handles = [Line2D([], [], color="#555555", marker=MARKERS[i % len(MARKERS)], ls="", ms=7,
+    arm_handles = [Line2D([], [], color="#555555", marker=MARKERS[i % len(MARKERS)], ls="", ms=7, mfc="white",
+                          mew=1.5,
                           label=arm + (" (context tokens)" if off and not all(offline) else ""))
                    for i, (arm, off) in enumerate(zip(arms, offline))]
     if fronts:
         arm_handles.append(Line2D([], [], color="#555555", ls="--", lw=1, label="Pareto front of a category"))
-    leg = ax.legend(handles=cat_handles, fontsize=8, title="colour = category", title_fontsize=8,
-                    loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.add_artist(leg)
-    ax.legend(handles=arm_handles, fontsize=8, title="marker = arm", title_fontsize=8, loc="lower left",
-              bbox_to_anchor=(1.01, 0.0))
+    # one legend (a second one added with add_artist is left out of a tight bounding box and was cut off)
+    ax.legend(handles=cat_handles + arm_handles, fontsize=8, title="colour = category, marker = arm",
+              title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     _save(fig, save_to, "f1_vs_tokens")
     return fig

@@ -72,6 +72,10 @@ def test_f1_vs_tokens_points_intervals_and_legends(tmp_path):
     assert not any(t.get_text() for t in ax.texts)  # no point labels that could overlap
     assert (tmp_path / "f1_vs_tokens.png").is_file() and (tmp_path / "f1_vs_tokens.svg").is_file()
     assert "Pareto front of a category" in texts  # the dashed lines say what they are
+    # categories 1 and 4 of an arm have the same tokens and F1 here: drawn side by side, not on top of each other
+    drawn = [tuple(np.round(line.get_transform().transform((line.get_xdata()[0], line.get_ydata()[0])), 1))
+             for line in ax.get_lines() if line.get_linestyle() == "None" and line.get_marker() != "_"]
+    assert len(set(drawn)) == len(drawn) == 6
     fig.canvas.draw()
     ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
     assert ticks == ["500", "1,000", "2,000"]  # plain numbers at 1-2-5 steps, never "2×10²"
