@@ -227,6 +227,7 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
             fronts += 1
             ax.plot([p[0] for p in front], [p[1] for p in front], ls="--", lw=1, color=_color(c), transform=dodge)
     ax.set_xscale("log")
+    ax.margins(x=0.07)  # room for the outer categories' side offset
     ax.autoscale_view()
     _plain_log_ticks(ax)
     offline = [not sends_prompt(_summary(r)) for r in runs.values()]
