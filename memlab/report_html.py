@@ -3,11 +3,13 @@
 The page needs no server and no network: plots are embedded as base64 PNG, the data as inline JSON, and
 the script and style are inline. The data holds only what the page shows, packed (`Tables`: column tables,
 one shared string table; about 3.8 MB for two full LoCoMo-10 offline runs, from 23 MB as one nested record per
-question), and is escaped (`embed_json`) so that no question or model reply can end the script block. It holds the per-category table with 95 % intervals, the paired
-comparisons of every run against the first, the plots, and a question browser: filter by category,
-failure label (`memlab.attribution`), correct / incorrect (F1 >= 0.5) and flipped between runs; click a
-question to see, per run, its three trace layers (`memlab.trace`): the extractor ops that touched its
-evidence memories, the retrieval ranks of every query, and the answer.
+question), and is escaped (`embed_json`) so that no question or model reply can end the script block.
+
+It holds the per-category table with 95 % intervals, the paired comparisons of every run against the first,
+the plots, and a question browser: filter by category, failure label (`memlab.attribution`), correct /
+incorrect (F1 >= 0.5) and flipped between runs; click a question to see, per run, its three trace layers
+(`memlab.trace`): the extractor ops that touched its evidence memories, the retrieval ranks of every query,
+and the answer.
 """
 
 from __future__ import annotations
