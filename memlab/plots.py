@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 from matplotlib.transforms import ScaledTranslation
 
 from memlab.attribution import LABELS
@@ -346,8 +346,10 @@ def reconcile_thresholds(table: pd.DataFrame, save_to: str | Path | None = None)
     axes[1, 0].set_ylabel("near-duplicate pairs\n(count)")
     n = sorted(set(table["n"])) if "n" in table else []
     axes[2, 0].set_ylabel("quality, categories 1-4" + (f"\n(n={n[0]:,})" if len(n) == 1 else ""))
-    for ax in axes[:2].ravel():
+    for ax in axes[:2].ravel():  # counts start at 0 (all zeros must not centre the axis on 0)
         ax.margins(y=0.12)  # room for the counts above the bars
+        ax.set_ylim(0, max(1.0, ax.get_ylim()[1]))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     fig.supxlabel("reconcile setting (skip score/Jaccard, update score/Jaccard)", fontsize=9, y=0.075)
     fig.suptitle("Reconcile thresholds per update policy: what reconcile did, duplicates left, recall and F1")
     fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=3, fontsize=8,

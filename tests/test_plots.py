@@ -183,3 +183,5 @@ def test_reconcile_thresholds_panels_legend_and_file(tmp_path):
     ticks = [t.get_text() for t in axes[2, 0].get_xticklabels()]
     assert ticks[0] == "off" and ticks[1] == "skip 0.95/0.90\nupd 0.80/0.60"
     assert (tmp_path / "reconcile.png").is_file()
+    zeros = sweep_table().assign(near_duplicates=0)
+    assert plots.reconcile_thresholds(zeros).axes[3].get_ylim() == (0.0, 1.0)  # no axis centred on 0
