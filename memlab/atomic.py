@@ -36,22 +36,42 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
     """Yield a temp path beside ``path``; on success it replaces ``path`` (mode ``0666 & ~umask``),
     on any error it is deleted and ``path`` is untouched."""
     p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    except OSError as e:  # name the file the caller wanted, not the temp name
+        raise _naming(e, p) from e
     os.close(fd)
     try:
         yield tmp
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.errno is not None and e.filename in (None, tmp):
+            raise _naming(e, p) from e  # a full disk mid-write names no file: say which one
         raise
+
+
+def _naming(e: OSError, path: Path) -> OSError:
+    """``e`` again, naming ``path`` (same type, errno and cause)."""
+    if e.errno is None:
+        return e
+    try:
+        return type(e)(e.errno, e.strerror, str(path))
+    except TypeError:
+        return OSError(e.errno, e.strerror, str(path))
 
 
 def write_with(path: str | os.PathLike[str], writer: Callable[[IO[Any]], None], binary: bool = False) -> None:
     """Write through ``writer(file)`` atomically."""
     with atomic_path(path) as tmp, open(tmp, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
         writer(f)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write a text file (UTF-8) atomically: a full disk leaves the old file, never half a new one."""
+    write_with(path, lambda f: f.write(text))
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:

@@ -49,7 +49,7 @@ from typing import Any
 
 import pandas as pd
 
-from memlab.data import LoCoMo, load_locomo
+from memlab.data import LoCoMo, load_dataset
 from memlab.eval.errata import INVALID, Errata, apply_errata, load_errata
 from memlab.eval.scoring import is_abstention, score_answer, stemmed_tokens
 from memlab.trace import Traces, _as_list, load
@@ -135,7 +135,7 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     # 1. label-issue
     if row.get("errata") == INVALID:
         return "label-issue", "errata: the gold answer is marked invalid"
-    if not evidence:
+    if not evidence and cat != 5:  # a question to abstain on may have none (LongMemEval's *_abs; LoCoMo has none)
         return "label-issue", "no valid evidence id"
     if set(raw) - set(evidence):
         return "label-issue", f"malformed or dangling evidence ids {sorted(set(raw) - set(evidence))}"
@@ -219,7 +219,7 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
     tr = run if isinstance(run, Traces) else load(getattr(run, "run_dir", run))
     if data is None:
         info = json.loads((tr.run_dir / "run.json").read_text()) if (tr.run_dir / "run.json").is_file() else {}
-        data = load_locomo(info.get("dataset"))
+        data = load_dataset(info.get("dataset"))  # LoCoMo or LongMemEval
     judged = _run_judged(tr)
     qs = _with_errata(tr.questions, errata)
     mems_by_conv: dict[str, list[dict[str, Any]]] = {}

@@ -9,6 +9,15 @@ import sys
 def _cmd_fetch(args: argparse.Namespace) -> int:
     from memlab.data import fetch_locomo
 
+    if args.dataset != "locomo":  # longmemeval-s|-m|-oracle
+        from memlab.data import LONGMEMEVAL_FILES, fetch_longmemeval, sha256_file
+
+        path = fetch_longmemeval(args.dataset, dest=args.dest, sha256=args.sha256, unpinned=args.unpinned,
+                                 force=args.force)
+        verified = args.sha256 or LONGMEMEVAL_FILES[args.dataset][1]
+        how = "sha256 verified" if verified else f"NOT verified: sha256 {sha256_file(path)}, pin it"
+        print(f"{args.dataset} ready at {path} ({how}); run with --set dataset.path={path}")
+        return 0
     kw = {"dest": args.dest, "force": args.force}
     if args.url:
         kw["url"] = args.url
@@ -18,11 +27,14 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from memlab.data import load_locomo
+    from memlab.data import dataset_name, load_dataset
 
-    data = load_locomo(args.path)
+    data = load_dataset(args.path)  # LoCoMo or LongMemEval, told by the file's fields
     print(f"{data.report.path}")
-    print(", ".join(f"{k} {v:,}" for k, v in data.counts().items()))
+    print(f"format {dataset_name(data)}, " + ", ".join(f"{k} {v:,}" for k, v in data.counts().items()))
+    if hasattr(data, "type_counts"):
+        print("questions per type (abstention ones also counted in their type): "
+              + ", ".join(f"{k} {v}" for k, v in data.type_counts().items()))
     print(data.stats().to_string())
     print("load report:", data.report.summary())
     for issue in data.report.evidence_issues:
@@ -49,10 +61,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             from memlab.run.executors import run_grid
 
             runs = run_grid(resume=args.resume, executor="ray", address=args.address, overrides=args.set or None,
-                            force_config=args.force_config)
+                            force_config=args.force_config, trust_run_config=args.trust_run_config)
         else:
             runs = [run_experiment(None, resume=args.resume, overrides=args.set or None,
-                                   force_config=args.force_config)]
+                                   force_config=args.force_config, trust_run_config=args.trust_run_config)]
     else:
         if not args.config:
             raise SystemExit("memlab run: give a CONFIG (a file or a shipped config name) or --resume RUN_DIR")
@@ -68,15 +80,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     rc = 0
     for run in runs:
         judged = ("j", "j_lo", "j_hi", "j_sd", "judge_errors") if run.config.judge.model else ()
+        called = "calls_qa" in run.summary and bool((run.summary["calls_qa"].fillna(0) > 0).any())
+        # an offline reader sends nothing to a model: its prompt tokens and calls are not printed
         cols = [c for c in ("label", "n", "n_scored", "errors", "f1", "f1_lo", "f1_hi", "bleu1", *judged, "recall@10",
-                            "tokens_qa", "total_tokens_qa", "context_tokens_qa", "calls_qa", "latency_p50_s")
+                            *(("prompt_tokens_qa",) if called else ()), "context_tokens_qa", "embedding_tokens_qa",
+                            *(("calls_qa",) if called else ()), "latency_p50_s")
                 if c in run.summary.columns]
         m = run.info.get("models", {})
         ext = run.info.get("extraction") or {}
         print(f"\n{run.run_dir}  [{run.status}]  ({run.info['timings']['total_s']:.1f} s; model calls "
               f"{m.get('model_calls', 0)}, served from cache {m.get('cache_hits', 0)}, malformed tool calls "
               f"{m.get('malformed_tool_calls', 0)}; extraction "
-              f"{'from cache' if ext.get('from_cache') else 'ran'}, ops failed {ext.get('ops_failed', 0)})")
+              f"{'from cache' if ext.get('from_cache') else 'ran'}, ops failed {ext.get('ops_failed', 0)}, "
+              f"malformed {ext.get('malformed_tool_calls', 0)})")
         roles = run.info.get("model_roles", [])
         if len(roles) > 1 or any(not r.startswith("embedder:") for r in roles):
             print("  " + "\n  ".join(roles))  # which endpoint each role used, and the local embedder
@@ -173,12 +189,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     data = sub.add_parser("data", help="get or inspect the LoCoMo-10 file")
     dsub = data.add_subparsers(dest="data_command", required=True)
-    f = dsub.add_parser("fetch", help="download LoCoMo-10 and verify its sha256")
+    f = dsub.add_parser("fetch", help="download LoCoMo-10 (or a LongMemEval variant) and verify its sha256")
+    f.add_argument("dataset", nargs="?", default="locomo",
+                   choices=["locomo", "longmemeval-s", "longmemeval-m", "longmemeval-oracle"])
+    f.add_argument("--sha256", help="LongMemEval: the checksum to verify against")
+    f.add_argument("--unpinned", action="store_true", help="LongMemEval: download without a pinned checksum")
     f.add_argument("--dest", help="target file (default ~/.cache/memlab/locomo10.json)")
     f.add_argument("--url", help="alternative source URL (a mirror)")
     f.add_argument("--force", action="store_true", help="download even if a verified copy exists")
     f.set_defaults(func=_cmd_fetch)
-    i = dsub.add_parser("info", help="validate a LoCoMo file and print its statistics and load report")
+    i = dsub.add_parser("info", help="validate a LoCoMo or LongMemEval file (told by its fields), print its "
+                                     "statistics and load report")
     i.add_argument("path", nargs="?")
     i.set_defaults(func=_cmd_info)
     d = sub.add_parser("demo", help="the README demo on the embedded offline default")
@@ -193,6 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="finish a killed or errored run: its missing and errored questions")
     r.add_argument("--force-config", action="store_true",
                    help="with --resume: apply the --set overrides to the remaining questions")
+    r.add_argument("--trust-run-config", action="store_true",
+                   help="with --resume: use endpoints, API key variables and prompt files from the run folder's "
+                        "config.yaml that you did not start the run with (refused by default: a folder from "
+                        "elsewhere could send your keys or files to its own server)")
     r.add_argument("--results", help="results root (default ./results or $MEMLAB_RESULTS)")
     r.add_argument("--executor", choices=("local", "ray"),
                    help="where the runs execute (default: the config's run.executor, local): ray = (grid cell x "
@@ -205,8 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--format", choices=("text", "md", "latex", "csv"),
                     help="table format (default text; with --out, from the file suffix .md/.tex/.csv)")
     rp.add_argument("--out", metavar="FILE", help="write the table to FILE instead of printing it")
-    rp.add_argument("--metrics", help="comma-separated summary columns (default: f1,bleu1,j,recall@10,tokens_qa,"
-                                      "calls_qa,latency_p50_s)")
+    rp.add_argument("--metrics", help="comma-separated summary columns (default: f1,bleu1,j,recall@10,prompt_tokens_qa,"
+                                      "context_tokens_qa,calls_qa,latency_p50_s)")
     rp.add_argument("--html", metavar="OUT.html", help="also write one self-contained HTML page: tables, plots and "
                                                        "a question browser with the three trace layers")
     rp.add_argument("--profiles", help="show one run under these scoring profiles side by side, "
@@ -234,11 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memlab.data import ChecksumMismatchError, DataNotFoundError, LoCoMoFormatError
+    from memlab.data import ChecksumMismatchError, ChecksumNotPinnedError, DataNotFoundError, LoCoMoFormatError
 
     args = build_parser().parse_args(argv)
     errors: tuple[type[BaseException], ...] = (DataNotFoundError, ChecksumMismatchError, LoCoMoFormatError,
-                                               ConnectionError)
+                                               ConnectionError, ChecksumNotPinnedError)
     if args.command in ("run", "report", "compare", "rescore"):
         from memlab.eval.errata import ErrataError
         from memlab.eval.profiles import ProfileError
@@ -247,9 +272,12 @@ def main(argv: list[str] | None = None) -> int:
         from memlab.run.extraction import ExtractionFailed
         from memlab.run.ray_executor import RayNotInstalled
         from memlab.run.records import RecordSchemaError
+        from memlab.run.results import RunFileError
+        from memlab.run.runner import RunStorageError
+        from memlab.rundir import RunFolderBusy
 
         errors += (ConfigError, FileNotFoundError, ExtractionFailed, RecordSchemaError, ErrataError, ProfileError,
-                   ComparisonError, RayNotInstalled)
+                   ComparisonError, RayNotInstalled, RunFileError, RunFolderBusy, RunStorageError)
         if args.command == "report":
             from memlab.run.report import ReportError
 
@@ -259,8 +287,17 @@ def main(argv: list[str] | None = None) -> int:
     except errors as e:
         print(f"memlab: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:  # the run printed how to resume; 128 + the signal, as a shell reports it
+        return 143 if type(e).__name__ == "Terminated" else 130
+    except Exception as e:  # disk full, read-only folder, name too long: one line, no traceback
+        if args.command not in ("run", "report", "compare", "rescore"):
+            raise
+        from memlab.run.runner import is_storage_error, storage_message
+
+        if not is_storage_error(e):
+            raise
+        print(f"memlab: {storage_message(e)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -3,8 +3,12 @@
 - litellm is imported lazily (7-8 s) and never allowed to fetch remote config at import;
 - retries with exponential backoff on rate limits, server errors, timeouts and unparsable replies,
   a bounded number of times, then the error is raised to the caller;
-- an optional on-disk response cache keyed by the full request (model, messages, tools, params):
-  a rerun makes zero model calls, and the client counts calls made vs served from cache;
+- an optional on-disk response cache keyed by what answers (the normalised endpoint) and the full
+  request (model, messages with the rendered prompt, tools, params): a rerun makes zero model calls,
+  and the client counts calls made vs served from cache; a reply its caller rejects (``check``) is
+  never cached;
+- error texts are redacted (`redact`): the keys clients send and ``sk-...``-like tokens never reach
+  a stored error;
 - token usage from the provider's ``usage`` (cached prompt tokens included); where a provider
   gives none, counted with litellm's token counter and marked ``estimated``.
 """
@@ -21,8 +25,11 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from memlab.breaker import CircuitOpen, breaker
 
 log = logging.getLogger(__name__)
 
@@ -73,15 +80,50 @@ def count_tokens(text: str) -> int:
     return len(_ENCODER.encode(text, disallowed_special=()))
 
 
+#: API keys the model clients of this process send: redacted from every error text (`redact`).
+_SECRETS: set[str] = set()
+_SECRETS_LOCK = threading.Lock()
+_SECRET_PATTERNS = (
+    re.compile(r"(?i)(bearer\s+)[^\s'\",;}()\[\]]+"),  # an echoed Authorization header, whatever the token
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"),  # OpenAI-style keys (sk-..., sk-proj-...)
+    re.compile(r"(?i)((?:api[_-]?key|authorization|x-api-key)[\"']?\s*[:=]\s*[\"']?(?:bearer\s+)?)"  # key: value
+               r"(?!bearer\s)[^\s'\",;}()\[\]]{6,}"),
+)
+REDACTED = "[redacted]"
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a key this process sends, so `redact` removes it from error texts (short values are
+    not keys worth hiding and would blank ordinary words)."""
+    if value and len(value) >= 8:
+        with _SECRETS_LOCK:
+            _SECRETS.add(value)
+
+
+def redact(text: str) -> str:
+    """``text`` with every registered key, bearer token and ``sk-...``-like token replaced by ``[redacted]``.
+
+    A server may echo the request's ``Authorization`` header in an error body; that body becomes an
+    error text stored in predictions, traces and run.json."""
+    with _SECRETS_LOCK:
+        secrets = sorted(_SECRETS, key=len, reverse=True)
+    for s in secrets:
+        text = text.replace(s, REDACTED)
+    text = _SECRET_PATTERNS[0].sub(lambda m: m.group(1) + REDACTED, text)
+    text = _SECRET_PATTERNS[1].sub(REDACTED, text)
+    return _SECRET_PATTERNS[2].sub(lambda m: m.group(1) + REDACTED, text)
+
+
 class ModelError(RuntimeError):
     """A model call gave no usable result: an error for its question or job, never an answer.
 
     ``partial`` carries what the failed work already cost (tokens, calls, latency, malformed tool
     calls), so a run can record it; nothing that raised a `ModelError` is written to the response cache.
+    Its message is redacted (`redact`): it is stored as the question's or job's error.
     """
 
     def __init__(self, message: str, partial: CallStats | None = None):
-        super().__init__(message)
+        super().__init__(redact(message))
         self.partial = partial if partial is not None else CallStats()
 
 
@@ -186,6 +228,16 @@ def request_hash(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
 
+def normalise_endpoint(api_base: str | None) -> str | None:
+    """The endpoint as a cache key sees it: scheme and host lower-cased, no trailing slash (None: the
+    provider's own API, chosen by the model name)."""
+    if not api_base:
+        return None
+    parts = urllib.parse.urlsplit(api_base.strip())
+    return urllib.parse.urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path.rstrip("/"),
+                                    parts.query, ""))
+
+
 #: Format of the response cache file; a file of another format is reported and started afresh.
 RESPONSE_CACHE_FORMAT = 2
 
@@ -244,6 +296,10 @@ class ResponseCache:
         with self._lock, self._conn:
             self._conn.execute("INSERT OR REPLACE INTO responses VALUES (?,?,?,?)",
                                (h, model, text, _body_sha(h, model, text)))
+
+    def delete(self, h: str) -> None:
+        with self._lock, self._conn:
+            self._conn.execute("DELETE FROM responses WHERE h=?", (h,))
 
 
 # ------------------------------------------------------------------------ tool calls written as text
@@ -392,7 +448,7 @@ def prompt_tokens_estimate(messages: list[dict[str, Any]], tools: list[dict[str,
 def _connection_error(e: BaseException) -> bool:
     chain: BaseException | None = e
     while chain is not None:
-        if isinstance(chain, ConnectionRefusedError) or type(chain).__name__ in ("ConnectError",):
+        if isinstance(chain, (ConnectionRefusedError, CircuitOpen)) or type(chain).__name__ in ("ConnectError",):
             return True
         if "connection refused" in str(chain).lower() or "connect error" in str(chain).lower():
             return True
@@ -451,6 +507,7 @@ class ModelClient:
         self.model = model
         self.api_base = api_base
         self.api_key = api_key
+        register_secret(api_key)
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
@@ -532,14 +589,30 @@ class ModelClient:
         return n
 
     # ------------------------------------------------------------------------------- calls
+    def cache_key(self, payload: dict[str, Any], cache_tag: str | None = None) -> str:
+        """The response-cache key of a request: everything sent that decides the reply (model, messages,
+        which carry the rendered prompt, tools, tool_choice, temperature and every other parameter),
+        the normalised endpoint that answers it, and ``cache_tag``. Two servers never share replies."""
+        key = dict(payload)
+        ep = normalise_endpoint(self.api_base)
+        if ep is not None:  # a provider's own API (no api_base) is named by the model: keys stay as they were
+            key["_memlab_endpoint"] = ep
+        if cache_tag is not None:
+            key["_memlab_cache_tag"] = cache_tag
+        return request_hash(key)
+
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                  tool_choice: str | dict[str, Any] | None = None, cache_tag: str | None = None,
-                 **params: Any) -> Completion:
+                 check: Callable[[Completion], Any] | None = None, **params: Any) -> Completion:
         """One completion. Raises `EmptyReply` (no text, no tool call), `MalformedToolCall` (a tool
         call written as text that neither parses nor comes back well-formed when re-asked with the
         tool forced), `PromptTooLong` or `ModelCallError`; none of these is cached. ``cache_tag`` is
         part of the response-cache key only (not sent), so repeated samples of one request (judge
-        repeats) are cached apart."""
+        repeats) are cached apart.
+
+        ``check(completion)`` is the caller's reading of the reply (a judge verdict, the last round
+        of a tool loop): when it raises (a `ModelError`, or ValueError, raised as `BadReply`) the reply
+        is not cached, so a rerun asks again; a cached reply it rejects is dropped and asked again."""
         messages = explicit_content(messages)
         payload: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
@@ -549,14 +622,21 @@ class ModelClient:
         if self.temperature is not None:
             payload.setdefault("temperature", self.temperature)
         payload.update(params)
-        h = request_hash(payload if cache_tag is None else {**payload, "_memlab_cache_tag": cache_tag})
+        h = self.cache_key(payload, cache_tag)
         cache = self.cache
         if cache is not None:
             hit = cache.get(h)
             if hit is not None:
-                with self._lock:
-                    self.cache_hits += 1
-                return Completion.from_json(hit, h)
+                comp = Completion.from_json(hit, h)
+                try:
+                    self._checked(comp, check)
+                except ModelError as e:  # written by an older memlab that cached rejected replies
+                    log.info("%s: cached reply %s rejected (%s); asking again", self.model, h[:12], e)
+                    cache.delete(h)
+                else:
+                    with self._lock:
+                        self.cache_hits += 1
+                    return comp
         self.check_prompt(messages, tools, reserve=int(params.get("max_tokens") or 0))
         comp = self._call(payload, messages)
         comp.request_hash = h
@@ -571,9 +651,22 @@ class ModelClient:
                                         replace(comp.stats(), malformed_tool_calls=1))
         if not comp.tool_calls and not comp.text.strip():
             raise EmptyReply(f"{self.model}: empty reply (no text, no tool call)", comp.stats())
+        self._checked(comp, check)
         if cache is not None:
             cache.put(h, self.model, comp.to_json())
         return comp
+
+    def _checked(self, comp: Completion, check: Callable[[Completion], Any] | None) -> None:
+        """Run the caller's ``check``; its rejection is a `ModelError` carrying this reply's cost."""
+        if check is None:
+            return
+        try:
+            check(comp)
+        except ModelError as e:
+            e.partial = comp.stats()
+            raise
+        except ValueError as e:
+            raise BadReply(f"{self.model}: {e}", comp.stats()) from e
 
     def _count_malformed(self, n: int) -> None:
         with self._lock:
@@ -644,8 +737,14 @@ class ModelClient:
         last: Exception | None = None
         spent = 0.0
         ep = self.endpoint
+        br = breaker(self.api_base or f"provider:{self.model}")
         attempt = 0
         for attempt in range(1, self.max_retries + 2):
+            try:
+                br.before()  # a few calls in a row could not connect: fail now, not after every retry
+            except CircuitOpen as e:
+                last, attempt = e, attempt - 1
+                break
             t0 = time.perf_counter()
             wait = 0.0
             if ep is not None:
@@ -654,9 +753,11 @@ class ModelClient:
                 with self._lock:
                     self.calls += 1
                 resp = send()
+                br.record(True)
                 return resp, attempt, spent + time.perf_counter() - t0
             except Exception as e:  # litellm maps provider errors to its own exception classes
                 last = e
+                br.record(not _connection_error(e), f"{type(e).__name__}: {e}")
                 if _is_timeout(e) and ep is not None:
                     self._wait_until_idle()  # still holding the slot: nothing new reaches a busy server
                 wait = _retry_after(e) or 0.0
@@ -674,7 +775,8 @@ class ModelClient:
         cls = EndpointUnreachable if last is not None and _connection_error(last) else ModelCallError
         where = f" at {self.api_base}" if self.api_base else ""
         raise cls(f"{self.model}{where}: call failed after {attempt} attempt(s): "
-                  f"{type(last).__name__}: {str(last)[:300]}", CallStats(calls=attempt, latency_s=spent)) from last
+                  f"{type(last).__name__}: {redact(str(last))[:300]}",
+                  CallStats(calls=attempt, latency_s=spent)) from last
 
     def _wait_until_idle(self) -> None:
         """After a timeout: wait until the endpoint answers ``/models`` (a one-request server answers

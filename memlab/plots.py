@@ -74,13 +74,13 @@ def _color(c: Any) -> str:
 def tokens_per_qa(summary: pd.DataFrame) -> pd.Series:
     """Tokens/QA: the provider's prompt + completion tokens; for offline arms (no model call), the
     reader's context tokens a model would have been sent (counted offline)."""
-    t = summary["tokens_qa"].astype(float)
+    t = summary["answer_tokens_qa"].astype(float)
     return t.where(t > 0, summary["context_tokens_qa"].astype(float))
 
 
 def sends_prompt(summary: pd.DataFrame) -> bool:
     """Whether the arm sent any prompt to a model (else its token figure is context tokens)."""
-    return bool((summary["tokens_qa"].astype(float) > 0).any())
+    return bool((summary["answer_tokens_qa"].astype(float) > 0).any())
 
 
 def interval(run: Any, metric: str) -> tuple[pd.Series, pd.Series] | None:

@@ -30,10 +30,10 @@ import numpy as np
 import pandas as pd
 
 from memlab import attribution, plots, trace
-from memlab.data import load_locomo
+from memlab.data import load_dataset
 from memlab.run.report import (
-    CONTEXT_NOTE,
     CORRECT_F1,
+    TOKEN_NOTE,
     category_name,
     correct,
     display_frame,
@@ -357,7 +357,7 @@ def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table
         path = run.info.get("dataset") or run.config.dataset.path
         key = str(path)
         if key not in datasets:
-            datasets[key] = load_locomo(path)
+            datasets[key] = load_dataset(path)
         atts.append(attribution.attribute(run, datasets[key]))
 
     figs: list[tuple[str, str]] = []
@@ -385,8 +385,8 @@ def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table
     payload = embed_json(data)
 
     notes = ["Means with 95 % clustered-bootstrap intervals [lo, hi] (conversations, then questions within them)."]
-    if (table.get("tokens_source") == "context").any():
-        notes.append(CONTEXT_NOTE)
+    if any(c.endswith("tokens_qa") for c in table.columns):
+        notes.append(TOKEN_NOTE)
     notes += [f"Skipped {d}: the run {why}." for d, why in skipped]
     parts = [f"<h1>{html.escape(title or 'memlab report')}</h1>",
              f'<p class="meta">{len(loaded)} run(s); generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. '
@@ -416,7 +416,9 @@ def write_html(out: str | Path, runs: Sequence[Run | str | Path], title: str | N
                table: pd.DataFrame | None = None) -> Path:
     p = Path(out)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(build_html(runs, title=title, table=table), encoding="utf-8")
+    from memlab.atomic import write_text  # a full disk keeps the old file
+
+    write_text(p, build_html(runs, title=title, table=table))
     return p
 
 

@@ -44,6 +44,9 @@ class Reply:
     """Sleep this long before answering (set past the client's timeout)."""
     retry_after: float | None = None
     """With an error ``status`` (429, 503): sent as the ``Retry-After`` header."""
+    echo_auth: bool = False
+    """With an error ``status``: the request's ``Authorization`` header is echoed in the error body (as some
+    proxies do), so a test can check that no stored error text keeps the key."""
 
 
 #: Quirks of real OpenAI-compatible servers, as measured (issue 13) or documented by each server.
@@ -167,6 +170,9 @@ class ScriptedServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        from memlab.breaker import breaker
+
+        breaker(self.api_base).reset()  # a port reused from a test's dead endpoint: this server answers
         return self
 
     def stop(self) -> None:
@@ -236,8 +242,10 @@ class ScriptedServer:
             h._send(200, None, raw=b'{"id": "x", "choices": [ {not json')
             return True
         if r.status != 200:
-            h._send(r.status, {"error": {"message": r.text or f"scripted {r.status}", "type": "scripted",
-                                         "code": r.status}},
+            message = r.text or f"scripted {r.status}"
+            if r.echo_auth:
+                message += f" (request headers: Authorization: {h.headers.get('Authorization')})"
+            h._send(r.status, {"error": {"message": message, "type": "scripted", "code": r.status}},
                     headers={"Retry-After": f"{r.retry_after:g}"} if r.retry_after is not None else None)
             return True
         return False

@@ -6,6 +6,7 @@ import copy
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# memlab's per-user state (which endpoints each run was started with) goes to a scratch folder, not ~/.local/state
+os.environ.setdefault("MEMLAB_STATE", tempfile.mkdtemp(prefix="memlab-state-"))
 
 
 def real_locomo_path() -> Path | None:

@@ -64,6 +64,40 @@ def test_concurrent_updates_lose_nothing_and_op_log_numbers_never_collide(tmp_pa
     s.close()
 
 
+def _superseder(db: str, mid: str, tag: str, out: str) -> None:
+    svc = SQLiteMemoryService(db)
+    try:
+        for i in range(N):
+            assert svc.supersede(A, mid, f"Alice likes pottery, version {tag}{i}").ok
+    except Exception as e:  # reported to the parent
+        Path(out).write_text(f"{type(e).__name__}: {e}")
+        os._exit(1)
+    svc.close()
+    os._exit(0)
+
+
+def test_concurrent_supersedes_leave_one_current_version_and_one_unbroken_chain(tmp_path):
+    """Issue 20: supersede() read the chain outside its write transaction, so two processes each wrote a
+    'current' version after the same one (2 x 300 supersedes: 40 current versions, a chain of 535)."""
+    db = str(tmp_path / "store.db")
+    s = SQLiteMemoryService(db)
+    first = s.add(A, "Alice likes pottery", source_ids=["D0:0"]).id
+    s.close()
+    codes = _run([(_superseder, db, first, "P", str(tmp_path / "p.err")),
+                  (_superseder, db, first, "Q", str(tmp_path / "q.err"))])
+    assert codes == [0, 0], [p.read_text() for p in tmp_path.glob("*.err")]
+    s = SQLiteMemoryService(db)
+    entries = {e.id: e for e in s.list(A)}
+    current = [e for e in entries.values() if not e.superseded_by]
+    assert len(current) == 1  # before: several versions each "current"
+    chain, e = [], entries[first]
+    while e is not None:
+        chain.append(e.id)
+        e = entries.get(e.superseded_by) if e.superseded_by else None
+    assert len(chain) == len(set(chain)) == 2 * N + 1 == len(entries)  # every version on one chain
+    s.close()
+
+
 def _deleter(db: str, mid: str, text: str) -> None:
     svc = SQLiteMemoryService(db)
     svc.delete(A, mid)

@@ -222,4 +222,8 @@ def test_demo_writes_run_folder(synthetic_path, tmp_path, capsys):
     assert "overall 1-4" in out and "F1 always abstain" in out and "F1 offline" in out
     table = pd.read_csv(Path(run_dir, "demo_comparison.csv"), index_col=0)
     assert table.loc["5", "F1 always abstain"] == 1.0 and table.loc["overall 1-5", "n"] == 7
+    row = table.loc["overall 1-5"]  # F1 with its interval and n, as `memlab report` shows it
+    assert row["F1 offline lo"] <= row["F1 offline"] <= row["F1 offline hi"]
+    line = next(ln for ln in out.splitlines() if ln.startswith("overall 1-5"))
+    assert f"{row['F1 offline']:.3f} [{row['F1 offline lo']:.3f}, {row['F1 offline hi']:.3f}]" in line
     assert Path(run_dir, "environment.json").is_file() and Path(run_dir, "predictions.csv").is_file()

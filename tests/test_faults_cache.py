@@ -301,3 +301,140 @@ def test_a_cache_from_an_older_memlab_is_still_set_aside(tmp_path):
     (ev,) = events_since(mark)
     assert ev.artefact == "response-cache" and "older memlab" in ev.problem
     assert len(list(tmp_path.glob("responses.sqlite.corrupt-*"))) == 1
+
+
+# ------------------------------------------------------------------------------ issue 20: keyed by what answered
+def _judging(verdict: str):
+    """The scripted model of the runner tests, judging every answer with ``verdict``."""
+    from tests.scripted_model import responder
+
+    def respond(body: dict) -> Reply:
+        if "grade answers" in body["messages"][0]["content"]:
+            return Reply(text=verdict)
+        return responder(body)
+    return respond
+
+
+def test_two_runs_differing_only_in_api_base_each_reach_their_own_server(synthetic_path, tmp_path):
+    """Before: the second run was answered entirely from the first server's cached replies (0 requests), its
+    extraction served from the first server's cached memories, and run.json credited the second server."""
+    from tests.test_faults_run import model
+
+    over = {"extraction.extractor": "llm", "extraction.model": "openai/scripted", "judge.model": "openai/scripted"}
+    with ScriptedServer(responder=_judging("CORRECT")) as a, ScriptedServer(responder=_judging("CORRECT")) as b:
+        first = run_experiment_quiet(model(synthetic_path, a, **over), tmp_path)
+        second = run_experiment_quiet(model(synthetic_path, b, **over), tmp_path)
+        kinds = {("extract" if "add_memory" in json.dumps(r.get("tools", [])) else
+                  "judge" if "grade answers" in r["messages"][0]["content"] else "answer") for r in b.requests}
+        assert kinds == {"extract", "answer", "judge"}  # every role asked the second server
+        assert second.info["extraction"]["from_cache"] is False
+        assert second.info["extraction"]["cache_key"] != first.info["extraction"]["cache_key"]
+        n = len(b.requests)
+        again = run_experiment_quiet(model(synthetic_path, b, **over), tmp_path)  # same server: all cached
+        assert len(b.requests) == n and again.info["extraction"]["from_cache"] is True
+
+
+def run_experiment_quiet(cfg, results):
+    from memlab.run import run_experiment
+
+    return run_experiment(cfg, results=results, progress=False)
+
+
+def test_a_run_judged_not_correct_scores_no_j_and_asks_the_judge_again(synthetic_path, tmp_path):
+    """Before: "The generated answer is NOT CORRECT." scored J = 1.0 on every question, and a garbage verdict
+    was cached, so a fresh run made 0 judge calls. The run's judge is the registered one (JUDGES["llm"])."""
+    from memlab.answer import JUDGES
+    from memlab.run.clients import Clients
+    from memlab.run.components import build_judge
+    from memlab.run.rescore import rescore
+    from tests.test_faults_run import model
+
+    verdict = ["The generated answer is NOT CORRECT."]
+    with ScriptedServer(responder=lambda body: _judging(verdict[0])(body)) as srv:
+        cfg = model(synthetic_path, srv, **{"judge.model": "openai/scripted"})
+        run = run_experiment_quiet(cfg, tmp_path)
+        p = run.predictions
+        assert p.judge_error.notna().all() and p.j.isna().all() and p.error.isna().all()
+        assert p.judge_error.str.contains("negates or hedges").all()
+        judged = sum("grade answers" in r["messages"][0]["content"] for r in srv.requests)
+        run_experiment_quiet(cfg, tmp_path)  # a fresh run: the verdicts were not cached
+        assert sum("grade answers" in r["messages"][0]["content"] for r in srv.requests) == 2 * judged == 14
+        assert type(build_judge(cfg, Clients(cfg, tmp_path / "r.sqlite"))) is JUDGES.get("llm")
+        verdict[0] = "CORRECT"  # rescore --allow-model-calls asks again too (nothing unreadable was cached)
+        res = rescore(run.run_dir, allow_model_calls=True, write=False)
+        assert res.info["judge"]["model_calls"] == 7 and res.scores["j"].eq(1.0).all()
+
+
+def test_extractors_with_other_settings_never_share_cached_memories(synthetic_path, tmp_path):
+    """Before: a user's extractor without an explicit ``name`` was keyed "extractor" whatever its settings."""
+    from memlab.extract import ExtractionRequest, ExtractionResult, Extractor, MemoryOp
+    from memlab.run import ExperimentConfig, run_experiment
+
+    class Prefixed(Extractor):
+        reconciles = False
+        reads_old_memories = False
+
+        def __init__(self, prefix: str = "said"):
+            self.prefix = prefix
+
+        def extract(self, request: ExtractionRequest) -> ExtractionResult:
+            return ExtractionResult(ops=[MemoryOp(action="add", text=f"{m.speaker} {self.prefix}: {m.text}",
+                                                  kind="fact", source_ids=(m.id,)) for m in request.delta])
+
+    assert Prefixed("said").cache_id() != Prefixed("wrote").cache_id()
+    assert "Prefixed" in Prefixed().cache_id() and not Prefixed().cache_id().startswith("extractor")
+    cfg = ExperimentConfig.from_dict({"name": "t", "dataset": {"path": str(synthetic_path)}})
+    runs = [run_experiment(cfg, results=tmp_path, progress=False, extractor=Prefixed(p)) for p in ("said", "wrote")]
+    assert runs[0].info["extraction"]["cache_key"] != runs[1].info["extraction"]["cache_key"]
+    assert runs[1].info["extraction"]["from_cache"] is False
+    texts = [(r.run_dir / "traces" / "memories.jsonl").read_text() for r in runs]
+    assert " said: " in texts[0] and " wrote: " in texts[1] and " said: " not in texts[1]
+
+
+def test_malformed_extraction_arguments_are_counted_in_run_json_and_the_cli_line(synthetic_path, tmp_path, capsys):
+    """Before: invalid JSON arguments in some sessions were dropped silently: run "complete", the CLI said
+    "malformed 0" and the replies were cached."""
+    from memlab.cli import main
+    from tests.scripted_model import responder
+    from tests.test_faults_run import model
+
+    def respond(body: dict) -> Reply:
+        if "add_memory" not in json.dumps(body.get("tools", [])):
+            return responder(body)
+        reask = any(m["role"] == "tool" for m in body["messages"])
+        calls = responder({**body, "messages": body["messages"][:2]}).tool_calls
+        if reask:  # shown the error: the broken call comes back well-formed
+            return Reply(tool_calls=calls[-1:])
+        return Reply(tool_calls=[*calls[:-1], {"name": "add_memory", "arguments": '{"memory": "half'}])
+
+    with ScriptedServer(responder=respond) as srv:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(model(synthetic_path, srv, **{"extraction.extractor": "llm",
+                                                     "extraction.model": "openai/scripted"}).to_yaml())
+        assert main(["run", str(cfg), "--results", str(tmp_path / "r")]) == 0
+        jobs = sum(1 for r in srv.requests if "add_memory" in json.dumps(r.get("tools", []))
+                   and not any(m["role"] == "tool" for m in r["messages"]))
+        (run_json,) = (tmp_path / "r").glob("*/run.json")
+        info = json.loads(run_json.read_text())
+        assert jobs > 1 and info["extraction"]["malformed_tool_calls"] == jobs
+        assert info["extraction"]["memories"] == 7 and info["status"] == "complete"
+        assert f"malformed {jobs})" in capsys.readouterr().out
+        trace = [json.loads(x) for x in (run_json.parent / "traces" / "extraction.jsonl").read_text().splitlines()]
+        assert [r["malformed_tool_calls"] for r in trace if "malformed_tool_calls" in r] == [1] * jobs  # per job
+
+
+def test_an_echoed_key_is_redacted_from_every_stored_error(synthetic_path, tmp_path, monkeypatch):
+    """Before: a server echoing the Authorization header in its error body got the key stored verbatim in
+    predictions, traces and run.json."""
+    from tests.test_faults_run import model
+
+    secret = "sk-h20a-this-is-the-secret-key"
+    monkeypatch.setenv("H20A_TEST_KEY", secret)
+    with ScriptedServer(default=Reply(status=500, text="upstream failed", echo_auth=True)) as srv:
+        run = run_experiment_quiet(model(synthetic_path, srv, **{"models.api_key_env": "H20A_TEST_KEY"}), tmp_path)
+    errors = run.predictions.error
+    assert errors.notna().all() and errors.str.contains("Authorization: Bearer [redacted]", regex=False).all()
+    stored = [p for p in run.run_dir.rglob("*") if p.is_file()]
+    assert any(p.name == "run.json" for p in stored) and any(p.suffix == ".parquet" for p in stored)
+    leaked = [str(p) for p in stored if secret.encode() in p.read_bytes()]
+    assert leaked == [] and len(srv.requests) > 0

@@ -171,12 +171,32 @@ def test_extractor_that_writes_nothing_stops_the_run(synthetic_path, tmp_path):
     ({"index.factory": "HNSW0"}, "index.factory = 'HNSW0'"),
     ({"name": "../../etc"}, "name = '../../etc'"),
     ({"dataset.categories": [True]}, "dataset.categories has [True]"),
+    # issue 20: each got through before (a crash in scoring, a TypeError, an errored question each, a silent change)
+    ({"run.seed": -1}, "run.seed = -1; expected an integer >= 0"),
+    ({"run.seed": 2**40}, "run.seed = 1099511627776; expected an integer <= 4294967295"),
+    ({"dataset.path": [1, 2]}, "dataset.path = [1, 2]; expected a string or null"),
+    ({"retrieval.similarity_threshold": "high"}, "retrieval.similarity_threshold = 'high'; expected a number or null"),
+    ({"retrieval.participant_boost_sigma": float("nan")}, "retrieval.participant_boost_sigma = nan; expected a finite"),
+    ({"models.timeout": float("inf")}, "models.timeout = inf; expected a finite number"),
+    ({"retrieval.similarity_threshold": float("-inf")}, "retrieval.similarity_threshold = -inf; expected a finite"),
+    ({"retrieval.fusion_weights": {"dense": float("nan")}}, "retrieval.fusion_weights has nan; expected finite"),
+    ({"retrieval.top_k": 10**12}, "retrieval.top_k = 1000000000000; expected an integer <= 10000"),
+    ({"name": "n" * 200}, "expected at most 120 letters"),
 ])
 def test_bad_config_is_an_error_before_any_folder(synthetic_path, tmp_path, over, needle):
     with pytest.raises(ConfigError) as e:
         run_experiment(syn(synthetic_path).with_overrides(over), results=tmp_path / "res", progress=False)
     assert needle in str(e.value)
     assert not (tmp_path / "res").exists()  # no orphan run folder (nothing at all is written)
+
+
+def test_yaml_nan_from_the_command_line_is_refused_before_any_folder(synthetic_path, tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(syn(synthetic_path).to_yaml())
+    for value in ("retrieval.participant_boost_sigma=.nan", "run.max_error_rate=.inf", "retrieval.rrf_k=1e12"):
+        assert main(["run", str(cfg), "--set", value, "--results", str(tmp_path / "r")]) == 2
+        assert value.split("=")[0] in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
 
 
 def test_bad_data_and_unknown_conversation_leave_no_folder(write_locomo, synthetic_path, tmp_path):
@@ -291,3 +311,205 @@ def test_sigint_stops_cleanly_and_prints_the_resume_command(synthetic_path, tmp_
         resumed = run_experiment(None, resume=log.parent, progress=False)
         assert resumed.info["resumed_skipped"] == done and resumed.info["status"] == "complete"
         assert len(resumed.info["sessions"]) == 2
+
+
+# ------------------------------------------------------------------------------ issue 20, part B: run lifecycle
+def _file_limit(limit: int):
+    """In the child: files may grow to ``limit`` bytes, then a write fails with EFBIG (as a full disk fails one)."""
+    import resource
+
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def _memlab(*args: str, limit: int | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run([sys.executable, "-m", "memlab", *args], env=env, capture_output=True, text=True,
+                          timeout=300, preexec_fn=_file_limit(limit) if limit else None)
+
+
+@pytest.fixture
+def finished_run(synthetic_path, tmp_path):
+    return run_experiment(syn(synthetic_path), results=tmp_path / "res", progress=False)
+
+
+@pytest.mark.parametrize("flag, name", [("--out", "report.md"), ("--html", "report.html")])
+def test_a_report_cut_by_a_full_disk_keeps_the_old_file(finished_run, tmp_path, flag, name):
+    out = tmp_path / "out" / name
+    out.parent.mkdir()
+    out.write_text("the old report\n")
+    res = _memlab("report", str(finished_run.run_dir), flag, str(out), limit=700)  # the new one is larger
+    assert res.returncode == 2, res.stderr
+    assert f"memlab: cannot write {out}: File too large (EFBIG)" in res.stderr and "Traceback" not in res.stderr
+    assert out.read_text() == "the old report\n"  # before: cut at 700 bytes (of ~1,500), the old report gone
+    assert [p.name for p in out.parent.iterdir()] == [name]  # no temp file left
+
+
+def test_a_resume_log_rewrite_cut_by_a_full_disk_keeps_the_log(finished_run):
+    log = finished_run.run_dir / "predictions.jsonl"
+    before = log.read_text()
+    code = f"from pathlib import Path; from memlab.run.answering import load_done; load_done(Path({str(log.parent)!r}))"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                         preexec_fn=_file_limit(len(before) // 2))
+    assert res.returncode != 0 and "File too large" in res.stderr
+    assert log.read_text() == before  # before: the log was cut in half, and the cut questions answered again
+
+
+def test_a_storage_error_is_one_line_and_marks_the_run_failed(synthetic_path, tmp_path, monkeypatch, capsys):
+    import errno
+
+    import memlab.run.runner as runner
+
+    def full(run_dir, pred, summ):
+        raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "predictions.parquet"))
+
+    monkeypatch.setattr(runner, "write_results", full)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(syn(synthetic_path).to_yaml())
+    assert main(["run", str(cfg), "--results", str(tmp_path / "r")]) == 2  # before: a traceback
+    err = capsys.readouterr().err
+    (run_dir,) = (tmp_path / "r").glob("f-*")
+    assert f"memlab: cannot write {run_dir / 'predictions.parquet'}: No space left on device (ENOSPC)" in err
+    said = [ln for ln in err.splitlines() if ln.startswith("memlab:")]
+    assert f"memlab run --resume {run_dir}" in err and len(said) == 1 and "Traceback" not in err
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "failed" and "No space left on device" in info["failure"]
+
+
+def test_a_results_path_too_long_is_one_line_and_no_traceback(synthetic_path, tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(syn(synthetic_path).to_yaml())
+    assert main(["run", str(cfg), "--results", str(tmp_path / ("x" * 300))]) == 2  # before: a traceback
+    err = capsys.readouterr().err
+    assert "File name too long (ENAMETOOLONG)" in err and "x" * 300 in err and len(err.strip().splitlines()) == 1
+
+
+def test_sigterm_stops_like_ctrl_c_and_a_second_process_is_refused_the_folder(synthetic_path, tmp_path):
+    from memlab.rundir import RunFolderBusy
+
+    seen, sent = threading.Event(), threading.Event()
+
+    def slow(body: dict) -> Any:
+        time.sleep(0.4)
+        if seen.is_set():
+            sent.wait(30)
+        return responder(body)
+
+    with ScriptedServer(responder=slow) as srv:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(model(synthetic_path, srv).to_yaml())
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        proc = subprocess.Popen([sys.executable, "-m", "memlab", "run", str(cfg), "--results", str(tmp_path / "r")],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+        deadline = time.time() + 120
+        log = None
+        while time.time() < deadline and log is None:
+            logs = list((tmp_path / "r").glob("f-*/predictions.jsonl"))
+            if logs and logs[0].read_text().count("\n") >= 2:
+                log = logs[0]
+                seen.set()
+            time.sleep(0.05)
+        assert log is not None
+        t0 = time.perf_counter()
+        with pytest.raises(RunFolderBusy, match=f"in use by another memlab process \\(pid {proc.pid} on "):
+            run_experiment(None, resume=log.parent, progress=False)  # before: a second writer on the same log
+        assert time.perf_counter() - t0 < 5  # refused at once, before loading anything
+        proc.send_signal(signal.SIGTERM)
+        sent.set()
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143, err  # before: killed by the signal (-15), run.json left "running"
+        assert f"memlab run --resume {log.parent}" in err and "Traceback" not in err
+        assert json.loads((log.parent / "run.json").read_text())["status"] == "interrupted"
+        done = log.read_text().count("\n")
+        resumed = run_experiment(None, resume=log.parent, progress=False)  # the lock died with its process
+        assert resumed.info["resumed_skipped"] == done and resumed.info["status"] == "complete"
+
+
+def test_a_stale_lock_file_of_a_dead_process_is_taken_over(finished_run):
+    import socket
+
+    from memlab.rundir import LOCK_FILE
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lock = finished_run.run_dir / LOCK_FILE
+    lock.write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname(), "since": "2026-01-01"}))
+    again = run_experiment(None, resume=finished_run.run_dir, progress=False)
+    assert again.info["status"] == "complete" and lock.read_text() == ""  # released when the run ended
+
+
+def test_grid_values_never_make_a_path_outside_the_results_root(synthetic_path, tmp_path):
+    from memlab.run import run_ablation
+
+    root = tmp_path / "a" / "b" / "res"
+    cfg = syn(synthetic_path, **{"dataset.question_limit": 1, "grid": {"extraction.model": ["../../../x", "x"]}})
+    runs = run_ablation(cfg, results=root, progress=False)
+    assert [r.run_dir.parent for r in runs] == [root, root]  # before: ../../../x made a/b/x-<stamp>
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_dir() and p.name.startswith("x")) == []
+    names = [r.config.name for r in runs]
+    assert names[0].startswith("f-modelx_") and names[1] == "f-modelx" and "/" not in names[0]
+
+
+def _crafted(run_dir: Path, srv: ScriptedServer, prompt: Path) -> None:
+    """Edit a finished offline run's config.yaml as a folder from elsewhere could come."""
+    import yaml
+
+    d = yaml.safe_load((run_dir / "config.yaml").read_text())
+    d["answer"].update(arm="original", model="openai/scripted", prompt=str(prompt))
+    d["models"].update(api_base=srv.api_base, api_key_env="H20B_SECRET", max_retries=0, timeout=5.0)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(d))
+    (run_dir / "predictions.jsonl").write_text("")  # every question still to answer
+
+
+def test_resume_refuses_a_crafted_endpoint_key_and_prompt_unless_trusted(finished_run, tmp_path, monkeypatch,
+                                                                       capsys):
+    monkeypatch.setenv("H20B_SECRET", "sk-the-users-secret")
+    prompt = tmp_path / "local-file.md"
+    prompt.write_text((ROOT / "memlab" / "prompts" / "answer" / "original.md").read_text())
+    with ScriptedServer(responder=responder) as srv:
+        _crafted(finished_run.run_dir, srv, prompt)
+        assert main(["run", "--resume", str(finished_run.run_dir)]) == 2
+        err = capsys.readouterr().err
+        for needle in (f"models.reader.api_base = '{srv.api_base}'", "models.reader.api_key_env = 'H20B_SECRET'",
+                       f"answer.prompt = '{prompt}'", "--trust-run-config"):
+            assert needle in err
+        assert srv.requests == []  # before: the secret and the file went to the folder's server
+        # the user confirms: the folder's settings are used, and remembered for the next resume
+        run = run_experiment(None, resume=finished_run.run_dir, progress=False, trust_run_config=True)
+        assert run.config.models.api_base == srv.api_base and srv.requests
+        run_experiment(None, resume=finished_run.run_dir, progress=False)
+
+
+def test_resume_of_the_users_own_model_run_needs_no_flag(synthetic_path, tmp_path):
+    with ScriptedServer(responder=responder) as srv:
+        run = run_experiment(model(synthetic_path, srv, **{"models.api_key_env": "H20B_OWN"}), results=tmp_path,
+                             progress=False)
+        again = run_experiment(None, resume=run.run_dir, progress=False)
+        assert again.info["status"] == "complete"
+        with pytest.raises(ConfigError, match="models.reader.api_key_env = 'OTHER'"):  # edited after the start
+            _edit_and_resume(run.run_dir)
+
+
+def _edit_and_resume(run_dir: Path) -> None:
+    import yaml
+
+    d = yaml.safe_load((run_dir / "config.yaml").read_text())
+    d["models"]["api_key_env"] = "OTHER"
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(d))
+    run_experiment(None, resume=run_dir, progress=False)
+
+
+@pytest.mark.parametrize("name, damage, needle", [
+    ("predictions.parquet", b"PAR1 cut short", "predictions.parquet: unreadable"),
+    ("run.json", b"{not json", "run.json: unreadable"),
+    ("config.yaml", b"name: [unclosed", "config.yaml: unreadable"),
+    ("config.yaml", b"- a list", "config.yaml: expected a mapping"),
+])
+def test_report_on_a_corrupt_run_file_names_it(finished_run, capsys, name, damage, needle):
+    (finished_run.run_dir / name).write_bytes(damage)
+    assert main(["report", str(finished_run.run_dir)]) == 2  # before: a raw traceback
+    err = capsys.readouterr().err
+    assert needle in err and str(finished_run.run_dir / name) in err

@@ -57,7 +57,8 @@ def test_tool_calls_become_typed_ops_and_prompt_carries_memories():
         {"name": "remember_forever", "arguments": {"memory": "x"}},                      # unknown tool
         {"name": "delete_memory", "arguments": {}},                                      # missing id
         {"name": "add_memory", "arguments": {"memory": "x", "event_time": "last spring"}},  # bad date
-    ], prompt_tokens=420, completion_tokens=60, cached_tokens=128)]) as srv:
+    ], prompt_tokens=420, completion_tokens=60, cached_tokens=128),
+        Reply(text="Nothing more to add.", prompt_tokens=500, completion_tokens=5)]) as srv:  # the re-ask
         w = AutoMemoryWorker(svc, extractor(srv, prompt="structured"), reconcile_config=ReconcileConfig(enabled=False))
         s = session("I went to a tea tasting in Kyoto yesterday!", "Sounds lovely.")
         r = w.run_job(s)
@@ -72,13 +73,16 @@ def test_tool_calls_become_typed_ops_and_prompt_carries_memories():
     assert tea.source_ids == ("D1:1",)  # cited id kept
     assert r.proposed[1].source_ids == ("D1:1", "D1:2")  # none cited: the whole delta
     assert {e.text for e in svc.list(K)} == {"Alice went to a tea tasting in Kyoto", "Alice loves matcha"}
-    assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.cached_tokens) == (420, 60, 128)
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.cached_tokens) == (920, 65, 128)
     prompt = body["messages"][0]["content"]
     assert "Alice likes green tea" in prompt and old.id in prompt  # old memories rendered
     assert "[D1:1] (2023-05-08) Alice: I went to a tea tasting" in prompt  # delta rendered with ids
     assert {t["function"]["name"] for t in body["tools"]} == {"add_memory", "update_memory", "delete_memory",
                                                              "clear_memories"}
-    assert w.counters.ops_dropped_malformed == 4 and w.counters.model_calls == 1
+    assert w.counters.ops_dropped_malformed == 4 and w.counters.model_calls == 2  # invalid JSON: re-asked once
+    assert w.counters.malformed_tool_calls == 1 and r.malformed_tool_calls == 1
+    shown = [m["content"] for m in srv.requests[1]["messages"] if m["role"] == "tool"]
+    assert len(shown) == 6 and sum("not valid JSON" in c for c in shown) == 1
 
 
 @pytest.mark.parametrize("fault", [Reply(status=429), Reply(status=500), Reply(malformed=True)])

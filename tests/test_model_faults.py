@@ -19,8 +19,9 @@ import pytest
 
 import memlab.llm as llm
 from memlab.answer import AnswerContext
-from memlab.answer.llm_arms import Judge, LongContextAnswerer, OptimizedAnswerer, OriginalAnswerer
+from memlab.answer.llm_arms import LongContextAnswerer, OptimizedAnswerer, OriginalAnswerer
 from memlab.data import Question, load_locomo
+from memlab.eval.profiles import ProfileJudge
 from memlab.extract import AutoMemoryWorker, ChatSession, LLMExtractor, Message, ReconcileConfig
 from memlab.index import open_service
 from memlab.memory import SearchOptions, UserKey
@@ -95,7 +96,7 @@ def test_empty_reply_is_never_the_abstain_phrase(ctx, arm):
 
 def test_judge_empty_or_unreadable_verdict_is_an_error_not_a_zero():
     with ScriptedServer([Reply(text=""), Reply(text="Maybe, partly."), Reply(text="WRONG.")]) as srv:
-        j = Judge(client(srv))
+        j = ProfileJudge(client(srv))
         raises_model_error(lambda: j.judge(question(), "Rex"), "EmptyReply")
         raises_model_error(lambda: j.judge(question(), "Rex"), "BadReply")
         assert j.judge(question(), "Max")[0] == 0.0
@@ -315,3 +316,112 @@ def test_litellm_embedder_waits_for_the_chat_clients_slot_on_the_same_server():
         ep.slots.release()
         t.join(30)
         assert not t.is_alive() and len(srv.embed_requests) == 1
+
+
+# ------------------------------------------------------------------- issue 20: the trust edges
+def test_judge_that_says_not_correct_is_a_judge_error_never_cached_and_asked_again(tmp_path):
+    """Before: "NOT CORRECT" scored J = 1.0, and an unreadable verdict was cached, so no rerun asked again."""
+    cache = tmp_path / "responses.sqlite"
+    with ScriptedServer([Reply(text="The generated answer is NOT CORRECT."), Reply(text="Maybe, partly."),
+                         Reply(text="WRONG")]) as srv:
+        j = ProfileJudge(client(srv, cache_path=cache))
+        e = raises_model_error(lambda: j.judge(question(), "Max"), "BadReply")
+        assert "negates or hedges" in str(e) and e.partial.calls == 1
+        raises_model_error(lambda: j.judge(question(), "Max"), "BadReply")  # asked again: not cached
+        assert j.judge(question(), "Max")[:3:2] == (0.0, False) and len(srv.requests) == 3
+        assert j.judge(question(), "Max")[:3:2] == (0.0, True) and len(srv.requests) == 3  # a readable one is
+
+
+def test_a_rejected_verdict_already_in_the_cache_is_dropped_and_asked_again(tmp_path):
+    """A cache written before the fix holds garbage verdicts: they are not served, the judge is asked."""
+    cache = tmp_path / "responses.sqlite"
+    with ScriptedServer([Reply(text="NOT CORRECT"), Reply(text="CORRECT")]) as srv:
+        c = client(srv, cache_path=cache)
+        msgs = ProfileJudge(c).messages("What is Bob's dog called?", "Rex", 4, "Rex")
+        assert c.complete(msgs).text == "NOT CORRECT"  # cached without a check, as the old judge did
+        assert ProfileJudge(client(srv, cache_path=cache)).judge(question(), "Rex")[0] == 1.0
+        assert len(srv.requests) == 2
+
+
+def test_the_last_round_of_an_exhausted_tool_loop_is_not_cached(ctx, tmp_path):
+    """Before: the last round's tool-call reply was cached, so every rerun failed again without asking."""
+    cache = tmp_path / "responses.sqlite"
+    search = Reply(tool_calls=[{"name": "memory_search", "arguments": {"query": "dog"}}])
+    with ScriptedServer([search, search, Reply(text="Rex")]) as srv:
+        raises_model_error(lambda: OptimizedAnswerer(client(srv, cache_path=cache), max_rounds=2).timed(
+            question(), ctx), "ToolLoopExhausted")
+        a = OptimizedAnswerer(client(srv, cache_path=cache), max_rounds=2).timed(question(), ctx)
+        assert a.prediction == "Rex" and a.cached_calls == 1 and len(srv.requests) == 3  # round 2 asked again
+
+
+def test_response_cache_is_keyed_by_the_endpoint_that_answered(tmp_path):
+    """Before: a second server was answered entirely from the first one's cached replies (0 requests)."""
+    cache = tmp_path / "responses.sqlite"
+    msgs = [{"role": "user", "content": "ping"}]
+    with ScriptedServer(default=Reply(text="one")) as a, ScriptedServer(default=Reply(text="two")) as b:
+        assert client(a, cache_path=cache).complete(msgs).text == "one"
+        assert client(b, cache_path=cache).complete(msgs).text == "two" and len(b.requests) == 1
+        assert client("HTTP" + a.api_base[4:] + "/", cache_path=cache).complete(msgs).from_cache
+        assert len(a.requests) == 1  # the same endpoint however written: served from the cache
+        assert not client(a, cache_path=cache, temperature=0.7).complete(msgs).from_cache  # a parameter differs
+
+
+def _add(memory: str, sid: str = "D1:1") -> dict:
+    return {"name": "add_memory", "arguments": {"memory": memory, "kind": "fact", "source_ids": [sid]}}
+
+
+def test_extraction_calls_with_unreadable_arguments_are_reasked_with_the_error_shown(tmp_path):
+    """Before: a call with invalid JSON arguments was dropped silently (counted nowhere, reply cached)."""
+    broken = {"name": "add_memory", "arguments": '{"memory": "Alice likes pottery", "kind": '}
+    with ScriptedServer([Reply(tool_calls=[_add("Alice adopted a puppy named Rex"), broken]),
+                         Reply(tool_calls=[_add("Alice likes pottery")])]) as srv:
+        svc = open_service("memory")
+        w = AutoMemoryWorker(svc, LLMExtractor(MODEL, client=client(srv, cache_path=tmp_path / "r.sqlite")),
+                             reconcile_config=ReconcileConfig(enabled=False))
+        r = w.run_job(session("I adopted a puppy named Rex. I like pottery."))
+        assert r.status == "ran" and sorted(e.text for e in svc.list(KEY)) == ["Alice adopted a puppy named Rex",
+                                                                               "Alice likes pottery"]
+        assert r.malformed_tool_calls == 1 and w.counters.malformed_tool_calls == 1 and w.counters.model_calls == 2
+        assert r.to_dict()["malformed_tool_calls"] == 1
+        shown = [m for m in srv.requests[1]["messages"] if m["role"] == "tool"]
+        assert len(shown) == 2 and "not valid JSON" in shown[1]["content"] and '"ok": true' in shown[0]["content"]
+
+
+def test_extraction_calls_still_malformed_after_the_reask_fail_the_job_uncached(tmp_path):
+    cache = tmp_path / "r.sqlite"
+    broken = Reply(tool_calls=[{"name": "add_memory", "arguments": "{not json"}])
+    with ScriptedServer([broken, broken, Reply(tool_calls=[_add("Alice likes pottery")])]) as srv:
+        svc = open_service("memory")
+        w = AutoMemoryWorker(svc, LLMExtractor(MODEL, client=client(srv, cache_path=cache)),
+                             reconcile_config=ReconcileConfig(enabled=False))
+        r = w.run_job(session("I like pottery."))
+        assert r.status == "failed" and "MalformedToolCall" in r.reason and svc.list(KEY) == []
+        assert r.malformed_tool_calls == 2 and w.counters.model_calls == 2
+        r = w.run_job(session("I like pottery."))  # the rerun: the failed re-ask is asked again, not replayed
+        assert r.status == "ran" and [e.text for e in svc.list(KEY)] == ["Alice likes pottery"]
+        assert len(srv.requests) == 3
+
+
+def test_an_echoed_bearer_token_never_reaches_the_error_text():
+    secret = "local-secret-token-4242"
+    with ScriptedServer(default=Reply(status=400, text="bad request", echo_auth=True)) as srv:
+        c = llm.ModelClient(MODEL, api_base=srv.api_base, api_key=secret, timeout=5.0, max_retries=0)
+        e = raises_model_error(lambda: c.complete([{"role": "user", "content": "hi"}]), "ModelCallError")
+        assert "Authorization" in str(e) and secret not in str(e) and "[redacted]" in str(e)
+    assert llm.redact("key sk-proj-AbC123xyz789 and Bearer abc.def") == "key [redacted] and Bearer [redacted]"
+    assert llm.redact('{"Authorization": "Bearer tok-123456"}') == '{"Authorization": "Bearer [redacted]"}'
+    assert llm.redact("api_key=abcdefgh1234 ok") == "api_key=[redacted] ok"
+
+
+def test_cached_embeddings_are_keyed_by_the_endpoint_too(tmp_path):
+    """Like the response cache: a second embedding server was answered from the first one's cached vectors."""
+    from memlab.index.embedders import CachedEmbedder, LiteLLMEmbedder
+
+    with ScriptedServer() as a, ScriptedServer(embed_dim=8) as b:
+        for srv in (a, b):
+            emb = CachedEmbedder(LiteLLMEmbedder(MODEL, api_base=srv.api_base, api_key="x", num_retries=0),
+                                 tmp_path / "emb.sqlite")
+            assert emb.embed(["Bob adopted Rex"]).shape == (1, 16 if srv is a else 8)
+        assert len(a.embed_requests) == 1 and len(b.embed_requests) == 1
+    hosted = LiteLLMEmbedder("text-embedding-3-small")
+    assert hosted.embedder_id == "litellm:text-embedding-3-small"  # a provider's own API: the id as before

@@ -92,3 +92,130 @@ def test_job_timeout_from_config_bounds_a_slow_extraction(synthetic_path, tmp_pa
         with pytest.raises(Exception, match=r"syn-2: job timeout after 0.2 s") as ei:
             run_experiment(c, results=tmp_path, progress=False)
         assert type(ei.value).__name__ == "ExtractionFailed"
+
+
+# ------------------------------------------------------------------ endpoints checked before any work
+def every_role(path, base: str, **over) -> ExperimentConfig:
+    """The README's `original` recipe pointed at one address: extractor, embedder, reader and judge."""
+    c = ExperimentConfig.from_dict({
+        "name": "roles", "dataset": {"path": str(path)},
+        "extraction": {"extractor": "llm", "model": "gpt-4o-mini"},
+        "answer": {"arm": "original", "model": "gpt-4o-mini"},
+        "index": {"embedder": "litellm:text-embedding-3-small"}, "judge": {"model": "gpt-4o-mini"},
+        "models": {"api_base": base}})
+    return c.with_overrides(over) if over else c
+
+
+def test_a_dead_endpoint_stops_the_run_before_extraction_naming_every_role(synthetic_path, tmp_path):
+    """Before: only reader and judge were checked, after extraction (every job waited out its retries)."""
+    import json
+    import time
+
+    from memlab.testing import closed_port_api_base
+
+    base = closed_port_api_base()
+    t0 = time.perf_counter()
+    with pytest.raises(ConnectionError) as ei:
+        run_experiment(every_role(synthetic_path, base), results=tmp_path, progress=False)
+    assert time.perf_counter() - t0 < 5  # the data and components load; the check itself is one refused GET
+    msg = str(ei.value)
+    assert f"extractor/reader/judge/embedder endpoint {base} does not answer" in msg, msg
+    for role in ("extractor gpt-4o-mini", "reader gpt-4o-mini", "judge gpt-4o-mini", "embedder text-embedding-3-small"):
+        assert role in msg
+    run_dir = next(tmp_path.glob("roles-*"))
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "failed" and "extraction" not in info  # stopped before the extraction stage
+    assert not (run_dir / "traces" / "extraction.jsonl").exists()
+
+
+def test_each_dead_role_endpoint_is_named_and_a_live_one_is_not(synthetic_path, tmp_path):
+    from memlab.run.clients import Clients, check_endpoints
+    from memlab.testing import closed_port_api_base
+
+    dead = closed_port_api_base()
+    with ScriptedServer(responder=responder) as live:
+        c = every_role(synthetic_path, live.api_base, **{"models.judge.api_base": dead})
+        with pytest.raises(ConnectionError) as ei:
+            check_endpoints(c, Clients(c, tmp_path / "r.sqlite"))
+        assert f"judge endpoint {dead} does not answer" in str(ei.value)
+        assert live.api_base not in str(ei.value) and not live.requests
+
+
+def test_an_endpoint_that_does_not_serve_the_model_is_named(synthetic_path, tmp_path):
+    """Ollama lists every pulled model: a name it lacks fails before any request (before: one error per job)."""
+    listing = [{"id": "qwen2.5:0.5b-instruct"}, {"id": "nomic-embed-text"}]
+    with ScriptedServer(responder=responder, models=listing) as srv:
+        c = every_role(synthetic_path, srv.api_base, **{"extraction.model": "openai/qwen2.5:0.5b-instruct",
+                                                        "index.embedder": "litellm:openai/nomic-embed-text",
+                                                        "judge.model": "openai/qwen2.5:0.5b-instruct"})
+        with pytest.raises(ConnectionError) as ei:
+            run_experiment(c, results=tmp_path, progress=False)
+        msg = str(ei.value)
+        assert f"reader gpt-4o-mini: not served at {srv.api_base}" in msg and "qwen2.5:0.5b-instruct" in msg
+        assert "extractor" not in msg and "embedder" not in msg and "judge" not in msg.split("\n", 1)[1]
+        assert not srv.requests and not srv.embed_requests  # nothing was sent
+
+
+def test_a_hosted_role_whose_key_variable_is_unset_is_named(synthetic_path, tmp_path, monkeypatch):
+    from memlab.run.clients import Clients, check_endpoints
+
+    monkeypatch.delenv("MEMLAB_TEST_UNSET_KEY", raising=False)
+    c = ExperimentConfig.from_dict({"dataset": {"path": str(synthetic_path)}, "answer": {"arm": "original",
+                                    "model": "gpt-4o-mini"}, "models": {"api_key_env": "MEMLAB_TEST_UNSET_KEY"}})
+    with pytest.raises(ConnectionError, match="reader gpt-4o-mini: the key variable MEMLAB_TEST_UNSET_KEY"):
+        check_endpoints(c, Clients(c, tmp_path / "r.sqlite"), ("reader",))
+    monkeypatch.setenv("MEMLAB_TEST_UNSET_KEY", "sk-x")
+    assert check_endpoints(c, Clients(c, tmp_path / "r.sqlite"), ("reader",)) == []  # no api_base: nothing probed
+
+
+def test_the_circuit_breaker_stops_retrying_a_dead_endpoint():
+    """Three calls in a row that could not connect open it: the next call is not sent at all."""
+    from memlab.breaker import breaker
+    from memlab.llm import EndpointUnreachable, ModelClient
+    from memlab.testing import closed_port_api_base
+
+    base = closed_port_api_base()
+    c = ModelClient("openai/x", api_base=base, api_key="x", max_retries=5, backoff=0.01)
+    with pytest.raises(EndpointUnreachable) as first:
+        c.complete([{"role": "user", "content": "hi"}])
+    assert first.value.partial.calls == 3  # before: 6 attempts (1 + max_retries)
+    with pytest.raises(EndpointUnreachable, match="could not connect") as second:
+        c.complete([{"role": "user", "content": "again"}])
+    assert second.value.partial.calls == 0 and c.calls == 3
+    assert isinstance(second.value.__cause__, ConnectionError)  # a run's answering stage stops on it
+    br = breaker(base)
+    br.opened_at -= br.cooldown_s  # after the cooldown one trial call goes through (and fails again)
+    with pytest.raises(EndpointUnreachable):
+        c.complete([{"role": "user", "content": "trial"}])
+    assert c.calls == 4
+
+
+def test_an_extraction_against_a_dead_endpoint_fails_fast_without_the_check(synthetic_path, tmp_path):
+    """With the up-front check off, the breaker bounds the work: 3 connection attempts for all the jobs."""
+    import time
+
+    from memlab.breaker import breaker
+    from memlab.run.extraction import ExtractionFailed
+    from memlab.testing import closed_port_api_base
+
+    base = closed_port_api_base()
+    c = every_role(synthetic_path, base, **{"run.check_endpoint": False, "index.embedder": "tfidf-lsa",
+                                            "models.max_retries": 3})
+    t0 = time.perf_counter()
+    with pytest.raises(ExtractionFailed, match="could not connect"):
+        run_experiment(c, results=tmp_path, progress=False)
+    assert time.perf_counter() - t0 < 20 and breaker(base).failures == 3
+
+
+def test_a_vllm_listing_of_another_model_is_named_a_llama_cpp_one_is_not(synthetic_path, tmp_path):
+    from memlab.run.clients import Clients, check_endpoints
+
+    c = every_role(synthetic_path, "http://127.0.0.1:1/v1", **{"index.embedder": "tfidf-lsa"})
+    for server, fails in (("vllm", True), ("llama-cpp-python", False)):
+        with ScriptedServer.imitating(server, responder=responder) as srv:
+            c2 = c.with_overrides({"models.api_base": srv.api_base})
+            if fails:
+                with pytest.raises(ConnectionError, match="reader gpt-4o-mini: not served at .*Qwen/Qwen2.5"):
+                    check_endpoints(c2, Clients(c2, tmp_path / "r.sqlite"))
+            else:
+                assert check_endpoints(c2, Clients(c2, tmp_path / "r.sqlite")) == [srv.api_base]

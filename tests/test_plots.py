@@ -23,7 +23,7 @@ def summary(f1, tokens, ctx=100.0, recall=(0.1, 0.4, 0.6, 0.8), half=0.05):
     d["n"] = N
     d["f1"] = f1
     d["f1_lo"], d["f1_hi"] = d.f1 - half, d.f1 + 2 * half  # asymmetric on purpose
-    d["tokens_qa"] = tokens
+    d["answer_tokens_qa"] = tokens
     d["context_tokens_qa"] = ctx
     for k, r in zip((1, 5, 10, 20), recall):
         d[f"recall@{k}"] = r

@@ -92,7 +92,30 @@ def test_judge_scores():
     assert TRPC.judge_score('{"correct": false, "confidence": 0.9}') == 0.0
     assert TRPC.judge_score('sure: {"correct": true, "confidence": -1.7}') == 1.0
     assert TRPC.judge_score('{"correct": true}') == 0.0  # no confidence given: 0
-    assert TRPC.judge_score("I think the answer is correct") == 0.5  # unreadable: the harness's fallback
+    # unreadable is an error (the harness's 0.5 fallback would score "not correct" 0.5)
+    for bad in ("I think the answer is correct", '{"correct": "false", "confidence": 0.9}',
+                '{"correct": true, "confidence": "high"}', "[true]"):
+        with pytest.raises(ValueError):
+            TRPC.judge_score(bad)
+
+
+@pytest.mark.parametrize("reply", [
+    "The generated answer is NOT CORRECT.", "not correct", "It isn't correct.", "It isn’t correct",
+    "Partially correct", "The answer is mostly correct but misses the year.", "Neither correct nor wrong.",
+    "CORRECT or WRONG", "Maybe.", "", '{"label": "NOT CORRECT"}', '```json\n{"label": "partly"}\n```'])
+def test_negated_hedged_or_ambiguous_verdicts_are_unreadable_never_a_score(reply):
+    """Issue 20: "NOT CORRECT" was scored J = 1.0 (the word CORRECT was found); a negation, a hedge, both
+    words, neither, or an unknown JSON label is unreadable (ValueError -> judge_error), never a score."""
+    with pytest.raises(ValueError):
+        LOC.judge_score(reply)
+
+
+def test_json_labels_are_read_exactly():
+    assert LOC.judge_score('{"label": "CORRECT"}') == 1.0 and LOC.judge_score('{"label": "wrong"}') == 0.0
+    assert LOC.judge_score("CORRECT. Not the same words, but the same day.") == 1.0  # the "not" qualifies no verdict
+    for bad in ('{"label": "NOT CORRECT"}', '{"label": "INCORRECT?"}', '{"reason": "x"}', '{"label": true}'):
+        with pytest.raises(ValueError):
+            MEM0.judge_score(bad)
 
 
 def test_judge_prompts_carry_the_inputs():

@@ -13,7 +13,6 @@ import pytest
 
 from memlab.run import ExperimentConfig, run_experiment
 from memlab.run.report import (
-    CONTEXT_MARK,
     ReportError,
     _bootstrap,
     format_report,
@@ -70,12 +69,13 @@ def test_table_is_tidy_with_intervals_n_and_context_tokens(sweep):
     assert table.category.tolist()[:5] == ["1 multi-hop", "2 temporal", "3 open-domain", "4 single-hop",
                                            "5 adversarial"]
     assert table.n.tolist() == s.n.astype(int).tolist()
-    for m in ("f1", "bleu1", "recall@10", "tokens_qa"):
+    for m in ("f1", "bleu1", "recall@10", "context_tokens_qa"):
         ok = table[[m, f"{m}_lo", f"{m}_hi"]].dropna()
         assert len(ok) and (ok[f"{m}_lo"] <= ok[m] + 1e-12).all() and (ok[m] <= ok[f"{m}_hi"] + 1e-12).all()
-    # the offline arm sends no prompt: Tokens/QA is its context tokens, and the table says so
-    assert (s.tokens_qa == 0).all() and (s.context_tokens_qa > 0).all()
-    assert np.allclose(table.tokens_qa, s.context_tokens_qa) and set(table.tokens_source) == {"context"}
+    # the offline arm sends no prompt: its prompt tokens stay 0 (never swapped for the context tokens,
+    # which have their own column)
+    assert (table.prompt_tokens_qa == 0).all() and np.allclose(table.context_tokens_qa, s.context_tokens_qa)
+    assert (s.context_tokens_qa > 0).all() and not table.model_calls.any()
     assert table.j.isna().all()  # no judge: J is missing, never 0
     k5 = report_table([sweep["k"][5].run_dir])
     assert k5["recall@10"].isna().all()  # a top-5 run cannot report Recall@10
@@ -122,9 +122,12 @@ def test_exports_markdown_latex_csv(sweep):
     assert len([ln for ln in md if ln.startswith("| offline")]) == len(table)
     row = next(ln for ln in md if "| 4 single-hop |" in ln and "k=10" in ln)
     r = table[(table.group.astype(str) == "4") & table.run.str.contains("k=10")].iloc[0]
-    assert f"{r.f1:.3f} [{r.f1_lo:.3f}, {r.f1_hi:.3f}]" in row and CONTEXT_MARK in row
+    assert f"{r.f1:.3f} [{r.f1_lo:.3f}, {r.f1_hi:.3f}]" in row and f"{r.context_tokens_qa:,.0f}" in row
+    # offline runs only: no column is empty for every run (no J without a judge, no calls, no prompt tokens)
+    assert md[0].startswith("| run | category | n | F1 | BLEU-1 | recall@10 | context tokens/QA | latency")
+    assert not any(h in md[0] for h in ("| J |", "Calls/QA", "prompt tokens/QA", "n/a"))
     tex = format_report(table, "latex")
-    assert "\\toprule" in tex and "\\bottomrule" in tex and "recall@10" in tex and "$^\\dagger$" in tex
+    assert "\\toprule" in tex and "\\bottomrule" in tex and "recall@10" in tex and "context tokens/QA" in tex
     assert "k=5" in tex and "latency p50 (s)" in tex and "_" not in tex.replace("\\_", "")
     back = pd.read_csv(io.StringIO(format_report(table, "csv")))
     assert len(back) == len(table) and np.allclose(back.f1, table.f1) and np.allclose(back.f1_hi, table.f1_hi)
@@ -140,8 +143,6 @@ def test_latex_fits_a_column_and_escapes_every_label(sweep):
     table["run"] = table["run"].str.replace("offline", "arm_1 & co 50% #2 {x} ~^\\ <y> |z| \u2212 \u2026")
     tex = format_report(table, "latex")
     assert "\\resizebox{\\linewidth}{!}{%\n\\begin{tabular}" in tex and "\\end{tabular}}" in tex
-    assert "J" not in re.search(r"\\toprule\n(.*) \\\\\n", tex).group(1).split(" & ")  # n/a in every row
-    assert "Not shown (no value in any run): J." in tex
     known = r"\\(textbackslash|textasciitilde|textasciicircum|textless|textgreater|textbar|ldots)\{\}|\\[&%#_{}$]"
     spec = re.search(r"\\begin\{tabular\}\{([lr]+)\}", tex).group(1)
     body = tex[tex.index("\\toprule") + len("\\toprule"):tex.index("\\bottomrule")]
@@ -151,7 +152,7 @@ def test_latex_fits_a_column_and_escapes_every_label(sweep):
         cells = re.split(r"(?<!\\)&", ln)
         assert len(cells) == len(spec)  # no label adds a cell
         for cell in cells:
-            plain = re.sub(known, "", cell).replace("$^\\dagger$", "").replace("$-$", "")
+            plain = re.sub(known, "", cell).replace("$-$", "")
             assert not set(plain) & set("\\&%#_{}$~^<>|\u2212\u2026"), cell  # every special character escaped
     assert "arm\\_1 \\& co 50\\% \\#2 \\{x\\} \\textasciitilde{}\\textasciicircum{}\\textbackslash{}" in tex
     depth = 0
@@ -179,3 +180,41 @@ def test_cli_report(sweep, tmp_path, capsys):
     assert {"f1", "f1_lo", "f1_hi", "calls_qa", "n", "errors"} <= set(back.columns) and (back.calls_qa == 0).all()
     assert main(["report", str(broken)]) == 2
     assert "nothing to report" in capsys.readouterr().err
+
+
+def test_printed_tables_leave_out_what_an_offline_run_does_not_have(synthetic_path, tmp_path, capsys):
+    # `memlab run` printed tokens_qa 0.000 and calls_qa 0.000 for the offline reader, and report_table swapped
+    # its context tokens into tokens_qa; now each column is one quantity and empty ones are not printed.
+    from memlab.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"name: offline\ndataset: {{path: {synthetic_path}}}\nextraction: {{extractor: turns}}\n")
+    assert main(["run", str(cfg), "--results", str(tmp_path / "r")]) == 0
+    header = set(next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("label")).split())
+    assert {"context_tokens_qa", "embedding_tokens_qa"} <= header
+    assert not header & {"prompt_tokens_qa", "calls_qa", "tokens_qa", "total_tokens_qa"}
+    table = report_table(list((tmp_path / "r").glob("offline-*")))
+    assert (table.prompt_tokens_qa == 0).all() and (table.context_tokens_qa > 0).all()
+    shown = format_report(table)
+    assert "context tokens/QA" in shown and "Calls/QA" not in shown and "prompt tokens/QA" not in shown
+    mixed = pd.concat([table, table.assign(run="model", model_calls=True, prompt_tokens_qa=100.0, calls_qa=1.0,
+                                           prompt_tokens_qa_lo=np.nan, prompt_tokens_qa_hi=np.nan)])
+    from memlab.run.report import display_frame
+
+    d = display_frame(mixed)
+    assert set(d.loc[d.run == "model", "prompt tokens/QA"]) == {"100"}
+    offline = d[d.run != "model"]
+    assert set(offline["prompt tokens/QA"]) == {"-"} and set(offline["Calls/QA"]) == {"-"}
+    # a run folder written before the renaming reads with the new names
+    from memlab.run.records import read_frame, write_frame
+    from memlab.run.results import load_run
+
+    d = next((tmp_path / "r").glob("offline-*"))
+    s = read_frame(d / "summary")
+    old = s.drop(columns=["answer_tokens_qa"]).rename(columns={"embedding_tokens_qa": "embed_tokens_qa",
+                                                               "model_tokens_qa": "total_tokens_qa"})
+    write_frame(d / "summary", old.assign(tokens_qa=0.0))
+    back = load_run(d).summary
+    assert {"answer_tokens_qa", "embedding_tokens_qa", "model_tokens_qa"} <= set(back.columns)
+    assert not {"tokens_qa", "embed_tokens_qa", "total_tokens_qa"} & set(back.columns)
+    assert np.allclose(back.embedding_tokens_qa, s.embedding_tokens_qa)

@@ -1,19 +1,17 @@
-"""Model-backed arms over litellm: long-context, original (one retrieval), optimized (memory tools),
-and the LLM judge. Every call goes through `memlab.llm.ModelClient` (cache, retries, usage)."""
+"""Model-backed arms over litellm: long-context, original (one retrieval), optimized (memory tools).
+Every call goes through `memlab.llm.ModelClient` (cache, retries, usage). The LLM judge is the scoring
+profile's (`memlab.eval.profiles.ProfileJudge`, registered as ``llm``): one verdict rule per profile."""
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from memlab.answer.base import (
-    ABSTAIN,
     ANSWERERS,
-    JUDGES,
     Answer,
     AnswerContext,
     Answerer,
@@ -23,13 +21,11 @@ from memlab.answer.base import (
 )
 from memlab.data.locomo import Conversation, Question, format_day
 from memlab.llm import (
-    BadReply,
     Completion,
     MalformedToolCall,
     ModelClient,
     ModelError,
     ToolLoopExhausted,
-    Usage,
     count_tokens,
 )
 from memlab.memory.entry import MemoryEntry
@@ -82,6 +78,13 @@ def _complete(client: ModelClient, ans: Answer, msgs: list[dict[str, Any]], **kw
     return comp
 
 
+def reader_question(question: Question) -> str:
+    """The question as a reader model gets it. A LongMemEval question carries the date it is asked on, which
+    the official reader prompt states and temporal questions ("how many days ago ...") need; LoCoMo's do not."""
+    date = getattr(question, "question_date_raw", None)
+    return f"{question.question}\n(Current date: {date}.)" if date else question.question
+
+
 @ANSWERERS.register("long-context")
 class LongContextAnswerer(Answerer):
     """The whole transcript (with session dates) in one prompt."""
@@ -102,7 +105,7 @@ class LongContextAnswerer(Answerer):
     def answer(self, question: Question, ctx: AnswerContext) -> Answer:
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation),
                         transcript=render_transcript(ctx.conversation))
-        msgs = [{"role": "system", "content": system}, {"role": "user", "content": question.question}]
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": reader_question(question)}]
         ans = Answer(prediction="", prompt=system, rule="model")
         comp = _complete(self.client, ans, msgs)  # an empty reply raises EmptyReply: never an abstention
         ans.prediction, ans.response = comp.text.strip(), comp.text
@@ -132,7 +135,7 @@ class OriginalAnswerer(Answerer):
         context = res.entries + [e for e in pre if e.id not in seen]
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation),
                         memories=render_context(context))
-        msgs = [{"role": "system", "content": system}, {"role": "user", "content": question.question}]
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": reader_question(question)}]
         ans = Answer(prediction="", context=context, queries=[trace], prompt=system, preload=pinfo, rule="model")
         comp = _complete(self.client, ans, msgs)
         ans.prediction, ans.response = comp.text.strip(), comp.text
@@ -231,22 +234,25 @@ class OptimizedAnswerer(Answerer):
         pre_text = f"## Preloaded memories\n{render_context(pre)}" if pre else ""
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation), preloaded=pre_text)
         msgs: list[dict[str, Any]] = [{"role": "system", "content": system},
-                                      {"role": "user", "content": question.question}]
+                                      {"role": "user", "content": reader_question(question)}]
         ans = Answer(prediction="", context=list(pre), prompt=system, preload=pinfo)
         tools = memory_tools()
+        def no_more_tools(comp: Completion) -> None:  # the last round's reply; checked before it is cached
+            if comp.tool_calls:
+                names = ", ".join(tc.name for tc in comp.tool_calls)
+                raise ToolLoopExhausted(f"{self.client.model}: still calling tools ({names}) after the last round "
+                                        f"({self.max_rounds}), though offered none")
+
         for round_ in range(1, self.max_rounds + 1):
             last = round_ == self.max_rounds
             try:
-                comp = _complete(self.client, ans, msgs, tools=tools, tool_choice="none" if last else "auto")
+                comp = _complete(self.client, ans, msgs, tools=tools, tool_choice="none" if last else "auto",
+                                 **({"check": no_more_tools} if last else {}))
             except MalformedToolCall as e:
                 if not last:
                     raise
                 raise ToolLoopExhausted(f"still calling tools after the last round ({self.max_rounds}): {e}",
                                         e.partial) from e
-            if comp.tool_calls and last:
-                names = ", ".join(tc.name for tc in comp.tool_calls)
-                raise ToolLoopExhausted(f"{self.client.model}: still calling tools ({names}) after the last round "
-                                        f"({self.max_rounds}), though offered none", ans.stats())
             if not comp.tool_calls:
                 ans.prediction, ans.response = comp.text.strip(), comp.text
                 ans.rule = f"model answered in round {round_}"
@@ -261,51 +267,3 @@ class OptimizedAnswerer(Answerer):
                                                                                            ans)})
         ans.context_tokens = count_tokens(json.dumps(msgs, default=str))
         return ans
-
-
-@JUDGES.register("llm")
-class Judge:
-    """The LLM judge (J score): CORRECT/WRONG for a prediction against the gold answer."""
-
-    @classmethod
-    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Judge:
-        return cls(client_for("judge"), prompt=section.prompt, repeats=getattr(section, "repeats", 1),
-                   temperature=getattr(section, "temperature", None))
-
-    def __init__(self, client: ModelClient, prompt: str = "default", repeats: int = 1,
-                 temperature: float | None = None):
-        if repeats < 1:
-            raise ValueError(f"judge repeats: expected an integer >= 1, got {repeats!r}")
-        self.client = client
-        self.prompt = prompt
-        self.repeats = repeats
-        self.temperature = temperature
-
-    def judge(self, question: Question, prediction: str, repeat: int = 0) -> tuple[float, Usage, bool]:
-        """One verdict; repeat ``r`` > 0 is cached under its own key, so N repeats are N samples."""
-        gold = question.answer if question.answer is not None else ABSTAIN
-        text = render(load_prompt("judge", self.prompt), question=question.question, gold=gold, prediction=prediction)
-        params = {} if self.temperature is None else {"temperature": self.temperature}
-        comp = self.client.complete([{"role": "user", "content": text}],  # empty: EmptyReply
-                                    cache_tag=f"judge-repeat-{repeat}" if repeat else None, **params)
-        return verdict(comp), comp.usage, comp.from_cache
-
-    def judge_repeats(self, question: Question, prediction: str) -> tuple[list[float], Usage]:
-        """``repeats`` verdicts (J of the question = their mean) and their summed usage."""
-        verdicts, usage = [], Usage()
-        for r in range(self.repeats):
-            v, u, _ = self.judge(question, prediction, repeat=r)
-            verdicts.append(v)
-            usage = usage + u
-        return verdicts, usage
-
-
-_VERDICT = re.compile(r"\b(CORRECT|WRONG|INCORRECT)\b")
-
-
-def verdict(comp: Completion) -> float:
-    """1.0 for CORRECT, 0.0 for WRONG; a reply saying neither (or both) is a `BadReply`, not a 0."""
-    found = {w.replace("INCORRECT", "WRONG") for w in _VERDICT.findall(comp.text.upper())}
-    if len(found) != 1:
-        raise BadReply(f"judge reply {comp.text[:80]!r} is not one verdict (CORRECT or WRONG)", comp.stats())
-    return 1.0 if found == {"CORRECT"} else 0.0

@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from memlab.data import load_locomo
 from memlab.eval.scoring import evidence_recall
@@ -28,6 +27,7 @@ from memlab.extract.memory_sets import observation_memories, turn_memories
 from memlab.extract.pipeline import conversation_key
 from memlab.index import open_service
 from memlab.memory import SearchOptions
+from memlab.progress import progress_bar
 
 #: mode -> (keyword scorer of the index, SearchOptions overrides)
 MODES: dict[str, tuple[str, dict]] = {
@@ -99,7 +99,7 @@ def run_arms(
     rows = []
     encode_ms: dict[tuple, float] = {}
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
-    for conv in tqdm(convs, desc="recall", leave=False):
+    for conv in progress_bar(convs, desc="recall", leave=False):
         key = conversation_key(conv)
         for ikey, svc in services.items():
             for it in memory_set(conv, ikey[0], style):

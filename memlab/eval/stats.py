@@ -55,7 +55,7 @@ from memlab.data.locomo import CATEGORY_LABELS
 
 #: (z_0.975 + z_0.80): standard errors between 0 and a difference detected with 80 % power at alpha = 0.05.
 MDD_FACTOR = 2.8
-OVERALL = {"overall 1-4": (1, 2, 3, 4), "overall 1-5": (1, 2, 3, 4, 5)}
+OVERALL = {"overall 1-4": (1, 2, 3, 4, 6, 7), "overall 1-5": (1, 2, 3, 4, 5, 6, 7)}  # as summary.OVERALL_GROUPS
 N_BOOT = 2000
 
 

@@ -12,19 +12,22 @@ instance (the model-free extractors read that conversation's annotations).
 from __future__ import annotations
 
 import copy
+import dataclasses
+import inspect
 import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
 from memlab.data.locomo import Conversation
 from memlab.extract.memory_sets import observation_memories, turn_memories
 from memlab.extract.messages import Message
 from memlab.extract.ops import ExtractionResult, MemoryOp
-from memlab.llm import ModelClient
+from memlab.llm import CallStats, Completion, MalformedToolCall, ModelClient, ModelError, ToolCall, normalise_endpoint
 from memlab.memory.entry import KINDS, MemoryEntry, UserKey
 from memlab.prompts import load_prompt, render
 from memlab.registry import Registry
@@ -70,12 +73,62 @@ class Extractor(ABC):
         """The instance that extracts one conversation (itself unless it reads per-conversation data)."""
         return self
 
+    #: Constructor arguments that do not decide the ops (a key, a timeout): left out of `cache_id`.
+    cache_exclude: tuple[str, ...] = ()
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor's arguments as this instance holds them (scikit-learn's convention: each is stored
+        under its own name), less `cache_exclude`; raises TypeError naming one that is not stored."""
+        out: dict[str, Any] = {}
+        for p in list(inspect.signature(type(self).__init__).parameters.values())[1:]:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in self.cache_exclude:
+                continue
+            if not hasattr(self, p.name):
+                raise TypeError(f"{type(self).__qualname__}: constructor argument {p.name!r} is not stored as "
+                                f"self.{p.name}, so the extraction cache key cannot cover it; store it under its "
+                                "own name, list it in cache_exclude, or override cache_id()")
+            out[p.name] = getattr(self, p.name)
+        return out
+
     def cache_id(self) -> str:
-        """Part of the extraction cache key: what, besides the data, decides the ops."""
-        return self.name
+        """Part of the extraction cache key: what, besides the data, decides the ops — the class (its own
+        ``name``, else module and qualified name: never a name inherited from a base) and its constructor
+        settings (`get_params`), so two extractors, or one with two settings, never share cached memories."""
+        cls = type(self)
+        ident = cls.__dict__.get("name") or f"{cls.__module__}.{cls.__qualname__}"
+        params = self.get_params()
+        if not params:
+            return ident
+        return f"{ident}({','.join(_param_id(k, v) for k, v in params.items())})"
 
     @abstractmethod
     def extract(self, request: ExtractionRequest) -> ExtractionResult: ...
+
+
+_PLAIN = re.compile(r"[\w.:/@+-]*")
+
+
+def _param_id(name: str, v: Any) -> str:
+    """One constructor setting as text in a cache id (plain strings as they are, others as JSON-like text)."""
+    if isinstance(v, str):
+        return v if _PLAIN.fullmatch(v) else json.dumps(v)
+    if v is None or isinstance(v, (bool, int, float)):
+        return json.dumps(v)
+    if isinstance(v, Extractor):
+        return v.cache_id()
+    if isinstance(v, ModelClient):
+        return f"{v.model}@{normalise_endpoint(v.api_base) or 'provider'}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_param_id(name, x) for x in v) + "]"
+    if isinstance(v, dict):
+        items = sorted(v.items(), key=lambda kv: str(kv[0]))
+        return "{" + ",".join(f"{k}={_param_id(name, x)}" for k, x in items) + "}"
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return f"{type(v).__qualname__}{_param_id(name, dataclasses.asdict(v))}"
+    if isinstance(v, (datetime, Enum)):
+        return json.dumps(str(v))
+    raise TypeError(f"extractor setting {name}={v!r} ({type(v).__qualname__}) cannot be written into the "
+                    "extraction cache key; list it in cache_exclude or override cache_id()")
 
 
 class ConversationExtractor(Extractor):
@@ -119,9 +172,6 @@ class TurnsExtractor(ConversationExtractor):
 
     def _reset(self) -> None:
         self._by_id = None
-
-    def cache_id(self) -> str:
-        return f"turns({self.style})"
 
     def extract(self, request: ExtractionRequest) -> ExtractionResult:
         if self.conversation is not None and self._by_id is None:
@@ -222,14 +272,36 @@ def _str_list(args: dict[str, Any], name: str) -> tuple[str, ...]:
     return tuple(x for x in v if x.strip())
 
 
-def parse_tool_call(name: str, raw_args: str, delta_ids: Sequence[str]) -> MemoryOp:
-    """One tool call -> one op; raises ValueError with the reason when it is malformed."""
+class UnreadableArguments(ValueError):
+    """A tool call whose arguments are not a JSON object: the call itself is malformed (re-asked once)."""
+
+
+def tool_arguments(name: str, raw_args: str) -> dict[str, Any]:
+    """A tool call's arguments as a dict; raises `UnreadableArguments` naming the tool and the JSON error."""
     try:
         args = json.loads(raw_args) if raw_args.strip() else {}
     except json.JSONDecodeError as e:
-        raise ValueError(f"{name}: arguments are not valid JSON ({e.msg})") from None
+        raise UnreadableArguments(f"{name}: arguments are not valid JSON ({e.msg} at char {e.pos})") from None
     if not isinstance(args, dict):
-        raise ValueError(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
+        raise UnreadableArguments(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
+    return args
+
+
+def unreadable(calls: Sequence[ToolCall]) -> dict[int, str]:
+    """Position in ``calls`` -> why that call's arguments cannot be read, for each malformed call of a reply."""
+    out = {}
+    for i, tc in enumerate(calls):
+        try:
+            tool_arguments(tc.name, tc.arguments)
+        except UnreadableArguments as e:
+            out[i] = str(e)
+    return out
+
+
+def parse_tool_call(name: str, raw_args: str, delta_ids: Sequence[str]) -> MemoryOp:
+    """One tool call -> one op; raises ValueError with the reason when it is malformed
+    (`UnreadableArguments` when its arguments are not a JSON object)."""
+    args = tool_arguments(name, raw_args)
     if name == "clear_memories":
         return MemoryOp(action="clear", source_ids=tuple(delta_ids))
     if name == "delete_memory":
@@ -303,12 +375,15 @@ def render_old_memories(memories: Sequence[MemoryEntry]) -> str:
 
 @EXTRACTORS.register("llm")
 class LLMExtractor(Extractor):
-    """One model call through litellm; malformed tool calls are dropped one by one with a reason.
+    """One model call through litellm; a proposal that cannot become an op is dropped with its reason.
 
     A memory in the first person ("I went ...") is dropped with its reason: it cannot say whose it
-    is. A reply with no text and no tool call, or a tool call written as text that neither parses nor
-    comes back well-formed when re-asked with ``tool_choice`` forced, raises a `memlab.llm.ModelError`
-    (the job fails and is retried on rerun; nothing is cached).
+    is. Tool calls whose arguments are not a JSON object are counted (``malformed_tool_calls``) and
+    re-asked once, the model shown each error beside its calls (as the answer path re-asks a tool call
+    written as text); still malformed, the job fails with `memlab.llm.MalformedToolCall` and that reply
+    is not cached. A reply with no text and no tool call, or a tool call written as text that neither
+    parses nor comes back well-formed when re-asked with ``tool_choice`` forced, raises a
+    `memlab.llm.ModelError` too (the job fails and is retried on rerun; nothing failed is cached).
     """
 
     name = "llm"
@@ -331,11 +406,23 @@ class LLMExtractor(Extractor):
         self.cache_path = cache_path
         self.client = client
 
-    def cache_id(self) -> str:
+    cache_exclude = ("api_key", "timeout", "max_retries", "backoff", "cache_path", "client", "api_base")
+
+    def get_params(self) -> dict[str, Any]:
+        """Model, prompt (with its text's hash) and the endpoint that answers (with a non-default temperature):
+        what decides the ops; a key, timeouts and retries do not."""
         import hashlib
 
+        params = super().get_params()
         h = hashlib.sha256(load_prompt("extract", self.prompt).encode()).hexdigest()[:12]
-        return f"llm({self.model},{self.prompt}@{h})"
+        params["prompt"] = f"{self.prompt}@{h}"
+        client = self.client
+        endpoint = normalise_endpoint(client.api_base if client is not None else self.api_base)
+        if endpoint is not None:  # a provider's own API is named by the model (keys stay as they were)
+            params["endpoint"] = endpoint
+        if client is not None and client.temperature not in (0.0, None):
+            params["temperature"] = client.temperature
+        return params
 
     def _client(self) -> ModelClient:
         if self.client is None:
@@ -353,10 +440,22 @@ class LLMExtractor(Extractor):
                 {"role": "user", "content": "Extract the memories from the new messages now."}]
 
     def extract(self, request: ExtractionRequest) -> ExtractionResult:
-        comp = self._client().complete(self.build_messages(request), tools=extraction_tools(), tool_choice="auto")
-        ops, dropped = [], []
+        client, msgs, tools = self._client(), self.build_messages(request), extraction_tools()
+        comp = client.complete(msgs, tools=tools, tool_choice="auto")
+        stats, calls = comp.stats(), list(comp.tool_calls)
+        bad = unreadable(calls)
+        ops: list[MemoryOp] = []
+        dropped: list[str] = []
+        if bad:
+            stats.malformed_tool_calls += len(bad)
+            again = self._reask(client, msgs, tools, calls, bad, stats)
+            stats = stats + again.stats()
+            calls = [tc for i, tc in enumerate(calls) if i not in bad] + list(again.tool_calls)
+            if not again.tool_calls:  # the model declined to send them again: dropped, with the reason
+                dropped += [f"{why} (re-asked with the error shown; no corrected call came back)"
+                            for why in bad.values()]
         ids = request.source_ids
-        for tc in comp.tool_calls:
+        for tc in calls:
             try:
                 op = parse_tool_call(tc.name, tc.arguments, ids)
                 word = (first_person(op.text, speakers_of(request.delta))
@@ -367,8 +466,36 @@ class LLMExtractor(Extractor):
                 ops.append(op)
             except ValueError as e:
                 dropped.append(str(e))
-        return ExtractionResult(ops=ops, dropped=dropped, usage=comp.usage, calls=comp.calls,
-                                malformed_tool_calls=comp.malformed_tool_calls)
+        return ExtractionResult(ops=ops, dropped=dropped, usage=stats.usage, calls=stats.calls,
+                                malformed_tool_calls=stats.malformed_tool_calls)
+
+    def _reask(self, client: ModelClient, msgs: list[dict[str, Any]], tools: list[dict[str, Any]],
+               calls: list[ToolCall], bad: dict[int, str], spent: CallStats) -> Completion:
+        """Ask once more, showing the model its calls and each malformed one's error; a reply whose calls
+        are still malformed raises `MalformedToolCall` (carrying ``spent`` and the count) and is not cached."""
+        turn = {"role": "assistant", "content": "", "tool_calls": [
+            {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+            for tc in calls]}
+        results = [{"role": "tool", "tool_call_id": tc.id,
+                    "content": json.dumps({"error": f"{bad[i]}; send this call again with its arguments as "
+                                                    "one valid JSON object"} if i in bad else {"ok": True})}
+                   for i, tc in enumerate(calls)]
+        still: dict[int, str] = {}
+
+        def well_formed(comp: Completion) -> None:  # also run on a cached reply: only its own calls count
+            still.clear()
+            still.update(unreadable(comp.tool_calls))
+            if still:
+                raise MalformedToolCall(f"{client.model}: {len(bad)} extraction tool call(s) had unreadable "
+                                        f"arguments and, re-asked with the errors shown, {len(still)} still do: "
+                                        f"{'; '.join(list(still.values())[:3])}")
+
+        try:
+            return client.complete([*msgs, turn, *results], tools=tools, tool_choice="auto", check=well_formed)
+        except ModelError as e:
+            e.partial = spent + e.partial
+            e.partial.malformed_tool_calls += len(still)
+            raise
 
 
 class CombinedExtractor(Extractor):

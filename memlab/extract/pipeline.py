@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from memlab.data.locomo import Conversation, LoCoMo
 from memlab.extract.checkers import Checker
@@ -16,6 +15,7 @@ from memlab.extract.reconcile import ReconcileConfig
 from memlab.extract.worker import AutoMemoryWorker, JobResult
 from memlab.memory.entry import UserKey
 from memlab.memory.service import MemoryService
+from memlab.progress import progress_bar
 
 APP_NAME = "locomo"
 
@@ -57,6 +57,9 @@ def keyed_trace_rows(conversation_id: str, results: Sequence[JobResult]) -> list
             rows.append({"conversation": conversation_id, "job_status": res.status, "dropped": reason})
         if res.status == "failed":
             rows.append({"conversation": conversation_id, "job_status": "failed", "reason": res.reason})
+        if res.malformed_tool_calls:  # the job's tool calls written as text or with unreadable arguments
+            rows.append({"conversation": conversation_id, "job_status": res.status,
+                         "malformed_tool_calls": res.malformed_tool_calls})
         jid = job_id(res)
         out.extend((jid, i, r) for i, r in enumerate(rows))
     return out
@@ -110,7 +113,7 @@ def extract_dataset(
     rows, results = [], []
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
     base = resolve_extractor(extractor, **(extractor_params or {}))
-    for conv in tqdm(convs, desc=f"extract ({base.name})", leave=False):
+    for conv in progress_bar(convs, desc=f"extract ({base.name})", leave=False):
         key = conversation_key(conv)
         before = service.count(key)
         saved = service.extraction_state(conv.sample_id) or {}

@@ -37,6 +37,7 @@ from memlab.extract.ops import MemoryOp
 from memlab.extract.policy import DEFAULT_POLICY, check_policy
 from memlab.extract.reconcile import Decision, ReconcileConfig, reconcile
 from memlab.index.hybrid import is_turn_record
+from memlab.llm import redact
 from memlab.memory.search_types import SearchOptions
 from memlab.memory.service import Cleared, MemoryService, cleared
 
@@ -108,6 +109,8 @@ class JobResult:
     ran_sync: bool = False
     lookup_query: str = ""
     """The old-memory search query (embedded: part of the memory-building cost); empty when none ran."""
+    malformed_tool_calls: int = 0
+    """The job's tool calls written as text or with unreadable arguments (each re-asked once)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "reason": self.reason, "session_id": self.session_id,
@@ -115,6 +118,7 @@ class JobResult:
                 "cursor_after": self.cursor_after.isoformat() if self.cursor_after else None,
                 "delta_ids": self.delta_ids, "dropped": self.dropped,
                 "applied": [a.to_dict() for a in self.applied], "ran_sync": self.ran_sync,
+                "malformed_tool_calls": self.malformed_tool_calls,
                 "usage": asdict(self.usage) if self.usage is not None and hasattr(self.usage, "__dataclass_fields__")
                 else None}
 
@@ -280,7 +284,7 @@ class AutoMemoryWorker:
                 old = [e for e in self.service.read_recent(key, -1)
                        if not e.superseded and not (notes_only and is_turn_record(e))][: self.old_memory_limit]
             except Exception as e2:
-                res.status, res.reason = "failed", f"old-memory lookup failed: search: {e1}; recent: {e2}"
+                res.status, res.reason = "failed", redact(f"old-memory lookup failed: search: {e1}; recent: {e2}")
                 return self._finish(res, "jobs_failed")
 
         # the extractor call, bounded by the job timeout
@@ -294,15 +298,16 @@ class AutoMemoryWorker:
             res.status, res.reason = "failed", f"job timeout after {self.job_timeout:g} s (extractor still running)"
             return self._finish(res, "jobs_failed")
         except Exception as e:
-            res.status, res.reason = "failed", f"extractor failed: {type(e).__name__}: {e}"
+            res.status, res.reason = "failed", redact(f"extractor failed: {type(e).__name__}: {e}")
             partial = getattr(e, "partial", None)  # a ModelError: what the failed call already cost
             if partial is not None:
-                res.usage = partial.usage
+                res.usage, res.malformed_tool_calls = partial.usage, partial.malformed_tool_calls
                 with self._lock:
                     self.counters.model_calls += partial.calls
                     self.counters.malformed_tool_calls += partial.malformed_tool_calls
             return self._finish(res, "jobs_failed")
         res.proposed, res.dropped, res.usage = [*out.verbatim, *out.ops], list(out.dropped), out.usage
+        res.malformed_tool_calls = getattr(out, "malformed_tool_calls", 0)
         with self._lock:
             self.counters.ops_proposed += len(out.verbatim) + len(out.ops)
             self.counters.ops_dropped_malformed += len(out.dropped)

@@ -335,7 +335,11 @@ class LiteLLMEmbedder(Embedder):
 
     @property
     def embedder_id(self) -> str:
-        return f"litellm:{self.model}"
+        """The model and, for an ``api_base``, the endpoint serving it: two servers never share cached vectors."""
+        from memlab.llm import normalise_endpoint
+
+        ep = normalise_endpoint(self.api_base)
+        return f"litellm:{self.model}" if ep is None else f"litellm:{self.model}@{ep}"
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -227,49 +227,63 @@ class MemoryService(ABC):
         ``superseded_by`` the new id. An update of an already-superseded memory follows the chain to
         the current version; a new version whose content equals an older superseded one revives it.
         """
+        # read the chain, check and write in one write transaction (as `update`): two processes superseding
+        # one memory at once each see the other's new version, so one version stays current
+        unknown = set(fields) - {"topics", "event_time", "participants", "location", "source_ids"}
+        if unknown:
+            raise MemoryValidationError(f"supersede: unknown field(s) {sorted(unknown)}")
         with self._lock:
-            current = self._get(key, memory_id)
-            seen: set[str] = set()
-            while current is not None and current.superseded_by and current.id not in seen:
-                seen.add(current.id)
-                nxt = self._get(key, current.superseded_by)
-                if nxt is None:
-                    break
-                current = nxt
-            if current is None:
-                self._record(key, "update", memory_id, {"text": text}, "not_found")
-                return UpdateResult("not_found")
-            unknown = set(fields) - {"topics", "event_time", "participants", "location", "source_ids"}
-            if unknown:
-                raise MemoryValidationError(f"supersede: unknown field(s) {sorted(unknown)}")
-            try:
-                f = validate_fields(**_revised(current, text, kind, fields))
-                check_time_awareness(f["event_time"], self._any_event_time(key), "event_time")
-            except MemoryValidationError as e:
-                self._record(key, "update", memory_id, {"text": text}, "error", str(e))
-                raise
-            now = datetime.now(timezone.utc)
-            mid = content_id(key, f["text"], f["kind"], f["event_time"])
+            error: MemoryValidationError | None = None
             with self._transaction():
-                if mid == current.id:  # the same content: nothing to supersede, provenance merged
-                    entry = current
-                    if f["source_ids"] != current.source_ids:
-                        entry = current.with_changes(source_ids=f["source_ids"], updated_at=now)
-                        self._write(entry)
-                    self._record(key, "update", current.id, f, "exists")
-                    return UpdateResult("ok", entry)
-                existing = self._get(key, mid)
-                if existing is not None:
-                    merged = tuple(dict.fromkeys(existing.source_ids + f["source_ids"]))
-                    entry = existing.with_changes(source_ids=merged, updated_at=now, superseded_at=None,
-                                                  superseded_by=None)
+                current = self._current_version(key, memory_id)
+                if current is None:
+                    self._record(key, "update", memory_id, {"text": text}, "not_found")
+                    return UpdateResult("not_found")
+                try:
+                    f = validate_fields(**_revised(current, text, kind, fields))
+                    check_time_awareness(f["event_time"], self._any_event_time(key), "event_time")
+                except MemoryValidationError as e:
+                    error = e
                 else:
-                    entry = MemoryEntry(id=mid, key=key, created_at=now, updated_at=now, **f)
-                old = current.with_changes(superseded_at=at or now, superseded_by=mid)
-                for e in (entry, old):
-                    self._write(e)
-                self._record(key, "update", current.id, {**f, "superseded_by": mid}, "superseded")
+                    return self._write_version(key, current, f, at)
+            self._record(key, "update", memory_id, {"text": text}, "error", str(error))
+            raise error
+
+    def _current_version(self, key: UserKey, memory_id: str) -> MemoryEntry | None:
+        """The memory ``memory_id``, or the current version its ``superseded_by`` chain leads to."""
+        current = self._get(key, memory_id)
+        seen: set[str] = set()
+        while current is not None and current.superseded_by and current.id not in seen:
+            seen.add(current.id)
+            nxt = self._get(key, current.superseded_by)
+            if nxt is None:
+                break
+            current = nxt
+        return current
+
+    def _write_version(self, key: UserKey, current: MemoryEntry, f: dict[str, Any], at: datetime | None
+                       ) -> UpdateResult:
+        """Store ``f`` as the version after ``current`` (inside the caller's write transaction)."""
+        now = datetime.now(timezone.utc)
+        mid = content_id(key, f["text"], f["kind"], f["event_time"])
+        if mid == current.id:  # the same content: nothing to supersede, provenance merged
+            entry = current
+            if f["source_ids"] != current.source_ids:
+                entry = current.with_changes(source_ids=f["source_ids"], updated_at=now)
+                self._write(entry)
+            self._record(key, "update", current.id, f, "exists")
             return UpdateResult("ok", entry)
+        existing = self._get(key, mid)
+        if existing is not None:
+            merged = tuple(dict.fromkeys(existing.source_ids + f["source_ids"]))
+            entry = existing.with_changes(source_ids=merged, updated_at=now, superseded_at=None, superseded_by=None)
+        else:
+            entry = MemoryEntry(id=mid, key=key, created_at=now, updated_at=now, **f)
+        old = current.with_changes(superseded_at=at or now, superseded_by=mid)
+        for e in (entry, old):
+            self._write(e)
+        self._record(key, "update", current.id, {**f, "superseded_by": mid}, "superseded")
+        return UpdateResult("ok", entry)
 
     def delete(self, key: UserKey, memory_id: str) -> bool:
         """Delete one memory; a missing id is not an error (returns False)."""

@@ -19,13 +19,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from memlab.answer import AnswerContext, Answerer
 from memlab.answer.base import evidence_ranks
+from memlab.atomic import write_text
 from memlab.data import Conversation, Question
 from memlab.extract.pipeline import conversation_key
+from memlab.llm import redact
 from memlab.memory import MemoryService
+from memlab.progress import progress_bar
 from memlab.run.config import ExperimentConfig
 from memlab.run.records import AnswerRecord, PredictionRecord, RecordSchemaError, RetrievalRecord
 
@@ -37,6 +38,12 @@ TRACE_FILES = ("retrieval", "answers")
 
 class EndpointUnreachable(ConnectionError):
     """A model endpoint refused or dropped the connection: the run stops (resume it later)."""
+
+
+def error_text(e: BaseException) -> str:
+    """The stored text of a failure: its type and message, with any key it echoes redacted (an arm's own
+    exception may carry a server's reply that repeats the Authorization header)."""
+    return redact(f"{type(e).__name__}: {e}")
 
 
 def is_connection_error(exc: BaseException) -> bool:
@@ -65,7 +72,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     except Exception as e:  # one failed question is recorded and the run goes on
         if is_connection_error(e):
             raise EndpointUnreachable(f"{q.qid}: the model endpoint could not be reached: {e}") from e
-        row.error = f"{type(e).__name__}: {e}"
+        row.error = error_text(e)
         row.rule = "error"
         partial = getattr(e, "partial", None)  # usage of the rounds that succeeded before the failure
         if partial is not None:
@@ -94,7 +101,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
         except Exception as e:
             if is_connection_error(e):
                 raise EndpointUnreachable(f"{q.qid}: the judge endpoint could not be reached: {e}") from e
-            row.judge_error = f"{type(e).__name__}: {e}"
+            row.judge_error = error_text(e)
     queries = [asdict(t) for t in a.queries]
     ev = set(q.evidence_ids)
     for t in queries:
@@ -110,11 +117,11 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             for t, d in zip(queries, deep["queries"]):
                 t.update(d or {})
         except Exception as e:
-            retrieval.rank_error = f"{type(e).__name__}: {e}"
+            retrieval.rank_error = error_text(e)
     prompt = a.prompt if len(a.prompt) < 4000 else a.prompt[:4000] + f"... [{len(a.prompt)} chars]"
     answer = AnswerRecord(qid=q.qid, prediction=a.prediction, rule=a.rule, prompt_hash=a.prompt_hash, prompt=prompt,
                           response=a.response, tool_calls=a.tool_calls, usage=asdict(a.usage), calls=a.calls,
-                          latency_s=a.latency_s)
+                          latency_s=a.latency_s, reading=a.reading)
     return row, retrieval, answer
 
 
@@ -148,7 +155,7 @@ def load_done(run_dir: Path) -> list[PredictionRecord]:
                 kept.append(rec)
     latest = {r.qid: r for r in kept}
     kept = list(latest.values())
-    logp.write_text("".join(r.to_json() + "\n" for r in kept), encoding="utf-8")
+    write_text(logp, "".join(r.to_json() + "\n" for r in kept))
     done = set(latest)
     for name in TRACE_FILES:
         p = run_dir / "traces" / f"{name}.jsonl"
@@ -163,7 +170,7 @@ def load_done(run_dir: Path) -> list[PredictionRecord]:
             if qid in done and qid not in seen:
                 seen.add(qid)
                 lines.append(ln)
-        p.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+        write_text(p, "".join(x + "\n" for x in lines))
     return kept
 
 
@@ -180,40 +187,57 @@ def read_log(run_dir: Path) -> list[PredictionRecord]:
     return list(recs.values())
 
 
+class Terminated(KeyboardInterrupt):
+    """The run got SIGTERM: it stops as on Ctrl-C (marked ``interrupted``, the resume command printed)."""
+
+
+class StopFlag(threading.Event):
+    """Set when SIGINT or SIGTERM arrived (``signum`` says which)."""
+
+    signum: int | None = None
+
+    def stop(self) -> None:
+        """Raise what the signal means here (a no-op while no signal arrived)."""
+        if self.is_set():
+            raise Terminated if self.signum == signal.SIGTERM else KeyboardInterrupt
+
+
 @contextlib.contextmanager
-def remembered_interrupts() -> Iterator[threading.Event]:
-    """Ctrl-C while answering is raised as usual *and* remembered: a library that swallows the
-    KeyboardInterrupt (a broad ``except`` deep in an HTTP client) cannot make the run carry on and
-    finish as if nothing happened; the loop checks the flag after every question. Only in the main
-    thread, and never where SIGINT is ignored (a background job) or already customised by the host."""
-    flag = threading.Event()
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+def remembered_interrupts() -> Iterator[StopFlag]:
+    """Ctrl-C (and SIGTERM, as from ``kill`` or a batch system) is raised as a ``KeyboardInterrupt`` *and*
+    remembered: a library that swallows it (a broad ``except`` deep in an HTTP client) cannot make the run carry
+    on and finish as if nothing happened; the answering loop checks the flag after every question. Only in the
+    main thread, and a signal is taken over only where it has its default action (not where it is ignored, as
+    SIGINT in a background job, or already customised by the host)."""
+    flag = StopFlag()
+    if threading.current_thread() is not threading.main_thread():
         yield flag
         return
+    defaults = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
+    taken = {sig: signal.getsignal(sig) for sig, default in defaults if signal.getsignal(sig) is default}
 
-    def on_sigint(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
+        flag.signum = signum
         flag.set()
-        raise KeyboardInterrupt
+        flag.stop()
 
-    signal.signal(signal.SIGINT, on_sigint)
+    for sig in taken:
+        signal.signal(sig, on_signal)
     try:
         yield flag
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def _stop_if(flag: threading.Event) -> None:
-    if flag.is_set():
-        raise KeyboardInterrupt
+        for sig, old in taken.items():
+            signal.signal(sig, old)
 
 
 def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: MemoryService | None,
-               todo: Iterable[tuple[Conversation, Question]], run_dir: Path, progress: bool = True) -> int:
+               todo: Iterable[tuple[Conversation, Question]], run_dir: Path, progress: bool = True,
+               stop: StopFlag | None = None) -> int:
     """Answer ``todo`` (in parallel up to ``run.concurrency``), appending records as each finishes.
 
-    Returns how many were answered; an unreachable endpoint or Ctrl-C stops at once, leaving every
-    finished question in the log (so ``--resume`` goes on from there).
+    Returns how many were answered; an unreachable endpoint, Ctrl-C or SIGTERM stops at once, leaving every
+    finished question in the log (so ``--resume`` goes on from there). ``stop``: the caller's
+    `remembered_interrupts` flag (else this call installs its own).
     """
     todo = list(todo)
     lock = threading.Lock()
@@ -234,13 +258,13 @@ def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             logf.flush()
             n += 1
 
-    bar = tqdm(total=len(todo), desc=f"answer ({cfg.answer.arm})", disable=not progress, leave=False)
+    bar = progress_bar(total=len(todo), desc=f"answer ({cfg.answer.arm})", disable=not progress, leave=False)
     try:
-        with remembered_interrupts() as interrupted:
+        with contextlib.nullcontext(stop) if stop is not None else remembered_interrupts() as interrupted:
             if cfg.run.concurrency <= 1:
                 for c, q in todo:
                     out = answer_one(cfg, answerer, judge, svc, c, q)
-                    _stop_if(interrupted)  # an answer made while Ctrl-C was swallowed is not kept
+                    interrupted.stop()  # an answer made while Ctrl-C was swallowed is not kept
                     record(out)
                     bar.update()
             else:
@@ -248,12 +272,12 @@ def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
                 try:
                     futs = [pool.submit(answer_one, cfg, answerer, judge, svc, c, q) for c, q in todo]
                     for f in cf.as_completed(futs):
-                        _stop_if(interrupted)
+                        interrupted.stop()
                         record(f.result())
                         bar.update()
                 finally:
                     pool.shutdown(wait=True, cancel_futures=True)
-            _stop_if(interrupted)
+            interrupted.stop()
     finally:
         bar.close()
         logf.close()

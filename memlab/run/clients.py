@@ -7,15 +7,18 @@ endpoint here, so a component asks for its role and never reads the config's mod
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
 from typing import Any
 
-from memlab.llm import ModelClient
+from memlab.breaker import breaker
+from memlab.llm import ModelClient, _http_get_json, _model_id, is_local
 from memlab.run.config import ExperimentConfig
 
 ROLES = ("extractor", "reader", "judge", "embedder")
+log = logging.getLogger(__name__)
 
 
 def role_model(cfg: ExperimentConfig, role: str) -> str | None:
@@ -39,6 +42,7 @@ class Clients:
         self.cfg = cfg
         self.cache_path = cache_path
         self._clients: dict[tuple[Any, ...], ModelClient] = {}
+        self._requested: set[str] = set()
         self._lock = threading.Lock()
 
     def endpoint(self, role: str) -> dict[str, Any]:
@@ -57,10 +61,20 @@ class Clients:
             raise ValueError(f"model role {role!r} has no model in this config")
         ep = self.endpoint(role)
         with self._lock:
+            self._requested.add(role)
             k = (model, ep["api_base"], ep["timeout"], ep["max_retries"], ep["concurrency"], ep["context_window"])
             if k not in self._clients:
                 self._clients[k] = ModelClient(model, cache_path=self.cache_path, **ep)
             return self._clients[k]
+
+    def roles_in_use(self, answerer: Any) -> tuple[str, ...]:
+        """The roles the run's components asked a client for, plus the embedder when the run builds an
+        index (``answerer`` needs memory or indexes turns itself) with ``index.embedder: litellm:<model>``."""
+        with self._lock:
+            used = set(self._requested)
+        if (answerer.needs_memory or hasattr(answerer, "use_index")) and role_model(self.cfg, "embedder"):
+            used.add("embedder")
+        return tuple(r for r in ROLES if r in used)
 
     def all(self) -> list[ModelClient]:
         with self._lock:
@@ -74,34 +88,86 @@ class Clients:
 
 
 class EndpointCheckFailed(ConnectionError):
-    """A model endpoint did not answer before the run started (the message names it)."""
+    """A model endpoint did not answer, or does not serve the model, before the run started (the message names
+    each role, model and address)."""
+
+
+def _probe(base: str, api_key: str | None, timeout: float) -> tuple[str, Any]:
+    """``GET <base>/models``: ("listing", json), ("answered", HTTP status) or ("down", reason)."""
+    import urllib.error
+
+    try:
+        return "listing", _http_get_json(base.rstrip("/") + "/models", api_key, timeout)
+    except urllib.error.HTTPError as e:
+        return "answered", e.code  # it answered (some servers have no /models)
+    except TimeoutError:
+        return "down", f"no answer within {timeout:g} s"
+    except urllib.error.URLError as e:
+        r = e.reason
+        return "down", getattr(r, "strerror", None) or str(r)
+    except ValueError:
+        return "answered", "not JSON"  # something answers, but not with a model listing
+    except OSError as e:
+        return "down", getattr(e, "strerror", None) or str(e)
 
 
 def check_endpoints(cfg: ExperimentConfig, clients: Clients, roles: tuple[str, ...] = ROLES,
                     timeout: float = 5.0) -> list[str]:
-    """One cheap ``GET <api_base>/models`` per local endpoint the given roles use; an endpoint that
-    does not answer stops the run at once, naming it (rather than each question waiting out its
-    retries). Providers without ``api_base`` are not probed. Returns the endpoints checked."""
-    import urllib.error
-    import urllib.request
+    """Before any work: one ``GET <api_base>/models`` per endpoint the given roles use, all at once.
 
-    checked: list[str] = []
+    A refused connection (or no answer within ``timeout``) fails at once, naming every role, model and
+    address that depends on it, instead of each extraction job and question waiting out its retries; a
+    listing without the role's model fails too, unless it lists one model and is not vLLM's (llama.cpp
+    answers to any name; vLLM, naming ``max_model_len``, does not); 401/403 is a rejected key; a key
+    variable (``api_key_env``) of a hosted endpoint that is not set is named. Returns the endpoints checked.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    by_base: dict[str, list[tuple[str, str]]] = {}
+    problems: list[str] = []
     for role in roles:
-        if not role_model(cfg, role):
+        model = role_model(cfg, role)
+        if not model:
             continue
-        base = clients.endpoint(role)["api_base"]
-        if not base or base in checked:
+        m = cfg.models.resolve(role)
+        ep = clients.endpoint(role)
+        if m["api_key_env"] and m["api_key_env"] not in os.environ and not is_local(ep["api_base"]):
+            problems.append(f"{role} {model}: the key variable {m['api_key_env']} (models.api_key_env) is not set")
+        if ep["api_base"]:
+            by_base.setdefault(ep["api_base"], []).append((role, model))
+    if by_base:
+        with ThreadPoolExecutor(max_workers=len(by_base)) as pool:
+            probes = dict(zip(by_base, pool.map(
+                lambda b: _probe(b, clients.endpoint(by_base[b][0][0])["api_key"], timeout), by_base)))
+    else:
+        probes = {}
+    for base, users in by_base.items():
+        kind, got = probes[base]
+        who = ", ".join(f"{r} {m}" for r, m in users) if len(users) > 1 else f"model {users[0][1]}"
+        if kind == "down":
+            problems.append(f"{'/'.join(r for r, _ in users)} endpoint {base} does not answer ({got}; {who}): "
+                            f"start the server or fix models.api_base (or models.<role>.api_base)")
             continue
-        url = base.rstrip("/") + "/models"
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (a configured endpoint)
-                resp.read(1)
-        except urllib.error.HTTPError:
-            pass  # it answered (some servers have no /models): reachable
-        except (OSError, urllib.error.URLError) as e:
-            raise EndpointCheckFailed(
-                f"the {role} endpoint {base} does not answer ({getattr(e, 'reason', e)}); start the server or fix "
-                f"models.api_base (a fully cached rerun can skip this check with --set run.check_endpoint=false)"
-            ) from None
-        checked.append(base)
-    return checked
+        breaker(base).reset()  # it answers now: calls go through even if an earlier run saw it down
+        if kind == "answered" and got in (401, 403):
+            problems.append(f"{'/'.join(r for r, _ in users)} endpoint {base} rejects the key (HTTP {got}; {who}): "
+                            f"check models.api_key_env")
+        if kind != "listing":
+            continue
+        data = got.get("data") if isinstance(got, dict) else None
+        entries = [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
+        ids = [d.get("id") for d in entries]
+        for role, model in users:
+            if not ids or model in ids or _model_id(model) in ids or f"{_model_id(model)}:latest" in ids:
+                continue  # (Ollama lists `local:latest` for a model asked for as `local`)
+            if len(ids) == 1 and "max_model_len" not in entries[0]:  # one model, not vLLM: it may answer to any name
+                log.info("%s %s: %s lists only %r (a one-model server that answers to any name is fine)",
+                         role, model, base, ids[0])
+                continue
+            problems.append(f"{role} {model}: not served at {base} (its /models lists "
+                            f"{', '.join(map(str, ids[:8]))}{' …' if len(ids) > 8 else ''}); set the role's model to "
+                            f"openai/<one of them>")
+    if problems:
+        raise EndpointCheckFailed("model endpoints checked before the run:\n  " + "\n  ".join(problems) +
+                                  "\n(a fully cached rerun can skip this check with --set run.check_endpoint=false)")
+    return list(by_base)

@@ -6,11 +6,12 @@ objects instead of the configured names; everything else (caching, traces, scori
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
+import memlab.eval.profiles  # noqa: F401 - registers the llm judge (ProfileJudge) in JUDGES
 from memlab.answer import ANSWERERS, JUDGES, Answerer
-from memlab.eval.profiles import ProfileJudge
 from memlab.extract.extractors import EXTRACTORS, Extractor
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig
@@ -34,12 +35,13 @@ def build_answerer(cfg: ExperimentConfig, clients: Clients) -> Answerer:
 
 
 def build_judge(cfg: ExperimentConfig, clients: Clients) -> Any | None:
+    """The registered judge ``judge.kind``; one whose ``from_config`` takes ``profile`` (the ``llm`` judge,
+    `memlab.eval.profiles.ProfileJudge`) gets the run's scoring profile, whose verdict rule it applies."""
     if not cfg.judge.model:
         return None
-    if cfg.judge.kind == "llm":  # the scoring profile's judge (locomo: the same request as JUDGES["llm"])
-        return ProfileJudge(clients.for_role("judge"), cfg.scoring.profile, cfg.judge.prompt,
-                            repeats=cfg.judge.repeats, temperature=cfg.judge.temperature)
-    return JUDGES.get(cfg.judge.kind).from_config(cfg.judge, clients.for_role)
+    cls = JUDGES.get(cfg.judge.kind)
+    kw = {"profile": cfg.scoring.profile} if "profile" in inspect.signature(cls.from_config).parameters else {}
+    return cls.from_config(cfg.judge, clients.for_role, **kw)
 
 
 def component_label(obj: Any) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -34,8 +35,15 @@ BACKENDS = ("sqlite", "memory")
 SPLITS = ("sentence", "clause")
 COMBINES = ("all", "any")
 EXECUTORS = ("local", "ray")
-#: A run name becomes a folder under the results root: no separators, no leading dot.
+#: A run name becomes a folder under the results root: no separators, no leading dot, at most
+#: `MAX_NAME` characters (the folder adds a timestamp; file systems stop at 255 bytes).
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+=-]*$")
+MAX_NAME = 120
+#: Largest ``retrieval.top_k``: more than any LoCoMo conversation holds memories; a larger value would
+#: silently read a whole store into one prompt.
+MAX_TOP_K = 10_000
+#: Seeds go to numpy's generators: an unsigned 32-bit integer.
+MAX_SEED = 2**32 - 1
 #: FAISS factory strings memlab builds (FAISS aborts the process on some malformed ones, e.g.
 #: ``HNSW0``, so they are checked here before any index is built).
 _FACTORY = re.compile(r"^(Flat|HNSW[1-9][0-9]*(,Flat)?|IVF[1-9][0-9]*,(Flat|PQ[1-9][0-9]*)|PQ[1-9][0-9]*|LSH)$")
@@ -132,6 +140,7 @@ class RetrievalConfig:
     ``preload`` maps to the `SearchOptions` field of the same name."""
 
     top_k: int = 10
+    """Memories per question, 1 to `MAX_TOP_K`."""
     hybrid: bool = True
     rrf_k: int = 60
     dedupe: bool = True
@@ -164,7 +173,6 @@ class AnswerConfig:
     # the extractive reader's knobs (memlab.answer.extractive)
     span: str = "novel"
     abstain: bool = True
-    speaker_window: int = 1
     recall_unit: str = "session"
     """session-recall: load whole ``session``s around the top turn hits, or a ``window`` of turns."""
     recall_window: int = 3
@@ -178,11 +186,17 @@ class AnswerConfig:
     max_words: int = 12
     split: str = "sentence"
     drop_filler: bool = True
-    rank_weight: float = 3.0
-    """Span score = question overlap - rank_weight * log2(rank)."""
-    temporal_rank_weight: float = 1.0
-    phrase_bonus: float = 4.0
     list_spans: int = 3
+    # the extractive reader's weights: None = the fitted default (memlab.answer.reader_weights)
+    rank_weight: float | None = None
+    memory_weight: float | None = None
+    agreement_weight: float | None = None
+    speaker_weight: float | None = None
+    date_weight: float | None = None
+    length_weight: float | None = None
+    phrase_bonus: float | None = None
+    temporal_rank_weight: float | None = None
+    abstain_margin: float | None = None
 
 
 @dataclass
@@ -260,7 +274,7 @@ class CostConfig:
 class RunConfig:
     concurrency: int = 1
     seed: int = 0
-    """Seeds everything random in a run (the bootstrap of the summary's confidence intervals)."""
+    """Seeds everything random in a run (the bootstrap of the summary's confidence intervals); 0 to 2**32 - 1."""
     max_error_rate: float = 0.0
     """The CLI exits non-zero when more than this share of questions ended in an error."""
     allow_failed_extraction: bool = False
@@ -306,6 +320,11 @@ class ExperimentConfig:
             if not spec.startswith("litellm:") or len(spec) <= len("litellm:"):
                 raise ConfigError(f"{where}: judge = {spec!r}; expected litellm:<model> or a judge section")
             d["judge"] = {"model": spec[len("litellm:"):]}
+        if isinstance(d.get("answer"), dict) and "speaker_window" in d["answer"]:  # removed with the fitted reader
+            d["answer"] = dict(d["answer"])
+            if d["answer"].pop("speaker_window") not in (None, 1):  # 1: what every older run folder recorded
+                raise ConfigError(f"{where}: answer.speaker_window was removed: the offline reader's abstain test "
+                                  "reads the whole context; tune answer.abstain_margin instead")
         cfg = _build(cls, d, where)
         cfg.validate(where)
         return cfg
@@ -339,9 +358,7 @@ class ExperimentConfig:
             if value not in allowed:
                 raise ConfigError(f"{where}: {key} = {value!r}; allowed: {', '.join(map(str, allowed))}")
 
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise ConfigError(f"{where}: name = {self.name!r}; expected letters, digits and . _ + = - (it names a "
-                              f"folder under the results root: no path separators, no leading dot)")
+        check_name(self.name, where)
         one_of("extraction.extractor", self.extraction.extractor, EXTRACTORS.names())
         one_of("extraction.policy", self.extraction.policy, POLICIES)
         one_of("store.backend", self.store.backend, BACKENDS)
@@ -395,11 +412,11 @@ class ExperimentConfig:
                 ("models.max_retries", self.models.max_retries, 0), ("retrieval.feedback", self.retrieval.feedback, 0),
                 ("extraction.worker.workers", self.extraction.worker.workers, 1),
                 ("extraction.worker.capacity", self.extraction.worker.capacity, 1),
-                ("answer.speaker_window", self.answer.speaker_window, 1),
                 ("answer.max_words", self.answer.max_words, 1), ("judge.repeats", self.judge.repeats, 1),
                 ("answer.recall_window", self.answer.recall_window, 0),
                 ("answer.recall_max", self.answer.recall_max, 1),
-                ("index.ef_search", self.index.ef_search, 1), ("index.ef_construction", self.index.ef_construction, 1))
+                ("index.ef_search", self.index.ef_search, 1), ("index.ef_construction", self.index.ef_construction, 1),
+                ("run.seed", self.run.seed, 0))
         for key, v in (("answer.temporal_window", self.answer.temporal_window),
                        ("answer.span_window", self.answer.span_window)):
             if v is not None:
@@ -411,6 +428,9 @@ class ExperimentConfig:
         for key, v, lo in ints:
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise ConfigError(f"{where}: {key} = {v!r}; expected an integer >= {lo}")
+        for key, v, hi in (("retrieval.top_k", self.retrieval.top_k, MAX_TOP_K), ("run.seed", self.run.seed, MAX_SEED)):
+            if v > hi:
+                raise ConfigError(f"{where}: {key} = {v!r}; expected an integer <= {hi}")
         if not 0.0 <= self.run.max_error_rate <= 1.0:
             raise ConfigError(f"{where}: run.max_error_rate = {self.run.max_error_rate!r}; expected a share in [0, 1]")
         positive = (("models.timeout", self.models.timeout),
@@ -425,9 +445,10 @@ class ExperimentConfig:
         if self.retrieval.preload < -1:
             raise ConfigError(f"{where}: retrieval.preload = {self.retrieval.preload}; expected -1 (all), 0 (off) or N")
         if self.dataset.categories is not None:
-            bad = [c for c in self.dataset.categories if isinstance(c, bool) or c not in (1, 2, 3, 4, 5)]
+            # 1-5: LoCoMo's numbers; 6, 7: LongMemEval's (memlab.data.longmemeval numbers its types 1-7)
+            bad = [c for c in self.dataset.categories if isinstance(c, bool) or c not in range(1, 8)]
             if bad:
-                raise ConfigError(f"{where}: dataset.categories has {bad}; allowed: 1, 2, 3, 4, 5")
+                raise ConfigError(f"{where}: dataset.categories has {bad}; allowed: 1-5 (LoCoMo), 1-7 (LongMemEval)")
         self._validate_models(where)
         for key in self.grid:
             get_dotted(self, key, where=f"{where}: grid")
@@ -463,6 +484,21 @@ class ExperimentConfig:
                 "reader": ANSWERERS.get(self.answer.arm).requires_model and bool(self.answer.model),
                 "judge": bool(self.judge.model),
                 "embedder": self.index.embedder.startswith("litellm:")}[role]
+
+    def trust_settings(self) -> dict[str, Any]:
+        """What decides where requests and secrets go: each model role's endpoint and key variable, and the prompt
+        files in use (a resume uses them only when this user started the run with them or confirms them)."""
+        out: dict[str, Any] = {}
+        for role in ROLES:
+            if self.role_in_use(role):
+                r = self.models.resolve(role)
+                out.update({f"models.{role}.{k}": r[k] for k in ("api_base", "api_key_env") if r[k] is not None})
+        for key, value, role in (("extraction.prompt", self.extraction.prompt, "extractor"),
+                                 ("answer.prompt", self.answer.prompt, "reader"),
+                                 ("judge.prompt", self.judge.prompt, "judge")):
+            if value is not None and self.role_in_use(role) and ("/" in value or Path(value).suffix):
+                out[key] = value  # a file path (a shipped prompt is a bare name)
+        return out
 
     def describe_models(self) -> list[str]:
         """One line per role: its model and endpoint, and which local embedder runs when none is remote."""
@@ -509,9 +545,30 @@ class ExperimentConfig:
         for combo in itertools.product(*(self.grid[k] for k in keys)):
             c = self.with_overrides(dict(zip(keys, combo)))
             c.grid = {}
-            c.name = self.name + "-" + "-".join(f"{k.split('.')[-1]}{v}" for k, v in zip(keys, combo))
+            c.name = self.name + "-" + "-".join(f"{k.split('.')[-1]}{slug(v)}" for k, v in zip(keys, combo))
+            check_name(c.name, f"grid point {dict(zip(keys, combo))!r}")
             out.append(c)
         return out
+
+
+def check_name(name: Any, where: str = "config") -> None:
+    """A run name (it becomes a folder under the results root) or a `ConfigError` saying what is expected."""
+    if not isinstance(name, str) or not _NAME.match(name) or len(name) > MAX_NAME:
+        raise ConfigError(f"{where}: name = {name!r}; expected at most {MAX_NAME} letters, digits and . _ + = - (it "
+                          f"names a folder under the results root: no path separators, no leading dot)")
+
+
+def slug(value: Any, limit: int = 40) -> str:
+    """A grid value as part of a run name: characters other than letters, digits and ``. _ + = -`` become ``_``
+    (a value such as ``../../x`` can never make a path), at most ``limit`` characters; a value changed on the
+    way gets a short hash of itself, so two values never share a name (``openai/m`` -> ``openai_m_1c2f3a``)."""
+    raw = str(value)
+    text = re.sub(r"[^A-Za-z0-9._+=-]+", "_", raw).strip("._")[:limit]
+    if text == raw:
+        return text
+    import hashlib
+
+    return f"{text}_{hashlib.sha256(raw.encode()).hexdigest()[:6]}".lstrip("_")
 
 
 def _local(api_base: str) -> bool:
@@ -541,16 +598,34 @@ def _build(cls: type, d: dict[str, Any], where: str, prefix: str = "") -> Any:
         if dataclasses.is_dataclass(default):
             kw[name] = _build(type(default), value or {}, where, f"{prefix}{name}.")
             continue
-        kw[name] = _check_scalar(value, default, f"{prefix}{name}", where)
+        kw[name] = _check_scalar(value, default, f"{prefix}{name}", where, f.type)
     try:
         return cls(**kw)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {prefix.rstrip('.')}: {e}") from e
 
 
-def _check_scalar(value: Any, default: Any, key: str, where: str) -> Any:
-    if value is None or default is None:
+#: What a field whose default is None holds, from its annotation (``str | None`` -> a string).
+_OPTIONAL = {"str": (str, "a string"), "int": (int, "an integer"), "float": ((int, float), "a number"),
+             "list[str]": ((list, str), "a list"), "list[int]": ((list, int), "a list"),
+             "dict[str, float]": (dict, "a mapping")}
+
+
+def _check_scalar(value: Any, default: Any, key: str, where: str, annotation: Any = None) -> Any:
+    if value is None:
         return value
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: {key} = {value!r}; expected a finite number")
+    if default is None:
+        want = _OPTIONAL.get(str(annotation).replace(" | None", "").strip())
+        if want is not None and (isinstance(value, bool) or not isinstance(value, want[0])):
+            raise ConfigError(f"{where}: {key} = {value!r}; expected {want[1]} or null")
+        if isinstance(value, (list, dict)):
+            inner = value.values() if isinstance(value, dict) else value
+            bad = [v for v in inner if isinstance(v, float) and not math.isfinite(v)]
+            if bad:
+                raise ConfigError(f"{where}: {key} has {bad[0]!r}; expected finite numbers")
+        return float(value) if str(annotation).startswith("float") else value
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: {key} = {value!r}; expected true or false")

@@ -17,11 +17,11 @@ from memlab.run.runner import _resolve, run_experiment
 def run_grid(config: ExperimentConfig | str | Path | None = None, results: str | Path | None = None,
              progress: bool = True, *, executor: str | None = None, address: str | None = None,
              resume: str | Path | None = None, overrides: dict[str, Any] | list[str] | None = None,
-             force_config: bool = False) -> list[Run]:
+             force_config: bool = False, trust_run_config: bool = False) -> list[Run]:
     """Every run of a config (each grid point; a config without a grid is one run), or ``resume`` one run,
-    on the chosen executor (default: the config's ``run.executor``)."""
+    on the chosen executor (default: the config's ``run.executor``); ``trust_run_config`` as in `run_experiment`."""
     if resume is not None:
-        cfg, _ = _resolve(None, resume, overrides, force_config)
+        cfg, _ = _resolve(None, resume, overrides, force_config, trust_run_config)
     else:
         if config is None:
             raise ConfigError("run_grid: give a config (or resume=RUN_DIR)")
@@ -40,5 +40,5 @@ def run_grid(config: ExperimentConfig | str | Path | None = None, results: str |
         return run_grid_ray(cfg, results=results, progress=progress, address=address)
     if resume is not None:
         return [run_experiment(None, resume=resume, progress=progress, overrides=overrides,
-                               force_config=force_config)]
+                               force_config=force_config, trust_run_config=trust_run_config)]
     return [run_experiment(c, results=results, progress=progress) for c in cfg.expand()]

@@ -75,19 +75,31 @@ def extraction_cache_key(cfg: ExperimentConfig, dataset_sha: str, extractor_id: 
 
 
 def _copy_trace(src: Path, dst: Path, wanted: set[str]) -> None:
-    with open(dst, "w", encoding="utf-8") as out:
-        if not src.is_file():
-            return
-        with open(src, encoding="utf-8") as f:
-            for line in f:
-                if json.loads(line).get("conversation") in wanted:
-                    out.write(line)
+    from memlab.atomic import write_with  # a full disk leaves no half trace
+
+    def copy(out: Any) -> None:
+        if src.is_file():
+            with open(src, encoding="utf-8") as f:
+                for line in f:
+                    if json.loads(line).get("conversation") in wanted:
+                        out.write(line)
+
+    write_with(dst, copy)
 
 
 def _jsonl(path: Path, rows: list[dict[str, Any]], mode: str = "w") -> None:
-    with open(path, mode, encoding="utf-8") as f:
+    """Write JSON lines atomically, or append them to a log (``mode="a"``)."""
+    from memlab.atomic import write_with
+
+    def dump(f: Any) -> None:
         for r in rows:
             f.write(json.dumps(r, default=str) + "\n")
+
+    if mode == "a":
+        with open(path, "a", encoding="utf-8") as f:
+            dump(f)
+    else:
+        write_with(path, dump)
 
 
 def log_build_usage(build_log: Path, conversation: str, results: list[Any], date_in_text: bool) -> None:
@@ -177,6 +189,7 @@ def extraction_info(table: Any, failures: list[dict[str, str]], convs: list[Conv
         "conversations_extracted": int((table.jobs_run > 0).sum()), "jobs_run": int(table.jobs_run.sum()),
         "jobs_failed": int(table.jobs_failed.sum()), "ops_applied": int(table.ops_applied.sum()),
         "ops_failed": int(table.ops_failed.sum()), "model_calls": int(table.model_calls.sum()),
+        "malformed_tool_calls": int(table.malformed_tool_calls.sum()) if "malformed_tool_calls" in table else 0,
         "from_cache": worked == 0, "failed_jobs": failures, "empty_conversations": empty,
         "policy": policy, "superseded": int(table.superseded.sum()), "refused": int(table.refused.sum()),
     }

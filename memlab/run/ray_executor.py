@@ -38,11 +38,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from memlab import __version__
 from memlab.atomic import write_json
-from memlab.data import Conversation, Question, load_locomo, sha256_file
+from memlab.data import Conversation, Question, load_dataset, sha256_file
 from memlab.eval import cost as costs
 from memlab.eval.errata import errata_columns, errata_counts, load_errata
 from memlab.eval.profiles import apply_scoring
@@ -50,6 +49,7 @@ from memlab.extract.messages import ChatSession, locomo_messages
 from memlab.extract.pipeline import conversation_key, extract_dataset, keyed_trace_rows
 from memlab.memory import MemoryService
 from memlab.memory.entry import MemoryEntry, UserKey
+from memlab.progress import progress_bar
 from memlab.run.answering import PREDICTIONS_LOG, answer_one, load_done, read_log
 from memlab.run.clients import Clients, check_endpoints, role_model
 from memlab.run.components import build_answerer, build_extractor, build_judge, component_label
@@ -68,7 +68,7 @@ from memlab.run.extraction import (
 )
 from memlab.run.records import AnswerRecord, PredictionRecord, RetrievalRecord, RunStatus
 from memlab.run.results import Run, add_costs, score_records, summarize, write_results
-from memlab.run.selection import select_questions
+from memlab.run.selection import profile_for, select_questions
 from memlab.rundir import environment, open_run_dir, results_root
 
 UnitHook = Callable[[str], None]
@@ -403,9 +403,10 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
         t_start = time.perf_counter()
         path = cfg.dataset.path or ""
         if path not in datasets:
-            data = load_locomo(cfg.dataset.path)
+            data = load_dataset(cfg.dataset.path)  # LoCoMo or LongMemEval
             datasets[path] = (data, sha256_file(data.report.path))
         data, sha = datasets[path]
+        cfg, _ = profile_for(cfg, data)
         if prev.get("dataset_sha256") and prev["dataset_sha256"] != sha:
             raise ConfigError(f"--resume {resume}: the dataset changed since the run started; start a new run")
         picks = select_questions(cfg, data)
@@ -415,12 +416,12 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
         clients = Clients(cfg, cache_root / "responses.sqlite")
         answerer = build_answerer(cfg, clients)
         extractor = build_extractor(cfg, clients) if answerer.needs_memory else None
+        if cfg.run.check_endpoint:  # as the local executor does: before any work, before Ray starts
+            check_endpoints(cfg, clients, clients.roles_in_use(answerer))
         prepared.append((cfg, prev, data, sha, picks, answerer, extractor, clients, t_start, errata))
     ray = connect(address or cfgs[0].run.ray_address)
     cells: list[_Cell] = []
-    for i, (cfg, prev, data, sha, picks, answerer, extractor, clients, t_start, errata) in enumerate(prepared):
-        if cfg.run.check_endpoint:
-            check_endpoints(cfg, clients, roles=("reader", "judge"))  # as the local executor does
+    for i, (cfg, prev, data, sha, picks, answerer, extractor, _, t_start, errata) in enumerate(prepared):
         run_dir = open_run_dir(cfg.name, cfg.to_yaml(), root, resume)
         convs = list({c.sample_id: c for c, _ in picks}.values())
         info: dict[str, Any] = {
@@ -458,7 +459,7 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
     remote_extract = ray.remote(extract_unit)
     remote_answer = ray.remote(answer_unit)
     stores: dict[str, tuple[MemoryService, Path]] = {}
-    bar = tqdm(total=0, desc=f"grid ({len(cells)} run(s), ray)", disable=not progress)
+    bar = progress_bar(total=0, desc=f"grid ({len(cells)} run(s), ray)", disable=not progress)
     try:
         # -- 2. extraction: one task per (cache key, conversation) the cache lacks
         t0 = time.perf_counter()
@@ -618,7 +619,9 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
             if cell.build_texts is not None:  # an arm that indexes raw turns itself: its embedding cost
                 rows = costs.index_usage({c.sample_id: cell.build_texts(c) for c in cell.convs})
                 (cell.run_dir / "traces").mkdir(exist_ok=True)
-                (cell.run_dir / "traces" / BUILD_LOG).write_text("".join(json.dumps(r) + "\n" for r in rows))
+                from memlab.atomic import write_text
+
+                write_text(cell.run_dir / "traces" / BUILD_LOG, "".join(json.dumps(r) + "\n" for r in rows))
             pred, cell.info["cost"] = add_costs(cell.run_dir, cell.cfg, pred,
                                                 {c.sample_id: len(c.questions) for c in cell.convs},
                                                 expect_build=cell.needs_memory or cell.build_texts is not None)

@@ -135,6 +135,8 @@ class AnswerRecord(Record):
     calls: int = 0
     latency_s: float = 0.0
     error: str | None = None
+    reading: dict[str, Any] | None = None
+    """An offline reader's account of what it read (`memlab.answer.base.Answer.reading`)."""
     schema: int = SCHEMA_VERSION
 
 

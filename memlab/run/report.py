@@ -4,11 +4,12 @@
 - `run_labels`: short labels — the run's name plus the config values that distinguish it from the others
   (the runs' ``config.yaml`` files are diffed), with swept values ordered numerically (k = 5, 10, 20, 40);
 - `report_table`: the long table — run, category (number, label), n, each metric with its 95 % interval
-  (``<metric>_lo`` / ``<metric>_hi``), errors, and where Tokens/QA comes from;
+  (``<metric>_lo`` / ``<metric>_hi``), errors, and whether the run called an answer model;
 - `format_report`: that table as text, Markdown, LaTeX (booktabs) or CSV.
 
-Tokens/QA of an arm that sends no prompt (the offline reader) is the *context* it read, counted with the
-tokenizer a model would use; the table says so in ``tokens_source`` and the formatted report marks it.
+Token columns mean one thing each: ``prompt_tokens_qa`` were sent to a model (0 for the offline reader,
+shown as ``-``), ``context_tokens_qa`` is the retrieved context placed before the reader (every arm,
+counted offline with o200k); a column with nothing to show for any run is left out of the printed table.
 Intervals come from the run's summary when it has them, otherwise they are computed here from the
 per-question scores with the same clustered bootstrap (conversations, then questions within them).
 """
@@ -29,23 +30,26 @@ import yaml
 from memlab.data.locomo import CATEGORY_LABELS
 from memlab.run.results import Run, load_run
 
-DEFAULT_METRICS = ("f1", "bleu1", "j", "recall@10", "tokens_qa", "calls_qa", "latency_p50_s")
+DEFAULT_METRICS = ("f1", "bleu1", "j", "recall@10", "prompt_tokens_qa", "context_tokens_qa", "calls_qa",
+                   "latency_p50_s")
 #: Per-question columns whose mean is a summary metric (so an interval can be bootstrapped from them).
-PER_QUESTION = {"tokens_qa": ("prompt_tokens", "completion_tokens"), "context_tokens_qa": ("context_tokens",),
-                "calls_qa": ("calls",)}
+PER_QUESTION = {"answer_tokens_qa": ("prompt_tokens", "completion_tokens"), "prompt_tokens_qa": ("prompt_tokens",),
+                "context_tokens_qa": ("context_tokens",), "calls_qa": ("calls",)}
+#: Metrics that count answer-model calls or their tokens: shown as "-" for a run that made no such call.
+MODEL_ONLY = ("answer_tokens_qa", "prompt_tokens_qa", "completion_tokens_qa", "cached_tokens_qa", "calls_qa")
 #: Metrics shown without an interval: percentiles of wall time (noisy by nature; no mean to resample).
 NO_CI = ("latency_p50_s", "latency_p95_s", "errors")
-HEADERS = {"f1": "F1", "bleu1": "BLEU-1", "em": "EM", "j": "J", "tokens_qa": "Tokens/QA",
-           "context_tokens_qa": "context tokens/QA", "calls_qa": "Calls/QA", "latency_p50_s": "latency p50 (s)",
+HEADERS = {"f1": "F1", "bleu1": "BLEU-1", "em": "EM", "j": "J", "answer_tokens_qa": "answer tokens/QA",
+           "prompt_tokens_qa": "prompt tokens/QA", "context_tokens_qa": "context tokens/QA", "calls_qa": "Calls/QA",
+           "latency_p50_s": "latency p50 (s)",
            "latency_p95_s": "latency p95 (s)", "context_recall": "context recall"}
 #: Short names for swept keys in run labels.
 KEY_ALIASES = {"retrieval.top_k": "k"}
 #: Config keys that never change a result (names, how a run is driven): left out of run labels.
 IGNORED_KEYS = ("name", "grid", "run.concurrency", "run.max_error_rate", "run.check_endpoint", "models.timeout",
                 "models.max_retries")
-CONTEXT_MARK = "†"
-CONTEXT_NOTE = (f"{CONTEXT_MARK} context tokens: this arm sends no prompt (no model call); the figure is the "
-                "retrieved context a model would have been sent, counted offline.")
+TOKEN_NOTE = ("prompt tokens: sent to the answer model (provider counts); context tokens: the retrieved context "
+              "placed before the reader, counted offline (o200k), for every arm.")
 N_BOOT = 2000
 
 
@@ -60,9 +64,9 @@ def unfinished_reason(run_dir: Path) -> str | None:
         return "did not finish (no predictions.parquet)"
     info = run_dir / "run.json"
     if info.is_file():
-        import json
+        from memlab.run.results import read_run_json  # a corrupt run.json is an error naming it
 
-        status = json.loads(info.read_text(encoding="utf-8")).get("status")
+        status = read_run_json(info).get("status")
         if status not in (None, "complete", "complete-with-errors"):
             return f"is {status!r} (run.json)"
     return None
@@ -187,14 +191,25 @@ def run_labels(runs: Sequence[Run]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------- table
-def category_name(group: Any, n: int | None = None) -> str:
-    """``1 multi-hop`` / ``overall 1-4``, with ``(n=…)`` when ``n`` is given."""
+def category_name(group: Any, n: int | None = None, label: str | None = None) -> str:
+    """``1 multi-hop`` / ``overall 1-4``, with ``(n=…)`` when ``n`` is given; ``label``: the run's own label
+    for the number (its summary's, e.g. LongMemEval's types), else LoCoMo's."""
     try:
         g = int(group)
-        name = f"{g} {CATEGORY_LABELS.get(g, '')}".strip()
+        name = f"{g} {label if isinstance(label, str) and label else CATEGORY_LABELS.get(g, '')}".strip()
     except (TypeError, ValueError):
         name = str(group)
     return f"{name} (n={int(n):,})" if n is not None else name
+
+
+def _own_labels(run: Run, summary: pd.DataFrame) -> list[str | None]:
+    """The summary's labels for a run on another benchmark than LoCoMo (LongMemEval's types); None (LoCoMo's
+    labels, as before) for a LoCoMo run under any profile."""
+    from memlab.eval.profiles import get_profile
+
+    if get_profile(run.config.scoring.profile).dataset == "locomo" or "label" not in summary.columns:
+        return [None] * len(summary)
+    return list(summary["label"])
 
 
 def _group_key(g: Any) -> Any:
@@ -279,8 +294,8 @@ def report_table(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFA
 
     Columns: ``run`` (short label), ``group`` (1..5, ``overall 1-4``, ``overall 1-5``), ``category``
     (``1 multi-hop``), ``n``, then per metric the value and its ``_lo`` / ``_hi`` bounds, ``errors``,
-    ``tokens_source`` (``provider`` or ``context``) and ``run_dir``. A metric a run lacks (J without a
-    judge) is NaN, never a 0. ``tokens_qa`` of an arm without model calls is its context tokens.
+    ``model_calls`` (whether the run called an answer model) and ``run_dir``. A metric a run lacks (J
+    without a judge) is NaN, never a 0; each token column is what its name says (no substitution).
     """
     loaded, skipped = load_runs(runs, warn=warn)
     if not loaded:
@@ -292,21 +307,15 @@ def report_table(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFA
     for run, label in zip(loaded, labels):
         s = run.summary
         ci = ci_frame(run, metrics)
-        offline = (s.get("calls_qa", pd.Series(0.0, index=s.index)).fillna(0) == 0) & \
-                  (s.get("tokens_qa", pd.Series(0.0, index=s.index)).fillna(0) == 0)
+        called = bool((pd.to_numeric(s.get("calls_qa", pd.Series(0.0, index=s.index)), errors="coerce")
+                       .fillna(0) > 0).any())
         t = pd.DataFrame({"run": label, "group": list(s.index),
-                          "category": [category_name(g) for g in s.index], "n": s["n"].astype(int).to_numpy()})
+                          "category": [category_name(g, label=lab) for g, lab in
+                                       zip(s.index, _own_labels(run, s))],
+                          "n": s["n"].astype(int).to_numpy()})
         for m in metrics:
             col, src = m, s
             lo, hi = f"{m}_lo", f"{m}_hi"
-            if m == "tokens_qa" and "context_tokens_qa" in s.columns:
-                vals = s["tokens_qa"].where(~offline, s["context_tokens_qa"]).astype(float)
-                t[m] = vals.to_numpy()
-                if lo in ci.columns:  # bounds of the quantity actually shown
-                    alt = ci_frame(run, ["context_tokens_qa"])
-                    t[lo] = ci[lo].where(~offline, alt.get("context_tokens_qa_lo")).to_numpy()
-                    t[hi] = ci[hi].where(~offline, alt.get("context_tokens_qa_hi")).to_numpy()
-                continue
             t[m] = pd.to_numeric(src[col], errors="coerce").to_numpy() if col in src.columns else np.nan
             if m not in NO_CI:
                 t[lo] = ci[lo].to_numpy() if lo in ci.columns else np.nan
@@ -314,7 +323,7 @@ def report_table(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFA
             if _beyond_top_k(run, m):  # Recall@20 of a top-10 run would silently equal Recall@10
                 t[[c for c in (m, lo, hi) if c in t.columns]] = np.nan
         t["errors"] = s["errors"].astype(int).to_numpy() if "errors" in s.columns else 0
-        t["tokens_source"] = np.where(offline.to_numpy(), "context", "provider")
+        t["model_calls"] = called
         t["run_dir"] = str(run.run_dir)
         frames.append(t)
     out = pd.concat(frames, ignore_index=True)
@@ -326,7 +335,7 @@ def report_table(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFA
 def _fmt_number(m: str, x: float) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
-    if m in ("tokens_qa", "context_tokens_qa") or m.endswith("tokens_qa"):
+    if m.endswith("tokens_qa"):
         return f"{x:,.0f}"
     if m == "calls_qa":
         return f"{x:.2f}"
@@ -336,24 +345,29 @@ def _fmt_number(m: str, x: float) -> str:
 
 
 def display_frame(table: pd.DataFrame) -> pd.DataFrame:
-    """Strings for reading: ``value [lo, hi]`` per metric, context tokens marked with a dagger."""
+    """Strings for reading: ``value [lo, hi]`` per metric. A model-only metric (`MODEL_ONLY`) of a run that
+    called no model reads ``-``; a column empty for every row (``n/a`` or ``-``: J without a judge, calls
+    of offline runs only) is left out."""
     metrics = [c for c in table.columns if c not in ("run", "group", "category", "n", "errors", "tokens_source",
-                                                     "run_dir") and not c.endswith(("_lo", "_hi"))]
+                                                     "model_calls", "run_dir") and not c.endswith(("_lo", "_hi"))]
     rows = []
     for _, r in table.iterrows():
         row = {"run": r["run"], "category": r["category"], "n": f"{int(r['n']):,}"}
         for m in metrics:
+            if m in MODEL_ONLY and "model_calls" in table.columns and not r["model_calls"]:
+                row[HEADERS.get(m, m)] = "-"
+                continue
             v = _fmt_number(m, r[m])
             if f"{m}_lo" in table.columns and v != "n/a":
                 lo, hi = r[f"{m}_lo"], r[f"{m}_hi"]
                 if not (pd.isna(lo) or pd.isna(hi)):
                     v += f" [{_fmt_number(m, lo)}, {_fmt_number(m, hi)}]"
-            if m == "tokens_qa" and r.get("tokens_source") == "context" and v != "n/a":
-                v += f" {CONTEXT_MARK}"
             row[HEADERS.get(m, m)] = v
         row["errors"] = f"{int(r['errors'])}"
         rows.append(row)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    empty = [c for c in df.columns if c not in ("run", "category", "n", "errors") and df[c].isin(("n/a", "-")).all()]
+    return df.drop(columns=empty)
 
 
 def _markdown(df: pd.DataFrame) -> str:
@@ -371,7 +385,7 @@ _LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
                   "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}", "\u2212": "$-$",
                   "\u2026": r"\ldots{}", "\u2265": r"$\geq$", "\u2264": r"$\leq$", "\u00d7": r"$\times$",
-                  "\u2013": "--", "\u2014": "---", "\u00b1": r"$\pm$", CONTEXT_MARK: r"$^\dagger$"}
+                  "\u2013": "--", "\u2014": "---", "\u00b1": r"$\pm$"}
 
 
 def latex_escape(s: str) -> str:
@@ -381,13 +395,7 @@ def latex_escape(s: str) -> str:
 
 
 def _latex(df: pd.DataFrame, caption: str | None) -> str:
-    """A booktabs table that fits the column (``\\resizebox`` to ``\\linewidth``: needs graphicx and booktabs);
-    a metric that no run has (``n/a`` in every row, e.g. J for runs that were not judged) is left out and named
-    in the caption, so a wide table is not made wider by empty columns."""
-    empty = [c for c in df.columns if c not in ("run", "category", "n", "errors") and (df[c] == "n/a").all()]
-    df = df.drop(columns=empty)
-    if empty:
-        caption = ((caption + " ") if caption else "") + f"Not shown (no value in any run): {', '.join(empty)}."
+    """A booktabs table that fits the column: ``\\resizebox`` to ``\\linewidth`` (needs graphicx and booktabs)."""
     spec = "".join("r" if c not in ("run", "category") else "l" for c in df.columns)
     lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\resizebox{\linewidth}{!}{%",
              rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
@@ -412,10 +420,9 @@ def format_report(table: pd.DataFrame, fmt: str = "text") -> str:
     if fmt == "csv":
         return table.to_csv(index=False, float_format="%.6g")
     df = display_frame(table)
-    has_context = bool((table.get("tokens_source") == "context").any()) and "tokens_qa" in table.columns
     notes = ["Values are means with 95 % clustered-bootstrap intervals [lo, hi] (conversations, then questions)."]
-    if has_context:
-        notes.append(CONTEXT_NOTE)
+    if any(c.endswith("tokens_qa") for c in table.columns):
+        notes.append(TOKEN_NOTE)
     for d, why in table.attrs.get("skipped", []):
         notes.append(f"skipped {d}: the run {why}")
     if fmt == "text":
@@ -432,7 +439,9 @@ def write_report(table: pd.DataFrame, out: str | Path, fmt: str | None = None) -
     p = Path(out)
     fmt = fmt or {".md": "md", ".tex": "latex", ".csv": "csv"}.get(p.suffix.lower(), "text")
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(format_report(table, fmt) + "\n", encoding="utf-8")
+    from memlab.atomic import write_text  # a full disk keeps the old file
+
+    write_text(p, format_report(table, fmt) + "\n")
     return p
 
 

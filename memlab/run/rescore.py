@@ -21,7 +21,7 @@ from memlab.atomic import write_table
 from memlab.eval import category_summary
 from memlab.eval.errata import Errata, errata_columns, errata_counts, load_errata
 from memlab.eval.profiles import PROFILES, ProfileJudge, apply_scoring, get_profile
-from memlab.llm import ModelClient
+from memlab.llm import BadReply, ModelClient
 from memlab.run.answering import read_log
 from memlab.run.clients import Clients
 from memlab.run.results import Run, load_run, score_records
@@ -88,11 +88,11 @@ def rescore(run: Run | str | Path, profile: str = "locomo", allow_model_calls: b
                 j.append(math.nan)
                 continue
             try:
-                j.append(prof.judge_score(client.complete(msgs).text))
+                j.append(judge.ask(msgs)[0])
             except CacheMissError:
                 misses += 1
                 j.append(math.nan)
-            except ValueError:
+            except BadReply:
                 failures += 1
                 j.append(math.nan)
         scores["j"] = j

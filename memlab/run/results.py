@@ -98,7 +98,6 @@ def summarize(pred: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
             "judge_errors": int(g["judge_error"].notna().sum()),
             "prompt_tokens_qa": ok.prompt_tokens.sum() / n, "completion_tokens_qa": ok.completion_tokens.sum() / n,
             "cached_tokens_qa": ok.cached_tokens.sum() / n,
-            "tokens_qa": (ok.prompt_tokens.sum() + ok.completion_tokens.sum()) / n,
             "context_tokens_qa": ok.context_tokens.sum() / n, "calls_qa": ok.calls.sum() / n,
             "latency_p50_s": float(np.percentile(ok.latency_s, 50)) if len(ok) else np.nan,
             "latency_p95_s": float(np.percentile(ok.latency_s, 95)) if len(ok) else np.nan,
@@ -153,16 +152,56 @@ def write_results(run_dir: Path, pred: pd.DataFrame, summ: pd.DataFrame) -> None
     write_json(run_dir / "summary.json", json.loads(summ.to_json(orient="index")))
 
 
+class RunFileError(ValueError):
+    """A file of a run folder cannot be read: corrupt, cut short, or not what memlab writes (the message names it)."""
+
+
+def read_run_json(path: Path) -> dict[str, Any]:
+    """A run's ``run.json``, or a `RunFileError` naming the file."""
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise RunFileError(f"{path}: unreadable ({type(e).__name__}: {e}); expected the JSON object memlab writes "
+                           f"(status, counts, timings)") from None
+    if not isinstance(d, dict):
+        raise RunFileError(f"{path}: expected a JSON object, got {type(d).__name__}")
+    return d
+
+
+def read_config(path: Path) -> ExperimentConfig:
+    """A run's ``config.yaml``, or a `RunFileError` (unreadable) / `ConfigError` (a bad value) naming it."""
+    try:
+        d = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise RunFileError(f"{path}: unreadable ({type(e).__name__}: {e}); expected the run's config as YAML") from None
+    if not isinstance(d, dict):
+        raise RunFileError(f"{path}: expected a mapping (the run's config), got {type(d).__name__}")
+    return ExperimentConfig.from_dict(d, where=str(path))
+
+
+def _read_table(stem: Path) -> pd.DataFrame:
+    try:
+        return read_frame(stem)
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # pyarrow's errors for a cut or foreign file are of several kinds
+        raise RunFileError(f"{stem.with_suffix('.parquet')}: unreadable ({type(e).__name__}: {e}); expected the "
+                           f"Parquet table memlab writes (rerun, or resume the run after deleting it)") from None
+
+
 def load_run(run_dir: str | Path) -> Run:
-    """Reopen a finished run folder as a `Run` (tables from disk, the same types as a fresh run)."""
+    """Reopen a finished run folder as a `Run` (tables from disk, the same types as a fresh run); a corrupt
+    file is a `RunFileError` naming it."""
     d = Path(run_dir)
     if not (d / "config.yaml").is_file():
         raise FileNotFoundError(f"{d}: not a run folder (no config.yaml)")
     if not (d / "predictions.parquet").is_file():
         raise FileNotFoundError(f"{d}: the run did not finish (no predictions.parquet); "
                                 f"finish it with: memlab run --resume {d}")
-    cfg = ExperimentConfig.from_dict(yaml.safe_load((d / "config.yaml").read_text()), where=str(d / "config.yaml"))
-    pred = read_frame(d / "predictions").reset_index()
-    summ = read_frame(d / "summary")
-    info = json.loads((d / "run.json").read_text()) if (d / "run.json").is_file() else {}
+    cfg = read_config(d / "config.yaml")
+    pred = _read_table(d / "predictions").reset_index()
+    summ = _read_table(d / "summary")
+    summ = summ.rename(columns={o: n for o, n in costs.RENAMED.items() if o in summ and n not in summ}) \
+        .drop(columns=[o for o in costs.RENAMED if o in summ], errors="ignore")  # older runs' token names
+    info = read_run_json(d / "run.json") if (d / "run.json").is_file() else {}
     return Run(run_dir=d, config=cfg, predictions=pred, summary=summ, info=info)

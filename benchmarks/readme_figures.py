@@ -1,0 +1,189 @@
+"""Regenerate the README's measured figures, each in its marked region, with the date and the command.
+
+    python benchmarks/readme_figures.py offline-run dead-endpoint   # the cheap ones (a few minutes)
+    python benchmarks/readme_figures.py --all                        # every figure (an hour or more on 2 cores)
+    python benchmarks/readme_figures.py --list                       # names, commands, rough cost
+
+A figure lives in README.md between ``<!-- figures:NAME -->`` and ``<!-- /figures -->``; this script
+rewrites only that text (a region without a generator, or a generator without a region, is an error), so
+every number in those regions comes from one command run on one date. Run from the repository root with
+``MEMLAB_LOCOMO`` pointing at locomo10.json. Timings depend on the machine and its load: each region says
+the cores and the load average it was measured under.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+REGION = re.compile(r"(<!-- figures:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
+
+
+@dataclass
+class Figure:
+    command: str
+    """What the figure measures, as a user would type it."""
+    cost: str
+    make: Callable[[], str]
+    """Returns the region's markdown (without the trailing provenance line)."""
+
+
+def _memlab(args: list[str], log: Path) -> tuple[int, float, float, str]:
+    """``python -m memlab ARGS`` as a separate process, stderr to ``log`` (a file: not a terminal).
+    Returns (exit code, wall s, CPU s of the child, stdout)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    with log.open("wb") as err:
+        p = subprocess.run([sys.executable, "-m", "memlab", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                           stderr=err, env=dict(os.environ), check=False)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return p.returncode, wall, cpu, p.stdout.decode("utf-8", "replace")
+
+
+def offline_run() -> str:
+    from memlab.run import load_run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "stderr.log"
+        rc, wall, cpu, _ = _memlab(["run", "offline", "--results", f"{tmp}/results"], log)
+        if rc != 0:
+            raise RuntimeError(f"memlab run offline exited {rc}:\n{log.read_text()[-2000:]}")
+        run = load_run(next(Path(tmp, "results").glob("offline-*")))
+        s, size, lines = run.summary, log.stat().st_size, log.read_text().count("\n")
+    o4, o5, c5 = s.loc["overall 1-4"], s.loc["overall 1-5"], s.loc["5"]
+    return (f"`memlab run offline` from a fresh results root: F1 (official LoCoMo) **{o4.f1:.3f} "
+            f"[{o4.f1_lo:.3f}, {o4.f1_hi:.3f}]** over categories 1–4 (n {int(o4.n):,}), {o5.f1:.3f} "
+            f"[{o5.f1_lo:.3f}, {o5.f1_hi:.3f}] over 1–5 (n {int(o5.n):,}); evidence Recall@10 "
+            f"{o4['recall@10']:.3f} (1–4), {c5['recall@10']:.3f} (category 5), {o5['recall@10']:.3f} (1–5). "
+            f"{wall:.0f} s wall, {cpu:.0f} s CPU; its stderr, captured to a file, is {size:,} bytes in "
+            f"{lines} lines (a line per stage and per 10 %, no progress-bar redraws).\n")
+
+
+def dead_endpoint() -> str:
+    from memlab.testing import closed_port_api_base
+
+    base = closed_port_api_base()
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "stderr.log"
+        rc, wall, _, _ = _memlab(["run", "original", "--set", f"models.api_base={base}", "--results",
+                                  f"{tmp}/results"], log)
+        msg = log.read_text().strip()
+        from memlab.run import ExperimentConfig
+        from memlab.run.clients import Clients, check_endpoints
+
+        cfg = ExperimentConfig.from_yaml("original").with_overrides({"models.api_base": base})
+        t0 = time.perf_counter()
+        try:
+            check_endpoints(cfg, Clients(cfg, Path(tmp) / "responses.sqlite"))
+        except ConnectionError:
+            check_s = time.perf_counter() - t0
+        else:
+            raise RuntimeError(f"{base}: something answers there; the figure needs a dead endpoint")
+    return (f"`memlab run original --set models.api_base={base}` with nothing listening there: exit {rc} after "
+            f"{wall:.1f} s wall, of which the endpoint check itself takes {1000 * check_s:.0f} ms (the rest is "
+            f"the process start, imports and the dataset checks), saying:\n\n```text\n{msg}\n```\n")
+
+
+def demo() -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        rc1, cold, _, _ = _memlab(["demo", "--results", f"{tmp}/results"], Path(tmp) / "a.log")
+        rc2, warm, _, out = _memlab(["demo", "--results", f"{tmp}/results"], Path(tmp) / "b.log")
+    if rc1 or rc2:
+        raise RuntimeError(f"memlab demo exited {rc1}/{rc2}")
+    table = out[out.index("per-category results"):out.index("\nstages:")].strip()
+    return (f"`make demo`'s job (`memlab demo`): {cold:.0f} s the first time, {warm:.0f} s once the extraction "
+            f"is cached. Its table:\n\n```text\n{table}\n```\n")
+
+
+def _verbatim(script: str, args: list[str]) -> Callable[[], str]:
+    def make() -> str:
+        p = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=ROOT, capture_output=True,
+                           text=True, check=False)
+        if p.returncode != 0:
+            raise RuntimeError(f"{script} exited {p.returncode}:\n{p.stderr[-2000:]}")
+        return f"```text\n{p.stdout.strip()}\n```\n"
+    return make
+
+
+RECALL_ARGS = ["--configs", "retrieval-best,offline", "--baseline", "--tune", "--folds", "5"]
+GRID_ARGS = ["--conversations", "2", "--questions", "10", "--latency", "0.2", "--concurrency", "2"]
+FIGURES: dict[str, Figure] = {
+    "offline-run": Figure("memlab run offline", "~2 min on 2 cores", offline_run),
+    "dead-endpoint": Figure("memlab run original --set models.api_base=<nothing listening>", "seconds",
+                            dead_endpoint),
+    "demo": Figure("memlab demo (twice: cold, cached)", "~4 min", demo),
+    "retrieval-recall": Figure(f"python benchmarks/retrieval_recall.py {' '.join(RECALL_ARGS)}",
+                               "~30 min+ (SPLADE and minilm encodings, a 5-fold tuning grid)",
+                               _verbatim("retrieval_recall.py", RECALL_ARGS)),
+    "grid-scaling": Figure(f"python benchmarks/grid_scaling.py {' '.join(GRID_ARGS)}",
+                           "~5 min plus Ray's start; needs ray", _verbatim("grid_scaling.py", GRID_ARGS)),
+}
+
+
+def regions(text: str) -> dict[str, str]:
+    """The README's figure regions by name (a region opened but not closed, or named twice, is an error)."""
+    found = [m.group("name") for m in REGION.finditer(text)]
+    opened = re.findall(r"<!-- figures:([\w-]+) -->", text)
+    if sorted(found) != sorted(opened) or len(set(found)) != len(found):
+        raise ValueError(f"README figure regions: opened {opened}, closed {found}; each name once, each closed "
+                         f"by <!-- /figures -->")
+    return {m.group("name"): m.group("body") for m in REGION.finditer(text)}
+
+
+def replace_region(text: str, name: str, body: str) -> str:
+    """``text`` with region ``name``'s body replaced (an unknown region is an error naming the known ones)."""
+    known = regions(text)
+    if name not in known:
+        raise KeyError(f"README has no region <!-- figures:{name} --> (it has: {', '.join(known) or 'none'})")
+    return REGION.sub(lambda m: m.group(1) + body + m.group(4) if m.group("name") == name else m.group(0), text)
+
+
+def provenance(name: str, when: dt.date | None = None) -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"<sub>Regenerated {(when or dt.date.today()).isoformat()} by `python benchmarks/readme_figures.py "
+            f"{name}` ({FIGURES[name].command}) on {os.cpu_count()} cores, load average {load:.1f}.</sub>\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("names", nargs="*", help=f"figures to regenerate: {', '.join(FIGURES)}")
+    ap.add_argument("--all", action="store_true")
+    ap.add_argument("--list", action="store_true")
+    args = ap.parse_args(argv)
+    text = README.read_text(encoding="utf-8")
+    have = regions(text)
+    if set(have) != set(FIGURES):
+        raise SystemExit(f"README regions {sorted(have)} and generators {sorted(FIGURES)} differ")
+    if args.list or not (args.names or args.all):
+        for n, f in FIGURES.items():
+            print(f"{n:18s} {f.cost:55s} {f.command}")
+        return 0
+    names = list(FIGURES) if args.all else args.names
+    unknown = [n for n in names if n not in FIGURES]
+    if unknown:
+        raise SystemExit(f"unknown figure(s) {unknown}; known: {', '.join(FIGURES)}")
+    for n in names:
+        t0 = time.perf_counter()
+        body = FIGURES[n].make() + "\n" + provenance(n)
+        text = replace_region(README.read_text(encoding="utf-8"), n, body)
+        README.write_text(text, encoding="utf-8")  # one region at a time: a later failure keeps the earlier ones
+        print(f"{n}: regenerated in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
