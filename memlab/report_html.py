@@ -1,12 +1,15 @@
 """One self-contained HTML page over finished runs (``memlab report --html OUT.html RUN [RUN ...]``).
 
 The page needs no server and no network: plots are embedded as base64 PNG, the data as inline JSON, and
-the script and style are inline. It holds the per-category table with 95 % intervals, the paired
-comparisons of every run against the first (runs in the order given; each delta is run − A, the same numbers
-``memlab compare`` prints, also in the page's data as ``comparisons``), the plots (evidence recall for every
-run), and a question browser: filter by category, failure label (`memlab.attribution`), correct / incorrect
-(F1 >= 0.5) and flipped between runs; click a
-question to see, per run, its three trace layers (`memlab.trace`): the extractor ops that touched its
+the script and style are inline. The data holds only what the page shows, packed (`Tables`: column tables,
+one shared string table; about 3.8 MB for two full LoCoMo-10 offline runs, from 23 MB as one nested record per
+question), and is escaped (`embed_json`) so that no question or model reply can end the script block.
+
+It holds the per-category table with 95 % intervals, the paired comparisons of every run against the first
+(runs in the order given; each delta is run − A, the same numbers ``memlab compare`` prints, also in the page's
+data as ``comparisons``), the plots (evidence recall for every run), and a question browser: filter by
+category, failure label (`memlab.attribution`), correct / incorrect (F1 >= 0.5) and flipped between runs; click
+a question to see, per run, its three trace layers (`memlab.trace`): the extractor ops that touched its
 evidence memories, the retrieval ranks of every query, and the answer.
 """
 
@@ -151,20 +154,34 @@ def _missing(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
+def _round(v: Any, digits: int) -> float | None:
+    """A number as the page shows it (rounded: full float precision would be most of the payload)."""
+    return None if _missing(v) or v is pd.NA else round(float(v), digits)
+
+
+def _int(v: Any) -> int | None:
+    """A rank as an integer (a column with a missing rank is float: 2.0 would print as "2.0")."""
+    return None if _missing(v) or v is pd.NA else int(v)
+
+
+def _ids(src: Any) -> str:
+    return ",".join(map(str, src if src is not None and not isinstance(src, float) else []))
+
+
 def layers(v: dict[str, Any], mem_text: dict[str, str]) -> dict[str, Any]:
-    """One question's three layers (a `Traces.question` result) as compact JSON for the page."""
+    """One question's three layers (a `Traces.question` result) as the page shows them: exactly what
+    report.js's ``layersOf`` rebuilds from the packed tables (`pack_runs`). Memory records the page never
+    displays (the evidence memories) are left out."""
     ops = []
     ex = v["extractor"]
     if ex is not None and len(ex):
         for o in ex.to_dict("records"):
             rec = o.get("reconcile") or {}
             ops.append({"action": o.get("action"), "result": o.get("result"), "tier": rec.get("tier"),
-                        "score": rec.get("score"), "jaccard": rec.get("jaccard"),
-                        "src": list(o.get("source_ids") or []),
+                        "score": _round(rec.get("score"), 4), "jaccard": _round(rec.get("jaccard"), 4),
+                        "src": _ids(o.get("source_ids")),
                         "text": _short(o.get("text") if _missing(o.get("final_text")) else o.get("final_text")),
                         "error": _short(o.get("error"), 160)})
-    mems = [{"id": m["id"], "text": _short(m["text"]), "src": list(m.get("source_ids") or [])}
-            for m in (v["evidence_memories"].to_dict("records") if len(v["evidence_memories"]) else [])]
     queries = []
     qmeta = v["queries"].to_dict("records") if v["queries"] is not None and len(v["queries"]) else []
     hits = v["retrieval"]
@@ -173,22 +190,74 @@ def layers(v: dict[str, Any], mem_text: dict[str, str]) -> dict[str, Any]:
         queries.append({"query": qm["query"], "error": qm.get("error"),
                         "dropped": len(qm.get("dropped_by_dedupe") or []),
                         "fallback": len(qm.get("fallback_added") or []),
-                        "hits": [{"rank": h["rank"], "dense": h["dense_rank"], "kw": h["keyword_rank"],
-                                  "fused": h["fused_rank"], "via": h.get("via"), "ev": bool(h.get("evidence_hit")),
-                                  "src": list(h.get("source_ids") or []),
-                                  "text": _short(mem_text.get(h["id"], ""), 200)}
+                        "hits": [{"rank": _int(h["rank"]), "dense": _int(h["dense_rank"]),
+                                  "kw": _int(h["keyword_rank"]), "fused": _int(h["fused_rank"]),
+                                  "via": h.get("via"), "ev": bool(h.get("evidence_hit")),
+                                  "src": _ids(h.get("source_ids")), "text": _short(mem_text.get(h["id"], ""))}
                                  for h in qh.to_dict("records")]})
     a = v["answer"] or {}
-    answer = {"rule": a.get("rule"), "calls": a.get("calls"), "usage": a.get("usage"), "latency": a.get("latency_s"),
+    usage = a.get("usage") or {}
+    answer = {"rule": a.get("rule"), "calls": a.get("calls"), "prompt_tokens": usage.get("prompt_tokens"),
+              "completion_tokens": usage.get("completion_tokens"), "latency": _round(a.get("latency_s"), 5),
               "prompt": _short(a.get("prompt"), 4000), "response": _short(a.get("response"), 1000),
               "tools": _short(json.dumps(a.get("tool_calls") or [], default=str), 1000)
               if a.get("tool_calls") else ""}
-    return _clean({"ops": ops, "mems": mems, "queries": queries, "answer": answer})
+    return _clean({"ops": ops, "queries": queries, "answer": answer})
 
 
-def question_data(runs: Sequence[Run], labels: Sequence[str], attributions: Sequence[pd.DataFrame],
-                  flipped: set[str]) -> list[dict[str, Any]]:
-    """One record per question (in the first run's order): the question, and per run its outcome and layers."""
+class Tables:
+    """The page's data packed for size: every table column by column (one JSON array per field) and every text
+    in one string table shared by all runs, so a memory text that 40 hits and two runs show is stored once.
+
+    A table is ``{"s": [string fields], field: [values]}``; a string field holds indexes into ``strings``. A
+    one-to-many relation (a question's queries, a query's hits) is a count column on the parent with the child
+    rows in parent order; report.js rebuilds a question's layers from them when it is opened."""
+
+    def __init__(self) -> None:
+        self.strings: list[str] = []
+        self.index: dict[str, int] = {}
+        self.uses: list[int] = []
+        self.tables: list[dict[str, Any]] = []
+
+    def text(self, s: Any) -> int | None:
+        if s is None or (isinstance(s, float) and math.isnan(s)):
+            return None
+        s = str(s)
+        if s not in self.index:
+            self.index[s] = len(self.strings)
+            self.strings.append(s)
+            self.uses.append(0)
+        self.uses[self.index[s]] += 1
+        return self.index[s]
+
+    def table(self, rows: Sequence[dict[str, Any]], fields: Sequence[str], strings: Sequence[str] = ()) -> dict:
+        out: dict[str, Any] = {"s": list(strings)}
+        for f in fields:
+            out[f] = [self.text(r.get(f)) if f in strings else r.get(f) for r in rows]
+        self.tables.append(out)
+        return out
+
+    def finish(self) -> list[str]:
+        """The string table, most used first (so "primary", repeated on every hit, costs one digit), with every
+        table made so far renumbered to it."""
+        order = sorted(range(len(self.strings)), key=lambda i: -self.uses[i])
+        new = {old: i for i, old in enumerate(order)}
+        for t in self.tables:
+            for f in t["s"]:
+                t[f] = [None if v is None else new[v] for v in t[f]]
+        return [self.strings[i] for i in order]
+
+
+OP_FIELDS = ("action", "result", "tier", "score", "jaccard", "src", "text", "error")
+OP_STRINGS = ("action", "result", "tier", "src", "text", "error")
+HIT_FIELDS = ("rank", "dense", "kw", "fused", "via", "ev", "mem")
+ANSWER_FIELDS = ("rule", "calls", "prompt_tokens", "completion_tokens", "latency", "prompt", "response", "tools")
+ANSWER_STRINGS = ("rule", "prompt", "response", "tools")
+
+
+def pack_runs(runs: Sequence[Run], attributions: Sequence[pd.DataFrame], flipped: set[str]) -> dict[str, Any]:
+    """The question browser's data: the questions (in the first run's order, then any only later runs answered)
+    and, per run, each question's outcome and three layers (`layers`), as `Tables`."""
     per_run = []
     for run in runs:
         tr = trace.load(run.run_dir)
@@ -201,26 +270,69 @@ def question_data(runs: Sequence[Run], labels: Sequence[str], attributions: Sequ
             if q not in seen:
                 seen.add(q)
                 order.append(q)
-    atts = [att.set_index("qid") if len(att) else att for att in attributions]
-    out = []
+    t = Tables()
+    questions = []
     for qid in order:
         ref = next(qs.loc[qid] for _, qs, _ in per_run if qid in qs.index)
-        rec = {"qid": qid, "cat": int(ref["category"]), "catName": category_name(int(ref["category"])),
-               "conv": ref["conversation_id"], "q": str(ref["question"]), "gold": _short(ref["answer"], 500),
-               "ev": list(trace._as_list(ref["evidence"])), "flip": qid in flipped, "r": []}
-        for (qt, qs, mem_text), att in zip(per_run, atts):
+        questions.append({"qid": qid, "cat": int(ref["category"]), "catName": category_name(int(ref["category"])),
+                          "conv": ref["conversation_id"], "q": str(ref["question"]), "gold": _short(ref["answer"], 500),
+                          "ev": ", ".join(map(str, trace._as_list(ref["evidence"]))), "flip": int(qid in flipped)})
+    mems: list[dict[str, Any]] = []
+    mem_ids: dict[tuple[Any, Any], int] = {}
+    out_runs = []
+    for (qt, qs, mem_text), att in zip(per_run, attributions):
+        att = att.set_index("qid") if len(att) else att
+        outcome, answers, ops, op_ids, op_refs, queries, hits = [], [], [], {}, [], [], []
+        sequential = True  # every query's ranks are 1..n: the page numbers them itself
+        for qid in order:
             if qid not in qs.index:
-                rec["r"].append(None)
+                outcome.append({"has": 0, "nops": 0, "nq": 0})
+                answers.append({})
                 continue
             row = qs.loc[qid]
             lab = att.loc[qid] if len(att) and qid in att.index else None
-            rec["r"].append(_clean({
-                "pred": _short(row["prediction"], 500), "f1": float(row["f1"]), "ok": correct(row["f1"]),
-                "label": None if lab is None else lab["label"], "reason": None if lab is None else lab["reason"],
-                "error": None if pd.isna(row.get("error")) else str(row.get("error")),
-                "layers": layers(qt.question(qid), mem_text)}))
-        out.append(rec)
-    return out
+            L = layers(qt.question(qid), mem_text)
+            for o in L["ops"]:
+                key = tuple(o[f] for f in OP_FIELDS)
+                if key not in op_ids:
+                    op_ids[key] = len(ops)
+                    ops.append(o)
+                op_refs.append(op_ids[key])
+            for q in L["queries"]:
+                for h in q["hits"]:
+                    key = (h["text"], h["src"])
+                    if key not in mem_ids:
+                        mem_ids[key] = len(mems)
+                        mems.append({"text": h["text"], "src": h["src"]})
+                    hits.append({**h, "ev": int(h["ev"]), "mem": mem_ids[key]})
+                queries.append({**q, "nh": len(q["hits"])})
+                sequential = sequential and [h["rank"] for h in q["hits"]] == list(range(1, len(q["hits"]) + 1))
+            answers.append(L["answer"])
+            f1 = float(row["f1"])
+            outcome.append({"has": 1, "pred": _short(row["prediction"], 500), "f1": _round(f1, 4),
+                            "ok": int(correct(f1)), "label": None if lab is None else lab["label"],
+                            "reason": None if lab is None else lab["reason"],
+                            "error": None if pd.isna(row.get("error")) else str(row.get("error")),
+                            "nops": len(L["ops"]), "nq": len(L["queries"])})
+        out_runs.append({
+            "q": t.table(outcome, ("has", "pred", "f1", "ok", "label", "reason", "error", "nops", "nq"),
+                         ("pred", "label", "reason", "error")),
+            "answer": t.table(answers, ANSWER_FIELDS, ANSWER_STRINGS),
+            "ops": t.table(ops, OP_FIELDS, OP_STRINGS), "opref": op_refs,
+            "queries": t.table(queries, ("query", "error", "dropped", "fallback", "nh"), ("query", "error")),
+            "hits": t.table(hits, HIT_FIELDS[1:] if sequential else HIT_FIELDS, ("via",))})
+    return _clean({"questions": t.table(questions, ("qid", "cat", "catName", "conv", "q", "gold", "ev", "flip"),
+                                        ("qid", "catName", "conv", "q", "gold", "ev")),
+                   "mems": t.table(mems, ("text", "src"), ("text", "src")), "runs_data": out_runs,
+                   "strings": t.finish()})
+
+
+def embed_json(data: Any) -> str:
+    """JSON that is safe inside ``<script type="application/json">``: ``<``, ``>`` and ``&`` are written as
+    ``\\u003c``..., so no text (``</script>``, ``<!--`` followed by ``<script``) can end or comment out the block;
+    ``JSON.parse`` reads them back unchanged."""
+    text = json.dumps(_clean(data), ensure_ascii=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 # ---------------------------------------------------------------------------------- page
@@ -262,12 +374,11 @@ def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table
         cmp = report_comparison(loaded, labels, questions)
     flipped: set[str] = set(map(str, cmp.flipped.qid)) if isinstance(cmp, Comparison) and len(cmp.flipped) else set()
 
-    qdata = question_data(loaded, labels, atts, flipped)
     data = {"runs": [{"label": lab, "dir": str(r.run_dir)} for lab, r in zip(labels, loaded)],
-            "questions": qdata, "labels": list(attribution.LABELS),
-            "cats": sorted({(q["cat"], q["catName"]) for q in qdata}),
+            "labels": list(attribution.LABELS), **pack_runs(loaded, atts, flipped),
             "comparisons": comparison_data(cmp) if isinstance(cmp, Comparison) else []}
-    payload = json.dumps(_clean(data), ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    data["cats"] = sorted({(c, category_name(c)) for c in data["questions"]["cat"]})
+    payload = embed_json(data)
 
     notes = ["Means with 95 % clustered-bootstrap intervals [lo, hi] (conversations, then questions within them)."]
     if any(c.endswith("tokens_qa") for c in table.columns):

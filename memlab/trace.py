@@ -106,7 +106,11 @@ class Traces:
         """A readable, layer-by-layer account of one question (print it in a notebook)."""
         v = self.question(qid)
         q = v["question"]
-        lines = [f"== {qid}  category {q['category']}  F1 {q.get('f1', float('nan')):.3f}",
+        ceiling = q.get("answer_ceiling")  # what a perfect reader of this context could score (eval.ceiling)
+        head = f"== {qid}  category {q['category']}  F1 {q.get('f1', float('nan')):.3f}"
+        if isinstance(ceiling, (int, float)) and ceiling == ceiling:
+            head += f"  answer ceiling {ceiling:.2f}  answer-bearing {'yes' if q.get('answer_bearing') else 'no'}"
+        lines = [head,
                  f"Q: {q['question']}", f"gold: {q['answer']}   prediction: {q['prediction']}",
                  f"evidence: {', '.join(_as_list(q['evidence'])) or '(none)'}", "",
                  "-- 1. extractor layer (ops touching memories sourced from the evidence)"]

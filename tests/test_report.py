@@ -135,6 +135,33 @@ def test_exports_markdown_latex_csv(sweep):
         format_report(table, "docx")
 
 
+def test_latex_fits_a_column_and_escapes_every_label(sweep):
+    """Issue 23: the LaTeX export was an 11-column tabular wider than a column, and labels went in unescaped."""
+    import re
+
+    table = report_table([sweep["k"][5].run_dir, sweep["k"][10].run_dir])
+    table["run"] = table["run"].str.replace("offline", "arm_1 & co 50% #2 {x} ~^\\ <y> |z| \u2212 \u2026")
+    tex = format_report(table, "latex")
+    assert "\\resizebox{\\linewidth}{!}{%\n\\begin{tabular}" in tex and "\\end{tabular}}" in tex
+    known = r"\\(textbackslash|textasciitilde|textasciicircum|textless|textgreater|textbar|ldots)\{\}|\\[&%#_{}$]"
+    spec = re.search(r"\\begin\{tabular\}\{([lr]+)\}", tex).group(1)
+    body = tex[tex.index("\\toprule") + len("\\toprule"):tex.index("\\bottomrule")]
+    rows = [ln[:-3] for ln in body.splitlines() if ln.endswith(" \\\\")]
+    assert len(rows) == len(table) + 1
+    for ln in rows:
+        cells = re.split(r"(?<!\\)&", ln)
+        assert len(cells) == len(spec)  # no label adds a cell
+        for cell in cells:
+            plain = re.sub(known, "", cell).replace("$-$", "")
+            assert not set(plain) & set("\\&%#_{}$~^<>|\u2212\u2026"), cell  # every special character escaped
+    assert "arm\\_1 \\& co 50\\% \\#2 \\{x\\} \\textasciitilde{}\\textasciicircum{}\\textbackslash{}" in tex
+    depth = 0
+    for ch in re.sub(r"\\[{}]", "", tex):  # braces balance (escaped ones aside)
+        depth += (ch == "{") - (ch == "}")
+        assert depth >= 0
+    assert depth == 0
+
+
 def test_cli_report(sweep, tmp_path, capsys):
     from memlab.cli import main
 

@@ -398,16 +398,23 @@ def _markdown(df: pd.DataFrame) -> str:
 
 
 _LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\u2212": "$-$"}
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                  "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}", "\u2212": "$-$",
+                  "\u2026": r"\ldots{}", "\u2265": r"$\geq$", "\u2264": r"$\leq$", "\u00d7": r"$\times$",
+                  "\u2013": "--", "\u2014": "---", "\u00b1": r"$\pm$"}
 
 
 def latex_escape(s: str) -> str:
+    """Text as LaTeX reads it literally: every special character (and the few non-ASCII signs memlab's
+    labels use) as its command, so a run named ``arm_1 & co`` neither breaks the table nor the build."""
     return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in str(s))
 
 
 def _latex(df: pd.DataFrame, caption: str | None) -> str:
+    """A booktabs table that fits the column: ``\\resizebox`` to ``\\linewidth`` (needs graphicx and booktabs)."""
     spec = "".join("r" if c not in ("run", "category") else "l" for c in df.columns)
-    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\resizebox{\linewidth}{!}{%",
+             rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
              " & ".join(latex_escape(c) for c in df.columns) + r" \\", r"\midrule"]
     prev = None
     for row in df.itertuples(index=False):
@@ -417,7 +424,7 @@ def _latex(df: pd.DataFrame, caption: str | None) -> str:
         show = [latex_escape(v) if i or vals[0] != prev else "" for i, v in enumerate(vals)]
         prev = vals[0]
         lines.append(" & ".join(show) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [r"\bottomrule", r"\end{tabular}}"]
     if caption:
         lines.append(rf"\caption{{{latex_escape(caption)}}}")
     lines.append(r"\end{table}")
