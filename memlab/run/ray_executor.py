@@ -1,5 +1,8 @@
 """The Ray executor: an ablation grid (or one run) as (grid cell x conversation) tasks on a Ray cluster,
-written by the driver exactly as the local executor writes it.
+written by the driver exactly as the local executor writes it: each cell is validated, opened, scored and
+closed by the local executor's own steps (`memlab.run.steps`), holds its folder's lock and stops as
+``interrupted`` on Ctrl-C or SIGTERM. This module only schedules units and ships state between the driver and
+the workers, through the public `MemoryService.export_rows` / `import_rows` / `export_index` / `import_index`.
 
 Units of work: one *extraction* task per (extraction cache key, conversation) that the cache lacks (cells
 that share an extraction key share it), then one *answering* task per (cell, conversation) with its
