@@ -325,12 +325,13 @@ class MemoryService(ABC):
     def import_rows(self, key: UserKey, rows: list[dict[str, Any]]) -> None:
         """Replace one key's memories with `export_rows` output, as stored there (no op logged: a copy,
         not an edit). The index is told the key changed; `import_index` installs its exported state."""
+        entries = [MemoryEntry.from_dict(d) for d in rows]
+        for entry in entries:  # checked before anything is removed: a refused copy leaves the key as it was
+            if entry.key != key:
+                raise ValueError(f"import_rows: row {entry.id!r} belongs to {entry.key}, not {key}")
         with self._lock, self._transaction():
             self._remove_all(key)
-            for d in rows:
-                entry = MemoryEntry.from_dict(d)
-                if entry.key != key:
-                    raise ValueError(f"import_rows: row {entry.id!r} belongs to {entry.key}, not {key}")
+            for entry in entries:
                 self._put(entry)
             if self.searcher is not None:
                 self.searcher.verify_against(key, self.list(key))
