@@ -8,6 +8,7 @@ read the registry, so no list of allowed names is copied anywhere.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -41,6 +42,16 @@ class Registry(Generic[T]):
         except KeyError:
             raise UnknownComponentError(f"{self.family}: unknown {name!r}; registered: "
                                         f"{', '.join(self.names())}") from None
+
+    @contextlib.contextmanager
+    def scoped(self) -> Iterator[Registry[T]]:
+        """Registrations made inside the block are undone after it (a test registers without leaking)."""
+        saved = dict(self._classes)
+        try:
+            yield self
+        finally:
+            self._classes.clear()
+            self._classes.update(saved)
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._classes)

@@ -21,7 +21,8 @@ from typing import Any
 
 import pandas as pd
 
-from memlab.run.records import PredictionRecord, read_frame, read_jsonl
+from memlab.memory.search_types import HIT_COLUMNS, HitRecord
+from memlab.run.records import ExtractionTraceRecord, MemoryRecord, PredictionRecord, read_frame, read_jsonl
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -203,26 +204,26 @@ def load(run_dir: str | Path) -> Traces:
                           "dropped_by_dedupe": qt.get("dropped_by_dedupe", []),
                           "fallback_added": qt.get("fallback_added", []), "error": qt.get("error"),
                           "evidence_ranks": qt.get("evidence_ranks"), "memory_ranks": qt.get("memory_ranks")})
-            for h in qt["hits"]:
-                rows.append({"qid": r["qid"], "query_index": qi, "query": qt["query"], **h})
-    retrieval = pd.DataFrame(rows, columns=["qid", "query_index", "query", "rank", "id", "source_ids", "score",
-                                            "dense_rank", "dense_score", "keyword_rank", "keyword_score",
-                                            "fused_rank", "fused_score", "via", "kind", "evidence_hit"]
-                             if not rows else None)
+            for i, h in enumerate(qt["hits"]):
+                hit = HitRecord.from_dict(h, where=f"{d / 'traces' / 'retrieval.jsonl'}: {r['qid']} query {qi} hit {i}")
+                rows.append({"qid": r["qid"], "query_index": qi, "query": qt["query"], **hit.to_dict()})
+    retrieval = pd.DataFrame(rows, columns=["qid", "query_index", "query", *HIT_COLUMNS] if not rows else None)
     for col in ("rank", "dense_rank", "keyword_rank", "fused_rank"):
         retrieval[col] = retrieval[col].astype("Int64")
     ext = []
-    for r in _read_jsonl(d / "traces" / "extraction.jsonl"):
-        op = r.get("op") or {}
-        ext.append({"conversation": r.get("conversation"), "job_status": r.get("job_status"),
+    ext_path = d / "traces" / "extraction.jsonl"
+    for x in read_jsonl(ext_path, ExtractionTraceRecord) if ext_path.is_file() else []:
+        op = x.op or {}
+        ext.append({"conversation": x.conversation, "job_status": x.job_status,
                     "action": op.get("action"), "text": op.get("text"), "kind": op.get("kind"),
-                    "source_ids": op.get("source_ids") or [], "memory_id": r.get("memory_id"),
-                    "result": r.get("result") or ("dropped" if "dropped" in r else r.get("job_status")),
-                    "error": r.get("error") or r.get("dropped") or r.get("reason"), "reconcile": r.get("reconcile")})
+                    "source_ids": op.get("source_ids") or [], "memory_id": x.memory_id,
+                    "result": x.result or ("dropped" if x.dropped is not None else x.job_status),
+                    "error": x.error or x.dropped or x.reason, "reconcile": x.reconcile})
     extraction = pd.DataFrame(ext, columns=None if ext else ["conversation", "job_status", "action", "text", "kind",
                                                               "source_ids", "memory_id", "result", "error",
                                                               "reconcile"])
-    mems = pd.DataFrame(_read_jsonl(d / "traces" / "memories.jsonl"))
+    mem_path = d / "traces" / "memories.jsonl"
+    mems = pd.DataFrame([m.to_dict() for m in read_jsonl(mem_path, MemoryRecord)] if mem_path.is_file() else [])
     if not len(mems):
         mems = pd.DataFrame(columns=["conversation", "id", "text", "kind", "event_time", "source_ids"])
     return Traces(run_dir=d, questions=qs, retrieval=retrieval, queries=pd.DataFrame(qrows),

@@ -361,12 +361,12 @@ def test_a_resume_log_rewrite_cut_by_a_full_disk_keeps_the_log(finished_run):
 def test_a_storage_error_is_one_line_and_marks_the_run_failed(synthetic_path, tmp_path, monkeypatch, capsys):
     import errno
 
-    import memlab.run.runner as runner
+    import memlab.run.steps as steps
 
     def full(run_dir, pred, summ):
         raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "predictions.parquet"))
 
-    monkeypatch.setattr(runner, "write_results", full)
+    monkeypatch.setattr(steps, "write_results", full)  # scoring is the run's shared step
     cfg = tmp_path / "c.yaml"
     cfg.write_text(syn(synthetic_path).to_yaml())
     assert main(["run", str(cfg), "--results", str(tmp_path / "r")]) == 2  # before: a traceback

@@ -179,3 +179,23 @@ def test_unreadable_or_old_index_file_is_rebuilt(tmp_path):
     assert s3.searcher.builds == 0 and [h.entry.text for h in s3.search(A, "pottery")] == ["Alice likes pottery"]
     assert s3.searcher.builds == 1
     s3.close()
+
+
+def test_a_key_copied_through_export_and_import_searches_the_same(svc):
+    """The public copy of one key (what the Ray executor ships): rows with ids and times, then the built index."""
+    for t in ("Alice adopted a dog named Rex", "Alice paints landscapes", "Alice moved to Boston in 2022"):
+        svc.add(A, t, kind="fact", source_ids=["D1:1"])
+    svc.add(B, "Bob plays chess", kind="fact")
+    svc.search(A, "dog")  # builds A's index
+    other = open_service("memory")
+    other.add(A, "a stale memory the copy replaces", kind="fact")
+    other.import_rows(A, svc.export_rows(A))
+    assert [e.to_dict() for e in other.list(A)] == [e.to_dict() for e in svc.list(A)]
+    assert other.import_index(A, svc.export_index(A)) is True  # the exporter's fit, not a new one
+    assert [(h.id, h.score) for h in other.search(A, "dog")] == [(h.id, h.score) for h in svc.search(A, "dog")]
+    assert other.count(B) == 0 and other.export_index(B) is None  # nothing of another key came along
+    other.add(B, "Bob plays chess", kind="fact")
+    with pytest.raises(ValueError, match="belongs to"):
+        other.import_rows(B, svc.export_rows(A))
+    assert [e.text for e in other.list(B)] == ["Bob plays chess"]  # a refused copy leaves the key as it was
+    assert other.import_index(A, None) is False

@@ -135,8 +135,10 @@ def test_429_storm_fails_after_retries_uncached(tmp_path):
         e = raises_model_error(lambda: client(srv, max_retries=2, cache_path=cache).complete(
             [{"role": "user", "content": "hi"}]), "ModelCallError")
         assert len(srv.requests) == 3 and e.partial.calls == 3 and "RateLimit" in str(e)
-    assert llm.ResponseCache(cache).get(llm.request_hash({"model": MODEL, "messages": [
-        {"role": "user", "content": "hi"}], "temperature": 0.0})) is None
+    import sqlite3
+
+    with sqlite3.connect(cache) as c:  # nothing failed is cached: no row at all, whatever the key would be
+        assert c.execute("SELECT COUNT(*) FROM responses").fetchone() == (0,)
 
 
 def test_optimized_round_two_500s_keep_round_one_usage(ctx):

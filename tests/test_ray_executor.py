@@ -86,13 +86,30 @@ def assert_same_runs(local, remote) -> None:
                 jsonl(b.run_dir / "traces" / f"{name}.jsonl", drop), name
         assert a.status == b.status == "complete"
         assert a.info["cost"] == b.info["cost"] and a.info["extraction"]["policy"] == b.info["extraction"]["policy"]
+        assert_same_run_json(a.run_dir, b.run_dir)
+
+
+def assert_same_run_json(local: Path, remote: Path) -> None:
+    """Both executors write run.json by the same steps: the same fields, equal where they are not about where
+    and when the run executed."""
+    ja, jb = (json.loads((d / "run.json").read_text()) for d in (local, remote))
+    assert set(ja) == set(jb)
+    assert {"notes", "model_roles", "cache_integrity", "scoring", "cost"} <= set(jb)
+    assert ja["executor"]["kind"] == "local" and jb["executor"]["kind"] == "ray"
+    for k in ("status", "questions", "errors", "judge_errors", "notes", "model_roles", "cache_integrity", "scoring",
+              "cost", "components", "config", "dataset_sha256", "resumed_skipped", "answered_now"):
+        assert ja[k] == jb[k], k
+    where = ("cache_dir", "tasks_failed")  # the results root, and Ray's own list of lost tasks
+    assert {k: v for k, v in ja["extraction"].items() if k not in where} == \
+        {k: v for k, v in jb["extraction"].items() if k not in where}
+    assert set(ja["timings"]) == set(jb["timings"])
 
 
 def test_units_run_anywhere_from_what_they_are_sent(data_path, tmp_path):
     """The task bodies, called here without Ray: a private temp folder, nothing of the driver's root."""
     from memlab.data import load_locomo
     from memlab.extract.pipeline import conversation_key
-    from memlab.run.ray_executor import answer_unit, cache_snapshot, extract_unit, import_index_state
+    from memlab.run.ray_executor import answer_unit, cache_snapshot, extract_unit
 
     (cfg, _) = offline_grid(data_path).expand()
     (local,) = run_grid(cfg, results=tmp_path, executor="local", progress=False)
@@ -110,7 +127,7 @@ def test_units_run_anywhere_from_what_they_are_sent(data_path, tmp_path):
     from memlab.index import open_service
 
     bare = open_service("memory", keyword="bm25")
-    assert import_index_state(bare, conversation_key(conv), ext["index"]) is False  # other settings: refused
+    assert bare.import_index(conversation_key(conv), ext["index"]) is False  # other settings: refused
 
 
 def test_offline_grid_on_ray_equals_local(ray_local, data_path, tmp_path):
@@ -181,3 +198,51 @@ def test_lost_worker_is_retried_and_a_failing_task_becomes_errors_that_resume_fi
     (local,) = run_grid(cfg, results=tmp_path / "local", executor="local", progress=False)
     pd.testing.assert_frame_equal(done.predictions.drop(columns=TIMING), local.predictions.drop(columns=TIMING))
     assert json.loads((run.run_dir / "run.json").read_text())["resumed_skipped"] == 5
+
+
+def test_a_component_registered_in_the_driver_runs_on_the_workers(ray_local, data_path, tmp_path):
+    """The driver imported the module that registers the extractor; the workers import it too."""
+    import tests.example_components.sentence_extractor  # noqa: F401 - registers example-first-sentence
+
+    cfg = offline_grid(data_path).with_overrides({"grid": {}, "extraction.extractor": "example-first-sentence"})
+    (local,) = run_grid(cfg, results=tmp_path / "local", executor="local", progress=False)
+    (remote,) = run_grid(cfg, results=tmp_path / "ray", executor="ray", progress=False)
+    assert remote.status == "complete" and remote.predictions.error.isna().all()
+    pd.testing.assert_frame_equal(local.predictions.drop(columns=TIMING), remote.predictions.drop(columns=TIMING))
+    assert_same_run_json(local.run_dir, remote.run_dir)
+
+
+def test_a_component_the_workers_cannot_import_refuses_the_run(ray_local, data_path, tmp_path, monkeypatch):
+    import sys
+
+    from memlab.extract.extractors import EXTRACTORS
+    from memlab.run.components import ComponentNotOnWorkers
+
+    mods = tmp_path / "driver_only"
+    mods.mkdir()
+    (mods / "h22_driver_only_extractor.py").write_text(
+        "from memlab.extract.extractors import EXTRACTORS, TurnsExtractor\n\n\n"
+        "@EXTRACTORS.register('driver-only-turns')\nclass DriverOnly(TurnsExtractor):\n    pass\n")
+    monkeypatch.syspath_prepend(str(mods))  # the driver's path only: the workers were started without it
+    monkeypatch.delitem(sys.modules, "h22_driver_only_extractor", raising=False)
+    with EXTRACTORS.scoped():
+        __import__("h22_driver_only_extractor")
+        cfg = offline_grid(data_path).with_overrides({"grid": {}, "extraction.extractor": "driver-only-turns"})
+        with pytest.raises(ComponentNotOnWorkers, match="h22_driver_only_extractor.*worker"):
+            run_grid(cfg, results=tmp_path / "ray", executor="ray", progress=False)
+    assert not [p for p in (tmp_path / "ray").glob("*") if p.name != ".cache"]  # refused before any run folder
+    sys.modules.pop("h22_driver_only_extractor", None)
+
+
+def test_a_ray_resume_takes_the_run_folders_lock(data_path, tmp_path):
+    """A folder another process holds is refused before Ray starts, as a local resume is."""
+    from memlab.rundir import RunFolderBusy, RunLock
+
+    (cfg, _) = offline_grid(data_path).expand()
+    (run,) = run_grid(cfg, results=tmp_path, executor="local", progress=False)
+    lock = RunLock(run.run_dir).acquire()
+    try:
+        with pytest.raises(RunFolderBusy, match="in use by another memlab process"):
+            run_grid(resume=run.run_dir, executor="ray", progress=False)
+    finally:
+        lock.release()

@@ -14,7 +14,7 @@ from typing import Any
 from memlab.data.locomo import Conversation, Question
 from memlab.llm import CallStats, ModelError, Usage
 from memlab.memory.entry import MemoryEntry, UserKey
-from memlab.memory.search_types import SearchOptions, SearchResult
+from memlab.memory.search_types import HitRecord, SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
 from memlab.registry import Registry
 
@@ -40,10 +40,7 @@ class QueryTrace:
         return cls(
             query=res.query,
             options=res.options.to_dict(),
-            hits=[{"rank": h.rank, "id": h.id, "source_ids": list(h.entry.source_ids), "score": h.score,
-                   "dense_rank": h.dense_rank, "dense_score": h.dense_score, "keyword_rank": h.keyword_rank,
-                   "keyword_score": h.keyword_score, "fused_rank": h.fused_rank, "fused_score": h.fused_score,
-                   "via": h.via, "kind": h.entry.kind} for h in res.hits],
+            hits=[HitRecord.of(h).to_dict() for h in res.hits],
             dropped_by_dedupe=list(res.dropped_by_dedupe),
             fallback_added=list(res.fallback_added),
         )

@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -666,6 +667,29 @@ class HybridIndex:
         st = self._from_saved(key, entries)
         if st is not None:
             self._states[key] = st
+
+    def export_key(self, key: UserKey) -> bytes | None:
+        """One key's fitted state (embedder fit, vectors) in the saved-index format; None when not built.
+
+        The fit depends on the order memories were written in (a corpus-fitted embedder is refitted only when
+        the key grew by ``refit_growth``), so it travels with the rows rather than being rebuilt."""
+        st = self._states.get(key)
+        if st is None:
+            return None
+        one = self.twin()
+        one._states = {key: st}
+        with tempfile.TemporaryDirectory(prefix="memlab-index-") as d:
+            return one.save(Path(d) / "key.npz").read_bytes()
+
+    def import_key(self, key: UserKey, blob: bytes, entries: list[MemoryEntry]) -> bool:
+        with tempfile.TemporaryDirectory(prefix="memlab-index-") as d:
+            p = Path(d) / "key.npz"
+            p.write_bytes(blob)
+            if not self.load(p):
+                return False
+        self._states.pop(key, None)
+        self.verify_against(key, entries)
+        return key in self._states
 
     def close(self) -> None:
         if self.persist_path:

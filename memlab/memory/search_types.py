@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -109,6 +110,54 @@ class SearchHit:
 
 
 @dataclass
+class HitRecord:
+    """One hit as the retrieval trace stores it (``traces/retrieval.jsonl``, each query's ``hits``): the one
+    definition the answer stage writes with and `memlab.trace` reads with. ``evidence_hit`` is set when the
+    question's evidence is known (`memlab.run.answering`)."""
+
+    rank: int
+    id: str
+    source_ids: list[str]
+    score: float
+    dense_rank: int | None = None
+    dense_score: float | None = None
+    keyword_rank: int | None = None
+    keyword_score: float | None = None
+    fused_rank: int | None = None
+    fused_score: float | None = None
+    via: str = "primary"
+    kind: str | None = None
+    evidence_hit: bool | None = None
+
+    @classmethod
+    def of(cls, h: SearchHit) -> HitRecord:
+        return cls(rank=h.rank, id=h.id, source_ids=list(h.entry.source_ids), score=h.score,
+                   dense_rank=h.dense_rank, dense_score=h.dense_score, keyword_rank=h.keyword_rank,
+                   keyword_score=h.keyword_score, fused_rank=h.fused_rank, fused_score=h.fused_score, via=h.via,
+                   kind=h.entry.kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The trace row (``evidence_hit`` only once it is known, as the trace has always been written)."""
+        d = dataclasses.asdict(self)
+        if d["evidence_hit"] is None:
+            del d["evidence_hit"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "hit") -> HitRecord:
+        unknown = sorted(set(d) - set(HIT_COLUMNS))
+        if unknown:
+            raise ValueError(f"{where}: unknown hit field(s) {unknown}; a hit has {', '.join(HIT_COLUMNS)}")
+        try:
+            return cls(**d)
+        except TypeError as e:
+            raise ValueError(f"{where}: {e}") from None
+
+
+HIT_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(HitRecord))
+
+
+@dataclass
 class SearchResult:
     query: str
     options: SearchOptions
@@ -160,6 +209,15 @@ class Searcher(Protocol):
 
     def verify_against(self, key: UserKey, entries: list[MemoryEntry]) -> None:
         """Drop what the index holds for a key when it no longer matches the store's entries."""
+        ...
+
+    def export_key(self, key: UserKey) -> bytes | None:
+        """One key's built state as bytes (None when the key is not built): the index of a copied store."""
+        ...
+
+    def import_key(self, key: UserKey, blob: bytes, entries: list[MemoryEntry]) -> bool:
+        """Install `export_key` output for a key holding ``entries``; False (nothing installed) when it was
+        built with other settings or for other rows."""
         ...
 
     def close(self) -> None:

@@ -316,6 +316,39 @@ class MemoryService(ABC):
         with self._lock:
             return len(self._entries(key))
 
+    # ------------------------------------------------------------- copying one key to another store
+    def export_rows(self, key: UserKey) -> list[dict[str, Any]]:
+        """One key's memories as plain rows (ids, versions and timestamps kept), oldest first: what
+        `import_rows` takes to make another store's key equal to this one (the Ray executor ships them)."""
+        return [e.to_dict() for e in self.list(key)]
+
+    def import_rows(self, key: UserKey, rows: list[dict[str, Any]]) -> None:
+        """Replace one key's memories with `export_rows` output, as stored there (no op logged: a copy,
+        not an edit). The index is told the key changed; `import_index` installs its exported state."""
+        entries = [MemoryEntry.from_dict(d) for d in rows]
+        for entry in entries:  # checked before anything is removed: a refused copy leaves the key as it was
+            if entry.key != key:
+                raise ValueError(f"import_rows: row {entry.id!r} belongs to {entry.key}, not {key}")
+        with self._lock, self._transaction():
+            self._remove_all(key)
+            for entry in entries:
+                self._put(entry)
+            if self.searcher is not None:
+                self.searcher.verify_against(key, self.list(key))
+
+    def export_index(self, key: UserKey) -> bytes | None:
+        """One key's built index state (None when none is built, or the service has no index)."""
+        with self._lock:
+            return self.searcher.export_key(key) if self.searcher is not None else None
+
+    def import_index(self, key: UserKey, blob: bytes | None) -> bool:
+        """Install `export_index` output for a key whose rows equal the exporter's; False when there is
+        none, or it was built with other settings or for other rows (the index then builds from the store)."""
+        if blob is None or self.searcher is None:
+            return False
+        with self._lock:
+            return self.searcher.import_key(key, blob, self.list(key))
+
     def read_recent(self, key: UserKey, limit: int = 10) -> list[MemoryEntry]:
         """The ``limit`` most recently updated memories, newest first (``limit`` < 0: all)."""
         with self._lock:

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from memlab.breaker import breaker
-from memlab.llm import ModelClient, _http_get_json, _model_id, is_local
+from memlab.llm import ModelClient, is_local
+from memlab.llm.endpoints import _http_get_json, _model_id
 from memlab.run.config import ExperimentConfig
 
 ROLES = ("extractor", "reader", "judge", "embedder")

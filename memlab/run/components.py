@@ -48,3 +48,48 @@ def component_label(obj: Any) -> str:
     """How a user-supplied component is named in run.json and the extraction cache key."""
     cache_id = getattr(obj, "cache_id", None)
     return cache_id() if callable(cache_id) else f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+class ComponentNotOnWorkers(RuntimeError):
+    """A component registered in the driver (by importing a user module) that the workers cannot import."""
+
+
+def user_component_modules(cfg: ExperimentConfig) -> dict[str, list[str]]:
+    """The modules outside memlab whose import registered a component ``cfg`` names, each with what it
+    registered (``extractor 'mine' (mymod.MyExtractor)``): a process that has not imported them (a Ray worker)
+    does not know these names."""
+    from memlab.index.embedders import EMBEDDERS, parse_embedder_spec
+    from memlab.index.keyword import KEYWORD_SCORERS
+
+    named = [(EXTRACTORS, cfg.extraction.extractor), (ANSWERERS, cfg.answer.arm),
+             (EMBEDDERS, parse_embedder_spec(cfg.index.embedder)[0]), (KEYWORD_SCORERS, cfg.index.keyword)]
+    if cfg.index.sparse:
+        named.append((KEYWORD_SCORERS, cfg.index.sparse))
+    if cfg.judge.model:
+        named.append((JUDGES, cfg.judge.kind))
+    out: dict[str, list[str]] = {}
+    for registry, name in named:
+        cls = registry.get(name)
+        module = cls.__module__
+        if module != "memlab" and not module.startswith("memlab."):
+            out.setdefault(module, []).append(f"{registry.family} {name!r} ({module}.{cls.__qualname__})")
+    return out
+
+
+def import_component_modules(modules: dict[str, list[str]]) -> None:
+    """Import ``modules`` (`user_component_modules`) here, registering their components; a module that cannot be
+    imported (or one that is a script or notebook, ``__main__``) raises `ComponentNotOnWorkers` naming it."""
+    import importlib
+
+    for module, what in modules.items():
+        if module == "__main__":
+            raise ComponentNotOnWorkers(
+                f"{', '.join(what)} is defined in the driver's script or notebook (__main__), which Ray workers "
+                f"cannot import: move it to a module on the workers' Python path and import it from there")
+        try:
+            importlib.import_module(module)
+        except Exception as e:
+            raise ComponentNotOnWorkers(
+                f"{', '.join(what)} was registered by importing {module!r} in the driver, but a worker cannot "
+                f"import it ({type(e).__name__}: {e}); put the module on the workers' Python path (PYTHONPATH, or "
+                f"Ray's runtime_env py_modules) and run again") from e

@@ -36,7 +36,7 @@ def run_grid(config: ExperimentConfig | str | Path | None = None, results: str |
 
         if resume is not None:
             return run_grid_ray(resume=resume, progress=progress, address=address, overrides=overrides,
-                                force_config=force_config)
+                                force_config=force_config, trust_run_config=trust_run_config)
         return run_grid_ray(cfg, results=results, progress=progress, address=address)
     if resume is not None:
         return [run_experiment(None, resume=resume, progress=progress, overrides=overrides,

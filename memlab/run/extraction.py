@@ -27,6 +27,7 @@ from memlab.index.hybrid import LATER_SETTINGS
 from memlab.memory import MemoryService
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig
+from memlab.run.records import ExtractionTraceRecord, MemoryRecord
 
 BUILD_LOG = "build_cost.jsonl"  # per conversation, what building its memory cost (memlab.eval.cost)
 CACHE_VERSION = 3  # 3: cursor and trace live in the store (checksummed), index saved as .npz
@@ -213,14 +214,11 @@ def finish_extraction(cfg: ExperimentConfig, convs: list[Conversation], out: Ext
                                "run.allow_failed_extraction=true to answer anyway)")
     traces = run_dir / "traces"
     traces.mkdir(exist_ok=True)
-    _jsonl(traces / "extraction.jsonl", svc.extraction_trace([c.sample_id for c in convs]))
+    ext_rows = svc.extraction_trace([c.sample_id for c in convs])
+    _jsonl(traces / "extraction.jsonl", [ExtractionTraceRecord.from_dict(r, where=f"{info['cache_dir']}: trace line")
+                                         .to_dict() for r in ext_rows])
     _copy_trace(Path(info["cache_dir"]) / BUILD_LOG, traces / "build_cost.jsonl", {c.sample_id for c in convs})
-    mem_rows = []
-    for conv in convs:
-        for e in svc.list(conversation_key(conv)):
-            mem_rows.append({"conversation": conv.sample_id, "id": e.id, "text": e.text, "kind": e.kind,
-                             "event_time": e.event_time, "source_ids": list(e.source_ids),
-                             "superseded_at": e.superseded_at, "superseded_by": e.superseded_by})
+    mem_rows = [MemoryRecord.of(c.sample_id, e).to_dict() for c in convs for e in svc.list(conversation_key(c))]
     _jsonl(traces / "memories.jsonl", mem_rows)
     info["memories"] = len(mem_rows)
     t1 = time.perf_counter()

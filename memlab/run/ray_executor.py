@@ -1,5 +1,8 @@
 """The Ray executor: an ablation grid (or one run) as (grid cell x conversation) tasks on a Ray cluster,
-written by the driver exactly as the local executor writes it.
+written by the driver exactly as the local executor writes it: each cell is validated, opened, scored and
+closed by the local executor's own steps (`memlab.run.steps`), holds its folder's lock and stops as
+``interrupted`` on Ctrl-C or SIGTERM. This module only schedules units and ships state between the driver and
+the workers, through the public `MemoryService.export_rows` / `import_rows` / `export_index` / `import_index`.
 
 Units of work: one *extraction* task per (extraction cache key, conversation) that the cache lacks (cells
 that share an extraction key share it), then one *answering* task per (cell, conversation) with its
@@ -26,7 +29,6 @@ ray is imported lazily: memlab works without it (``pip install 'memlab[ray]'`` a
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import sqlite3
@@ -39,20 +41,29 @@ from typing import Any
 
 import pandas as pd
 
-from memlab import __version__
-from memlab.atomic import write_json
+from memlab import cache_integrity
 from memlab.data import Conversation, Question, load_dataset, sha256_file
-from memlab.eval import cost as costs
-from memlab.eval.errata import errata_columns, errata_counts, load_errata
-from memlab.eval.profiles import apply_scoring
 from memlab.extract.messages import ChatSession, locomo_messages
 from memlab.extract.pipeline import conversation_key, extract_dataset, keyed_trace_rows
 from memlab.memory import MemoryService
-from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.progress import progress_bar
-from memlab.run.answering import PREDICTIONS_LOG, answer_one, load_done, read_log
+from memlab.run.answering import (
+    PREDICTIONS_LOG,
+    StopFlag,
+    Terminated,
+    answer_one,
+    load_done,
+    remembered_interrupts,
+)
 from memlab.run.clients import Clients, check_endpoints, role_model
-from memlab.run.components import build_answerer, build_extractor, build_judge, component_label
+from memlab.run.components import (
+    ComponentNotOnWorkers,
+    build_answerer,
+    build_extractor,
+    build_judge,
+    import_component_modules,
+    user_component_modules,
+)
 from memlab.run.config import ConfigError, ExperimentConfig
 from memlab.run.extraction import (
     BUILD_LOG,
@@ -66,10 +77,25 @@ from memlab.run.extraction import (
     open_store,
     worker_params,
 )
-from memlab.run.records import AnswerRecord, PredictionRecord, RetrievalRecord, RunStatus
-from memlab.run.results import Run, add_costs, score_records, summarize, write_results
-from memlab.run.selection import profile_for, select_questions
-from memlab.rundir import environment, open_run_dir, results_root
+from memlab.run.records import AnswerRecord, PredictionRecord, RetrievalRecord
+from memlab.run.results import Run
+from memlab.run.steps import (
+    Components,
+    Prepared,
+    RunStorageError,
+    attach_errata,
+    build_components,
+    close_session,
+    finish_run,
+    is_storage_error,
+    open_info,
+    prepare,
+    record_failure,
+    record_interrupt,
+    storage_message,
+    write_run_json,
+)
+from memlab.rundir import RunLock, open_run_dir, results_root
 
 UnitHook = Callable[[str], None]
 
@@ -125,10 +151,6 @@ def store_cache_rows(cache_root: Path, rows: dict[str, list[tuple]]) -> None:
             c.executemany(f"INSERT OR REPLACE INTO emb VALUES ({','.join('?' * n)})", rows["embeddings"])
 
 
-def _seed(root: Path, snapshot: dict[str, list[tuple]]) -> None:
-    store_cache_rows(root, snapshot)
-
-
 def _new_rows(root: Path, snapshot: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
     """Cache rows a task added beyond its snapshot (model responses and model-embedder vectors)."""
     seen_r = {r[0] for r in snapshot.get("responses", [])}
@@ -146,50 +168,7 @@ def _all_models(root: Path) -> set[str]:
         return {m for (m,) in c.execute("SELECT DISTINCT model FROM responses")}
 
 
-# ============================================================================ store + index state
-def export_rows(svc: MemoryService, key: UserKey) -> list[dict[str, Any]]:
-    return [e.to_dict() for e in svc.list(key)]
-
-
-def import_rows(svc: MemoryService, key: UserKey, rows: list[dict[str, Any]]) -> None:
-    """Replace a key's stored rows with ``rows`` (ids and timestamps kept, so the store equals the source)."""
-    with svc._lock, svc._transaction():
-        svc._remove_all(key)
-        for d in rows:
-            svc._put(MemoryEntry.from_dict(d))
-
-
-def export_index_state(svc: MemoryService, key: UserKey) -> bytes | None:
-    """One key's fitted index (embedder fit, vectors, FAISS index, keyword model) in the saved-index format.
-
-    The fit depends on the order memories were written in (a corpus-fitted embedder is refitted only when
-    the key grew by ``refit_growth``), so it travels with the rows rather than being rebuilt."""
-    searcher = svc.searcher
-    st = getattr(searcher, "_states", {}).get(key)
-    if st is None:
-        return None
-    twin = searcher.twin()
-    twin._states = {key: st}
-    with tempfile.TemporaryDirectory(prefix="memlab-index-") as d:
-        return twin.save(Path(d) / "key.pkl").read_bytes()
-
-
-def import_index_state(svc: MemoryService, key: UserKey, blob: bytes | None) -> bool:
-    """Install a key's index state from `export_index_state` into this side's index (its own embedder and
-    caches); False when there is none, or it was saved with other settings or for other rows."""
-    if blob is None:
-        return False
-    searcher = svc.searcher
-    with tempfile.TemporaryDirectory(prefix="memlab-index-") as d:
-        p = Path(d) / "key.idx"
-        p.write_bytes(blob)
-        if not searcher.load(p):
-            return False
-    searcher._states.pop(key, None)
-    searcher.verify_against(key, svc.list(key))
-    return key in searcher._states
-
-
+# ============================================================================ extraction state
 def extraction_done(conv: Conversation, state: dict[str, Any] | None) -> bool:
     """Whether a conversation's cached cursor is past its last message (a replay would run no job)."""
     if not state:
@@ -220,15 +199,18 @@ def _private_root(cfg: ExperimentConfig, snapshot: dict[str, list[tuple]], unit:
         hook(unit)
     with tempfile.TemporaryDirectory(prefix="memlab-ray-") as tmp:
         root = Path(tmp)
-        _seed(root, snapshot)
+        store_cache_rows(root, snapshot)
         yield root, Clients(cfg, root / "responses.sqlite")
 
 
 def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str, Any]] | None,
                  state: dict[str, Any] | None, index_blob: bytes | None, snapshot: dict[str, list[tuple]],
-                 unit: str, hook: UnitHook | None = None) -> dict[str, Any]:
-    """Extract one conversation in a private folder, continuing from the cached rows/state/index given."""
+                 unit: str, hook: UnitHook | None = None, modules: dict[str, list[str]] | None = None
+                 ) -> dict[str, Any]:
+    """Extract one conversation in a private folder, continuing from the cached rows/state/index given
+    (``modules``: the user modules that register the run's components, imported first)."""
     t0 = time.perf_counter()
+    import_component_modules(modules or {})
     with _private_root(cfg, snapshot, unit, hook) as (root, clients):
         extractor = build_extractor(cfg, clients)
         cdir = root / "extract"
@@ -237,8 +219,8 @@ def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str,
         key = conversation_key(conv)
         try:
             if rows:
-                import_rows(svc, key, rows)
-                import_index_state(svc, key, index_blob)
+                svc.import_rows(key, rows)
+                svc.import_index(key, index_blob)
             if state:
                 svc.save_extraction(conv.sample_id, state, [])
             lines: list[tuple[str, int, dict[str, Any]]] = []
@@ -252,12 +234,12 @@ def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str,
                 svc, [conv], extractor, reconcile=cfg.extraction.reconcile, checkers=build_checkers(cfg),  # type: ignore[arg-type]
                 conversations=[conv.sample_id], on_conversation=on_conversation, worker_params=worker_params(cfg))
             svc.searcher.ensure_built(key, lambda: svc.list(key))
-            return {"rows": export_rows(svc, key), "state": svc.extraction_state(conv.sample_id), "trace": lines,
+            return {"rows": svc.export_rows(key), "state": svc.extraction_state(conv.sample_id), "trace": lines,
                     "build": build_log.read_text(encoding="utf-8") if build_log.is_file() else "",
                     "table": table.reset_index().to_dict("records"),
                     "failures": [{"conversation": conv.sample_id, "reason": r.reason} for r in results
                                  if r.status == "failed"],
-                    "index": export_index_state(svc, key), "cache": _new_rows(root, snapshot),
+                    "index": svc.export_index(key), "cache": _new_rows(root, snapshot),
                     "models": clients.totals(), "where": _where(), "seconds": time.perf_counter() - t0}
         finally:
             svc.close()
@@ -265,22 +247,23 @@ def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str,
 
 def answer_unit(cfg: ExperimentConfig, conv: Conversation, questions: list[Question],
                 rows: list[dict[str, Any]] | None, index_blob: bytes | None, snapshot: dict[str, list[tuple]],
-                unit: str, hook: UnitHook | None = None, errata: Any = None) -> dict[str, Any]:
-    """Answer one conversation's questions (``run.concurrency`` in flight) from the memories given."""
+                unit: str, hook: UnitHook | None = None, errata: Any = None,
+                modules: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """Answer one conversation's questions (``run.concurrency`` in flight) from the memories given; ``errata`` is
+    loaded by the driver (the file need not exist on the worker)."""
     import concurrent.futures as cf
 
     t0 = time.perf_counter()
+    import_component_modules(modules or {})
     with _private_root(cfg, snapshot, unit, hook) as (root, clients):
         answerer = build_answerer(cfg, clients)
-        judge = build_judge(cfg, clients)
-        if errata is not None and hasattr(judge, "errata"):
-            judge.errata = errata  # loaded by the driver: the errata file need not exist on the worker
+        judge = attach_errata(build_judge(cfg, clients), errata)
         svc = None
         if answerer.needs_memory:
             svc = open_store(cfg, root / "store", root, clients)
             key = conversation_key(conv)
-            import_rows(svc, key, rows or [])
-            import_index_state(svc, key, index_blob)
+            svc.import_rows(key, rows or [])
+            svc.import_index(key, index_blob)
             svc.searcher.ensure_built(key, lambda: svc.list(key))
         try:
             if cfg.run.concurrency <= 1:
@@ -298,22 +281,14 @@ def answer_unit(cfg: ExperimentConfig, conv: Conversation, questions: list[Quest
 # ============================================================================ driver side
 @dataclass
 class _Cell:
-    """One run of the grid, as the driver tracks it."""
+    """One run of the grid, as the driver tracks it (its steps are `memlab.run.steps`, as locally)."""
 
     index: int
-    cfg: ExperimentConfig
+    p: Prepared
+    comps: Components
     run_dir: Path
-    picks: list[tuple[Conversation, Question]]
-    convs: list[Conversation]
-    dataset_sha: str
-    needs_memory: bool
-    uses_top_k: bool
-    build_texts: Callable[[Conversation], Any] | None
-    extractor_id: str | None
     info: dict[str, Any]
-    prev: dict[str, Any]
     t_start: float
-    errata: Any = None
     done: int = 0
     todo: dict[str, list[Question]] = field(default_factory=dict)
     ext_key: str | None = None
@@ -322,6 +297,14 @@ class _Cell:
     models: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     answered: int = 0
+
+    @property
+    def cfg(self) -> ExperimentConfig:
+        return self.p.cfg
+
+    @property
+    def resume_cmd(self) -> str:
+        return f"memlab run --resume {self.run_dir} --executor ray"
 
 
 def _add_models(cell: _Cell, totals: dict[str, int]) -> None:
@@ -370,32 +353,58 @@ def connect(address: str | None) -> Any:
     return ray
 
 
+def _workers_know(ray: Any, modules: dict[str, list[str]]) -> None:
+    """Refuse to start unless a worker imports every user module that registered a component of the grid."""
+    if not modules:
+        return
+    import_component_modules({m: w for m, w in modules.items() if m == "__main__"})  # refused without asking
+    try:
+        ray.get(ray.remote(import_component_modules).options(max_retries=0).remote(modules))
+    except Exception as e:
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, ComponentNotOnWorkers):
+            raise ComponentNotOnWorkers(str(cause)) from None
+        raise ComponentNotOnWorkers(f"the Ray workers could not import the modules that register this run's "
+                                    f"components ({', '.join(modules)}): {e}") from None
+
+
 def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: str | Path | None = None,
                  progress: bool = True, *, address: str | None = None, resume: str | Path | None = None,
                  overrides: dict[str, Any] | list[str] | None = None, force_config: bool = False,
-                 unit_hook: UnitHook | None = None) -> list[Run]:
+                 trust_run_config: bool = False, unit_hook: UnitHook | None = None) -> list[Run]:
     """Run every cell of a grid (or ``resume`` one run) on Ray; returns the `Run` of each cell, in order.
 
+    Each cell is validated, opened, scored and closed by the same steps as `run_experiment`
+    (`memlab.run.steps`), holds its folder's lock, and stops as ``interrupted`` on Ctrl-C or SIGTERM.
     ``unit_hook`` is called on the worker with the unit's name before each task (fault injection in
     tests, instrumentation)."""
-    from memlab.run.runner import _resolve, _total_timings
+    from memlab.run.runner import _resolve
 
-    if resume is not None:
-        cfg0, prev0 = _resolve(None, resume, overrides, force_config)
-        cfgs, prevs = [cfg0], [prev0]
-        root = Path(resume).parent
-    else:
-        if config is None:
-            raise ConfigError("run_grid_ray: give a config (or resume=RUN_DIR)")
-        base = config if isinstance(config, ExperimentConfig) else ExperimentConfig.from_yaml(config)
-        if overrides:
-            base = base.with_overrides(overrides)
-        cfgs = base.expand()
-        prevs = [{} for _ in cfgs]
-        root = Path(results) if results is not None else results_root()
-    root = root.resolve()
+    with contextlib.ExitStack() as held:
+        if resume is not None:
+            cfg0, prev0 = _resolve(None, resume, overrides, force_config, trust_run_config)
+            held.enter_context(RunLock(resume))  # before any work: a second resume of this folder stops here
+            cfgs, prevs = [cfg0], [prev0]
+            root = Path(resume).parent
+        else:
+            if config is None:
+                raise ConfigError("run_grid_ray: give a config (or resume=RUN_DIR)")
+            base = config if isinstance(config, ExperimentConfig) else ExperimentConfig.from_yaml(config)
+            if overrides:
+                base = base.with_overrides(overrides)
+            cfgs = base.expand()
+            prevs = [{} for _ in cfgs]
+            root = Path(results) if results is not None else results_root()
+        stop = held.enter_context(remembered_interrupts())
+        return _run_grid(cfgs, prevs, root.resolve(), resume, progress, address, unit_hook, held, stop)
+
+
+def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: Path, resume: str | Path | None,
+              progress: bool, address: str | None, unit_hook: UnitHook | None, held: contextlib.ExitStack,
+              stop: StopFlag) -> list[Run]:
     cache_root = root / ".cache"
     cache_root.mkdir(parents=True, exist_ok=True)
+    integrity_mark = cache_integrity.mark()
     # -- 1. validate every cell before anything is submitted (or any folder exists)
     datasets: dict[str, Any] = {}
     prepared = []
@@ -405,42 +414,34 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
         if path not in datasets:
             data = load_dataset(cfg.dataset.path)  # LoCoMo or LongMemEval
             datasets[path] = (data, sha256_file(data.report.path))
-        data, sha = datasets[path]
-        cfg, _ = profile_for(cfg, data)
-        if prev.get("dataset_sha256") and prev["dataset_sha256"] != sha:
-            raise ConfigError(f"--resume {resume}: the dataset changed since the run started; start a new run")
-        picks = select_questions(cfg, data)
-        errata = load_errata(cfg.scoring.errata) if cfg.scoring.errata else None
-        if errata is not None:  # a bad errata file or an unknown qid fails before anything runs
-            errata.check_known(q.qid for c in data for q in c.questions)
+        p = prepare(cfg, prev, resume, loaded=datasets[path])
+        cfg = p.cfg  # with the dataset's scoring profile
         clients = Clients(cfg, cache_root / "responses.sqlite")
-        answerer = build_answerer(cfg, clients)
-        extractor = build_extractor(cfg, clients) if answerer.needs_memory else None
+        comps = build_components(cfg, clients, p.errata)
         if cfg.run.check_endpoint:  # as the local executor does: before any work, before Ray starts
-            check_endpoints(cfg, clients, clients.roles_in_use(answerer))
-        prepared.append((cfg, prev, data, sha, picks, answerer, extractor, clients, t_start, errata))
+            check_endpoints(cfg, clients, clients.roles_in_use(comps.answerer))
+        prepared.append((p, comps, t_start))
+    modules: dict[str, list[str]] = {}
+    for cfg in cfgs:
+        for m, what in user_component_modules(cfg).items():
+            modules.setdefault(m, []).extend(w for w in what if w not in modules.get(m, []))
     ray = connect(address or cfgs[0].run.ray_address)
+    _workers_know(ray, modules)
+    retries = max(cfg.run.ray_max_retries for cfg in cfgs)
+    where = address or cfgs[0].run.ray_address
     cells: list[_Cell] = []
-    for i, (cfg, prev, data, sha, picks, answerer, extractor, _, t_start, errata) in enumerate(prepared):
-        run_dir = open_run_dir(cfg.name, cfg.to_yaml(), root, resume)
-        convs = list({c.sample_id: c for c, _ in picks}.values())
-        info: dict[str, Any] = {
-            "run_id": run_dir.name, "status": RunStatus.RUNNING.value, "memlab_version": __version__,
-            "dataset": data.report.path, "dataset_sha256": sha, "questions": len(picks), "config": cfg.to_dict(),
-            "environment": environment(),
-            "components": {"answerer": component_label(answerer),
-                           "extractor": component_label(extractor) if extractor is not None else None,
-                           "custom": {"extractor": False, "answerer": False}},
-            "sessions": prev.get("sessions", []),
-        }
-        write_json(run_dir / "run.json", {**info, "timings": {}})
-        cell = _Cell(i, cfg, run_dir, picks, convs, sha, answerer.needs_memory, answerer.uses_top_k,
-                     getattr(answerer, "build_texts", None),
-                     extractor.cache_id() if extractor is not None else None, info, prev, t_start, errata)
+    for i, (p, comps, t_start) in enumerate(prepared):
+        run_dir = open_run_dir(p.cfg.name, p.cfg.to_yaml(), root, resume)
+        if resume is None:
+            held.enter_context(RunLock(run_dir))
+        info = open_info(p, run_dir, comps, {"kind": "ray", "address": where, "max_retries": retries,
+                                             "units": [], "nodes": []})
+        write_run_json(run_dir, {**info, "timings": {"load_s": p.load_s}})
+        cell = _Cell(i, p, comps, run_dir, info, t_start, timings={"load_s": p.load_s})
         done = load_done(run_dir) if resume is not None else []
         cell.done = len(done)
         done_ids = {r.qid for r in done}
-        for c, q in picks:
+        for c, q in p.picks:
             if q.qid not in done_ids:
                 cell.todo.setdefault(c.sample_id, []).append(q)
         cells.append(cell)
@@ -450,15 +451,15 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
             name = cfg.models.resolve(role)["api_key_env"]
             if name and name in os.environ:
                 env_vars[name] = os.environ[name]
-    opts: dict[str, Any] = {"max_retries": max(cfg.run.ray_max_retries for cfg in cfgs), "retry_exceptions": True}
+    opts: dict[str, Any] = {"max_retries": retries, "retry_exceptions": True}
     if env_vars:
         opts["runtime_env"] = {"env_vars": env_vars}
-    retries = opts["max_retries"]
     models = {m for cfg in cfgs for r in ("extractor", "reader", "judge") if (m := role_model(cfg, r))}
     snapshot = ray.put(cache_snapshot(cache_root, models))
     remote_extract = ray.remote(extract_unit)
     remote_answer = ray.remote(answer_unit)
     stores: dict[str, tuple[MemoryService, Path]] = {}
+    pending: list[Any] = []
     bar = progress_bar(total=0, desc=f"grid ({len(cells)} run(s), ray)", disable=not progress)
     try:
         # -- 2. extraction: one task per (cache key, conversation) the cache lacks
@@ -467,10 +468,10 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
         ext_results: dict[tuple[str, str], dict[str, Any]] = {}
         ext_failed: dict[tuple[str, str], str] = {}
         for cell in cells:
-            if not cell.needs_memory or not cell.todo:
+            if not cell.comps.answerer.needs_memory or not cell.todo:
                 continue
-            assert cell.extractor_id is not None
-            key = extraction_cache_key(cell.cfg, cell.dataset_sha, cell.extractor_id)
+            assert cell.comps.extractor_id is not None
+            key = extraction_cache_key(cell.cfg, cell.p.dataset_sha, cell.comps.extractor_id)
             cell.ext_key = key
             if key not in stores:
                 cdir = cache_root / "extract" / key
@@ -481,18 +482,18 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
                 stores[key] = (svc, cdir)
             svc, cdir = stores[key]
             durable = cell.cfg.store.backend == "sqlite"
-            for conv in cell.convs:
+            for conv in cell.p.convs:
                 if any(u[0] == key and u[1].sample_id == conv.sample_id for u in ext_units.values()):
                     continue
                 st = svc.extraction_state(conv.sample_id) if durable else None
                 if durable and extraction_done(conv, st) and svc.count(conversation_key(conv)) > 0:
                     continue
                 ck = conversation_key(conv)
-                rows = export_rows(svc, ck) if durable else None
-                blob = export_index_state(svc, ck) if rows else None
+                rows = svc.export_rows(ck) if durable else None
+                blob = svc.export_index(ck) if rows else None
                 unit = f"extract {conv.sample_id} [{key[:8]}] for {cell.cfg.name}"
                 ref = remote_extract.options(name=f"memlab {unit}", **opts).remote(
-                    cell.cfg, conv, rows, st if durable else None, blob, snapshot, unit, unit_hook)
+                    cell.cfg, conv, rows, st if durable else None, blob, snapshot, unit, unit_hook, modules)
                 ext_units[ref] = (key, conv, cell)
         bar.total += len(ext_units)
         bar.refresh()
@@ -509,8 +510,8 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
                 continue
             svc, cdir = stores[key]
             ck = conversation_key(conv)
-            import_rows(svc, ck, res["rows"])
-            import_index_state(svc, ck, res["index"])
+            svc.import_rows(ck, res["rows"])
+            svc.import_index(ck, res["index"])
             svc.save_extraction(conv.sample_id, res["state"] or {}, [tuple(t) for t in res["trace"]])
             if res.get("build"):
                 with open(cdir / BUILD_LOG, "a", encoding="utf-8") as f:
@@ -523,30 +524,31 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
         for svc, _ in stores.values():  # persist the merged index now: a killed driver keeps the extraction
             svc.searcher.close()
         ext_s = time.perf_counter() - t0
+        stop.stop()  # a signal swallowed during extraction still stops the run here
         # -- 3. per cell: traces of the extraction, the failure rule, then answering tasks
         shared: dict[tuple[str, str], tuple[Any, Any]] = {}
         ans_units: dict[Any, tuple[_Cell, Conversation, list[Question]]] = {}
         for cell in cells:
-            cell.timings["load_s"] = 0.0
             ext_info: dict[str, Any] = {}
             lost: set[str] = set()
-            if cell.needs_memory and cell.ext_key is not None:
+            if cell.comps.answerer.needs_memory and cell.ext_key is not None:
                 key = cell.ext_key
                 svc, cdir = stores[key]
                 lost = {c for (k, c) in ext_failed if k == key}
-                ok = [c for c in cell.convs if c.sample_id not in lost]
+                ok = [c for c in cell.p.convs if c.sample_id not in lost]
                 # the cell that caused an extraction reports its jobs; later cells see the cache, as locally
                 mine = {k: r for k, r in ext_results.items() if r["owner"] == cell.index}
                 table = pd.DataFrame([_table_row(mine.get((key, c.sample_id)), c, svc) for c in ok])
                 table = table.set_index("conversation") if len(table) else _empty_table()
                 failures = [f for c in ok for f in (ext_results.get((key, c.sample_id)) or {}).get("failures", [])]
                 failures = list({(f["conversation"], f["reason"]): f for f in failures}.values())
-                info = extraction_info(table, failures, ok, key, cdir, cell.extractor_id or "",
+                info = extraction_info(table, failures, ok, key, cdir, cell.comps.extractor_id or "",
                                        cell.cfg.extraction.policy)
                 info["tasks_failed"] = sorted(lost)
                 try:
-                    finish_extraction(cell.cfg, ok, ExtractionOutcome(svc, info), cell.run_dir,
-                                      close_on_failure=False)
+                    done = finish_extraction(cell.cfg, ok, ExtractionOutcome(svc, info), cell.run_dir,
+                                             close_on_failure=False)
+                    cell.timings.update(done.timings)
                 except ExtractionFailed as e:
                     cell.failed = e
                 ext_info = info
@@ -555,117 +557,81 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
             if cell.failed is not None:
                 continue
             for conv_id, qs in cell.todo.items():
-                conv = next(c for c in cell.convs if c.sample_id == conv_id)
+                conv = next(c for c in cell.p.convs if c.sample_id == conv_id)
                 if conv_id in lost:
                     _append_records(cell.run_dir, _error_records(qs, ext_failed[(cell.ext_key, conv_id)]))
                     continue
                 rows_ref = blob_ref = None
-                if cell.needs_memory:
+                if cell.comps.answerer.needs_memory:
                     sk = (cell.ext_key or "", conv_id)
                     if sk not in shared:
                         svc, _ = stores[cell.ext_key or ""]
                         ck = conversation_key(conv)
-                        shared[sk] = (ray.put(export_rows(svc, ck)), ray.put(export_index_state(svc, ck)))
+                        shared[sk] = (ray.put(svc.export_rows(ck)), ray.put(svc.export_index(ck)))
                     rows_ref, blob_ref = shared[sk]
                 unit = f"answer {conv_id} ({len(qs)} q) run {cell.index + 1}/{len(cells)} {cell.cfg.name}"
                 ref = remote_answer.options(name=f"memlab {unit}", **opts).remote(
-                    cell.cfg, conv, qs, rows_ref, blob_ref, snapshot, unit, unit_hook, cell.errata)
+                    cell.cfg, conv, qs, rows_ref, blob_ref, snapshot, unit, unit_hook, cell.p.errata, modules)
                 ans_units[ref] = (cell, conv, qs)
         bar.total += len(ans_units)
         bar.refresh()
         # -- 4. collect the answers, each unit written to its run's resume log as it arrives
         t0 = time.perf_counter()
         pending = list(ans_units)
-        try:
-            while pending:
-                ready, pending = ray.wait(pending, num_returns=1)
-                cell, conv, qs = ans_units[ready[0]]
-                try:
-                    res = ray.get(ready[0])
-                except Exception as e:
-                    msg = _task_error(e, retries)
-                    _append_records(cell.run_dir, _error_records(qs, msg))
-                    cell.units.append({"unit": f"answer {conv.sample_id}", "questions": len(qs), "error": msg})
-                else:
-                    _append_records(cell.run_dir, res["records"])
-                    store_cache_rows(cache_root, res["cache"])
-                    _add_models(cell, res["models"])
-                    cell.units.append({"unit": f"answer {conv.sample_id}", "questions": len(qs), **res["where"],
-                                       "seconds": res["seconds"]})
-                cell.answered += len(qs)
-                bar.update()
-        except KeyboardInterrupt:
-            for ref in pending:
-                ray.cancel(ref, force=True)
-            for cell in cells:
-                cell.info["status"] = RunStatus.INTERRUPTED.value
-            import sys
-
-            print("\nmemlab: interrupted; every finished task is kept. Resume each run with:\n" +
-                  "\n".join(f"  memlab run --resume {c.run_dir} --executor ray" for c in cells), file=sys.stderr)
-            raise
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            cell, conv, qs = ans_units[ready[0]]
+            try:
+                res = ray.get(ready[0])
+            except Exception as e:
+                msg = _task_error(e, retries)
+                _append_records(cell.run_dir, _error_records(qs, msg))
+                cell.units.append({"unit": f"answer {conv.sample_id}", "questions": len(qs), "error": msg})
+            else:
+                _append_records(cell.run_dir, res["records"])
+                store_cache_rows(cache_root, res["cache"])
+                _add_models(cell, res["models"])
+                cell.units.append({"unit": f"answer {conv.sample_id}", "questions": len(qs), **res["where"],
+                                   "seconds": res["seconds"]})
+            cell.answered += len(qs)
+            bar.update()
+            stop.stop()
         ans_s = time.perf_counter() - t0
-        # -- 5. scoring, as the local executor does it
+        # -- 5. scoring, by the local executor's step
         runs = []
         for cell in cells:
             cell.timings["answering_s"] = ans_s
-            if cell.failed is not None:
-                continue
-            t0 = time.perf_counter()
-            order = {q.qid: i for i, (_, q) in enumerate(cell.picks)}
-            records = sorted(read_log(cell.run_dir), key=lambda r: order.get(r.qid, len(order)))
-            pred = score_records(records, top_k=cell.cfg.retrieval.top_k if cell.uses_top_k else None)
-            pred = apply_scoring(pred, cell.cfg.scoring.profile, cell.errata)  # as run_experiment scores
-            if cell.build_texts is not None:  # an arm that indexes raw turns itself: its embedding cost
-                rows = costs.index_usage({c.sample_id: cell.build_texts(c) for c in cell.convs})
-                (cell.run_dir / "traces").mkdir(exist_ok=True)
-                from memlab.atomic import write_text
-
-                write_text(cell.run_dir / "traces" / BUILD_LOG, "".join(json.dumps(r) + "\n" for r in rows))
-            pred, cell.info["cost"] = add_costs(cell.run_dir, cell.cfg, pred,
-                                                {c.sample_id: len(c.questions) for c in cell.convs},
-                                                expect_build=cell.needs_memory or cell.build_texts is not None)
-            if cell.info["cost"].get("build_unknown"):
-                print(f"memlab: {cell.info['cost']['build_unknown']}")
-            summ = summarize(pred, cell.cfg)
-            cell.info["scoring"] = {"profile": cell.cfg.scoring.profile, "errata": cell.cfg.scoring.errata,
-                                    **errata_counts(pred)}
-            if cell.errata is not None:
-                summ = summ.join(errata_columns(pred, summ.index))
-            write_results(cell.run_dir, pred, summ)
-            cell.timings["scoring_s"] = time.perf_counter() - t0
-            errors = int(pred["error"].notna().sum())
-            cell.info.update({
-                "status": (RunStatus.COMPLETE_WITH_ERRORS if errors else RunStatus.COMPLETE).value,
-                "errors": errors, "judge_errors": int(pred["judge_error"].notna().sum()),
-                "error_rate": errors / max(len(pred), 1), "resumed_skipped": cell.done, "answered_now": cell.answered,
-                "models": {"model_calls": 0, "cache_hits": 0, "failures": 0, **cell.models},
-            })
-            runs.append(Run(run_dir=cell.run_dir, config=cell.cfg, predictions=pred, summary=summ, info=cell.info))
+            if cell.failed is None:
+                runs.append(finish_run(cell.p, cell.run_dir, cell.comps.answerer, cell.info, cell.timings, cell.done,
+                                       cell.answered, cell.models))
         failed = [c for c in cells if c.failed is not None]
         if failed:
             raise ExtractionFailed("\n".join(f"{c.run_dir}: {c.failed}" for c in failed))
         return runs
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM, in any stage: cancel what runs, keep what finished
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        why = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        for cell in cells:
+            record_interrupt(cell.info, cell.resume_cmd, why)
+        raise
     except BaseException as e:
         for cell in cells:
-            if cell.info["status"] == RunStatus.RUNNING.value:
-                cell.info["status"] = RunStatus.FAILED.value
-                cell.info["failure"] = f"{type(cell.failed or e).__name__}: {cell.failed or e}"
-            cell.info["resume"] = f"memlab run --resume {cell.run_dir} --executor ray"
+            record_failure(cell.info, cell.failed or e, cell.resume_cmd)
+        if is_storage_error(e):
+            raise RunStorageError(storage_message(e, cells[0].run_dir if len(cells) == 1 else None)) from e
         raise
     finally:
         bar.close()
-        for cell in cells:
-            cell.timings["total_s"] = time.perf_counter() - cell.t_start
-            cell.info["executor"] = {"kind": "ray", "address": address or cell.cfg.run.ray_address,
-                                     "max_retries": retries, "units": cell.units,
-                                     "nodes": sorted({u["node_id"] for u in cell.units if u.get("node_id")})}
-            cell.info["sessions"] = cell.info["sessions"] + [{"timings": cell.timings, "status": cell.info["status"],
-                                                              "executor": "ray"}]
-            cell.info["timings"] = _total_timings(cell.info["sessions"])
-            write_json(cell.run_dir / "run.json", cell.info)
-        for svc, _ in stores.values():
-            svc.close()
+        try:
+            for cell in cells:
+                cell.timings["total_s"] = time.perf_counter() - cell.t_start
+                cell.info["executor"].update(
+                    units=cell.units, nodes=sorted({u["node_id"] for u in cell.units if u.get("node_id")}))
+                close_session(cell.run_dir, cell.info, cell.timings, integrity_mark, {"executor": "ray"})
+        finally:
+            for svc, _ in stores.values():
+                svc.close()
 
 
 _TABLE_COLS = ("sessions", "turns", "jobs_run", "jobs_noop", "jobs_failed", "ops_proposed", "ops_applied", "rewritten",

@@ -145,6 +145,118 @@ class AnswerRecord(Record):
     schema: int = SCHEMA_VERSION
 
 
+@dataclass
+class MemoryRecord(Record):
+    """One stored memory of the memories trace (``traces/memories.jsonl``): the store at answering time."""
+
+    conversation: str
+    id: str
+    text: str
+    kind: str
+    event_time: str | None = None
+    source_ids: list[str] = field(default_factory=list)
+    superseded_at: str | None = None
+    superseded_by: str | None = None
+
+    @classmethod
+    def of(cls, conversation: str, e: Any) -> MemoryRecord:
+        """From a `memlab.memory.MemoryEntry` (times as ISO text, as JSON has them)."""
+        return cls(conversation=conversation, id=e.id, text=e.text, kind=e.kind,
+                   event_time=None if e.event_time is None else str(e.event_time), source_ids=list(e.source_ids),
+                   superseded_at=None if e.superseded_at is None else str(e.superseded_at),
+                   superseded_by=e.superseded_by)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # no schema field: the trace line has always been these fields
+
+
+@dataclass
+class ExtractionTraceRecord(Record):
+    """One line of the extraction trace (``traces/extraction.jsonl``): an op the worker applied, skipped or
+    failed (``op`` and its ``reconcile`` decision, ``result``, ``memory_id``, ``error``), a dropped proposal
+    (``dropped``), a failed job (``reason``), or a job's count of tool calls written as text."""
+
+    conversation: str
+    job_status: str
+    op: dict[str, Any] | None = None
+    reconcile: dict[str, Any] | None = None
+    result: str | None = None
+    memory_id: str | None = None
+    error: str | None = None
+    dropped: str | None = None
+    reason: str | None = None
+    malformed_tool_calls: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The line as it has always been written: an op line has all its fields, the others only theirs."""
+        d: dict[str, Any] = {"conversation": self.conversation, "job_status": self.job_status}
+        if self.op is not None:
+            d.update(op=self.op, reconcile=self.reconcile, result=self.result, memory_id=self.memory_id,
+                     error=self.error)
+        for k in ("dropped", "reason", "malformed_tool_calls"):
+            if getattr(self, k) is not None:
+                d[k] = getattr(self, k)
+        return d
+
+
+@dataclass
+class RunInfo(Record):
+    """``run.json``: a run's status, counts, timings and provenance. Both executors write it through this class
+    (`memlab.run.steps`), and `memlab.run.results.read_run_json` reads it back through it, so a field is named
+    once. Open to later fields: keys this memlab does not know are kept in ``extra`` and written back as they
+    were; a field never set is not written."""
+
+    run_id: str
+    status: str
+    memlab_version: str = ""
+    dataset: str | None = None
+    dataset_format: str | None = None
+    dataset_sha256: str | None = None
+    questions: int | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    components: dict[str, Any] = field(default_factory=dict)
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[Any] = field(default_factory=list)
+    executor: dict[str, Any] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    extraction: dict[str, Any] | None = None
+    cost: dict[str, Any] | None = None
+    scoring: dict[str, Any] | None = None
+    errors: int | None = None
+    judge_errors: int | None = None
+    error_rate: float | None = None
+    resumed_skipped: int | None = None
+    answered_now: int | None = None
+    models: dict[str, int] | None = None
+    model_roles: dict[str, Any] | None = None
+    cache_integrity: list[dict[str, Any]] | None = None
+    resume: str | None = None
+    failure: str | None = None
+    schema: int = SCHEMA_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        d = {k: v for k, v in d.items() if v is not None}
+        return {**d, **self.extra}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "run.json") -> RunInfo:  # type: ignore[override]
+        version = d.get("schema", SCHEMA_VERSION)
+        if version != SCHEMA_VERSION:
+            raise RecordSchemaError(f"{where}: schema version {version}; this memlab reads version {SCHEMA_VERSION}")
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        missing = [k for k in ("run_id", "status") if k not in d]
+        if missing:
+            raise RecordSchemaError(f"{where}: missing field(s) {missing} (every run.json names its run and status)")
+        if d["status"] not in {s.value for s in RunStatus}:
+            raise RecordSchemaError(f"{where}: status {d['status']!r}; expected one of "
+                                    f"{', '.join(s.value for s in RunStatus)}")
+        return cls(**{k: v for k, v in d.items() if k in names},
+                   extra={k: v for k, v in d.items() if k not in names})
+
+
 def read_jsonl(path: str | os.PathLike[str], cls: type[R]) -> list[R]:
     """Records of one JSONL file; a malformed line is an error naming the file and line."""
     out = []

@@ -22,7 +22,7 @@ from memlab.eval import cost as costs
 from memlab.eval.profiles import get_profile
 from memlab.eval.stats import judge_disagreements, judge_repeat_sd
 from memlab.run.config import ExperimentConfig
-from memlab.run.records import PredictionRecord, read_frame, write_frame
+from memlab.run.records import PredictionRecord, RecordSchemaError, RunInfo, read_frame, write_frame
 
 RECALL_KS = (1, 5, 10, 20)
 #: Per-question reader-independent measures (`memlab.eval.ceiling`), summarised per category like F1.
@@ -171,7 +171,10 @@ def read_run_json(path: Path) -> dict[str, Any]:
                            f"(status, counts, timings)") from None
     if not isinstance(d, dict):
         raise RunFileError(f"{path}: expected a JSON object, got {type(d).__name__}")
-    return d
+    try:
+        return RunInfo.from_dict(d, where=str(path)).to_dict()
+    except RecordSchemaError as e:
+        raise RunFileError(str(e)) from None
 
 
 def read_config(path: Path) -> ExperimentConfig:

@@ -36,13 +36,20 @@ def load_run_data(cfg: ExperimentConfig) -> tuple[ExperimentConfig, LoCoMo, list
     """The run's dataset (LoCoMo or LongMemEval, told by its fields), its config with the dataset's scoring
     profile, and notes for run.json (the profile change; a profile's caveat on its metrics), each warned."""
     data = load_dataset(cfg.dataset.path)
+    cfg, notes = run_profile(cfg, data)
+    return cfg, data, notes
+
+
+def run_profile(cfg: ExperimentConfig, data: LoCoMo) -> tuple[ExperimentConfig, list[str]]:
+    """`profile_for`, and the notes for run.json (the profile change; a profile's caveat on its metrics), each
+    warned: what every executor applies to a loaded dataset."""
     cfg, changed = profile_for(cfg, data)
     from memlab.eval.profiles import get_profile
 
     notes = [n for n in (changed, getattr(get_profile(cfg.scoring.profile), "note", None)) if n]
     for n in notes:
-        warnings.warn(n, stacklevel=2)
-    return cfg, data, notes
+        warnings.warn(n, stacklevel=3)
+    return cfg, notes
 
 
 def select_questions(cfg: ExperimentConfig, data: LoCoMo) -> list[tuple[Conversation, Question]]:

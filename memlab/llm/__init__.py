@@ -1,0 +1,56 @@
+"""The one door to models: every call (extract, answer, judge, embed) goes through `ModelClient` and litellm.
+
+- litellm is imported lazily (7-8 s) and never allowed to fetch remote config at import;
+- retries with exponential backoff on rate limits, server errors, timeouts and unparsable replies,
+  a bounded number of times, then the error is raised to the caller;
+- an optional on-disk response cache keyed by what answers (the normalised endpoint) and the full
+  request (model, messages with the rendered prompt, tools, params): a rerun makes zero model calls,
+  and the client counts calls made vs served from cache; a reply its caller rejects (``check``) is
+  never cached;
+- error texts are redacted (`redact`): the keys clients send and ``sk-...``-like tokens never reach
+  a stored error;
+- token usage from the provider's ``usage`` (cached prompt tokens included); where a provider
+  gives none, counted with litellm's token counter and marked ``estimated``.
+
+The package, one module per job: `imports` (litellm, token counting), `errors` (model errors, redaction),
+`types` (usage, tool calls, completions), `cache` (the response cache), `toolcalls` (tool calls written as
+text), `endpoints` (the endpoint registry), `client` (`ModelClient`). Every public name is re-exported here.
+"""
+
+from __future__ import annotations
+
+from memlab.llm.cache import RESPONSE_CACHE_FORMAT, ResponseCache
+from memlab.llm.client import ModelClient, explicit_content
+from memlab.llm.endpoints import (
+    MAX_RETRY_AFTER_S,
+    context_window_from_models,
+    endpoint,
+    is_local,
+    prompt_tokens_estimate,
+    registered_endpoint,
+)
+from memlab.llm.errors import (
+    REDACTED,
+    BadReply,
+    EmptyReply,
+    EndpointUnreachable,
+    MalformedToolCall,
+    ModelCallError,
+    ModelError,
+    PromptTooLong,
+    ToolLoopExhausted,
+    redact,
+    register_secret,
+)
+from memlab.llm.imports import count_tokens, import_litellm
+from memlab.llm.toolcalls import tool_call_text
+from memlab.llm.types import CallStats, Completion, ToolCall, Usage, normalise_endpoint, request_hash
+
+__all__ = [
+    "BadReply", "CallStats", "Completion", "EmptyReply", "EndpointUnreachable", "MAX_RETRY_AFTER_S",
+    "MalformedToolCall", "ModelCallError", "ModelClient", "ModelError", "PromptTooLong", "REDACTED",
+    "RESPONSE_CACHE_FORMAT", "ResponseCache", "ToolCall", "ToolLoopExhausted", "Usage",
+    "context_window_from_models", "count_tokens", "endpoint", "explicit_content", "import_litellm", "is_local",
+    "normalise_endpoint", "prompt_tokens_estimate", "redact", "register_secret", "registered_endpoint",
+    "request_hash", "tool_call_text",
+]

@@ -1,0 +1,399 @@
+"""`ModelClient`: the retrying, caching, usage-counting client of one model."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from memlab.breaker import CircuitOpen, breaker
+from memlab.llm.cache import ResponseCache
+from memlab.llm.endpoints import (
+    _CONTEXT_WINDOWS,
+    _CONTEXT_WINDOWS_LOCK,
+    _NO_RETRY,
+    MAX_RETRY_AFTER_S,
+    _connection_error,
+    _Endpoint,
+    _http_get_json,
+    _is_timeout,
+    _retry_after,
+    context_window_from_models,
+    endpoint,
+    is_local,
+    prompt_tokens_estimate,
+)
+from memlab.llm.errors import (
+    BadReply,
+    EmptyReply,
+    EndpointUnreachable,
+    MalformedToolCall,
+    ModelCallError,
+    ModelError,
+    PromptTooLong,
+    redact,
+    register_secret,
+)
+from memlab.llm.imports import count_tokens, import_litellm
+from memlab.llm.toolcalls import tool_call_text
+from memlab.llm.types import CallStats, Completion, ToolCall, Usage, normalise_endpoint, request_hash
+
+log = logging.getLogger("memlab.llm")
+
+
+class ModelClient:
+    """A model by litellm name (``gpt-4o-mini``, ``openai/<name>`` + ``api_base`` for local servers).
+
+    Local endpoints (``api_base`` on this machine) get ``concurrency`` = 1 by default: one request in
+    flight per endpoint, shared by every client of that ``api_base`` in the process. After a timeout
+    the client waits (holding the slot, up to ``busy_wait`` s) until the endpoint's ``/models``
+    answers again, so a one-request server is not handed a new request while it still computes the
+    old one. ``context_window`` (or the one ``/models`` states) is checked before every call.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        temperature: float | None = 0.0,
+        cache_path: str | os.PathLike[str] | None = None,
+        concurrency: int | None = None,
+        context_window: int | None = None,
+        busy_wait: float | None = None,
+    ):
+        self.model = model
+        self.api_base = api_base
+        self.api_key = api_key
+        register_secret(api_key)
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.temperature = temperature
+        self.cache_path = None if cache_path is None else str(cache_path)
+        if concurrency is None and is_local(api_base):
+            concurrency = 1
+        if concurrency is not None and concurrency < 1:
+            raise ValueError(f"{model}: concurrency = {concurrency}; expected an integer >= 1 (or None: unlimited)")
+        self.concurrency = concurrency
+        self.context_window = context_window
+        self.busy_wait = 4 * timeout if busy_wait is None else busy_wait
+        if concurrency is not None:
+            endpoint(api_base or f"provider:{model}", concurrency)  # registered now: a conflict fails early
+        self._cache: ResponseCache | None = None
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.cache_hits = 0
+        self.failures = 0
+        self.malformed_tool_calls = 0
+
+    @property
+    def cache(self) -> ResponseCache | None:
+        if self.cache_path and self._cache is None:
+            self._cache = ResponseCache(self.cache_path)
+        return self._cache
+
+    @property
+    def endpoint(self) -> _Endpoint | None:
+        if self.concurrency is None:
+            return None
+        return endpoint(self.api_base or f"provider:{self.model}", self.concurrency)
+
+    # ------------------------------------------------------------------------ context window
+    def resolved_context_window(self) -> tuple[int | None, str]:
+        """The context window and where it came from (config, the server's /models, or unknown)."""
+        if self.context_window:
+            return self.context_window, "config"
+        if not self.api_base:
+            return None, "unknown"
+        key = (self.api_base.rstrip("/"), self.model)
+        if key not in _CONTEXT_WINDOWS:
+            # the probe is a request too: it takes an endpoint slot (a one-request server sees one at a time),
+            # and one thread asks while the others wait for its answer
+            ep = self.endpoint
+            if ep is not None:
+                ep.slots.acquire()
+            try:
+                with _CONTEXT_WINDOWS_LOCK:
+                    if key not in _CONTEXT_WINDOWS:
+                        _CONTEXT_WINDOWS[key] = self._probe_context_window()
+            finally:
+                if ep is not None:
+                    ep.slots.release()
+        return _CONTEXT_WINDOWS[key]
+
+    def _probe_context_window(self) -> tuple[int | None, str]:
+        base = (self.api_base or "").rstrip("/")
+        try:
+            n = context_window_from_models(_http_get_json(base + "/models", self.api_key, min(self.timeout, 10.0)),
+                                           self.model)
+        except Exception as e:
+            log.info("%s: context window unknown (GET /models failed: %s: %s)", self.model, type(e).__name__, e)
+            return None, "unknown"
+        return (n, f"{base}/models") if n else (None, "unknown")
+
+    def check_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                     reserve: int = 0) -> int:
+        """Raise `PromptTooLong` naming both sizes when the prompt cannot fit; returns the estimate."""
+        window, source = self.resolved_context_window()
+        if not window:
+            return 0
+        n = prompt_tokens_estimate(messages, tools)
+        if n + reserve > window:
+            raise PromptTooLong(f"{self.model}: the prompt is ~{n} tokens (o200k estimate)"
+                                f"{f' + {reserve} for the reply' if reserve else ''}, over the model's context "
+                                f"window of {window} tokens (from {source}); shorten the prompt or use a "
+                                f"longer-context model")
+        return n
+
+    # ------------------------------------------------------------------------------- calls
+    def cache_key(self, payload: dict[str, Any], cache_tag: str | None = None) -> str:
+        """The response-cache key of a request: everything sent that decides the reply (model, messages,
+        which carry the rendered prompt, tools, tool_choice, temperature and every other parameter),
+        the normalised endpoint that answers it, and ``cache_tag``. Two servers never share replies."""
+        key = dict(payload)
+        ep = normalise_endpoint(self.api_base)
+        if ep is not None:  # a provider's own API (no api_base) is named by the model: keys stay as they were
+            key["_memlab_endpoint"] = ep
+        if cache_tag is not None:
+            key["_memlab_cache_tag"] = cache_tag
+        return request_hash(key)
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                 tool_choice: str | dict[str, Any] | None = None, cache_tag: str | None = None,
+                 check: Callable[[Completion], Any] | None = None, **params: Any) -> Completion:
+        """One completion. Raises `EmptyReply` (no text, no tool call), `MalformedToolCall` (a tool
+        call written as text that neither parses nor comes back well-formed when re-asked with the
+        tool forced), `PromptTooLong` or `ModelCallError`; none of these is cached. ``cache_tag`` is
+        part of the response-cache key only (not sent), so repeated samples of one request (judge
+        repeats) are cached apart.
+
+        ``check(completion)`` is the caller's reading of the reply (a judge verdict, the last round
+        of a tool loop): when it raises (a `ModelError`, or ValueError, raised as `BadReply`) the reply
+        is not cached, so a rerun asks again; a cached reply it rejects is dropped and asked again."""
+        messages = explicit_content(messages)
+        payload: dict[str, Any] = {"model": self.model, "messages": messages}
+        if tools:
+            payload["tools"] = tools
+            if tool_choice is not None:
+                payload["tool_choice"] = tool_choice
+        if self.temperature is not None:
+            payload.setdefault("temperature", self.temperature)
+        payload.update(params)
+        h = self.cache_key(payload, cache_tag)
+        cache = self.cache
+        if cache is not None:
+            hit = cache.get(h)
+            if hit is not None:
+                comp = Completion.from_json(hit, h)
+                try:
+                    self._checked(comp, check)
+                except ModelError as e:  # written by an older memlab that cached rejected replies
+                    log.info("%s: cached reply %s rejected (%s); asking again", self.model, h[:12], e)
+                    cache.delete(h)
+                else:
+                    with self._lock:
+                        self.cache_hits += 1
+                    return comp
+        self.check_prompt(messages, tools, reserve=int(params.get("max_tokens") or 0))
+        comp = self._call(payload, messages)
+        comp.request_hash = h
+        if not comp.tool_calls and tools and tool_choice != "none":
+            comp = self._recover_tool_text(comp, payload, messages, tools)
+        elif not comp.tool_calls and tools:
+            name, _ = tool_call_text(comp.text, [t["function"]["name"] for t in tools])
+            if name is not None:
+                self._count_malformed(1)
+                raise MalformedToolCall(f"{self.model}: asked for no tool (tool_choice=none) but wrote a "
+                                        f"{name} call as text: {comp.text[:80]!r}",
+                                        replace(comp.stats(), malformed_tool_calls=1))
+        if not comp.tool_calls and not comp.text.strip():
+            raise EmptyReply(f"{self.model}: empty reply (no text, no tool call)", comp.stats())
+        self._checked(comp, check)
+        if cache is not None:
+            cache.put(h, self.model, comp.to_json())
+        return comp
+
+    def _checked(self, comp: Completion, check: Callable[[Completion], Any] | None) -> None:
+        """Run the caller's ``check``; its rejection is a `ModelError` carrying this reply's cost."""
+        if check is None:
+            return
+        try:
+            check(comp)
+        except ModelError as e:
+            e.partial = comp.stats()
+            raise
+        except ValueError as e:
+            raise BadReply(f"{self.model}: {e}", comp.stats()) from e
+
+    def _count_malformed(self, n: int) -> None:
+        with self._lock:
+            self.malformed_tool_calls += n
+
+    def _recover_tool_text(self, comp: Completion, payload: dict[str, Any], messages: list[dict[str, Any]],
+                           tools: list[dict[str, Any]]) -> Completion:
+        """A tool call written as text: parse it when unambiguous, else re-ask once with that tool forced."""
+        names = [t["function"]["name"] for t in tools]
+        name, calls = tool_call_text(comp.text, names)
+        if name is None:
+            return comp
+        self._count_malformed(1)
+        comp.malformed_tool_calls += 1
+        if calls is not None:
+            comp.tool_calls, comp.text = calls, ""
+            return comp
+        forced = dict(payload, tool_choice={"type": "function", "function": {"name": name}})
+        try:
+            again = self._call(forced, messages)
+        except ModelError as e:
+            e.partial = comp.stats() + e.partial
+            raise
+        total = comp.stats() + again.stats()
+        if again.tool_calls and all(tc.name in names for tc in again.tool_calls):
+            again.usage, again.calls, again.latency_s = total.usage, total.calls, total.latency_s
+            again.malformed_tool_calls, again.attempts = total.malformed_tool_calls, comp.attempts + again.attempts
+            again.request_hash = comp.request_hash
+            return again
+        raise MalformedToolCall(f"{self.model}: wrote the tool call as text ({comp.text[:80]!r}) and, re-asked "
+                                f"with tool_choice forced to {name}, replied {again.text[:80]!r} without a "
+                                f"tool call", total)
+
+    def _call(self, payload: dict[str, Any], messages: list[dict[str, Any]]) -> Completion:
+        litellm = import_litellm()
+        kw = self._endpoint_kw(payload)
+        resp, attempts, spent = self._retrying(lambda: litellm.completion(**kw))
+        comp = self._parse(resp, messages)
+        comp.latency_s = spent
+        comp.attempts = comp.calls = attempts
+        return comp
+
+    def embed(self, texts: list[str]) -> tuple[list[Any], Usage, CallStats]:
+        """Embedding vectors of ``texts`` (one request), with the chat calls' retries, endpoint slots
+        and accounting; usage is the provider's, else counted (``estimated``)."""
+        litellm = import_litellm()
+        kw = self._endpoint_kw({"model": self.model, "input": list(texts)})
+        resp, attempts, spent = self._retrying(lambda: litellm.embedding(**kw))
+        data = sorted(resp.data, key=lambda d: d["index"] if isinstance(d, dict) else d.index)
+        vecs = [d["embedding"] if isinstance(d, dict) else d.embedding for d in data]
+        u = getattr(resp, "usage", None)
+        n = int(getattr(u, "prompt_tokens", 0) or 0) if u is not None else 0
+        usage = Usage(n, 0, 0, False) if n else Usage(sum(count_tokens(t) for t in texts), 0, 0, True)
+        return vecs, usage, CallStats(usage=usage, calls=attempts, latency_s=spent)
+
+    def _endpoint_kw(self, payload: dict[str, Any]) -> dict[str, Any]:
+        kw = dict(payload, timeout=self.timeout, num_retries=0)
+        if self.api_base:
+            kw["api_base"] = self.api_base
+        if self.api_key:
+            kw["api_key"] = self.api_key
+        return kw
+
+    def _retrying(self, send: Any) -> tuple[Any, int, float]:
+        """``send()`` with bounded retries (backoff, Retry-After, the endpoint's slots, the busy wait
+        after a timeout); returns (response, attempts, seconds) or raises `ModelCallError` /
+        `EndpointUnreachable` carrying the attempts as partial cost."""
+        last: Exception | None = None
+        spent = 0.0
+        ep = self.endpoint
+        br = breaker(self.api_base or f"provider:{self.model}")
+        attempt = 0
+        for attempt in range(1, self.max_retries + 2):
+            try:
+                br.before()  # a few calls in a row could not connect: fail now, not after every retry
+            except CircuitOpen as e:
+                last, attempt = e, attempt - 1
+                break
+            t0 = time.perf_counter()
+            wait = 0.0
+            if ep is not None:
+                ep.slots.acquire()
+            try:
+                with self._lock:
+                    self.calls += 1
+                resp = send()
+                br.record(True)
+                return resp, attempt, spent + time.perf_counter() - t0
+            except Exception as e:  # litellm maps provider errors to its own exception classes
+                last = e
+                br.record(not _connection_error(e), f"{type(e).__name__}: {e}")
+                if _is_timeout(e) and ep is not None:
+                    self._wait_until_idle()  # still holding the slot: nothing new reaches a busy server
+                wait = _retry_after(e) or 0.0
+            finally:
+                if ep is not None:
+                    ep.slots.release()
+                spent += time.perf_counter() - t0
+            if type(last).__name__ in _NO_RETRY or attempt > self.max_retries:
+                break
+            wait = min(MAX_RETRY_AFTER_S, max(wait, self.backoff * (2 ** (attempt - 1))))
+            time.sleep(wait)
+            spent += wait
+        with self._lock:
+            self.failures += 1
+        cls = EndpointUnreachable if last is not None and _connection_error(last) else ModelCallError
+        where = f" at {self.api_base}" if self.api_base else ""
+        raise cls(f"{self.model}{where}: call failed after {attempt} attempt(s): "
+                  f"{type(last).__name__}: {redact(str(last))[:300]}",
+                  CallStats(calls=attempt, latency_s=spent)) from last
+
+    def _wait_until_idle(self) -> None:
+        """After a timeout: wait until the endpoint answers ``/models`` (a one-request server answers
+        only when it has finished the abandoned request), at most ``busy_wait`` seconds."""
+        if not self.api_base:
+            return
+        deadline = time.monotonic() + self.busy_wait
+        while time.monotonic() < deadline:
+            try:
+                _http_get_json(self.api_base.rstrip("/") + "/models", self.api_key,
+                               max(0.1, deadline - time.monotonic()))
+                return
+            except Exception:
+                time.sleep(0.05)
+
+    def _parse(self, resp: Any, messages: list[dict[str, Any]]) -> Completion:
+        choice = resp.choices[0]
+        msg = choice.message
+        calls = []
+        for i, tc in enumerate(getattr(msg, "tool_calls", None) or []):
+            fn = tc.function
+            args = fn.arguments if isinstance(fn.arguments, str) else json.dumps(fn.arguments)
+            calls.append(ToolCall(id=getattr(tc, "id", None) or f"call_{i}", name=fn.name or "", arguments=args))
+        text = msg.content or ""
+        u = getattr(resp, "usage", None)
+        if u is not None and getattr(u, "prompt_tokens", None):
+            details = getattr(u, "prompt_tokens_details", None)
+            cached = getattr(details, "cached_tokens", None) if details is not None else None
+            usage = Usage(int(u.prompt_tokens), int(u.completion_tokens or 0), int(cached or 0), False)
+        else:
+            usage = self.estimate_usage(messages, text)
+        return Completion(text=text, tool_calls=calls, usage=usage)
+
+    def estimate_usage(self, messages: list[dict[str, Any]], text: str) -> Usage:
+        litellm = import_litellm()
+        try:
+            p = litellm.token_counter(model=self.model, messages=messages)
+            c = litellm.token_counter(model=self.model, text=text) if text else 0
+        except Exception as e:
+            log.debug("%s: no tokenizer (%s); estimating with gpt-4o-mini's", self.model, type(e).__name__)
+            p = litellm.token_counter(model="gpt-4o-mini", messages=messages)
+            c = litellm.token_counter(model="gpt-4o-mini", text=text) if text else 0
+        return Usage(int(p), int(c), 0, True)
+
+
+def explicit_content(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every assistant message carries a ``content`` string: some servers' chat templates (llama.cpp)
+    fail with HTTP 500 on a tool-call message whose ``content`` is missing or null."""
+    out = []
+    for m in messages:
+        if m.get("role") == "assistant" and m.get("content") is None:
+            m = {**m, "content": ""}
+        out.append(m)
+    return out

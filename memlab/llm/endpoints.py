@@ -1,0 +1,136 @@
+"""The process-wide endpoint registry (one slot counter per ``api_base``), what an endpoint says of its models,
+and the classification of errors the retrying client acts on."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from memlab.breaker import CircuitOpen
+from memlab.llm.imports import count_tokens
+
+
+# ------------------------------------------------------------------------------- endpoints
+def is_local(api_base: str | None) -> bool:
+    if not api_base:
+        return False
+    host = (urllib.parse.urlsplit(api_base).hostname or "").lower()
+    return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0") or host.startswith("127.")
+
+
+class _Endpoint:
+    """One shared slot counter per ``api_base``: at most ``concurrency`` requests in flight to it."""
+
+    def __init__(self, api_base: str, concurrency: int):
+        self.api_base = api_base
+        self.concurrency = concurrency
+        self.slots = threading.BoundedSemaphore(concurrency)
+
+
+_ENDPOINTS: dict[str, _Endpoint] = {}
+_ENDPOINTS_LOCK = threading.Lock()
+_CONTEXT_WINDOWS: dict[tuple[str, str], tuple[int | None, str]] = {}
+_CONTEXT_WINDOWS_LOCK = threading.Lock()
+
+
+def endpoint(api_base: str, concurrency: int) -> _Endpoint:
+    """The process-wide slot counter of an endpoint (the first client sets its limit; a different one is an error)."""
+    key = api_base.rstrip("/")
+    with _ENDPOINTS_LOCK:
+        ep = _ENDPOINTS.get(key)
+        if ep is None:
+            ep = _ENDPOINTS[key] = _Endpoint(key, concurrency)
+        elif ep.concurrency != concurrency:
+            raise ValueError(f"{key}: concurrency {concurrency} asked, but this endpoint is already limited to "
+                             f"{ep.concurrency} request(s) at a time by another client; use one value per api_base")
+        return ep
+
+
+def registered_endpoint(api_base: str | None) -> _Endpoint | None:
+    """The slot counter a model client of this ``api_base`` registered (None: no limit is set), so other
+    callers of the same server (a litellm embedder) queue behind the same slots."""
+    if not api_base:
+        return None
+    with _ENDPOINTS_LOCK:
+        return _ENDPOINTS.get(api_base.rstrip("/"))
+
+
+def _model_id(model: str) -> str:
+    return model.split("/", 1)[1] if "/" in model else model
+
+
+def _http_get_json(url: str, api_key: str | None, timeout: float) -> Any:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 (the user's own endpoint)
+        return json.loads(r.read().decode("utf-8"))
+
+
+def context_window_from_models(listing: Any, model: str) -> int | None:
+    """The context length a ``/models`` listing states for ``model`` (vLLM ``max_model_len``, llama.cpp
+    ``meta.n_ctx_train``/``n_ctx``, others ``context_length``/``context_window``); None when it says none."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(data, list) or not data:
+        return None
+    want = _model_id(model)
+    entry = next((d for d in data if isinstance(d, dict) and d.get("id") in (want, model)), None)
+    if entry is None and len(data) == 1 and isinstance(data[0], dict):
+        entry = data[0]  # a one-model server answers to any name
+    if entry is None:
+        return None
+    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    for v in (entry.get("max_model_len"), entry.get("context_length"), entry.get("context_window"),
+              meta.get("n_ctx"), meta.get("n_ctx_train")):
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def prompt_tokens_estimate(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> int:
+    """o200k tokens of the messages' text and the tool schemas (offline; a model's own tokenizer differs a little)."""
+    parts = []
+    for m in messages:
+        c = m.get("content")
+        parts.append(c if isinstance(c, str) else json.dumps(c, default=str) if c is not None else "")
+        if m.get("tool_calls"):
+            parts.append(json.dumps(m["tool_calls"], default=str))
+    if tools:
+        parts.append(json.dumps(tools))
+    return count_tokens("\n".join(parts)) + 4 * len(messages)
+
+
+def _connection_error(e: BaseException) -> bool:
+    chain: BaseException | None = e
+    while chain is not None:
+        if isinstance(chain, (ConnectionRefusedError, CircuitOpen)) or type(chain).__name__ in ("ConnectError",):
+            return True
+        if "connection refused" in str(chain).lower() or "connect error" in str(chain).lower():
+            return True
+        chain = chain.__cause__ or chain.__context__
+    return False
+
+
+def _retry_after(e: BaseException) -> float | None:
+    """Seconds from a 429/503's ``Retry-After`` header, when the error carries the response."""
+    for obj in (e, getattr(e, "__cause__", None)):
+        resp = getattr(obj, "response", None)
+        headers = getattr(resp, "headers", None) or getattr(obj, "litellm_response_headers", None)
+        if headers is None:
+            continue
+        v = headers.get("retry-after") if hasattr(headers, "get") else None
+        try:
+            return float(v) if v is not None else None
+        except ValueError:
+            return None
+    return None
+
+
+def _is_timeout(e: BaseException) -> bool:
+    return "Timeout" in type(e).__name__ or "timed out" in str(e).lower()
+
+
+_NO_RETRY = ("AuthenticationError", "BadRequestError", "NotFoundError", "PermissionDeniedError",
+             "ContextWindowExceededError", "ContentPolicyViolationError", "UnsupportedParamsError")
+MAX_RETRY_AFTER_S = 120.0
