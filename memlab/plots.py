@@ -370,6 +370,9 @@ def topk_panels(runs: Sequence[Any], groups: Sequence[Any] = ("overall 1-4", "1"
     fig.suptitle("Top-k: what retrieval delivered (reader-independent) and what the reader made of it")
     fig.tight_layout(rect=(0, 0.1, 1, 0.95))
     _save(fig, save_to, "topk_measures")
+    return fig
+
+
 def _bar_counts(ax: plt.Axes, bars: Any) -> None:
     """Each bar's count above it, so a 0 or a 3 next to a 500 is still read (a bar that small is invisible)."""
     for p in bars:
