@@ -109,6 +109,32 @@ def demo() -> str:
             f"is cached. Its table:\n\n```text\n{table}\n```\n")
 
 
+def topk() -> str:
+    from memlab import plots
+    from memlab.run import load_run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        rc, wall, cpu, _ = _memlab(["run", "topk-ablation", "--results", f"{tmp}/results"], Path(tmp) / "err.log")
+        if rc != 0:
+            raise RuntimeError(f"memlab run topk-ablation exited {rc}:\n{(Path(tmp) / 'err.log').read_text()[-2000:]}")
+        runs = sorted((load_run(d) for d in Path(tmp, "results").iterdir() if d.is_dir()),
+                      key=lambda r: r.config.retrieval.top_k)
+    df = plots.topk_measures(runs, groups=("overall 1-4", "1"))
+    ci = lambda r, c: f"{r[c]:.3f} [{r[c + '_lo']:.3f}, {r[c + '_hi']:.3f}]"  # noqa: E731
+    rows = ["| group | k | F1 [95 % CI] | answer ceiling@k [95 % CI] | answer-bearing@k | evidence Recall@k "
+            "(context) | context tokens/QA |", "|---|---|---|---|---|---|---|"]
+    for _, r in df.iterrows():
+        rows.append(f"| {r.label} (n {int(r.n):,}) | {int(r.k)} | {ci(r, 'f1')} | {ci(r, 'answer_ceiling')} | "
+                    f"{r.answer_bearing:.3f} | {r.context_recall:.3f} | {r.context_tokens_qa:,.0f} |")
+    pred = {int(r.config.retrieval.top_k): r.predictions.set_index("qid").prediction for r in runs}
+    ks = sorted(pred)
+    changed = {(a, ks[-1]): int((pred[a] != pred[ks[-1]].reindex(pred[a].index)).sum()) for a in ks[:-1]}
+    n = len(pred[ks[0]])
+    moved = "; ".join(f"k = {a} vs {b}: {c:,} of {n:,} ({100 * c / n:.1f} %)" for (a, b), c in changed.items())
+    return ("\n".join(rows) + f"\n\nPredictions that differ from the k = {ks[-1]} run's: {moved}. "
+            f"The grid took {wall:.0f} s wall, {cpu:.0f} s CPU.\n")
+
+
 def _verbatim(script: str, args: list[str]) -> Callable[[], str]:
     def make() -> str:
         p = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=ROOT, capture_output=True,
@@ -125,6 +151,7 @@ FIGURES: dict[str, Figure] = {
     "offline-run": Figure("memlab run offline", "~2 min on 2 cores", offline_run),
     "dead-endpoint": Figure("memlab run original --set models.api_base=<nothing listening>", "seconds",
                             dead_endpoint),
+    "topk": Figure("memlab run topk-ablation (k = 5, 10, 20, 40; offline arm)", "~5 min on 2 cores", topk),
     "demo": Figure("memlab demo (twice: cold, cached)", "~4 min", demo),
     "retrieval-recall": Figure(f"python benchmarks/retrieval_recall.py {' '.join(RECALL_ARGS)}",
                                "~30 min+ (SPLADE and minilm encodings, a 5-fold tuning grid)",
