@@ -70,6 +70,7 @@ from memlab.run.records import AnswerRecord, PredictionRecord, RetrievalRecord, 
 from memlab.run.results import Run, add_costs, score_records, summarize, write_results
 from memlab.run.selection import select_questions
 from memlab.rundir import environment, open_run_dir, results_root
+from memlab.threads import set_threads, worker_threads
 
 UnitHook = Callable[[str], None]
 
@@ -218,6 +219,7 @@ def _private_root(cfg: ExperimentConfig, snapshot: dict[str, list[tuple]], unit:
     """A task's private temp folder, its caches seeded from the driver's snapshot, and its model clients."""
     if hook is not None:
         hook(unit)
+    set_threads(worker_threads(cfg.run.threads))  # this task's share of the node, not every core per worker
     with tempfile.TemporaryDirectory(prefix="memlab-ray-") as tmp:
         root = Path(tmp)
         _seed(root, snapshot)

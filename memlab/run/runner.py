@@ -51,6 +51,7 @@ from memlab.run.results import (
 )
 from memlab.run.selection import select_questions
 from memlab.rundir import RunLock, environment, open_run_dir, remember_settings, remembered_settings, results_root
+from memlab.threads import peak_rss_mb, set_threads
 
 __all__ = ["Run", "load_run", "run_ablation", "run_experiment"]
 
@@ -141,6 +142,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
         errata.check_known(q.qid for c in data for q in c.questions)
     convs = list({c.sample_id: c for c, _ in picks}.values())
     load_s = time.perf_counter() - t0
+    threads = set_threads(cfg.run.threads)  # every native pool sized before a model or index is built
     # -- 2. components
     root = Path(resume).parent if resume is not None else Path(results) if results is not None else results_root()
     root = root.resolve()
@@ -166,9 +168,10 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
         "config": cfg.to_dict(), "environment": environment(),
         "components": {"answerer": component_label(answerer),
                        "extractor": component_label(extractor) if extractor is not None else None, "custom": custom},
-        "sessions": prev.get("sessions", []), "notes": notes,
+        "sessions": prev.get("sessions", []), "notes": notes, "threads": threads,
     }
     timings: dict[str, float] = {"load_s": load_s}
+    peak: dict[str, float] = {}  # the process's peak RSS (MB) after each stage
     svc = None
     try:
         write_json(run_dir / "run.json", {**info, "timings": timings})
@@ -186,6 +189,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
                                  extractor_id=extractor_id)
             svc, ext_info = out.service, out.info
             timings.update(out.timings)
+            peak.update(out.peak_rss_mb)
             if ext_info.get("ops_failed"):
                 print(f"memlab: {ext_info['ops_failed']} extraction op(s) failed to write (see "
                       f"{run_dir / 'traces' / 'extraction.jsonl'})")
@@ -200,6 +204,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
             answered = answer_all(cfg, answerer, judge, svc, todo, run_dir, progress=progress, stop=stop)
         finally:
             timings["answering_s"] = time.perf_counter() - t0
+            peak["answering"] = peak_rss_mb()
         if hasattr(answerer, "build_texts"):  # an arm that indexes raw turns itself: its embedding cost
             rows = costs.index_usage({c.sample_id: answerer.build_texts(c) for c in convs})
             write_text(run_dir / "traces" / "build_cost.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
@@ -219,6 +224,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
             summ = summ.join(errata_columns(pred, summ.index))
         write_results(run_dir, pred, summ)
         timings["scoring_s"] = time.perf_counter() - t0
+        peak["scoring"] = peak_rss_mb()
         errors = int(pred["error"].notna().sum())
         info.update({
             "status": (RunStatus.COMPLETE_WITH_ERRORS if errors else RunStatus.COMPLETE).value,
@@ -244,8 +250,9 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
         raise
     finally:
         timings["total_s"] = time.perf_counter() - t_start
-        info["sessions"] = info["sessions"] + [{"timings": timings, "status": info["status"]}]
+        info["sessions"] = info["sessions"] + [{"timings": timings, "status": info["status"], "peak_rss_mb": peak}]
         info["timings"] = _total_timings(info["sessions"])
+        info["peak_rss_mb"] = peak  # this session's, per stage (a process's peak only grows: the last is the run's)
         # every cache found corrupt (and rebuilt) while this run used it, by path
         info["cache_integrity"] = [e.to_dict() for e in cache_integrity.since(integrity_mark)]
         try:
