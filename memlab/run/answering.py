@@ -230,6 +230,24 @@ def remembered_interrupts() -> Iterator[StopFlag]:
             signal.signal(sig, old)
 
 
+def prepare_queries(svc: MemoryService | None, todo: list[tuple[Conversation, Question]], progress: bool = True
+                    ) -> int:
+    """Encode every question of ``todo`` ahead, one batched pass per conversation (dense embedder and a
+    model-encoded lexical scorer), where the service's index supports it (`HybridIndex.prepare_queries`);
+    the arms' searches then find their query vectors made. Returns how many questions were encoded."""
+    prep = getattr(getattr(svc, "searcher", None), "prepare_queries", None)
+    if prep is None:
+        return 0
+    by_conv: dict[str, tuple[Conversation, list[str]]] = {}
+    for c, q in todo:
+        by_conv.setdefault(c.sample_id, (c, []))[1].append(q.question)
+    n = 0
+    for c, qs in progress_bar(list(by_conv.values()), desc="encode questions", disable=not progress, leave=False):
+        key = conversation_key(c)
+        n += prep(key, qs, lambda k=key: svc.list(k))  # type: ignore[union-attr]
+    return n
+
+
 def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: MemoryService | None,
                todo: Iterable[tuple[Conversation, Question]], run_dir: Path, progress: bool = True,
                stop: StopFlag | None = None) -> int:
@@ -240,6 +258,7 @@ def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     `remembered_interrupts` flag (else this call installs its own).
     """
     todo = list(todo)
+    prepare_queries(svc, todo, progress)
     lock = threading.Lock()
     (run_dir / "traces").mkdir(exist_ok=True)
     files = {n: open(run_dir / "traces" / f"{n}.jsonl", "a", encoding="utf-8") for n in TRACE_FILES}
