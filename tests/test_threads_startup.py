@@ -141,3 +141,25 @@ def test_run_json_records_threads_and_peak_rss_per_stage(locomo_path, tmp_path):
     assert list(peak) == ["extraction", "indexing", "answering", "scoring"]
     assert all(v > 10 for v in peak.values()) and sorted(peak.values()) == list(peak.values())
     assert info["sessions"][-1]["peak_rss_mb"] == peak
+
+
+def test_splade_passes_never_hold_more_than_the_token_budget_and_match_one_by_one():
+    from memlab.index import keyword_splade as ks
+
+    ok, why = ks.available()
+    if not ok:
+        pytest.skip(why)
+    tok, model = ks._load()
+    shapes: list[tuple[int, int]] = []
+
+    def spy(**kw):
+        shapes.append(tuple(kw["input_ids"].shape))
+        return model(**kw)
+
+    texts = [f"Caroline: I went to support group number {i} and talked about " + "adoption " * (i % 9)
+             for i in range(300)]
+    batched = ks._encode_batches(texts, tok, spy)
+    assert len(shapes) > 1 and max(b * n for b, n in shapes) <= ks.TOKENS_PER_BATCH <= 1024
+    for i in (0, 7, 299):
+        ids, w = ks._encode_batches([texts[i]], tok, model)[0]
+        assert np.array_equal(ids, batched[i][0]) and np.allclose(w, batched[i][1], atol=1e-5)
