@@ -157,6 +157,14 @@ class TfidfLSAEmbedder(Embedder):
         return out
 
     def fit(self, corpus: list[str]) -> TfidfLSAEmbedder:
+        """Fit on one key's texts. The SVD runs on one BLAS thread: its matrices are small (texts x 266), and two
+        OpenBLAS threads made it ×7 slower and ×5 the CPU on a loaded 2-core machine (spinning, waiting)."""
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1, user_api="blas"):
+            return self._fit(corpus)
+
+    def _fit(self, corpus: list[str]) -> TfidfLSAEmbedder:
         from sklearn.decomposition import TruncatedSVD
         from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -435,6 +443,8 @@ class CachedEmbedder(Embedder):
         return self._cached(list(texts), query=False)
 
     def embed_query(self, texts: list[str]) -> np.ndarray:
+        if self.embedder.needs_fit:  # a fitted projection costs microseconds; a cache row costs a commit (fsync)
+            return self.embedder.embed_query(list(texts))
         return self._cached(list(texts), query=self.embedder.asymmetric)
 
     def _cached(self, texts: list[str], query: bool) -> np.ndarray:

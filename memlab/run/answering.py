@@ -15,7 +15,7 @@ import logging
 import signal
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +102,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             if is_connection_error(e):
                 raise EndpointUnreachable(f"{q.qid}: the judge endpoint could not be reached: {e}") from e
             row.judge_error = error_text(e)
-    queries = [asdict(t) for t in a.queries]
+    queries = [_trace_dict(t) for t in a.queries]
     ev = set(q.evidence_ids)
     for t in queries:
         for h in t["hits"]:
@@ -123,6 +123,14 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
                           response=a.response, tool_calls=a.tool_calls, usage=asdict(a.usage), calls=a.calls,
                           latency_s=a.latency_s)
     return row, retrieval, answer
+
+
+def _trace_dict(t: Any) -> dict[str, Any]:
+    """A query trace as the dict ``asdict`` makes, one level deep: its hits are flat dicts of plain values, and a
+    deep copy of every field was a fifth of the offline answering time."""
+    d = {f.name: getattr(t, f.name) for f in fields(t)}
+    d["hits"] = [dict(h) for h in d["hits"]]  # each hit gets its own ``evidence_hit``
+    return d
 
 
 def _copy_usage(row: PredictionRecord, a: Any) -> None:
