@@ -39,6 +39,15 @@ def test_import_memlab_and_cli_help_load_no_heavy_library():
     assert _python(code) == "[]"
 
 
+def test_data_info_prints_the_statistics_without_pandas(synthetic_path):
+    code = ("import sys, contextlib, io\nimport memlab.cli\nout = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out):\n"
+            f"    assert memlab.cli.main(['data', 'info', {str(synthetic_path)!r}]) == 0\n"
+            "assert 'mean_evidence' in out.getvalue(), out.getvalue()\n"
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    assert _python(code) == "[]"
+
+
 def test_idle_openmp_threads_sleep_unless_the_user_said_otherwise():
     code = "import os, memlab; print(os.environ['OMP_WAIT_POLICY'], os.environ['KMP_BLOCKTIME'])"
     assert _python(code) == "PASSIVE 0"
