@@ -50,7 +50,7 @@ from memlab.extract.pipeline import conversation_key, extract_dataset, keyed_tra
 from memlab.memory import MemoryService
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.progress import progress_bar
-from memlab.run.answering import PREDICTIONS_LOG, answer_one, load_done, read_log
+from memlab.run.answering import PREDICTIONS_LOG, answer_one, load_done, prepare_queries, read_log
 from memlab.run.clients import Clients, check_endpoints, role_model
 from memlab.run.components import build_answerer, build_extractor, build_judge, component_label
 from memlab.run.config import ConfigError, ExperimentConfig
@@ -284,6 +284,7 @@ def answer_unit(cfg: ExperimentConfig, conv: Conversation, questions: list[Quest
             import_rows(svc, key, rows or [])
             import_index_state(svc, key, index_blob)
             svc.searcher.ensure_built(key, lambda: svc.list(key))
+            prepare_queries(svc, [(conv, q) for q in questions], progress=False)  # one batched encoder pass
         try:
             if cfg.run.concurrency <= 1:
                 out = [answer_one(cfg, answerer, judge, svc, conv, q) for q in questions]
