@@ -127,7 +127,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
 
 def _trace_dict(t: Any) -> dict[str, Any]:
     """A query trace as the dict ``asdict`` makes, one level deep: its hits are flat dicts of plain values, and a
-    deep copy of every field was a fifth of the offline answering time."""
+    deep copy of every field was ~14 % of the offline answering time (cProfile)."""
     d = {f.name: getattr(t, f.name) for f in fields(t)}
     d["hits"] = [dict(h) for h in d["hits"]]  # each hit gets its own ``evidence_hit``
     return d
