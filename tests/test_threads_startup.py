@@ -172,3 +172,19 @@ def test_splade_passes_never_hold_more_than_the_token_budget_and_match_one_by_on
     for i in (0, 7, 299):
         ids, w = ks._encode_batches([texts[i]], tok, model)[0]
         assert np.array_equal(ids, batched[i][0]) and np.allclose(w, batched[i][1], atol=1e-5)
+
+
+def test_fitted_embedder_queries_skip_the_disk_cache(tmp_path):
+    import sqlite3
+
+    from memlab.index.embedders import CachedEmbedder, TfidfLSAEmbedder
+
+    docs = ["Caroline went to the support group", "Melanie painted a sunrise", "Caroline researched adoption",
+            "Melanie ran a charity race"]
+    emb = CachedEmbedder(TfidfLSAEmbedder(n_components=2), tmp_path / "emb.sqlite").fit(docs)
+    emb.embed(docs)
+    rows = sqlite3.connect(tmp_path / "emb.sqlite").execute("SELECT COUNT(*) FROM emb").fetchone()[0]
+    got = emb.embed_query(["what did Caroline research?"])
+    assert np.array_equal(got, emb.embedder.embed_query(["what did Caroline research?"]))
+    assert sqlite3.connect(tmp_path / "emb.sqlite").execute("SELECT COUNT(*) FROM emb").fetchone()[0] == rows
+    assert emb.misses == len(docs)  # the query neither missed nor was written: no commit per question
