@@ -4,19 +4,39 @@ A question *fails* when its F1 is below ``threshold`` (0.5), or, for adversarial
 (category 5), when the reader did not abstain; when the run had a judge, also when the judge said
 wrong (J = 0) or failed. Questions an errata file marks ``invalid`` are listed too (label-issue).
 
-Terms. *Evidence memories*: stored memories whose ``source_ids`` meet the question's evidence
-dialog ids. An evidence dialog id is *written* when some evidence memory is sourced from it, and
-*reached* when such a memory is in the reader's context (all queries' hits plus preload).
-*Coverage* of a text: the share of the gold answer's normalised, stemmed tokens found in it (the
-official tokenisation, `memlab.eval.scoring.stemmed_tokens`); a text *carries the answer* at
-coverage >= 0.5. The evidence memories *lost the answer* when there are none, or when the
-evidence turns carry the answer but the evidence memories together do not.
+Terms. *Gold tokens*: the gold answer's normalised, stemmed tokens (the official tokenisation,
+`memlab.eval.scoring.stemmed_tokens`). *Coverage* of a text: the share of gold tokens found in it; a
+text *carries the answer* at coverage >= 0.5. *Evidence memories*: stored memories whose
+``source_ids`` meet the question's evidence dialog ids; an evidence id is *written* when some
+evidence memory is sourced from it. The *context*: the memories the reader was given (all queries'
+hits plus preload), each as the line a reader sees (`memlab.eval.ceiling.memory_line`: date, text).
+The context is *answer-bearing* when every gold token occurs in it, whichever turn brought it; its
+*answer ceiling* is the best official F1 a span of it could score (`memlab.eval.ceiling`).
+An evidence id is *reached* by content: a context memory sourced from it holds a gold content token
+(a gold token that is not a stop word: every text holds "with" or "it"), or the evidence turn itself
+holds none (a bridge hop) and a memory sourced from it is in the context; a summary (an observation)
+that dropped the answer's words does not reach its turn. The *answer kind* (`answer_kind`): a
+``count`` needs every evidence turn (each is one instance), an ``inferred`` answer (open-domain,
+yes/no, likely) is supported by any sufficient part of its evidence, a ``date`` is computed from a
+turn's date, a ``literal`` answer is read off a turn.
+The evidence memories *lost the answer* when there are none, or when the evidence turns carry the
+answer but the evidence memories together do not.
 
 Rules, tried in this order; the first that holds names the label (so labels are mutually
-exclusive; ``abstain-error`` has two rules at two places):
+exclusive; ``abstain-error`` and ``reading-miss`` have two rules each). Rules 4-7 are only tried
+when the context is not answer-bearing (a reader who had every word of the answer lost it itself),
+and, for an inferred answer whose words are not in its evidence turns, when no evidence id was
+reached.
 
-1. ``label-issue`` — the errata file marks the gold answer invalid, or the question has no valid
-   evidence id, or some raw evidence ids were malformed or dangling;
+1. ``label-issue`` — the gold or its evidence is wrong or unusable: the errata file marks the gold
+   invalid; the question has no valid evidence id; a raw evidence entry names no existing turn even
+   after recovery (``'D8:6; D9:17'`` is recovered to two ids and is fine); a dated gold answer
+   contradicts its evidence turns (the date each turn implies — its session's date moved by the
+   turn's own "yesterday", "last year", ... — is more than 10 days, a month or a year, at the gold's
+   precision, from the gold date); or the question names one speaker while every evidence turn is
+   the other speaker's, about themself (no "you", no name of the person asked about; a short form
+   such as "Deb" names Deborah; not category 5, whose questions swap the person on purpose); or the
+   gold is only a relative time ("Last year"), which depends on when it was said;
 2. ``judge-error`` — the judge call failed, or the judge said wrong (J = 0) to an exact match
    (EM = 1);
 3. ``abstain-error`` — an adversarial question (category 5) answered instead of abstaining;
@@ -26,38 +46,56 @@ exclusive; ``abstain-error`` has two rules at two places):
    whose final text does not carry the answer although the proposal did;
 5. ``write-miss`` — the evidence memories lost the answer (none stored, or the answer's words
    are in the evidence turns but not in the memories);
-6. ``retrieval-miss`` — evidence memories exist, none reached the reader;
-7. ``partial-retrieval`` — some written evidence dialog ids reached the reader, others did not
-   (the typical multi-hop failure: one hop found, the other not);
-8. ``abstain-error`` — a non-adversarial question abstained although every written evidence
-   dialog id reached the reader;
-9. ``reading-miss`` — every written evidence id reached the reader and the answer is still wrong.
+6. ``retrieval-miss`` — evidence memories exist, no evidence id was reached, and no comma part of
+   a multi-hop gold reached the reader through another turn (coverage of its content tokens >= 0.5);
+7. ``partial-retrieval`` — some written evidence ids (or gold parts) were reached, others not (the
+   typical multi-hop failure: one hop found, the other not);
+8. ``abstain-error`` — a non-adversarial question abstained although the context was
+   answer-bearing or every written evidence id was reached;
+9. ``reading-miss`` — the context could have given a better answer: it was answer-bearing, or
+   its answer ceiling is above the prediction's F1, or the answer has to be inferred or computed
+   (its words are not in the evidence turns: an open-domain or yes/likely answer, a number, a date)
+   and every written evidence id was reached;
+   otherwise ``label-issue`` — every evidence id was reached, the gold's words are in neither the
+   evidence turns nor the context and nothing marks the answer as inferred: the gold is not
+   supported by its evidence (a title that appears in no text).
 
 The retrieval trace records where each evidence memory sat in each query's full ranking (up to
 depth 100, `memlab.answer.base.evidence_ranks`); retrieval-miss and partial-retrieval reasons
 quote the best rank of each missed evidence id, so a reader sees whether a larger k would help.
+Each attribution row carries the question's ``ceiling`` and ``bearing``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from memlab.data import LoCoMo, load_locomo
+from memlab.answer.temporal import resolve
+from memlab.data import LoCoMo, load_dataset
+from memlab.data.locomo import format_day, recover_evidence_ids
+from memlab.eval.ceiling import answer_bearing, answer_ceiling, memory_line
 from memlab.eval.errata import INVALID, Errata, apply_errata, load_errata
-from memlab.eval.scoring import is_abstention, score_answer, stemmed_tokens
+from memlab.eval.scoring import is_abstention, normalize_answer, score_answer, stemmed_tokens
+from memlab.index.text import STOP_WORDS
 from memlab.trace import Traces, _as_list, load
 
 LABELS = ("label-issue", "judge-error", "abstain-error", "reconcile-loss", "write-miss", "retrieval-miss",
           "partial-retrieval", "reading-miss")
 F1_THRESHOLD = 0.5
 COVERAGE = 0.5
+#: How far a gold date may sit from the date its evidence turn implies, by the gold's precision.
+DATE_SLACK_DAYS = {"day": 10, "month": 31}
+ATTRIBUTION_COLUMNS = ("qid", "conversation_id", "category", "label", "reason", "f1", "ceiling", "bearing",
+                       "question", "answer", "prediction")
 
 
 def coverage(answer: str, text: str) -> float:
@@ -93,11 +131,21 @@ def failed(row: Mapping[str, Any], threshold: float = F1_THRESHOLD, judged: bool
 
 
 @dataclass
+class EvidenceTurn:
+    """One evidence turn as the dataset has it: who said it, when (its session's date), what."""
+
+    id: str
+    speaker: str
+    text: str
+    date: datetime | None = None
+
+
+@dataclass
 class QuestionEvidence:
     """Everything the rule reads about one question (built from a run's traces, or by hand in tests)."""
 
     row: Mapping[str, Any]
-    """The prediction row: category, answer, prediction, f1, em, j, evidence, evidence_raw, errata, ..."""
+    """The prediction row: category, answer, prediction, f1, em, j, evidence, evidence_raw, errata, question ..."""
     memories: Sequence[Mapping[str, Any]] = ()
     """Stored memories sourced from the evidence (``id``, ``text``, ``source_ids``)."""
     context_ids: set[str] = field(default_factory=set)
@@ -112,6 +160,12 @@ class QuestionEvidence:
     ranks: Mapping[str, int | None] = field(default_factory=dict)
     """Best rank of each evidence dialog id over the question's queries (None: not within the depth)."""
     depth: int | None = None
+    context: Sequence[str] | None = None
+    """The reader's whole context as memory lines; None: the evidence memories in ``context_ids``."""
+    turns: Sequence[EvidenceTurn] = ()
+    """The evidence turns with speaker and date (the gold-versus-evidence checks need them)."""
+    speakers: Sequence[str] = ()
+    """The conversation's two speakers."""
 
 
 def _where(ev: QuestionEvidence, ids: Sequence[str]) -> str:
@@ -122,6 +176,124 @@ def _where(ev: QuestionEvidence, ids: Sequence[str]) -> str:
         r = ev.ranks.get(s)
         out.append(f"{s} at rank {r}" if r is not None else f"{s} absent (beyond rank {ev.depth or '?'})")
     return ", ".join(out)
+
+
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
+_MON = "|".join(_MONTHS)
+_DAY_RE = re.compile(rf"\b(\d{{1,2}})\s+({_MON}),?\s+(\d{{4}})\b", re.IGNORECASE)
+_MONTH_RE = re.compile(rf"\b({_MON}),?\s+(\d{{4}})\b", re.IGNORECASE)
+_YEAR_RE = re.compile(r"\b(19\d\d|20\d\d)\b")
+_MONTH_WORD = re.compile(rf"\b({_MON}|monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend)\b",
+                         re.IGNORECASE)
+#: Words that tie a turn to a time of its own, so its session's date says nothing about the gold.
+_OWN_TIME = re.compile(rf"\b({_MON}|\d+|since|ago|years?|months?|weeks?|when i was|once|used to|back then|"
+                       r"a while|ages|recently|lately|few|couple|before|after|until|ago|next|tomorrow|summer|"
+                       r"winter|spring|fall|autumn|christmas|thanksgiving|halloween|birthday)\b", re.IGNORECASE)
+
+
+def parse_date(text: str) -> tuple[datetime, str] | None:
+    """The first date in ``text`` with its precision: ``7 May 2023`` (day), ``May 2023`` (month), ``2022``."""
+    m = _DAY_RE.search(text)
+    if m:
+        return datetime(int(m.group(3)), _MONTHS.index(m.group(2).lower()) + 1, int(m.group(1))), "day"
+    m = _MONTH_RE.search(text)
+    if m:
+        return datetime(int(m.group(2)), _MONTHS.index(m.group(1).lower()) + 1, 1), "month"
+    m = _YEAR_RE.search(text)
+    return (datetime(int(m.group(1)), 1, 1), "year") if m else None
+
+
+def _dates_agree(a: tuple[datetime, str], b: tuple[datetime, str]) -> bool:
+    prec = {"day": 0, "month": 1, "year": 2}
+    coarse = max(a[1], b[1], key=prec.__getitem__)
+    if coarse == "year":
+        return a[0].year == b[0].year
+    if coarse == "month":
+        ma, mb = a[0].year * 12 + a[0].month, b[0].year * 12 + b[0].month
+        return abs(ma - mb) <= 1
+    return abs((a[0] - b[0]).days) <= DATE_SLACK_DAYS["day"]
+
+
+def date_contradiction(answer: str, turns: Sequence[EvidenceTurn]) -> str | None:
+    """Why a dated gold answer contradicts every evidence turn, or None (no date, or one turn agrees).
+
+    A turn implies its session's date and, for each sentence with a relative phrase, that date moved
+    by it (`memlab.answer.temporal.resolve`: "yesterday", "last year", "two weeks ago"); the gold agrees
+    with a turn when it agrees with any of these (LoCoMo writes "the week before <session date>"). A
+    turn with no relative phrase but time words of its own ("since 2016", "in June", "years") implies
+    nothing and the check stays silent.
+    """
+    gold = parse_date(str(answer))
+    if gold is None or not turns or any(t.date is None for t in turns):
+        return None
+    implied = []
+    for t in turns:
+        said = [resolve(x, t.date) for x in re.split(r"(?<=[.!?])\s+", t.text)]  # type: ignore[arg-type]
+        phrases = [(a, p) for a, p in said if p is not None]
+        if not phrases and _OWN_TIME.search(t.text):
+            return None
+        dates = [parse_date(a) for a, _ in phrases] + [(t.date, "day")]
+        if any(d is None or _dates_agree(gold, d) for d in dates):
+            return None
+        implied.append(f"{t.id} said {format_day(t.date)}"  # type: ignore[arg-type]
+                       + "".join(f" ({p!r} -> {a})" for a, p in phrases))
+    return f"gold date {answer!r} contradicts its evidence: " + "; ".join(implied)
+
+
+_YOU = re.compile(r"\b(you|your|yours|you're|you've|you'd|you'll|ya)\b", re.IGNORECASE)
+
+
+def speaker_contradiction(question: str, turns: Sequence[EvidenceTurn], speakers: Sequence[str]) -> str | None:
+    """Why the evidence was spoken by the other person than the one the question asks about, or None."""
+    if len(speakers) != 2 or not turns:
+        return None
+    first = {s: s.split()[0].lower() for s in speakers}
+    words = {w.lower() for w in re.findall(r"\b[A-Z][a-z]+", question)}  # names and short forms: Deb, Mel, Jo
+    named = [s for s in speakers if any(len(w) >= 2 and first[s].startswith(w) for w in words)]
+    if len(named) != 1:
+        return None
+    asked = named[0]
+    other = next(s for s in speakers if s != asked)
+    for t in turns:
+        if t.speaker != other or _YOU.search(t.text) or re.search(rf"\b{re.escape(first[asked])}\b", t.text,
+                                                                  re.IGNORECASE):
+            return None
+    return (f"the question asks about {asked}, but every evidence turn ({', '.join(t.id for t in turns)}) is "
+            f"{other} speaking about themself")
+
+
+_INFERRED = re.compile(r"^\s*(likely|probably|maybe|possibly|yes|no|not|unlikely|somewhat)\b", re.IGNORECASE)
+
+
+_COUNT = re.compile(r"\W*(\d+|one|two|three|four|five|six|seven|eight|nine|ten|once|twice)\b.*", re.IGNORECASE)
+
+
+def answer_kind(answer: str, category: int) -> str:
+    """How a gold answer relates to its evidence text: ``count`` (a number: every evidence turn is one
+    instance, all are needed), ``date`` (computed from a turn's date), ``inferred`` (open-domain, yes/no,
+    likely: any sufficient part of the evidence supports it) or ``literal`` (words read off a turn)."""
+    if parse_date(answer) is not None or _MONTH_WORD.search(answer):
+        return "date"
+    if _COUNT.fullmatch(answer.strip()):
+        return "count"
+    if category == 3 or _INFERRED.search(answer):
+        return "inferred"
+    return "literal"
+
+
+def _content(answer: str) -> set[str]:
+    """Gold tokens without stop words ("with", "it" ...), which any text holds."""
+    kept = " ".join(w for w in normalize_answer(answer).split() if w not in STOP_WORDS)
+    return set(stemmed_tokens(kept)) or set(stemmed_tokens(answer))
+
+
+def _holds_gold(gold: set[str], text: str) -> bool:
+    return bool(gold & set(stemmed_tokens(text)))
+
+
+_RELATIVE_ONLY = re.compile(r"^\W*(the\s+)?(yesterday|today|tomorrow|recently|(last|next|this)\s+(week|weekend|month|"
+                            r"year|summer|winter|spring|fall|night|\w+day))\W*$", re.IGNORECASE)
 
 
 def label_question(ev: QuestionEvidence) -> tuple[str, str]:
@@ -135,10 +307,18 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     # 1. label-issue
     if row.get("errata") == INVALID:
         return "label-issue", "errata: the gold answer is marked invalid"
-    if not evidence:
+    if not evidence and cat != 5:  # a question to abstain on may have none (LongMemEval's *_abs; LoCoMo has none)
         return "label-issue", "no valid evidence id"
-    if set(raw) - set(evidence):
-        return "label-issue", f"malformed or dangling evidence ids {sorted(set(raw) - set(evidence))}"
+    unusable = [r for r in raw if r not in evidence and not set(recover_evidence_ids(str(r))) & set(evidence)]
+    if unusable:
+        return "label-issue", f"evidence ids that name no turn {sorted(unusable)}"
+    if cat != 5:
+        if _RELATIVE_ONLY.match(answer):
+            return "label-issue", f"the gold {answer!r} is a relative time with no date: it depends on when it was said"
+        why = date_contradiction(answer, ev.turns) or \
+            speaker_contradiction(str(row.get("question") or ""), ev.turns, ev.speakers)
+        if why:
+            return "label-issue", why
     # 2. judge-error
     if ev.judged and _judge_failed(row):
         return "judge-error", f"the judge call failed: {row.get('judge_error') or row.get('rule')}"
@@ -147,42 +327,73 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     # 3. abstain-error (adversarial)
     if cat == 5:
         return "abstain-error", "adversarial question answered instead of abstained"
+    lines = list(ev.context) if ev.context is not None else \
+        [str(m["text"]) for m in ev.memories if m["id"] in ev.context_ids]
+    bearing = answer_bearing(answer, cat, lines) == 1.0
+    ceiling = answer_ceiling(answer, cat, lines)
+    f1 = _num(row.get("f1"))
+    ctx = f"ceiling {ceiling:.2f}"
     evs = set(evidence)
+    gold = _content(answer)
+    turn_of = {t.id: t.text for t in ev.turns}
     written = sorted({s for m in ev.memories for s in m["source_ids"] if s in evs})
-    reached = sorted({s for m in ev.memories if m["id"] in ev.context_ids for s in m["source_ids"] if s in evs})
+    reached = sorted({s for m in ev.memories if m["id"] in ev.context_ids for s in m["source_ids"] if s in evs
+                      and (_holds_gold(gold, str(m["text"])) or
+                           not _holds_gold(gold, turn_of.get(s, ev.turn_text)))})
     turn_cov = coverage(answer, ev.turn_text)
-    mem_cov = coverage(answer, " ".join(m["text"] for m in ev.memories))  # multi-hop: answers span memories
-    lost = not ev.memories or (turn_cov >= COVERAGE and mem_cov < COVERAGE)
-    # 4. reconcile-loss
-    if lost:
-        for p in ev.proposals:
-            rec = p.get("reconcile") or {}
-            carried = coverage(answer, str(p.get("text") or "")) >= COVERAGE
-            if p.get("result") == "skipped" and (carried or not ev.memories):
-                return "reconcile-loss", (f"reconcile skipped an evidence proposal as a duplicate of "
-                                          f"{p.get('memory_id')} (score {_fmt(rec.get('score'))}, Jaccard "
-                                          f"{_fmt(rec.get('jaccard'))}): {str(p.get('text'))[:80]!r}")
-            if (p.get("result") == "updated" and rec.get("tier") == "update" and rec.get("rewritten") and carried
-                    and coverage(answer, str(ev.memory_text.get(p.get("memory_id") or "", ""))) < COVERAGE):
-                return "reconcile-loss", (f"reconcile merged an evidence proposal into {p.get('memory_id')}, "
-                                          f"whose final text lost the answer")
-        # 5. write-miss
-        if not ev.memories:
-            return "write-miss", "no stored memory is sourced from the evidence"
-        return "write-miss", f"answer lost in extraction (turns cover {turn_cov:.2f}, memories {mem_cov:.2f})"
-    # 6. retrieval-miss
-    if not reached:
-        return "retrieval-miss", (f"{len(ev.memories)} evidence memories stored, none given to the reader; "
-                                  f"{_where(ev, written)}")
-    # 7. partial-retrieval
-    missed = [s for s in written if s not in reached]
-    if missed:
-        return "partial-retrieval", (f"reached {', '.join(reached)}; missed {_where(ev, missed)}")
+    kind = answer_kind(answer, cat)
+    # an inferred answer is supported by any sufficient part of its evidence: a reached turn leaves it to the reader
+    supported = kind == "inferred" and turn_cov < COVERAGE and bool(reached)
+    if not bearing and not supported:
+        mem_cov = coverage(answer, " ".join(m["text"] for m in ev.memories))  # multi-hop: answers span memories
+        lost = not ev.memories or (turn_cov >= COVERAGE and mem_cov < COVERAGE)
+        # 4. reconcile-loss
+        if lost:
+            for p in ev.proposals:
+                rec = p.get("reconcile") or {}
+                carried = coverage(answer, str(p.get("text") or "")) >= COVERAGE
+                if p.get("result") == "skipped" and (carried or not ev.memories):
+                    return "reconcile-loss", (f"reconcile skipped an evidence proposal as a duplicate of "
+                                              f"{p.get('memory_id')} (score {_fmt(rec.get('score'))}, Jaccard "
+                                              f"{_fmt(rec.get('jaccard'))}): {str(p.get('text'))[:80]!r}")
+                if (p.get("result") == "updated" and rec.get("tier") == "update" and rec.get("rewritten")
+                        and carried and coverage(answer, str(ev.memory_text.get(p.get("memory_id") or "", "")))
+                        < COVERAGE):
+                    return "reconcile-loss", (f"reconcile merged an evidence proposal into {p.get('memory_id')}, "
+                                              f"whose final text lost the answer")
+            # 5. write-miss
+            if not ev.memories:
+                return "write-miss", "no stored memory is sourced from the evidence"
+            return "write-miss", f"answer lost in extraction (turns cover {turn_cov:.2f}, memories {mem_cov:.2f})"
+        # 6. retrieval-miss (a multi-hop part that reached the reader through another turn still counts)
+        parts = [p.strip() for p in answer.split(",") if p.strip()] if cat == 1 else []
+        have = set(stemmed_tokens(" ".join(lines)))
+        carried = [p for p in parts if len(parts) > 1 and len(_content(p) & have) >= COVERAGE * len(_content(p))]
+        if not reached and carried:
+            return "partial-retrieval", (f"no evidence id reached, but the context carries {carried} through other "
+                                         f"turns; missed {_where(ev, written)} ({ctx})")
+        if not reached:
+            return "retrieval-miss", (f"{len(ev.memories)} evidence memories stored, none that holds the answer "
+                                      f"given to the reader ({ctx}); {_where(ev, written)}")
+        # 7. partial-retrieval
+        missed = [s for s in written if s not in reached]
+        if missed:
+            return "partial-retrieval", f"reached {', '.join(reached)}; missed {_where(ev, missed)} ({ctx})"
     # 8. abstain-error (non-adversarial)
+    where = ("the context held every answer word" if bearing else
+             f"evidence {', '.join(reached)} reached the reader and the answer is inferred" if supported else
+             "every written evidence id reached the reader")
     if abstained:
-        return "abstain-error", f"abstained although every written evidence id reached the reader ({len(reached)})"
-    # 9. reading-miss
-    return "reading-miss", f"every written evidence id ({len(reached)}) reached the reader, answer still wrong"
+        return "abstain-error", f"abstained although {where} ({ctx})"
+    # 9. reading-miss, when the context could have given a better answer
+    if bearing or (not math.isnan(f1) and ceiling > f1):
+        return "reading-miss", f"{where}; a span scores {ceiling:.2f}, the answer {f1:.2f}"
+    if turn_cov < COVERAGE and kind != "literal":
+        return "reading-miss", f"{where}; the answer must be inferred or computed from it ({ctx})"
+    if turn_cov >= COVERAGE:
+        return "reading-miss", f"{where}; the evidence memories hold part of the answer ({ctx})"
+    return "label-issue", (f"the gold answer's words are in neither its evidence turns (coverage {turn_cov:.2f}) "
+                           f"nor the context ({ctx}): the gold is not supported by its evidence")
 
 
 def _fmt(v: Any) -> str:
@@ -211,7 +422,8 @@ def _with_errata(qs: pd.DataFrame, errata: Errata | str | Path | None) -> pd.Dat
 
 def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, threshold: float = F1_THRESHOLD,
               errata: Errata | str | Path | None = None) -> pd.DataFrame:
-    """One row per failed (or errata-invalid) question: qid, category, label, reason, prediction, gold.
+    """One row per failed (or errata-invalid) question: qid, category, label, reason, F1, the context's answer
+    ceiling and answer-bearing (`memlab.eval.ceiling`, against the gold after errata), prediction, gold.
 
     ``errata`` (a file or `Errata`) corrects gold answers (F1 rescored with the official metric)
     or marks them invalid, on top of any errata the run was scored with.
@@ -219,13 +431,14 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
     tr = run if isinstance(run, Traces) else load(getattr(run, "run_dir", run))
     if data is None:
         info = json.loads((tr.run_dir / "run.json").read_text()) if (tr.run_dir / "run.json").is_file() else {}
-        data = load_locomo(info.get("dataset"))
+        data = load_dataset(info.get("dataset"))  # LoCoMo or LongMemEval
     judged = _run_judged(tr)
     qs = _with_errata(tr.questions, errata)
     mems_by_conv: dict[str, list[dict[str, Any]]] = {}
     for m in tr.memories.to_dict("records"):
         mems_by_conv.setdefault(m["conversation"], []).append(m)
     text_of = {m["id"]: m["text"] for m in tr.memories.to_dict("records")}
+    line_of = {m["id"]: memory_line(m["text"], m.get("event_time")) for m in tr.memories.to_dict("records")}
     ops_by_conv: dict[str, list[dict[str, Any]]] = {}
     for o in tr.extraction.to_dict("records") if len(tr.extraction) else []:
         ops_by_conv.setdefault(o["conversation"], []).append(o)
@@ -236,18 +449,25 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
             continue
         evidence = set(_as_list(row.get("evidence")))
         conv = data[row["conversation_id"]]
-        ev_text = " ".join(conv.turn_index[e].searchable_text for e in evidence if e in conv.turn_index)
+        turns = [EvidenceTurn(e, conv.turn_index[e].speaker, conv.turn_index[e].searchable_text,
+                              conv.session_by_index[conv.turn_index[e].session_index].date_time)
+                 for e in _as_list(row.get("evidence")) if e in conv.turn_index]
+        ev_text = " ".join(t.text for t in turns)
         ev_mems = [m for m in mems_by_conv.get(row["conversation_id"], []) if set(m["source_ids"]) & evidence]
         props = [o for o in ops_by_conv.get(row["conversation_id"], []) if set(o.get("source_ids") or []) & evidence]
         ev = QuestionEvidence(row=row, memories=ev_mems, context_ids=contexts.get(row["qid"], set()),
                               turn_text=ev_text, proposals=props, memory_text=text_of, judged=judged,
-                              ranks=tr.best_ranks(row["qid"]), depth=tr.rank_depth.get(row["qid"]))
+                              ranks=tr.best_ranks(row["qid"]), depth=tr.rank_depth.get(row["qid"]),
+                              context=[line_of[i] for i in tr.contexts.get(row["qid"], []) if i in line_of],
+                              turns=turns, speakers=conv.speakers)
         label, reason = label_question(ev)
-        rows.append({"qid": row["qid"], "conversation_id": row["conversation_id"], "category": int(row["category"]),
-                     "label": label, "reason": reason, "f1": row["f1"], "question": row["question"],
+        cat = int(row["category"])
+        rows.append({"qid": row["qid"], "conversation_id": row["conversation_id"], "category": cat,
+                     "label": label, "reason": reason, "f1": row["f1"],
+                     "ceiling": answer_ceiling(row["answer"], cat, ev.context or []),
+                     "bearing": answer_bearing(row["answer"], cat, ev.context or []), "question": row["question"],
                      "answer": row["answer"], "prediction": row["prediction"]})
-    return pd.DataFrame(rows, columns=["qid", "conversation_id", "category", "label", "reason", "f1", "question",
-                                       "answer", "prediction"])
+    return pd.DataFrame(rows, columns=list(ATTRIBUTION_COLUMNS))
 
 
 def attribution_table(att: pd.DataFrame) -> pd.DataFrame:

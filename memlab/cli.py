@@ -9,6 +9,15 @@ import sys
 def _cmd_fetch(args: argparse.Namespace) -> int:
     from memlab.data import fetch_locomo
 
+    if args.dataset != "locomo":  # longmemeval-s|-m|-oracle
+        from memlab.data import LONGMEMEVAL_FILES, fetch_longmemeval, sha256_file
+
+        path = fetch_longmemeval(args.dataset, dest=args.dest, sha256=args.sha256, unpinned=args.unpinned,
+                                 force=args.force)
+        verified = args.sha256 or LONGMEMEVAL_FILES[args.dataset][1]
+        how = "sha256 verified" if verified else f"NOT verified: sha256 {sha256_file(path)}, pin it"
+        print(f"{args.dataset} ready at {path} ({how}); run with --set dataset.path={path}")
+        return 0
     kw = {"dest": args.dest, "force": args.force}
     if args.url:
         kw["url"] = args.url
@@ -18,11 +27,14 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from memlab.data import load_locomo
+    from memlab.data import dataset_name, load_dataset
 
-    data = load_locomo(args.path)
+    data = load_dataset(args.path)  # LoCoMo or LongMemEval, told by the file's fields
     print(f"{data.report.path}")
-    print(", ".join(f"{k} {v:,}" for k, v in data.counts().items()))
+    print(f"format {dataset_name(data)}, " + ", ".join(f"{k} {v:,}" for k, v in data.counts().items()))
+    if hasattr(data, "type_counts"):
+        print("questions per type (abstention ones also counted in their type): "
+              + ", ".join(f"{k} {v}" for k, v in data.type_counts().items()))
     rows = data.category_stats()
     cols = list(rows[0]) if rows else []
     width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
@@ -72,8 +84,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     rc = 0
     for run in runs:
         judged = ("j", "j_lo", "j_hi", "j_sd", "judge_errors") if run.config.judge.model else ()
+        called = "calls_qa" in run.summary and bool((run.summary["calls_qa"].fillna(0) > 0).any())
+        # an offline reader sends nothing to a model: its prompt tokens and calls are not printed
         cols = [c for c in ("label", "n", "n_scored", "errors", "f1", "f1_lo", "f1_hi", "bleu1", *judged, "recall@10",
-                            "tokens_qa", "total_tokens_qa", "context_tokens_qa", "calls_qa", "latency_p50_s")
+                            *(("prompt_tokens_qa",) if called else ()), "context_tokens_qa", "embedding_tokens_qa",
+                            *(("calls_qa",) if called else ()), "latency_p50_s")
                 if c in run.summary.columns]
         m = run.info.get("models", {})
         ext = run.info.get("extraction") or {}
@@ -98,19 +113,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     import warnings
 
-    from memlab.run.report import DEFAULT_METRICS, format_compare, format_report, report_table, write_report
+    from memlab.run.report import DEFAULT_METRICS, format_report, format_wide, report_table, write_report
 
     if args.profiles:
         from memlab.run.rescore import profile_table
 
         for run in args.runs:
             print(f"{run}: one run under the scoring profiles {args.profiles}")
-            print(format_compare(profile_table(run, [p.strip() for p in args.profiles.split(",") if p.strip()])))
+            print(format_wide(profile_table(run, [p.strip() for p in args.profiles.split(",") if p.strip()])))
         return 0
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else DEFAULT_METRICS
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        table = report_table(args.runs, metrics=metrics)
+        table = report_table(args.runs, metrics=metrics, compare=True,
+                             questions="intersection" if args.intersection else "same")
     for w in caught:
         print(f"memlab report: warning: {w.message}", file=sys.stderr)
     if args.out:
@@ -125,8 +141,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from memlab.eval.stats import format_comparison
-    from memlab.run.compare import compare_runs
+    from memlab.run.compare import compare
 
     runs = list(args.runs)
     if args.baseline:
@@ -135,18 +150,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise SystemExit("memlab compare: give at least two runs (the first, or --baseline, is the baseline)")
     metrics = args.metrics.split(",") if args.metrics else None
     kw = {"metrics": metrics} if metrics else {}
-    table, comps = compare_runs(runs, questions="intersection" if args.intersection else "same",
-                                threshold_metric=args.threshold_metric, threshold=args.threshold, **kw)
-    if len(comps) == 1:
-        table = table.drop(columns=["run", "p_perm_holm", "p_mcnemar_holm"])
-    print(f"baseline: {runs[0]}; delta = run - baseline; 95 % paired clustered-bootstrap CI [lo, hi]; "
-          f"p_perm: conversation sign-flip; p_mcnemar: exact, correct = {args.threshold_metric} >= {args.threshold}"
-          + ("; *_holm: Holm over the runs" if len(comps) > 1 else ""))
-    print(format_comparison(table))
-    for name, c in comps.items():
-        for note in c.notes:
-            print(f"note ({name}): {note}")
-        fl = c.flipped
+    cmp = compare(*runs, questions="intersection" if args.intersection else "same",
+                  threshold_metric=args.threshold_metric, threshold=args.threshold, **kw)
+    print(cmp)
+    for name in cmp.runs:
+        fl = cmp.flipped[cmp.flipped["run"] == name] if len(cmp.flipped) else cmp.flipped
         if len(fl):
             fixed = int(fl.direction.str.startswith("fixed").sum())
             print(f"{name}: {len(fl)} questions flipped ({fixed} fixed, {len(fl) - fixed} broken)")
@@ -178,12 +186,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     data = sub.add_parser("data", help="get or inspect the LoCoMo-10 file")
     dsub = data.add_subparsers(dest="data_command", required=True)
-    f = dsub.add_parser("fetch", help="download LoCoMo-10 and verify its sha256")
+    f = dsub.add_parser("fetch", help="download LoCoMo-10 (or a LongMemEval variant) and verify its sha256")
+    f.add_argument("dataset", nargs="?", default="locomo",
+                   choices=["locomo", "longmemeval-s", "longmemeval-m", "longmemeval-oracle"])
+    f.add_argument("--sha256", help="LongMemEval: the checksum to verify against")
+    f.add_argument("--unpinned", action="store_true", help="LongMemEval: download without a pinned checksum")
     f.add_argument("--dest", help="target file (default ~/.cache/memlab/locomo10.json)")
     f.add_argument("--url", help="alternative source URL (a mirror)")
     f.add_argument("--force", action="store_true", help="download even if a verified copy exists")
     f.set_defaults(func=_cmd_fetch)
-    i = dsub.add_parser("info", help="validate a LoCoMo file and print its statistics and load report")
+    i = dsub.add_parser("info", help="validate a LoCoMo or LongMemEval file (told by its fields), print its "
+                                     "statistics and load report")
     i.add_argument("path", nargs="?")
     i.set_defaults(func=_cmd_info)
     d = sub.add_parser("demo", help="the README demo on the embedded offline default")
@@ -214,10 +227,13 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--format", choices=("text", "md", "latex", "csv"),
                     help="table format (default text; with --out, from the file suffix .md/.tex/.csv)")
     rp.add_argument("--out", metavar="FILE", help="write the table to FILE instead of printing it")
-    rp.add_argument("--metrics", help="comma-separated summary columns (default: f1,bleu1,j,recall@10,tokens_qa,"
-                                      "calls_qa,latency_p50_s)")
+    rp.add_argument("--metrics", help="comma-separated summary columns (default: f1,bleu1,j,recall@10,prompt_tokens_qa,"
+                                      "context_tokens_qa,calls_qa,latency_p50_s)")
     rp.add_argument("--html", metavar="OUT.html", help="also write one self-contained HTML page: tables, plots and "
                                                        "a question browser with the three trace layers")
+    rp.add_argument("--intersection", action="store_true",
+                    help="compare the runs on their shared questions when the question sets differ (default: no "
+                         "paired comparison then, with a note)")
     rp.add_argument("--profiles", help="show one run under these scoring profiles side by side, "
                                        "e.g. locomo,mem0,trpc-agent-go (no model calls: J from the cache)")
     rp.set_defaults(func=_cmd_report)
@@ -243,11 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memlab.data import ChecksumMismatchError, DataNotFoundError, LoCoMoFormatError
+    from memlab.data import ChecksumMismatchError, ChecksumNotPinnedError, DataNotFoundError, LoCoMoFormatError
 
     args = build_parser().parse_args(argv)
     errors: tuple[type[BaseException], ...] = (DataNotFoundError, ChecksumMismatchError, LoCoMoFormatError,
-                                               ConnectionError)
+                                               ConnectionError, ChecksumNotPinnedError)
     if args.command in ("run", "report", "compare", "rescore"):
         from memlab.eval.errata import ErrataError
         from memlab.eval.profiles import ProfileError

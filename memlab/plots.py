@@ -3,6 +3,9 @@
 - `category_bars`: a metric per category, one bar per arm, with 95 % interval error bars;
 - `f1_vs_tokens`: per-category F1 against Tokens/QA, one point per arm and category, Pareto fronts;
 - `topk_curve`: F1 and tokens against k (a top-k ablation);
+- `topk_panels`: per k, F1 beside what retrieval delivered (answer ceiling, answer-bearing, evidence recall of
+  the context, context tokens), one panel per group (overall 1-4, multi-hop); `topk_measures` is its table;
+- `reconcile_thresholds`: a reconcile sweep's ops, near-duplicates left, recall and F1 per update policy;
 - `attribution_bars`: failure labels stacked per category and arm, as shares with their counts;
 - `recall_curves`: evidence Recall@k against k per category.
 
@@ -24,6 +27,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
+from matplotlib.transforms import ScaledTranslation
 
 from memlab.attribution import LABELS
 from memlab.run.report import category_name, ci_frame
@@ -37,6 +42,7 @@ MARKERS = "osD^vP*X"
 ARM_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 HATCHES = ("", "//", "..", "xx", "\\\\", "++", "oo", "--")
 TOKENS_AXIS = "Tokens/QA (provider prompt + completion)"
+DODGE_PT = 7.0  # f1_vs_tokens: horizontal display offset between categories, in points
 CONTEXT_AXIS = "context tokens/QA (no prompt sent: the retrieved context a model would read)"
 
 
@@ -70,13 +76,13 @@ def _color(c: Any) -> str:
 def tokens_per_qa(summary: pd.DataFrame) -> pd.Series:
     """Tokens/QA: the provider's prompt + completion tokens; for offline arms (no model call), the
     reader's context tokens a model would have been sent (counted offline)."""
-    t = summary["tokens_qa"].astype(float)
+    t = summary["answer_tokens_qa"].astype(float)
     return t.where(t > 0, summary["context_tokens_qa"].astype(float))
 
 
 def sends_prompt(summary: pd.DataFrame) -> bool:
     """Whether the arm sent any prompt to a model (else its token figure is context tokens)."""
-    return bool((summary["tokens_qa"].astype(float) > 0).any())
+    return bool((summary["answer_tokens_qa"].astype(float) > 0).any())
 
 
 def interval(run: Any, metric: str) -> tuple[pd.Series, pd.Series] | None:
@@ -153,6 +159,18 @@ def category_bars(runs: Mapping[str, Any], metric: str = "f1",
     return fig
 
 
+def _plain_log_ticks(ax: plt.Axes) -> None:
+    """Token counts on a log axis as plain numbers at 1-2-5 steps ("200", "1,000"), never "2×10²"."""
+    lo, hi = ax.get_xlim()
+    steps = (1, 2, 5) if hi / lo > 6 else (1, 1.5, 2, 3, 5, 7)
+    ticks = [m * 10.0 ** e for e in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
+             for m in steps if lo <= m * 10.0 ** e <= hi]
+    ax.set_xticks(ticks)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(lo, hi)
+
+
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     """Points not dominated by another (fewer or equal tokens and higher or equal F1), by tokens."""
     front: list[tuple[float, float]] = []
@@ -167,7 +185,9 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
                  tokens: str = "answer") -> Figure:
     """One point per (arm, category): x Tokens/QA (log), y F1 with its interval; dashed Pareto front per category.
 
-    Colour = category, marker = arm (two legends say which). Offline arms sit at their context tokens.
+    Colour = category, marker = arm (two legends say which; hollow, so coinciding arms stay visible); each
+    category is drawn a few points to the side of its tokens so that one arm's categories do not hide each
+    other. Offline arms sit at their context tokens.
     ``tokens="answer"``: answering tokens only (what the reference reports); ``"total"``: plus the
     memory-building tokens per question (extraction + embeddings, amortized; `memlab.eval.cost`).
     """
@@ -177,8 +197,13 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
     arms = list(runs)
     top = 0.0
     shown = []
+    fronts = 0
     intervals = {arm: interval(runs[arm], metric) for arm in arms}
-    for c in _keys(categories):
+    keys = _keys(categories)
+    for ci, c in enumerate(keys):
+        # categories of one arm sit at nearly the same tokens: each category is drawn a few points to the side
+        # (a display offset: the data, and the tick it sits at, are unchanged) so points and bars stay apart
+        dodge = ax.transData + ScaledTranslation((ci - (len(keys) - 1) / 2) * DODGE_PT / 72, 0, fig.dpi_scale_trans)
         pts = []
         for i, arm in enumerate(arms):
             s = _summary(runs[arm])
@@ -193,33 +218,39 @@ def f1_vs_tokens(runs: Mapping[str, Any], categories: Sequence[Any] = (1, 2, 3, 
             iv = intervals[arm]
             e = _yerr(y, float(iv[0].loc[c]), float(iv[1].loc[c])) if iv is not None else None
             pts.append((x, y))
-            ax.errorbar([x], [y], yerr=e, fmt=MARKERS[i % len(MARKERS)], color=_color(c),
-                        ms=7, capsize=3, elinewidth=1, zorder=3)
+            ax.update_datalim([(x, y)])  # a display-offset artist does not extend the data limits itself
+            ax.errorbar([x], [y], yerr=e, fmt=MARKERS[i % len(MARKERS)], color=_color(c), mfc="white", mew=1.5,
+                        ms=7, capsize=3, elinewidth=1, zorder=3 + i * 0.01, transform=dodge)
             top = max(top, y if e is None else y + float(e[1, 0]))
         if pts:
             shown.append(c)
         front = pareto_front(pts)
         if len(front) > 1:
-            ax.plot([p[0] for p in front], [p[1] for p in front], ls="--", lw=1, color=_color(c))
+            fronts += 1
+            ax.plot([p[0] for p in front], [p[1] for p in front], ls="--", lw=1, color=_color(c), transform=dodge)
     ax.set_xscale("log")
+    ax.margins(x=0.07)  # room for the outer categories' side offset
+    ax.autoscale_view()
+    _plain_log_ticks(ax)
     offline = [not sends_prompt(_summary(r)) for r in runs.values()]
     ax.set_xlabel((CONTEXT_AXIS if all(offline) else TOKENS_AXIS + ("; offline arms: context tokens"
                                                                      if any(offline) else ""))
                   + (" + memory-building tokens/QA" if tokens == "total" else ""))
     ax.set_ylabel(_metric_label(metric))
     _quality_ylim(ax, top)
-    ax.set_title("Per-category quality against token cost (bars: 95 % interval)")
+    ax.set_title("Per-category quality against token cost (bars: 95 % interval; categories drawn side by side)")
     ax.grid(True, alpha=0.3)
     cat_handles = [Line2D([], [], color=_color(c), marker="s", ls="", ms=8,
                           label=_group_n(runs, c)) for c in shown]
-    arm_handles = [Line2D([], [], color="#555555", marker=MARKERS[i % len(MARKERS)], ls="", ms=7,
+    arm_handles = [Line2D([], [], color="#555555", marker=MARKERS[i % len(MARKERS)], ls="", ms=7, mfc="white",
+                          mew=1.5,
                           label=arm + (" (context tokens)" if off and not all(offline) else ""))
                    for i, (arm, off) in enumerate(zip(arms, offline))]
-    leg = ax.legend(handles=cat_handles, fontsize=8, title="colour = category", title_fontsize=8,
-                    loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.add_artist(leg)
-    ax.legend(handles=arm_handles, fontsize=8, title="marker = arm", title_fontsize=8, loc="lower left",
-              bbox_to_anchor=(1.01, 0.0))
+    if fronts:
+        arm_handles.append(Line2D([], [], color="#555555", ls="--", lw=1, label="Pareto front of a category"))
+    # one legend (a second one added with add_artist is left out of a tight bounding box and was cut off)
+    ax.legend(handles=cat_handles + arm_handles, fontsize=8, title="colour = category, marker = arm",
+              title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     _save(fig, save_to, "f1_vs_tokens")
     return fig
@@ -262,6 +293,145 @@ def topk_curve(runs: Sequence[Any], group: Any = "overall 1-4", metric: str = "f
     ax.legend(handles=[h1, h2], fontsize=8, loc="lower right")
     fig.tight_layout()
     _save(fig, save_to, "topk")
+    return fig
+
+
+#: What `topk_panels` draws per k: (summary column, legend label, line style); the ceiling and the
+#: bearing share are reader-independent (`memlab.eval.ceiling`), F1 is what this reader made of it.
+TOPK_MEASURES = (("f1", "F1 (official LoCoMo)", "o-"),
+                 ("answer_ceiling", "answer ceiling@k (best span of the context)", "^--"),
+                 ("answer_bearing", "answer-bearing@k (every gold word in the context)", "s:"),
+                 ("context_recall", "evidence Recall@k (the reader's whole context)", "D-."))
+
+
+def topk_measures(runs: Sequence[Any], groups: Sequence[Any] = ("overall 1-4", "1")) -> pd.DataFrame:
+    """One row per (group, k): n, each `TOPK_MEASURES` value with its 95 % interval where the run has one,
+    and context tokens/QA; rows in k order. Runs without the ceiling columns (older runs) get NaN there."""
+    rows = []
+    for r in runs:
+        s = _summary(r)
+        for g in _keys(groups):
+            if g not in s.index:
+                continue
+            row: dict[str, Any] = {"group": g, "label": category_name(g), "k": int(r.config.retrieval.top_k),
+                                   "n": int(s.loc[g, "n"]) if "n" in s.columns else None}
+            for col, _, _ in TOPK_MEASURES:
+                row[col] = float(s.loc[g, col]) if col in s.columns else np.nan
+                for end in ("lo", "hi"):
+                    c = f"{col}_{end}"
+                    row[c] = float(s.loc[g, c]) if c in s.columns else np.nan
+            row["context_tokens_qa"] = float(s.loc[g, "context_tokens_qa"]) if "context_tokens_qa" in s.columns \
+                else np.nan
+            rows.append(row)
+    order = {g: i for i, g in enumerate(_keys(groups))}
+    df = pd.DataFrame(rows)
+    if not len(df):
+        return df
+    return df.assign(_o=df.group.map(order)).sort_values(["_o", "k"]).drop(columns="_o").reset_index(drop=True)
+
+
+def topk_panels(runs: Sequence[Any], groups: Sequence[Any] = ("overall 1-4", "1"),
+                save_to: str | Path | None = None) -> Figure:
+    """Per k, F1 with its interval next to what retrieval put in front of the reader (answer ceiling with its
+    interval, answer-bearing share, evidence recall of the context) and context tokens/QA (right axis,
+    dashed grey), one panel per group, so a flat F1 over a rising ceiling reads as a reader limit."""
+    df = topk_measures(runs, groups)
+    keys = [g for g in _keys(groups) if g in set(df.group)]
+    fig, axes = plt.subplots(1, max(len(keys), 1), figsize=(6.2 * max(len(keys), 1), 4.6), squeeze=False)
+    handles: list[Any] = []
+    for ax, g in zip(axes[0], keys):
+        d = df[df.group == g]
+        hs = []
+        for i, (col, label, style) in enumerate(TOPK_MEASURES):
+            if d[col].isna().all():
+                continue
+            lo, hi = d[f"{col}_lo"], d[f"{col}_hi"]
+            err = np.vstack([(d[col] - lo).clip(lower=0), (hi - d[col]).clip(lower=0)]) \
+                if lo.notna().all() and hi.notna().all() else None
+            hs.append(ax.errorbar(d.k, d[col], yerr=err, fmt=style, capsize=3, color=ARM_COLORS[i],
+                                  label=label + (" (95 % interval)" if err is not None else "")))
+        ns = sorted({n for n in d.n if n is not None})
+        ax.set_title(f"{category_name(g)}" + (f" (n={ns[0]:,})" if len(ns) == 1 else ""))
+        ax.set_xlabel("top-k (memories retrieved)")
+        ax.set_ylabel("score / share")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(d.k))
+        ax.set_xticklabels([str(k) for k in d.k])
+        ax.minorticks_off()
+        ax.set_ylim(0, 1.0)
+        ax.grid(True, alpha=0.3)
+        ax2 = ax.twinx()
+        (ht,) = ax2.plot(d.k, d.context_tokens_qa, "x--", color="#999999", label="context tokens/QA (right axis)")
+        ax2.set_ylim(0, max(1.0, float(np.nanmax(df.context_tokens_qa)) * 1.1) if len(df) else 1.0)
+        ax2.set_ylabel("context tokens/QA")
+        handles = hs + [ht]
+    if handles:
+        fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.suptitle("Top-k: what retrieval delivered (reader-independent) and what the reader made of it")
+    fig.tight_layout(rect=(0, 0.1, 1, 0.95))
+    _save(fig, save_to, "topk_measures")
+def _bar_counts(ax: plt.Axes, bars: Any) -> None:
+    """Each bar's count above it, so a 0 or a 3 next to a 500 is still read (a bar that small is invisible)."""
+    for p in bars:
+        ax.annotate(f"{int(round(p.get_height())):,}", (p.get_x() + p.get_width() / 2, p.get_height()),
+                    xytext=(0, 1), textcoords="offset points", ha="center", va="bottom", fontsize=6)
+
+
+def reconcile_thresholds(table: pd.DataFrame, save_to: str | Path | None = None) -> Figure:
+    """A reconcile sweep (`memlab.studies.reconcile_sweep`): one column of panels per update policy; rows: the ops
+    reconcile rewrote or skipped and the versions superseded, the near-duplicate pairs left in the store (its own
+    scale, so a few pairs beside hundreds of ops stay visible), and Recall@10 and F1 with their 95 % intervals."""
+    policies = list(dict.fromkeys(table.policy))
+    settings = list(dict.fromkeys(table.setting))
+    fig, axes = plt.subplots(3, len(policies), figsize=(max(6.0, 3.6 * len(policies)), 8.5), sharex=True,
+                             sharey="row", squeeze=False)
+    x = np.arange(len(settings))
+    ops = (("rewritten", "rewritten to an update"), ("skipped", "skipped (duplicate)"),
+           ("superseded", "superseded versions kept"))
+    width = 0.8 / len(ops)
+    handles: dict[str, Any] = {}
+    for j, policy in enumerate(policies):
+        t = table[table.policy == policy].set_index("setting").reindex(settings)
+        ax = axes[0, j]
+        for i, (col, name) in enumerate(ops):
+            bars = ax.bar(x + (i - (len(ops) - 1) / 2) * width, t[col].fillna(0), width * 0.95,
+                          color=ARM_COLORS[i], label=name)
+            _bar_counts(ax, bars)
+            handles[name] = bars
+        ax.set_title(policy, fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax = axes[1, j]
+        bars = ax.bar(x, t["near_duplicates"].fillna(0), 0.5, color="#8c564b", label="near-duplicate pairs left")
+        _bar_counts(ax, bars)
+        handles["near-duplicate pairs left"] = bars
+        ax.grid(True, axis="y", alpha=0.3)
+        ax = axes[2, j]
+        for i, (m, name) in enumerate((("recall@10", "evidence Recall@10"), ("f1", "F1 (official LoCoMo)"))):
+            y = t[m].astype(float).to_numpy()
+            err = None
+            if f"{m}_lo" in t and f"{m}_hi" in t and t[[f"{m}_lo", f"{m}_hi"]].notna().all().all():
+                err = np.vstack([(y - t[f"{m}_lo"]).clip(lower=0), (t[f"{m}_hi"] - y).clip(lower=0)])
+            handles[name + " (95 % interval)"] = ax.errorbar(x + (i - 0.5) * 0.12, y, yerr=err, fmt="os"[i] + "-",
+                                                             color=("#1f77b4", "#d62728")[i], capsize=3, ms=5)
+        ax.set_ylim(0, 1)
+        ax.grid(True, alpha=0.3)
+        ax.set_xticks(x)
+        ax.set_xticklabels([s if s == "off" else "skip " + "/".join(s.split("/")[:2]) + "\nupd " +
+                            "/".join(s.split("/")[2:]) for s in settings], fontsize=7)
+    axes[0, 0].set_ylabel("ops (count)")
+    axes[1, 0].set_ylabel("near-duplicate pairs\n(count)")
+    n = sorted(set(table["n"])) if "n" in table else []
+    axes[2, 0].set_ylabel("quality, categories 1-4" + (f"\n(n={n[0]:,})" if len(n) == 1 else ""))
+    for ax in axes[:2].ravel():  # counts start at 0 (all zeros must not centre the axis on 0)
+        ax.margins(y=0.12)  # room for the counts above the bars
+        ax.set_ylim(0, max(1.0, ax.get_ylim()[1]))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.supxlabel("reconcile setting (skip score/Jaccard, update score/Jaccard)", fontsize=9, y=0.075)
+    fig.suptitle("Reconcile thresholds per update policy: what reconcile did, duplicates left, recall and F1")
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=3, fontsize=8,
+               bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.09, 1, 0.97))
+    _save(fig, save_to, "reconcile")
     return fig
 
 
@@ -317,8 +487,9 @@ def attribution_bars(attributions: Mapping[str, pd.DataFrame], n: Mapping[str, M
     ax.set_ylabel("share of the category's questions" if n is not None else "share of the failed questions")
     ax.set_ylim(0, 1)
     ax.set_title("Why answers failed, per category and arm (numbers: failed questions)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=LABEL_COLORS[lab]) for lab in LABELS]
-    names = list(LABELS)
+    stack = list(LABELS)[::-1]  # the legend reads top-down like the stack (its first label is the bottom segment)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=LABEL_COLORS[lab]) for lab in stack]
+    names = stack
     if len(arms) > 1:
         handles += [plt.Rectangle((0, 0), 1, 1, facecolor="#dddddd", hatch=HATCHES[j % len(HATCHES)],
                                   edgecolor="#555555") for j in range(len(arms))]
@@ -346,6 +517,7 @@ def recall_curves(run: Any, ks: Sequence[int] = (1, 5, 10, 20), save_to: str | P
         n = int(s.loc[c, "n"]) if "n" in s.columns else None
         ax.errorbar(list(ks), ys, yerr=err, fmt="o-", color=CATEGORY_COLORS[c], capsize=3,
                     label=category_name(c, n))
+    ax.set_xticks(list(ks))  # only the k values measured (no 2.5, 7.5 in between)
     ax.set_xlabel("k" + (f" (up to the run's top-k = {top_k})" if top_k is not None else ""))
     ax.set_ylabel("evidence Recall@k")
     ax.set_ylim(0, 1)

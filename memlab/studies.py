@@ -11,6 +11,7 @@ import pandas as pd
 from memlab.attribution import LABELS, attribute
 from memlab.index.text import jaccard, word_set
 from memlab.run import ExperimentConfig, run_experiment
+from memlab.run.report import ci_frame
 from memlab.trace import load
 
 NEAR_DUPLICATE = 0.80
@@ -33,7 +34,8 @@ def reconcile_sweep(base: ExperimentConfig, settings: Sequence[tuple[float, floa
                     policies: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per reconcile setting (skip score, skip Jaccard, update score, update Jaccard) and update
     policy (``policies``; default: the base config's): ops proposed / rewritten to updates / skipped,
-    memories stored (all, and current = not superseded), near-duplicate pairs left, recall, F1."""
+    memories stored (all, and current = not superseded), near-duplicate pairs left, recall and F1 over
+    categories 1-4 with their 95 % clustered-bootstrap intervals (``_lo`` / ``_hi``)."""
     rows = []
     grid: list[tuple[str, dict]] = []
     if include_off:
@@ -55,12 +57,16 @@ def reconcile_sweep(base: ExperimentConfig, settings: Sequence[tuple[float, floa
             sup = mems["superseded_at"].notna() if "superseded_at" in mems else pd.Series(False, index=mems.index)
             dups = sum(near_duplicates(g.text.tolist()) for _, g in mems[~sup].groupby("conversation"))
             s = run.summary.loc["overall 1-4"]
+            ci = ci_frame(run, ["recall@10", "f1"]).loc["overall 1-4"]
             rows.append({"policy": policy, "setting": label, "proposed": len(ext), "rewritten": int(rec.apply(
                 lambda r: r.get("tier") == "update" and r.get("rewritten", False)).sum()),
                 "skipped": int((ext.result == "skipped").sum()), "memories": len(mems),
                 "current": int((~sup).sum()), "superseded": int(sup.sum()), "near_duplicates": dups,
-                "n": int(s["n"]), "recall@10": float(s["recall@10"]), "context_recall": float(s["context_recall"]),
-                "f1": float(s["f1"])})
+                "n": int(s["n"]), "recall@10": float(s["recall@10"]),
+                "recall@10_lo": float(ci.get("recall@10_lo", float("nan"))),
+                "recall@10_hi": float(ci.get("recall@10_hi", float("nan"))),
+                "context_recall": float(s["context_recall"]), "f1": float(s["f1"]),
+                "f1_lo": float(ci.get("f1_lo", float("nan"))), "f1_hi": float(ci.get("f1_hi", float("nan")))})
     return pd.DataFrame(rows)
 
 

@@ -105,7 +105,11 @@ class Traces:
         """A readable, layer-by-layer account of one question (print it in a notebook)."""
         v = self.question(qid)
         q = v["question"]
-        lines = [f"== {qid}  category {q['category']}  F1 {q.get('f1', float('nan')):.3f}",
+        ceiling = q.get("answer_ceiling")  # what a perfect reader of this context could score (eval.ceiling)
+        head = f"== {qid}  category {q['category']}  F1 {q.get('f1', float('nan')):.3f}"
+        if isinstance(ceiling, (int, float)) and ceiling == ceiling:
+            head += f"  answer ceiling {ceiling:.2f}  answer-bearing {'yes' if q.get('answer_bearing') else 'no'}"
+        lines = [head,
                  f"Q: {q['question']}", f"gold: {q['answer']}   prediction: {q['prediction']}",
                  f"evidence: {', '.join(_as_list(q['evidence'])) or '(none)'}", "",
                  "-- 1. extractor layer (ops touching memories sourced from the evidence)"]
@@ -152,7 +156,28 @@ class Traces:
             lines.append(f"   tool calls: {a['tool_calls']}")
         if a.get("response"):
             lines.append(f"   response: {a['response'][:200]}")
+        lines += format_reading(a.get("reading"))
         return "\n".join(lines)
+
+
+def format_reading(reading: Any) -> list[str]:
+    """What an offline reader read (`memlab.answer.extractive.reading_trace`): the people the question
+    names, the abstain test, and its best candidates with rank, owner and score."""
+    if not isinstance(reading, dict) or not reading:
+        return []
+    people = reading.get("people") or []
+    lines = [f"   reader read {reading.get('candidates_read', 0)} candidates of the context above"
+             + (f"; the question names {'/'.join(people)}" if people else "")]
+    t = reading.get("abstain_test")
+    if isinstance(t, dict):
+        own = t.get("best_owned")
+        lines.append(f"   abstain test: best candidate {t.get('best', float('nan')):.2f}, best owned by "
+                     f"{'/'.join(people)} " + ("none" if own is None else f"{own:.2f}")
+                     + f" (abstain when behind by more than {t.get('margin', float('nan')):.2f})")
+    for c in reading.get("top_candidates") or []:
+        lines.append(f"     #{c.get('rank', '?'):<2} {'/'.join(c.get('owners') or []) or '-':10s} score "
+                     f"{c.get('score', float('nan')):6.2f}  {str(c.get('text', ''))[:70]!r} -> {c.get('answer', '')!r}")
+    return lines
 
 
 def load(run_dir: str | Path) -> Traces:

@@ -134,6 +134,14 @@ class Chromium:
         self.eval(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
                   f"e.{prop} = {json.dumps(value)}; e.dispatchEvent(new Event('change', {{bubbles: true}})); }})()")
 
+    def key(self, key: str) -> None:
+        """Press a key on the focused element as a user would (keyDown then keyUp): Enter, Tab, ArrowDown..."""
+        code = {"Enter": 13, "Tab": 9, "ArrowDown": 40, "ArrowUp": 38, " ": 32, "Escape": 27}[key]
+        text = {"Enter": "\r", " ": " "}.get(key)
+        self.send("Input.dispatchKeyEvent", type="keyDown" if text else "rawKeyDown", key=key,
+                  windowsVirtualKeyCode=code, **({"text": text} if text else {}))
+        self.send("Input.dispatchKeyEvent", type="keyUp", key=key, windowsVirtualKeyCode=code)
+
     def console_errors(self) -> list[str]:
         out = []
         for e in self.events:

@@ -70,7 +70,7 @@ def test_temporal_answer_from_memory_date(ctx):
 
 def test_abstains_when_named_person_is_not_the_speaker(ctx):
     a = ExtractiveAnswerer().answer(q("What is the name of Alice's dog Rex adopted?"), ctx)
-    assert a.prediction == ABSTAIN and "not Alice" in a.rule
+    assert a.prediction == ABSTAIN and "outscores Alice's best" in a.rule
     b = ExtractiveAnswerer(abstain=False).answer(q("What is the name of Alice's dog Rex adopted?"), ctx)
     assert b.prediction != ABSTAIN
 

@@ -4,18 +4,24 @@ precedence between them, and one real run checked against facts computed indepen
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 
 from memlab.attribution import (
     LABELS,
+    EvidenceTurn,
     QuestionEvidence,
+    answer_kind,
     attribute,
     attribution_table,
     coverage,
+    date_contradiction,
     failed,
     label_question,
+    speaker_contradiction,
 )
+from memlab.eval.ceiling import answer_bearing, answer_ceiling, memory_line
 
 ROW = {"category": 4, "evidence": ["D1:2"], "evidence_raw": ["D1:2"], "answer": "Rex", "prediction": "a cat",
        "f1": 0.0, "em": 0.0}
@@ -32,8 +38,12 @@ MERGED = {"text": "Bob adopted a dog named Rex", "result": "updated", "memory_id
           "reconcile": {"tier": "update", "rewritten": True, "score": 0.7, "jaccard": 0.3}}
 
 
-def ev(row=ROW, mems=(MEM_OK,), context=("m1",), turns=TURNS, **kw):
-    return QuestionEvidence(row=row, memories=list(mems), context_ids=set(context), turn_text=turns, **kw)
+SUMMARY = {"id": "m5", "text": "Bob got a new pet", "source_ids": ["D1:2"]}
+
+
+def ev(row=ROW, mems=(MEM_OK,), context=("m1",), turns=TURNS, context_lines=None, evidence_turns=(), **kw):
+    return QuestionEvidence(row=row, memories=list(mems), context_ids=set(context), turn_text=turns,
+                            context=context_lines, turns=list(evidence_turns), **kw)
 
 
 CASES = [
@@ -75,6 +85,28 @@ CASES = [
     ("both hops reached, wrong", ev(MULTI, mems=(MEM_OK, MEM_MILO), context=("m1", "m3")), "reading-miss"),
     # a hop that was never written does not make the retrieval partial
     ("unwritten hop", ev(MULTI, mems=(MEM_OK,), context=("m1",), turns=TURNS + " Milo"), "reading-miss"),
+    # judged by content (issue 21): ...
+    # a malformed evidence entry the loader recovered is fine (conv-26/q37 'D8:6; D9:17'): a retrieval miss
+    ("recovered evidence id", ev({**MULTI, "evidence_raw": ["D1:2; D3:4"], "answer": "Rex, Milo"},
+                                 mems=(MEM_OK, MEM_MILO), context=("m2",)), "retrieval-miss"),
+    # the answer reached the reader through another turn than the listed one: the reader's miss
+    ("answer through another turn", ev(context=("m7",), context_lines=["Bob: Rex is my new dog"]), "reading-miss"),
+    # a summary that dropped the answer does not reach its turn
+    ("summary without the answer", ev(mems=(MEM_OK, SUMMARY), context=("m5",), context_lines=[SUMMARY["text"]]),
+     "retrieval-miss"),
+    # the missed hop was redundant: its words were in the context through another memory
+    ("redundant missed hop", ev(MULTI, mems=(MEM_OK, MEM_MILO), context=("m1", "m8"),
+                                context_lines=[MEM_OK["text"], "Milo the second dog sleeps a lot"]), "reading-miss"),
+    # an inferred answer is supported by any sufficient part of its evidence; a count needs every instance
+    ("inferred, one of two reached", ev({**MULTI, "category": 3, "answer": "Likely yes"}, mems=(MEM_OK, MEM_MILO),
+                                        context=("m1",)), "reading-miss"),
+    ("count, one of two reached", ev({**MULTI, "answer": "two dogs"}, mems=(MEM_OK, MEM_MILO), context=("m1",),
+                                     turns="Bob: I adopted a dog named Rex. Bob: my second dog is Milo"),
+     "partial-retrieval"),
+    # every evidence id reached, the gold's words are nowhere and nothing says it is inferred: bad gold
+    ("gold not supported", ev({**ROW, "answer": "Fido"}, turns="Bob: I adopted a dog named Rex."), "label-issue"),
+    # a gold that is only a relative time
+    ("relative gold", ev({**ROW, "category": 4, "answer": "Last year", "prediction": "2022"}), "label-issue"),
 ]
 
 
@@ -102,6 +134,64 @@ def test_precedence_between_labels():
     assert label_question(ev({**ROW, "judge_error": "x"}, mems=(), context=()))[0] == "write-miss"
     # reconcile-loss outranks write-miss only when the evidence memories lost the answer
     assert label_question(ev(proposals=[SKIPPED]))[0] == "reading-miss"
+
+
+MAY8 = datetime(2023, 5, 8, 13, 56)
+
+
+def test_gold_date_checked_against_its_evidence_turn():
+    said = [EvidenceTurn("D1:2", "Bob", "I adopted a dog yesterday!", MAY8)]
+    assert date_contradiction("7 May 2023", said) is None
+    why = date_contradiction("7 May 2022", said)
+    assert "contradicts" in why and "'yesterday' -> 7 May 2023" in why
+    assert date_contradiction("2021", [EvidenceTurn("D1:2", "Bob", "We went camping last year.", MAY8)])
+    assert date_contradiction("2022", [EvidenceTurn("D1:2", "Bob", "We went camping last year.", MAY8)]) is None
+    # LoCoMo's anchored form agrees with the session date, whatever else the turn mentions (conv-26/q8)
+    school = EvidenceTurn("D3:1", "Caroline", "I wanted to tell you about my school event last week. It made me "
+                          "reflect since I started transitioning three years ago.", datetime(2023, 6, 9))
+    assert date_contradiction("The week before 9 June 2023", [school]) is None
+    # a turn with time words of its own ("since 2016") implies no date: silent
+    assert date_contradiction("2016", [EvidenceTurn("D1:2", "Bob", "I have painted since 2016.", MAY8)]) is None
+    # no date in the gold, or one turn of several agrees: silent
+    assert date_contradiction("Rex", said) is None
+    assert date_contradiction("7 May 2023", [EvidenceTurn("D9:1", "Bob", "Hi!", datetime(2024, 1, 1)), *said]) is None
+    row = {**ROW, "category": 2, "answer": "7 May 2022", "question": "When did Bob adopt Rex?"}
+    label, reason = label_question(ev(row, evidence_turns=said))
+    assert label == "label-issue" and "contradicts" in reason
+
+
+def test_evidence_spoken_by_the_other_person():
+    alice = [EvidenceTurn("D1:2", "Alice", "I adopted a dog named Rex.", MAY8)]
+    who = ("Alice", "Bob")
+    assert "asks about Bob" in speaker_contradiction("What is Bob's dog called?", alice, who)
+    assert speaker_contradiction("What is Alice's dog called?", alice, who) is None
+    # the other person talking *about* the one asked ("your", the name) is evidence about them
+    about = [EvidenceTurn("D1:2", "Alice", "Is your dog Rex? Bob, he is cute.", MAY8)]
+    assert speaker_contradiction("What is Bob's dog called?", about, who) is None
+    # both named (a short form counts: Deb for Deborah), or nobody: silent
+    deb = [EvidenceTurn("D1:2", "Deborah", "The Eisenhower Matrix sorts tasks.", MAY8)]
+    assert speaker_contradiction("What does Deb suggest Jolene try?", deb, ("Deborah", "Jolene")) is None
+    assert speaker_contradiction("What dog was adopted?", alice, who) is None
+    row = {**ROW, "question": "What is Bob's dog called?"}
+    assert label_question(ev(row, evidence_turns=alice, speakers=who))[0] == "label-issue"
+    # adversarial questions swap the person on purpose: still abstain-error
+    adv = {**row, "category": 5, "answer": None, "prediction": "Rex"}
+    assert label_question(ev(adv, evidence_turns=alice, speakers=who))[0] == "abstain-error"
+
+
+def test_answer_kinds():
+    assert answer_kind("three times", 1) == "count" and answer_kind("4", 4) == "count"
+    assert answer_kind("7 May 2023", 2) == "date" and answer_kind("August", 2) == "date"
+    assert answer_kind("Likely yes", 1) == "inferred" and answer_kind("Minnesota", 3) == "inferred"
+    assert answer_kind("Rex", 4) == "literal"
+
+
+def test_reading_miss_only_when_the_context_could_do_better():
+    # every id reached but only through a memory that holds part of a two-word answer: the ceiling decides
+    part = {"id": "m1", "text": "Bob adopted a dog named Rex", "source_ids": ["D1:2"]}
+    row = {**ROW, "answer": "Rex Smith", "prediction": "a dog", "f1": 0.0}
+    label, reason = label_question(ev(row, mems=(part,), turns="Bob: my dog is Rex Smith"))
+    assert label == "reading-miss" and "a span scores 0.67, the answer 0.00" in reason
 
 
 def test_partial_retrieval_reason_quotes_the_full_ranking():
@@ -150,16 +240,21 @@ def test_attribution_on_a_real_run(locomo_path, locomo, warm_results):
                              "qid"])
     assert set(att.qid) == expected and att.qid.is_unique and set(att.label) <= set(LABELS)
     assert attribution_table(att).loc["total", "failed"] == len(expected)
+    lines = {m["id"]: memory_line(m["text"], m["event_time"]) for m in tr.memories.to_dict("records")}
     for r in att.to_dict("records"):
         ev, sourced, ctx = _old_style_facts(tr, r["qid"])
         reached = {s for m, ss in sourced.items() if m in ctx for s in ss}
         written = {s for ss in sourced.values() for s in ss}
-        if r["label"] == "retrieval-miss":
-            assert sourced and not reached
-        if r["label"] == "partial-retrieval":
-            assert reached and written - reached
-        if r["label"] == "reading-miss":
-            assert written and reached == written
+        if r["category"] == 5:
+            continue
+        context = [lines[i] for i in tr.contexts[r["qid"]]]
+        bearing = answer_bearing(r["answer"], r["category"], context) == 1.0
+        assert r["bearing"] == bearing
+        assert r["ceiling"] == pytest.approx(answer_ceiling(r["answer"], r["category"], context))
+        if r["label"] in ("retrieval-miss", "partial-retrieval"):  # only when the answer's words were not there
+            assert sourced and not bearing
+        if r["label"] == "reading-miss":  # the context could do better, or it had every evidence turn
+            assert bearing or r["ceiling"] > r["f1"] or (written and reached == written)
     # the trace records every evidence memory's rank in each query's full ranking
     retr = [json.loads(x) for x in open(run.run_dir / "traces" / "retrieval.jsonl")]
     k = cfg.retrieval.top_k
@@ -225,3 +320,36 @@ def test_a_skipped_proposal_shows_its_own_text_and_the_memory_kept_instead():
     assert _reconcile_note(op) == " reconcile skip score 0.68 Jaccard 0.15 vs m9"
     assert _reconcile_note({"reconcile": {"tier": "disabled", "score": None, "jaccard": None}}) == ""
     assert _op_text({"result": "added", "text": "raw", "final_text": "final"}) == "final"
+
+
+def test_handcheck_agreement_script():
+    import importlib.util
+    from pathlib import Path
+
+    import pandas as pd
+    from sklearn.metrics import cohen_kappa_score
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "attribution_agreement.py"
+    spec = importlib.util.spec_from_file_location("attribution_agreement", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a = pd.Series(["reading-miss", "retrieval-miss", "reading-miss", "abstain-error", "label-issue", "reading-miss"])
+    b = pd.Series(["reading-miss", "partial-retrieval", "reading-miss", "abstain-error", "label-issue", "write-miss"])
+    assert mod.cohen_kappa(a, b) == pytest.approx(cohen_kappa_score(a, b))
+    lo, hi = mod.kappa_interval(a, b, n_boot=200)
+    assert lo <= mod.cohen_kappa(a, b) <= hi
+    # the draw: per category, fixed by the seed, never conv-26, never an excluded qid
+    att = pd.DataFrame({"qid": [f"conv-{c}/q{i}" for c in (26, 30) for i in range(40)],
+                        "conversation_id": [f"conv-{c}" for c in (26, 30) for _ in range(40)],
+                        "category": [1 + i % 5 for _ in range(2) for i in range(40)]})
+    d1, d2 = mod.draw(att, per_category=3, seed=5), mod.draw(att, per_category=3, seed=5)
+    assert list(d1.qid) == list(d2.qid) and (d1.conversation_id == "conv-30").all()
+    assert d1.groupby("category").size().tolist() == [3] * 5
+    held = mod.draw(att, per_category=3, seed=6, exclude=set(d1.qid))
+    assert not set(held.qid) & set(d1.qid)
+    # the shipped hand labels are well-formed and use the rule's label names
+    hand = pd.read_csv(mod.HANDCHECK)
+    assert {"qid", "category", "hand_label", "reason", "sample"} <= set(hand.columns) and hand.qid.is_unique
+    assert set(hand.hand_label) <= set(LABELS) and hand.reason.str.len().min() > 10
+    assert not hand.qid.str.startswith("conv-26/").any()
+    assert hand.groupby("sample").size().to_dict() == {"dev": 60, "holdout": 25, "holdout2": 25}

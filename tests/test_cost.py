@@ -65,7 +65,7 @@ def test_amortize_spreads_a_conversations_build_over_its_questions():
     assert list(out.embed_tokens) == [25.0, 25.0, 3.0]
     cols = cost_columns(out)
     assert cols["build_tokens_qa"] == pytest.approx((125 * 2 + 10 * 2 + 25 * 2 + 3) / 3)
-    assert cols["total_tokens_qa"] == pytest.approx(cols["build_tokens_qa"] + 63 / 3)
+    assert cols["model_tokens_qa"] == pytest.approx(cols["build_tokens_qa"] + 63 / 3)
     priced, sources = add_dollars(out, Models(answer="gpt-4o-mini", embed="tfidf-lsa"),
                                   PriceTable({"gpt-4o-mini": Price(1.0, 2.0, 0.5, "user table")}))
     assert list(priced.answer_usd) == [12.0, 22.0, 32.0] and (priced.embed_usd == 0).all()
@@ -105,8 +105,8 @@ def test_run_reports_build_and_judge_cost_per_question(synthetic_path, tmp_path)
     n = 5  # questions of syn-1: the build is spread over them
     assert s["extract_tokens_qa"] == pytest.approx(2 * 1050 / n)
     assert s["extract_cached_tokens_qa"] == pytest.approx(2 * 200 / n)
-    assert s["judge_tokens_qa"] == 82 and s["answer_tokens_qa"] == 305 == s["tokens_qa"]
-    assert s["total_tokens_qa"] == pytest.approx(305 + 82 + 2 * 1050 / n + s["embed_tokens_qa"])
+    assert s["judge_tokens_qa"] == 82 and s["answer_tokens_qa"] == 305
+    assert s["model_tokens_qa"] == pytest.approx(305 + 82 + 2 * 1050 / n + s["embedding_tokens_qa"])
     # dollars: the user table prices the reader and the extractor (with the cache discount); the judge
     # and the embedder are on the local endpoint / unknown: 0, and run.json says so
     answer_usd = (200 * 1.0 + 100 * 0.25 + 5 * 2.0) / 1e6
@@ -122,13 +122,13 @@ def test_offline_run_counts_build_embeddings_at_zero_dollars(synthetic_path, tmp
     cfg = ExperimentConfig.from_yaml("offline").with_overrides({"dataset.path": str(synthetic_path)})
     run = run_experiment(cfg, results=tmp_path, progress=False)
     s = run.summary.loc["overall 1-5"]
-    assert s["extract_tokens_qa"] == 0 and s["embed_tokens_qa"] > 0 and s["total_usd_qa"] == 0
-    assert s["total_tokens_qa"] == pytest.approx(s["embed_tokens_qa"])
+    assert s["extract_tokens_qa"] == 0 and s["embedding_tokens_qa"] > 0 and s["total_usd_qa"] == 0
+    assert s["model_tokens_qa"] == pytest.approx(s["embedding_tokens_qa"])
     sr = run_experiment(ExperimentConfig.from_yaml("session-recall").with_overrides(
         {"dataset.path": str(synthetic_path)}), results=tmp_path, progress=False)
     rows = [json.loads(x) for x in open(sr.run_dir / "traces" / "build_cost.jsonl")]
     assert {r["conversation"]: r["embed_texts"] for r in rows} == {"syn-1": 5, "syn-2": 2}  # every turn indexed
-    assert sr.summary.loc["overall 1-5", "embed_tokens_qa"] > 0
+    assert sr.summary.loc["overall 1-5", "embedding_tokens_qa"] > 0
 
 
 def test_cached_extraction_keeps_its_build_cost_and_a_missing_record_is_unknown_not_zero(synthetic_path, tmp_path):
@@ -136,10 +136,10 @@ def test_cached_extraction_keeps_its_build_cost_and_a_missing_record_is_unknown_
     first = run_experiment(cfg, results=tmp_path, progress=False)
     again = run_experiment(cfg, results=tmp_path, progress=False)
     assert again.info["extraction"]["from_cache"]
-    e1, e2 = (r.summary.loc["overall 1-5", "embed_tokens_qa"] for r in (first, again))
+    e1, e2 = (r.summary.loc["overall 1-5", "embedding_tokens_qa"] for r in (first, again))
     assert e1 > 0 and e2 == pytest.approx(e1)  # the cache's build record, not a second (zero) build
     (Path(first.info["extraction"]["cache_dir"]) / "build_cost.jsonl").unlink()
     stale = run_experiment(cfg, results=tmp_path, progress=False)
     s = stale.summary.loc["overall 1-5"]
-    assert pd.isna(s["embed_tokens_qa"]) and pd.isna(s["total_tokens_qa"]) and pd.isna(s["total_usd_qa"])
+    assert pd.isna(s["embedding_tokens_qa"]) and pd.isna(s["model_tokens_qa"]) and pd.isna(s["total_usd_qa"])
     assert "syn-1" in stale.info["cost"]["build_unknown"]

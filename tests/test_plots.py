@@ -23,7 +23,7 @@ def summary(f1, tokens, ctx=100.0, recall=(0.1, 0.4, 0.6, 0.8), half=0.05):
     d["n"] = N
     d["f1"] = f1
     d["f1_lo"], d["f1_hi"] = d.f1 - half, d.f1 + 2 * half  # asymmetric on purpose
-    d["tokens_qa"] = tokens
+    d["answer_tokens_qa"] = tokens
     d["context_tokens_qa"] = ctx
     for k, r in zip((1, 5, 10, 20), recall):
         d[f"recall@{k}"] = r
@@ -71,6 +71,15 @@ def test_f1_vs_tokens_points_intervals_and_legends(tmp_path):
     assert ax.get_ylim()[0] == 0  # quality axis not truncated
     assert not any(t.get_text() for t in ax.texts)  # no point labels that could overlap
     assert (tmp_path / "f1_vs_tokens.png").is_file() and (tmp_path / "f1_vs_tokens.svg").is_file()
+    assert "Pareto front of a category" in texts  # the dashed lines say what they are
+    # categories 1 and 4 of an arm have the same tokens and F1 here: drawn side by side, not on top of each other
+    drawn = [tuple(np.round(line.get_transform().transform((line.get_xdata()[0], line.get_ydata()[0])), 1))
+             for line in ax.get_lines() if line.get_linestyle() == "None" and line.get_marker() != "_"]
+    assert len(set(drawn)) == len(drawn) == 6
+    fig.canvas.draw()
+    ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert ticks == ["500", "1,000", "2,000"]  # plain numbers at 1-2-5 steps, never "2×10²"
+    assert not any(t.get_text() for t in ax.get_xticklabels(minor=True))
 
 
 def test_f1_vs_tokens_total_adds_the_build_tokens(tmp_path):
@@ -128,6 +137,8 @@ def test_attribution_bars_are_shares_with_counts():
     assert sorted(t.get_text() for t in ax.texts) == ["1", "1", "2"]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1 multi-hop\n(n=10)", "2 temporal\n(n=4)"]
     assert "share" in ax.get_ylabel() and ax.get_ylim() == (0.0, 1.0)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == list(plots.LABELS)[::-1]  # top-down like the stack: its bottom segment is listed last
     shares = plots.attribution_bars({"arm": att})  # without n: shares of the failed questions
     tops = [sum(p.get_height() for c in shares.axes[0].containers for p in [c[i]]) for i in range(2)]
     assert np.allclose(tops, [1.0, 1.0])
@@ -139,3 +150,38 @@ def test_recall_curves_stop_at_the_runs_top_k():
     assert len(lines) == 7 and list(lines[0].get_xdata()) == [1, 5, 10]
     assert list(lines[0].get_ydata()) == [0.1, 0.4, 0.6]
     assert fig.axes[0].get_legend().get_texts()[0].get_text() == "1 multi-hop (n=282)"
+    assert list(fig.axes[0].get_xticks()) == [1, 5, 10]  # ticks at the k measured, not 2, 4, 6, 8
+
+
+def sweep_table():
+    rows = []
+    for p, policy in enumerate(("merge-similar", "append-only")):
+        for s, setting in enumerate(("off", "0.95/0.90/0.80/0.60", "0.90/0.70/0.60/0.40")):
+            rows.append({"policy": policy, "setting": setting, "rewritten": 100 * s, "skipped": 300 + s,
+                         "superseded": 50 * p, "near_duplicates": 3 - s, "n": 1540, "recall@10": 0.7 + 0.01 * s,
+                         "recall@10_lo": 0.65, "recall@10_hi": 0.8, "f1": 0.2 + 0.01 * p, "f1_lo": 0.15,
+                         "f1_hi": 0.25})
+    return pd.DataFrame(rows)
+
+
+def test_reconcile_thresholds_panels_legend_and_file(tmp_path):
+    """Issue 23 (notebook 05): labels did not overlap-proof, F1 was missing, Recall@10 had no legend entry, a few
+    near-duplicates beside hundreds of ops were invisible, nothing was saved."""
+    fig = plots.reconcile_thresholds(sweep_table(), save_to=tmp_path)
+    axes = np.array(fig.axes).reshape(3, 2)
+    assert [a.get_title() for a in axes[0]] == ["merge-similar", "append-only"] and fig._suptitle.get_text()
+    assert axes[0, 0].get_ylabel() and axes[1, 0].get_ylabel() and "n=1,540" in axes[2, 0].get_ylabel()
+    dup = [round(p.get_height()) for p in axes[1, 0].patches]
+    assert dup == [3, 2, 1] and axes[1, 0].get_ylim()[1] < 10  # its own scale, not the ops' hundreds
+    assert sorted(t.get_text() for t in axes[1, 0].texts) == ["1", "2", "3"]  # counts written on the bars
+    lines = [ln for ln in axes[2, 1].get_lines() if ln.get_linestyle() == "-"]
+    assert [list(np.round(ln.get_ydata(), 3)) for ln in lines] == [[0.7, 0.71, 0.72], [0.21, 0.21, 0.21]]
+    assert [e[1:] for e in error_segments(axes[2, 1])][:1] in ([(0.15, 0.25)], [(0.65, 0.8)])
+    legend = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert {"evidence Recall@10 (95 % interval)", "F1 (official LoCoMo) (95 % interval)",
+            "near-duplicate pairs left", "rewritten to an update"} <= legend
+    ticks = [t.get_text() for t in axes[2, 0].get_xticklabels()]
+    assert ticks[0] == "off" and ticks[1] == "skip 0.95/0.90\nupd 0.80/0.60"
+    assert (tmp_path / "reconcile.png").is_file()
+    zeros = sweep_table().assign(near_duplicates=0)
+    assert plots.reconcile_thresholds(zeros).axes[3].get_ylim() == (0.0, 1.0)  # no axis centred on 0

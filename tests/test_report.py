@@ -13,9 +13,7 @@ import pytest
 
 from memlab.run import ExperimentConfig, run_experiment
 from memlab.run.report import (
-    CONTEXT_MARK,
     ReportError,
-    _bootstrap,
     format_report,
     load_runs,
     report_table,
@@ -46,16 +44,16 @@ def sweep(tmp_path_factory):
     return {"root": root, "k": runs, "obs": obs}
 
 
-def test_labels_name_the_distinguishing_values_and_sweeps_sort_numerically(sweep):
+def test_labels_name_the_distinguishing_values_and_runs_keep_the_order_given(sweep):
     dirs = [sweep["k"][k].run_dir for k in (20, 5, 10)]
     table = report_table(dirs)
-    assert list(dict.fromkeys(table.run)) == ["offline k=5", "offline k=10", "offline k=20"]
+    assert list(dict.fromkeys(table.run)) == ["offline k=20", "offline k=5", "offline k=10"]  # never re-sorted
     mixed = report_table([sweep["obs"].run_dir, *dirs])
     labels = list(dict.fromkeys(mixed.run))
-    # given first, its name group stays first; every value that differs is named
+    # every value that differs is named
     assert labels[0] == "offline-obs extractor=observations, k=10, allow_failed_extraction=True"
     assert labels[1:] == [f"offline extractor=turns+observations, k={k}, allow_failed_extraction=False"
-                          for k in (5, 10, 20)]
+                          for k in (20, 5, 10)]
     twin = sweep["root"] / "results" / "offline-rerun"
     shutil.copytree(dirs[0], twin)
     same = load_runs([dirs[0], twin, dirs[0]])[0]  # a folder given twice is reported once
@@ -70,12 +68,13 @@ def test_table_is_tidy_with_intervals_n_and_context_tokens(sweep):
     assert table.category.tolist()[:5] == ["1 multi-hop", "2 temporal", "3 open-domain", "4 single-hop",
                                            "5 adversarial"]
     assert table.n.tolist() == s.n.astype(int).tolist()
-    for m in ("f1", "bleu1", "recall@10", "tokens_qa"):
+    for m in ("f1", "bleu1", "recall@10", "context_tokens_qa"):
         ok = table[[m, f"{m}_lo", f"{m}_hi"]].dropna()
         assert len(ok) and (ok[f"{m}_lo"] <= ok[m] + 1e-12).all() and (ok[m] <= ok[f"{m}_hi"] + 1e-12).all()
-    # the offline arm sends no prompt: Tokens/QA is its context tokens, and the table says so
-    assert (s.tokens_qa == 0).all() and (s.context_tokens_qa > 0).all()
-    assert np.allclose(table.tokens_qa, s.context_tokens_qa) and set(table.tokens_source) == {"context"}
+    # the offline arm sends no prompt: its prompt tokens stay 0 (never swapped for the context tokens,
+    # which have their own column)
+    assert (table.prompt_tokens_qa == 0).all() and np.allclose(table.context_tokens_qa, s.context_tokens_qa)
+    assert (s.context_tokens_qa > 0).all() and not table.model_calls.any()
     assert table.j.isna().all()  # no judge: J is missing, never 0
     k5 = report_table([sweep["k"][5].run_dir])
     assert k5["recall@10"].isna().all()  # a top-5 run cannot report Recall@10
@@ -87,16 +86,17 @@ def test_intervals_come_from_the_summary_when_it_has_them(sweep):
     assert (table.f1_lo == 0.11).all() and (table.f1_hi == 0.99).all()
 
 
-def test_clustered_bootstrap_known_cases():
-    const = np.full(40, 0.25)
-    assert _bootstrap(const, np.repeat(np.arange(4), 10), 500, 0) == (0.25, 0.25)
-    rng = np.random.default_rng(1)
-    # ten conversations whose means differ a lot: the clustered interval must be wider than the naive one
-    vals = np.concatenate([np.full(30, c / 10) + rng.normal(0, 0.01, 30) for c in range(10)])
-    clustered = _bootstrap(vals, np.repeat(np.arange(10), 30), 2000, 0)
-    naive = _bootstrap(vals, np.arange(300), 2000, 0)
-    assert clustered[0] < vals.mean() < clustered[1]
-    assert (clustered[1] - clustered[0]) > 2 * (naive[1] - naive[0])
+def test_intervals_computed_here_use_the_stats_bootstrap(sweep):
+    """Bounds the summary lacks (context tokens) come from `memlab.eval.stats.cluster_bootstrap`, seeded by the run."""
+    from memlab.eval.stats import cluster_bootstrap, percentile_ci
+    from memlab.run.report import ci_frame
+
+    run = sweep["k"][10]
+    p = run.predictions
+    got = ci_frame(run, ["context_tokens_qa"]).loc["overall 1-5"]
+    lo, hi = percentile_ci(cluster_bootstrap(p.context_tokens.to_numpy(float), p.conversation_id.tolist(), 2000,
+                                             run.config.run.seed))
+    assert (got.context_tokens_qa_lo, got.context_tokens_qa_hi) == (float(lo), float(hi)) and lo < hi
 
 
 def test_unfinished_runs_are_skipped_with_a_warning(sweep, tmp_path):
@@ -122,14 +122,44 @@ def test_exports_markdown_latex_csv(sweep):
     assert len([ln for ln in md if ln.startswith("| offline")]) == len(table)
     row = next(ln for ln in md if "| 4 single-hop |" in ln and "k=10" in ln)
     r = table[(table.group.astype(str) == "4") & table.run.str.contains("k=10")].iloc[0]
-    assert f"{r.f1:.3f} [{r.f1_lo:.3f}, {r.f1_hi:.3f}]" in row and CONTEXT_MARK in row
+    assert f"{r.f1:.3f} [{r.f1_lo:.3f}, {r.f1_hi:.3f}]" in row and f"{r.context_tokens_qa:,.0f}" in row
+    # offline runs only: no column is empty for every run (no J without a judge, no calls, no prompt tokens)
+    assert md[0].startswith("| run | category | n | F1 | BLEU-1 | recall@10 | context tokens/QA | latency")
+    assert not any(h in md[0] for h in ("| J |", "Calls/QA", "prompt tokens/QA", "n/a"))
     tex = format_report(table, "latex")
-    assert "\\toprule" in tex and "\\bottomrule" in tex and "recall@10" in tex and "$^\\dagger$" in tex
+    assert "\\toprule" in tex and "\\bottomrule" in tex and "recall@10" in tex and "context tokens/QA" in tex
     assert "k=5" in tex and "latency p50 (s)" in tex and "_" not in tex.replace("\\_", "")
     back = pd.read_csv(io.StringIO(format_report(table, "csv")))
     assert len(back) == len(table) and np.allclose(back.f1, table.f1) and np.allclose(back.f1_hi, table.f1_hi)
     with pytest.raises(ReportError, match="expected one of"):
         format_report(table, "docx")
+
+
+def test_latex_fits_a_column_and_escapes_every_label(sweep):
+    """Issue 23: the LaTeX export was an 11-column tabular wider than a column, and labels went in unescaped."""
+    import re
+
+    table = report_table([sweep["k"][5].run_dir, sweep["k"][10].run_dir])
+    table["run"] = table["run"].str.replace("offline", "arm_1 & co 50% #2 {x} ~^\\ <y> |z| \u2212 \u2026")
+    tex = format_report(table, "latex")
+    assert "\\resizebox{\\linewidth}{!}{%\n\\begin{tabular}" in tex and "\\end{tabular}}" in tex
+    known = r"\\(textbackslash|textasciitilde|textasciicircum|textless|textgreater|textbar|ldots)\{\}|\\[&%#_{}$]"
+    spec = re.search(r"\\begin\{tabular\}\{([lr]+)\}", tex).group(1)
+    body = tex[tex.index("\\toprule") + len("\\toprule"):tex.index("\\bottomrule")]
+    rows = [ln[:-3] for ln in body.splitlines() if ln.endswith(" \\\\")]
+    assert len(rows) == len(table) + 1
+    for ln in rows:
+        cells = re.split(r"(?<!\\)&", ln)
+        assert len(cells) == len(spec)  # no label adds a cell
+        for cell in cells:
+            plain = re.sub(known, "", cell).replace("$-$", "")
+            assert not set(plain) & set("\\&%#_{}$~^<>|\u2212\u2026"), cell  # every special character escaped
+    assert "arm\\_1 \\& co 50\\% \\#2 \\{x\\} \\textasciitilde{}\\textasciicircum{}\\textbackslash{}" in tex
+    depth = 0
+    for ch in re.sub(r"\\[{}]", "", tex):  # braces balance (escaped ones aside)
+        depth += (ch == "{") - (ch == "}")
+        assert depth >= 0
+    assert depth == 0
 
 
 def test_cli_report(sweep, tmp_path, capsys):
@@ -144,9 +174,59 @@ def test_cli_report(sweep, tmp_path, capsys):
     assert rc == 0 and f"wrote {out}" in cap.out
     assert "warning" in cap.err and "memlab run --resume" in cap.err
     tex = out.read_text()
-    assert tex.index("k=5") < tex.index("k=20") and "\\begin{tabular}" in tex
+    assert tex.index("k=20") < tex.index("k=5") and "\\begin{tabular}" in tex  # the order given
+    assert "every delta is B $-$ A" in tex  # the paired comparison, k=5 against k=20
     assert main(["report", str(sweep["k"][5].run_dir), "--format", "csv", "--metrics", "f1,calls_qa"]) == 0
     back = pd.read_csv(io.StringIO(capsys.readouterr().out))
     assert {"f1", "f1_lo", "f1_hi", "calls_qa", "n", "errors"} <= set(back.columns) and (back.calls_qa == 0).all()
     assert main(["report", str(broken)]) == 2
     assert "nothing to report" in capsys.readouterr().err
+
+
+def test_public_names_report_and_compare_are_the_functions_the_cli_uses():
+    import memlab
+    from memlab.run.compare import compare
+
+    assert memlab.report is report_table and memlab.compare is compare  # `memlab.report` raised AttributeError
+    assert {"report", "compare", "run_experiment"} <= set(dir(memlab))
+    for gone in ("compare_runs", "paired"):
+        with pytest.raises(AttributeError):
+            getattr(memlab, gone)
+
+
+def test_printed_tables_leave_out_what_an_offline_run_does_not_have(synthetic_path, tmp_path, capsys):
+    # `memlab run` printed tokens_qa 0.000 and calls_qa 0.000 for the offline reader, and report_table swapped
+    # its context tokens into tokens_qa; now each column is one quantity and empty ones are not printed.
+    from memlab.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"name: offline\ndataset: {{path: {synthetic_path}}}\nextraction: {{extractor: turns}}\n")
+    assert main(["run", str(cfg), "--results", str(tmp_path / "r")]) == 0
+    header = set(next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("label")).split())
+    assert {"context_tokens_qa", "embedding_tokens_qa"} <= header
+    assert not header & {"prompt_tokens_qa", "calls_qa", "tokens_qa", "total_tokens_qa"}
+    table = report_table(list((tmp_path / "r").glob("offline-*")))
+    assert (table.prompt_tokens_qa == 0).all() and (table.context_tokens_qa > 0).all()
+    shown = format_report(table)
+    assert "context tokens/QA" in shown and "Calls/QA" not in shown and "prompt tokens/QA" not in shown
+    mixed = pd.concat([table, table.assign(run="model", model_calls=True, prompt_tokens_qa=100.0, calls_qa=1.0,
+                                           prompt_tokens_qa_lo=np.nan, prompt_tokens_qa_hi=np.nan)])
+    from memlab.run.report import display_frame
+
+    d = display_frame(mixed)
+    assert set(d.loc[d.run == "model", "prompt tokens/QA"]) == {"100"}
+    offline = d[d.run != "model"]
+    assert set(offline["prompt tokens/QA"]) == {"-"} and set(offline["Calls/QA"]) == {"-"}
+    # a run folder written before the renaming reads with the new names
+    from memlab.run.records import read_frame, write_frame
+    from memlab.run.results import load_run
+
+    d = next((tmp_path / "r").glob("offline-*"))
+    s = read_frame(d / "summary")
+    old = s.drop(columns=["answer_tokens_qa"]).rename(columns={"embedding_tokens_qa": "embed_tokens_qa",
+                                                               "model_tokens_qa": "total_tokens_qa"})
+    write_frame(d / "summary", old.assign(tokens_qa=0.0))
+    back = load_run(d).summary
+    assert {"answer_tokens_qa", "embedding_tokens_qa", "model_tokens_qa"} <= set(back.columns)
+    assert not {"tokens_qa", "embed_tokens_qa", "total_tokens_qa"} & set(back.columns)
+    assert np.allclose(back.embedding_tokens_qa, s.embedding_tokens_qa)

@@ -20,7 +20,7 @@ from memlab.data import load_locomo
 from memlab.index import open_service
 from memlab.memory import SearchOptions, UserKey
 from memlab.run import ConfigError, ExperimentConfig, load_run, run_experiment
-from memlab.run.report import compare
+from memlab.run.report import report_table
 from memlab.testing import Reply, ScriptedServer
 from tests.scripted_model import responder
 
@@ -48,7 +48,7 @@ def test_shipped_configs_round_trip():
         ({"answer": {"arm": "original"}}, "answer.model is required"),
         ({"extraction": {"reconcile": {"skip_score": 3}}}, "skip_score"),
         ({"grid": {"retrieval.nope": [1]}}, "unknown key 'retrieval.nope'"),
-        ({"dataset": {"categories": [6]}}, "dataset.categories has [6]"),
+        ({"dataset": {"categories": [8]}}, "dataset.categories has [8]"),
     ],
 )
 def test_config_errors_name_key_and_allowed(doc, needle):
@@ -114,7 +114,8 @@ def test_offline_run_writes_everything(locomo_path, tmp_path):
     assert len(run.predictions) == 40 and run.predictions.error.isna().all()
     assert {"f1", "bleu1", "em", "recall@10", "context_recall", "rule"} <= set(run.predictions.columns)
     s = run.summary
-    assert {"tokens_qa", "calls_qa", "latency_p50_s", "latency_p95_s", "context_tokens_qa"} <= set(s.columns)
+    assert {"answer_tokens_qa", "prompt_tokens_qa", "calls_qa", "latency_p50_s", "latency_p95_s",
+            "context_tokens_qa"} <= set(s.columns) and "tokens_qa" not in s.columns
     assert s.loc["overall 1-5", "n"] == 40 and s.loc["overall 1-5", "calls_qa"] == 0
     assert 0 < s.loc["overall 1-5", "recall@10"] <= 1
     again = load_run(d)
@@ -123,8 +124,8 @@ def test_offline_run_writes_everything(locomo_path, tmp_path):
     assert info["extraction"]["from_cache"] is False and info["timings"]["total_s"] > 0
     second = run_experiment(offline_cfg(locomo_path, **{"retrieval.top_k": 5}), results=tmp_path, progress=False)
     assert second.info["extraction"]["from_cache"] is True  # retrieval ablation re-extracts nothing
-    table = compare([run, second])
-    assert ("f1", run.run_dir.name) in table.columns and ("f1", second.run_dir.name) in table.columns
+    table = report_table([run, second])
+    assert list(dict.fromkeys(table.run_dir)) == [str(run.run_dir), str(second.run_dir)] and table.f1.notna().all()
 
 
 def model_cfg(locomo_path, srv, arm, **over):

@@ -88,7 +88,7 @@ def test_model_path_prompt_carries_the_loaded_session_and_usage_is_accounted(syn
         assert row.prediction == "Rex" and row.calls == 1
         assert (row.prompt_tokens, row.completion_tokens, row.cached_tokens) == (321, 4, 100)
         s = run.summary.loc["overall 1-5"]
-        assert s["tokens_qa"] == 325 and s["calls_qa"] == 1 and s["cached_tokens_qa"] == 100
+        assert s["answer_tokens_qa"] == 325 and s["calls_qa"] == 1 and s["cached_tokens_qa"] == 100
         # a rerun is served from the response cache: no new request, the cached call is counted as such
         again = run_experiment(cfg, results=tmp_path, progress=False)
         assert len(srv.requests) == 1 and again.predictions.iloc[0].cached_calls == 1

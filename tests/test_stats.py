@@ -15,12 +15,14 @@ from memlab.eval.stats import (
     cluster_bootstrap,
     compare_grid,
     compare_predictions,
+    comparison_legend,
     holm,
     judge_disagreements,
     mcnemar_exact,
     mcnemar_from_counts,
     naive_bootstrap,
     percentile_ci,
+    sign_flip,
     sign_flip_test,
 )
 from memlab.run import ExperimentConfig, run_experiment
@@ -73,7 +75,7 @@ def test_planted_difference_is_detected():
     fl = c.flipped
     assert len(fl) > 0 and set(fl.direction) == {"fixed by B"}
     assert (fl.f1_a < 0.5).all() and (fl.f1_b >= 0.5).all() and (fl.prediction_b == "better").all()
-    plain = compare_predictions(a, b, metrics=("f1",), a_sha=SHA, b_sha=SHA, cluster_perm=False, n_perm=2000)
+    plain = compare_predictions(a, b, metrics=("f1",), a_sha=SHA, b_sha=SHA, unit="question", n_perm=2000)
     assert plain.table.set_index("group").loc["overall 1-5", "p_perm"] == pytest.approx(1 / 2001)
 
 
@@ -154,16 +156,123 @@ def test_compare_refuses_different_datasets_and_question_sets():
     assert c.table.set_index("group").loc["overall 1-5", "n"] == 300 and "300 shared" in c.notes[0]
 
 
-def test_grid_applies_holm_over_runs():
+def test_grid_applies_holm_over_runs_groups_and_metrics():
     base = frame(8)
     big = base.copy()
     big["f1"] = np.clip(base.f1 + 0.2, 0, 1)
     same = base.copy()
-    table, comps = compare_grid(base, {"big": big, "same": same}, {"baseline": SHA, "big": SHA, "same": SHA},
-                                metrics=("f1",))
-    o = table[table.group == "overall 1-5"].set_index("run")
-    assert o.loc["big", "p_perm_holm"] == pytest.approx(min(1, 2 * o.loc["big", "p_perm"]))
-    assert o.loc["same", "p_perm_holm"] == 1.0 and set(comps) == {"big", "same"}
+    cmp = compare_grid(base, {"same": same, "big": big}, {"baseline": SHA, "big": SHA, "same": SHA},
+                       metrics=("f1", "bleu1"))
+    table = cmp.table
+    assert cmp.runs == ["same", "big"] and list(dict.fromkeys(table.run)) == ["same", "big"]  # the order given
+    assert len(table) == 2 * 7 * 2  # runs x groups x metrics: one family
+    for col in ("p_perm", "p_mcnemar"):
+        assert table[f"{col}_holm"].tolist() == pytest.approx(holm(table[col]).tolist())
+    o = table[(table.group == "overall 1-5") & (table.metric == "f1")].set_index("run")
+    # 14 rows of "big" share the smallest p (2/1024): Holm multiplies it by the 28 tests of the table
+    assert o.loc["big", "p_perm"] == pytest.approx(2 / 1024)
+    assert o.loc["big", "p_perm_holm"] == pytest.approx(28 * 2 / 1024)
+    assert o.loc["same", "p_perm_holm"] == 1.0 and set(cmp.flipped.run) == {"big"}
+
+
+def test_holm_runs_over_the_categories_and_metrics_of_one_comparison():
+    a = frame(12)
+    b = a.copy()
+    b["f1"] = np.clip(a.f1 + 0.1, 0, 1)
+    t = compare_predictions(a, b, metrics=("f1", "bleu1", "em"), a_sha=SHA, b_sha=SHA).table
+    assert len(t) == 21
+    assert t.p_perm_holm.tolist() == pytest.approx(holm(t.p_perm).tolist())
+    assert t.p_mcnemar_holm.tolist() == pytest.approx(holm(t.p_mcnemar).tolist())
+    assert (t.p_perm_holm >= t.p_perm).all() and (t.p_perm_holm > t.p_perm).any()
+
+
+def test_interval_and_permutation_test_use_one_method():
+    """Every conversation loses 0.02 on average, but each question swings by +-0.5: the conversation sign-flip test
+    gives its smallest p (2/1024), and the interval, which inverts that test, excludes 0. (The two-stage bootstrap,
+    which also redraws questions within each conversation, gave [-0.07, +0.03] here.)"""
+    rows = []
+    for c in range(10):
+        for i in range(40):
+            up = i % 2 == 0
+            rows.append({"qid": f"c{c}:{i}", "conversation_id": f"c{c}", "category": 1 + i % 5,
+                         "f1": 0.5 if up else 0.54, "f1_b": 1.0 if up else 0.0, "prediction": "p"})
+    a = pd.DataFrame(rows)
+    b = a.assign(f1=a.f1_b)
+    c = compare_predictions(a, b, metrics=("f1",), a_sha=SHA, b_sha=SHA)
+    o = c.table.set_index("group").loc["overall 1-5"]
+    assert c.unit == "conversation" and o.delta == pytest.approx(-0.02)
+    assert o.p_perm == pytest.approx(2 / 1024) and o.hi < 0
+    assert any("excludes 0 exactly when p_perm <= 0.05" in line for line in c.legend())
+
+
+@pytest.mark.parametrize("unit", ["conversation", "question"])
+def test_interval_excludes_zero_exactly_when_the_test_rejects(unit):
+    rows = []
+    few = unit == "question"  # Monte Carlo flips of 400 questions: a smaller grid keeps the test short
+    for shift in (0.0, 0.03, 0.08) if few else (0.0, 0.01, 0.02, 0.03, 0.05, 0.08):
+        for seed in (20,) if few else (20, 21):
+            a = frame(seed, conv_sd=0.05)
+            b = frame(seed + 100, shift=shift, conv_sd=0.05).assign(qid=a.qid)
+            rows.append(compare_predictions(a, b, metrics=("f1",) if few else ("f1", "bleu1"), a_sha=SHA, b_sha=SHA,
+                                            unit=unit, n_perm=2000, n_boot=200).table)
+    t = pd.concat(rows)
+    assert ((t.lo <= 0) & (0 <= t.hi)).tolist() == (t.p_perm > 0.05).tolist()
+    assert (t.p_perm <= 0.05).any() and (t.p_perm > 0.05).any()  # both outcomes really occur
+    assert ((t.lo <= t.delta) & (t.delta <= t.hi)).all()
+
+
+def test_sign_flip_interval_bounds_are_where_the_test_turns():
+    rng = np.random.default_rng(3)
+    d = rng.normal(0.04, 0.3, 400) + np.repeat(rng.normal(0, 0.03, 10), 40)
+    cl = np.repeat(np.arange(10), 40)
+    p, lo, hi = sign_flip(d, cl)
+    assert p == sign_flip_test(d, cl) and lo < d.mean() < hi
+    eps = 1e-7
+    assert sign_flip_test(d - (hi - eps), cl) > 0.05 >= sign_flip_test(d - (hi + eps), cl)
+    assert sign_flip_test(d - (lo + eps), cl) > 0.05 >= sign_flip_test(d - (lo - eps), cl)
+    assert sign_flip(d[:200], cl[:200])[1] == -np.inf  # five conversations: no shift is ever rejected
+
+def test_few_conversations_use_questions_as_the_unit_and_say_so():
+    a = frame(13, n_conv=3)
+    b = a.copy()
+    b["f1"] = np.clip(a.f1 + 0.15, 0, 1)
+    c = compare_predictions(a, b, metrics=("f1",), a_sha=SHA, b_sha=SHA, n_perm=2000)
+    o = c.table.set_index("group").loc["overall 1-5"]
+    assert c.unit == "question" and o.p_perm == pytest.approx(1 / 2001)  # 3 conversations could only give 0.25
+    text = str(c)
+    assert "3 conversation(s) < 6" in text and "bootstrap over the same questions" in text
+    assert np.isfinite(o.lo) and np.isfinite(o.hi)
+    clustered = compare_predictions(a, b, metrics=("f1",), a_sha=SHA, b_sha=SHA, unit="conversation")
+    oc = clustered.table.set_index("group").loc["overall 1-5"]
+    assert oc.p_perm == pytest.approx(2 / 8) and oc.lo == -np.inf and oc.hi == np.inf  # nothing can be rejected
+    with pytest.raises(ValueError, match="unit = 'runs'"):
+        compare_predictions(a, b, a_sha=SHA, b_sha=SHA, unit="runs")
+
+
+def test_printed_comparison_names_the_direction_the_tests_and_mdd():
+    a = frame(14)
+    b = a.copy()
+    b["f1"] = np.clip(a.f1 - 0.1, 0, 1)
+    text = str(compare_predictions(a, b, metrics=("f1", "bleu1"), a_sha=SHA, b_sha=SHA, a_name="base",
+                                   b_name="new"))
+    assert "A (baseline) = base; B = new; every delta is B \u2212 A" in text
+    header = next(line for line in text.splitlines() if "p_perm" in line and "metric" in line)
+    assert "B \u2212 A" in header and "p_perm_holm" in header and "mdd" in header
+    for key in ("p_perm: two-sided paired permutation test", "p_mcnemar: exact McNemar", "*_holm: Holm-adjusted over "
+                "all 14 rows", "mdd: minimum detectable difference", "smallest possible p 0.00195"):
+        assert key in text, key
+    assert "no p_perm_holm can fall below" not in text  # 14 x 2/1024 < 0.05
+    floor = comparison_legend("conversation", 10, "f1", 0.5, 35)[-1]
+    assert "after Holm over 35 tests no p_perm_holm can fall below 0.0684" in floor
+
+
+def test_a_run_whose_every_question_errored_is_refused_clearly():
+    a = frame(15)
+    b = a.assign(error="ModelError: empty reply", f1=np.nan, bleu1=np.nan, em=np.nan)
+    with pytest.raises(ComparisonError, match="B: every one of its 400 questions ended in an error"):
+        compare_predictions(a, b, metrics=("f1",), a_sha=SHA, b_sha=SHA)
+    with pytest.raises(ComparisonError, match="no metric among j has a value in both"):
+        compare_predictions(a, a.copy(), metrics=("j",), a_sha=SHA, b_sha=SHA)
 
 
 def test_category_summary_carries_intervals_n_and_mdd():
@@ -233,7 +342,6 @@ def test_judge_repeats_cached_apart_over_http(synthetic_path, tmp_path):
 
     cfg = offline(synthetic_path, **{"judge.model": "openai/scripted-judge", "judge.repeats": 3,
                                      "judge.temperature": 0.7, "judge.prompt": "strict"})
-    cfg.models.api_base = None
     with ScriptedServer(responder=judge) as srv:
         cfg.models.api_base = srv.api_base
         run = run_experiment(cfg, results=tmp_path, progress=False)

@@ -61,4 +61,6 @@ def test_reconcile_sweep_keeps_fewer_memories_as_the_skip_threshold_drops(synthe
     assert t.memories.is_monotonic_decreasing  # non-increasing as the skip threshold is lowered
     assert t.memories.iloc[-1] < t.memories.iloc[0] and t.skipped.iloc[-1] > 0
     assert all(0 <= x <= 1 for x in t["recall@10"]) and not any(math.isnan(x) for x in t["f1"])
+    for m in ("f1", "recall@10"):  # each row with its interval
+        assert (t[f"{m}_lo"] <= t[m] + 1e-12).all() and (t[m] <= t[f"{m}_hi"] + 1e-12).all()
     assert len(list(tmp_path.glob("sweep-reconcile-*"))) == len(settings) + 1  # one run folder per setting

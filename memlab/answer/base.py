@@ -67,6 +67,9 @@ class Answer:
     preload: dict[str, Any] | None = None
     rule: str = ""
     """Which rule produced the answer (extractive arm) or how the model finished (model arms)."""
+    reading: dict[str, Any] | None = None
+    """What an offline reader read of its context (candidates, owners, scores, the abstain test): the trace
+    says why it answered or abstained from the context it was given, nothing else."""
     malformed_tool_calls: int = 0
     """Tool calls the model wrote as text (recovered by parsing or a forced re-ask); a run sums them."""
 
@@ -232,5 +235,8 @@ def evidence_ranks(ctx: AnswerContext, queries: list[QueryTrace], evidence: set[
                         best[s] = r
                     else:
                         best.setdefault(s, None)
-        out["queries"].append({"memory_ranks": mranks, "evidence_ranks": best})
+        q_out: dict[str, Any] = {"memory_ranks": mranks, "evidence_ranks": best}
+        if not out["queries"]:  # the first query's whole ranking as source ids: turn/session-level metrics
+            q_out["ranked_sources"] = [list(h.entry.source_ids) for h in res.hits]  # (memlab.eval.longmemeval)
+        out["queries"].append(q_out)
     return out

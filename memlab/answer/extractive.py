@@ -1,36 +1,49 @@
 """The offline reader: builds a short answer from the whole retrieved context, no model.
 
-Rules, in order (each answer records which one fired, and the rank it used, in ``Answer.rule``):
+Every retrieved memory is read. A memory is cut into *segments*, each with its owner: a turn memory
+("Bob: ... (replying to Ann: ...)") gives Bob's own words and Ann's quoted words; another memory
+(an observation) is owned by its participants. Each sentence (``split="sentence"``; or clause) of
+each segment that adds a word to the question is a *candidate*; a *temporal* question ("When ...")
+has one candidate per dated segment instead, its answer the date or the time phrase resolved against
+it (`memlab.answer.temporal`). A candidate's score is a weighted sum of its features (`FEATURES`):
 
-1. *abstain* ("Not mentioned in the conversation.") when nothing is retrieved, or when the question
-   names a conversation participant and none of the top ``speaker_window`` memories is that
-   person's (the adversarial questions of LoCoMo ask about the wrong person);
-2. *temporal* questions ("When ...", "What year ...") are answered from the dated memory, among all
-   top-k, with the best score = question overlap + ``phrase_bonus`` if its own words carry a time
-   phrase (resolved against its date, `memlab.answer.temporal`) - ``temporal_rank_weight * log2(rank)``;
-3. otherwise the *span*: every sentence (``split="sentence"``; or comma/conjunction clause) of every
-   retrieved memory is a candidate, scored by its overlap with the question (stemmed content
-   words) - ``rank_weight * log2(rank)``; candidates that add no word to the question are skipped.
-   The answer is the best candidate minus the words the question already says, stop words and
-   filler words (``span="novel"``), or the whole clause (``span="clause"``), or the whole top memory
-   (``span="memory"``, the top-1 baseline). A list question ("What activities has ...") joins the
-   best candidates of up to ``list_spans`` different memories with commas.
+- ``overlap``: question terms (stemmed content words) in the candidate (weight 1, the scale);
+- ``memory``: question terms elsewhere in the memory the candidate came from;
+- ``agreement``: how many *other* retrieved memories that share a question term also carry the
+  candidate's answer words (support across the context, weighted by their question coverage);
+- ``rank``: log2 of the memory's retrieval rank (``rank_weight``, or ``temporal_rank_weight``);
+- ``speaker``: 1 when the segment's owner is a person the question names;
+- ``date``: 1 when the question names a year or month and the memory is dated in it;
+- ``length``: log2(1 + answer words); ``phrase``: 1 when a temporal candidate has a time phrase.
 
-Since every top-k memory is a candidate, k changes what the reader answers (the earlier reader read
-only the top-1 memory for spans and the top-3 for dates, so top-k gave the same answers at every k).
-Defaults measured on LoCoMo-10 (offline config, k = 10, overall 1-4 F1; the top-1/top-3 reader: 0.222):
-rank_weight 1 / 2 / 3 -> 0.220 / 0.222 / 0.223 (temporal_rank_weight 1, phrase_bonus 4, list_spans 3);
-phrase_bonus 2 instead of 4 -> 0.215; list_spans 1 (no lists) -> 0.220 at rank_weight 1.
+Abstain ("Not mentioned in the conversation.") when nothing is retrieved, or — the adversarial
+questions of LoCoMo ask about the wrong person — when the question names a participant and the
+best candidate that person owns scores more than ``abstain_margin`` below the best candidate
+overall (scores without the speaker feature), or that person owns none. Only the context given is
+read; what was read (candidates, owners, scores, the abstain test) is returned in ``Answer.reading``.
+
+The answer is the best candidate's words minus those the question already says, stop words and
+filler (``span="novel"``), or the whole clause (``span="clause"``), or the whole top memory
+(``span="memory"``, the top-1 baseline). A list question ("What activities has ...") joins the
+best candidates of up to ``list_spans`` different memories with commas.
+
+Weights default to `memlab.answer.reader_weights`, fit by ``benchmarks/fit_reader.py`` with
+leave-conversations-out cross-validation on LoCoMo-10 (its held-out figures are in that module).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+import numpy as np
+
 from memlab.answer.base import ABSTAIN, ANSWERERS, Answer, AnswerContext, Answerer, retrieve
+from memlab.answer.reader_weights import WEIGHTS
 from memlab.answer.temporal import is_temporal_question, resolve
 from memlab.data.locomo import Question
 from memlab.index.text import STOP_WORDS, analyze, stem, words
@@ -38,6 +51,7 @@ from memlab.llm import count_tokens
 from memlab.memory.entry import MemoryEntry
 
 SPANS = ("novel", "clause", "memory")
+_QUOTE = re.compile(r"\s\((replying to|answered by) ([^:]+): (.*)\)\s*$", re.DOTALL)
 _CONTEXT = re.compile(r"\s\((?:replying to|answered by) [^:]+: .*$", re.DOTALL)
 _CLAUSE = re.compile(r"(?<=[.!?;,])\s+|\s+(?:and|but|so|because)\s+", re.IGNORECASE)
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+")
@@ -45,6 +59,17 @@ _SENTENCE = re.compile(r"(?<=[.!?;])\s+")
 FILLER = frozenset("""really recently especially also just so very actually always definitely currently still
 even lately pretty super totally quite already finally named called like""".split())
 _PHOTO = re.compile(r"\s*\[shared a photo: [^\]]*\]")
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
+_YEAR = re.compile(r"\b(19|20)\d\d\b")
+#: Candidate features, in the order of `Candidate.features` (the fit script reads this order).
+FEATURES = ("overlap", "memory", "agreement", "rank", "temporal_rank", "speaker", "date", "length", "phrase")
+#: The weight of each feature: a constructor parameter (``overlap`` is the scale, fixed at 1).
+WEIGHT_OF = {"memory": "memory_weight", "agreement": "agreement_weight", "rank": "rank_weight",
+             "temporal_rank": "temporal_rank_weight", "speaker": "speaker_weight", "date": "date_weight",
+             "length": "length_weight", "phrase": "phrase_bonus"}
+PENALTIES = ("rank", "temporal_rank")
+"""Features subtracted (a deeper rank lowers the score): their weights are >= 0."""
 
 
 def own_text(entry: MemoryEntry) -> str:
@@ -56,7 +81,27 @@ def own_text(entry: MemoryEntry) -> str:
     return text.strip()
 
 
-def named_people(question: str, people: tuple[str, ...]) -> set[str]:
+def segments(entry: MemoryEntry) -> list[tuple[str, frozenset[str]]]:
+    """(text, owners) of each part of a memory: a turn's own words (its speaker's) and the neighbouring
+    turn it quotes (that turn's speaker's); any other memory is one segment owned by its participants."""
+    text = entry.text
+    out: list[tuple[str, frozenset[str]]] = []
+    m = _QUOTE.search(text)
+    quoted = None
+    if m:
+        quoted = (m.group(3).strip(), frozenset({m.group(2).strip()}))
+        text = text[: m.start()]
+    speaker = next((p for p in entry.participants if text.startswith(f"{p}: ")), None)
+    if speaker is not None:
+        out.append((text[len(speaker) + 2:].strip(), frozenset({speaker})))
+    else:
+        out.append((text.strip(), frozenset(entry.participants)))
+    if quoted is not None and quoted[0]:
+        out.append(quoted)
+    return out
+
+
+def named_people(question: str, people: Sequence[str]) -> set[str]:
     ws = set(words(question))
     return {p for p in people if p.lower().split()[0] in ws}
 
@@ -74,124 +119,248 @@ def is_list_question(question: str) -> bool:
     return bool(LIST_QUESTION.search(question))
 
 
+def _dates_named(question: str) -> tuple[set[int], set[int]]:
+    """The years and month numbers a question names."""
+    low = question.lower()
+    return ({int(y.group(0)) for y in _YEAR.finditer(low)},
+            {i + 1 for i, mo in enumerate(_MONTHS) if re.search(rf"\b{mo}\b", low)})
+
+
+def _date_fit(named: tuple[set[int], set[int]], when: datetime | None) -> float:
+    """1 when the question names a year or month (``named``) and the memory is dated in it (0 without a date)."""
+    years, months = named
+    if when is None or (not years and not months):
+        return 0.0
+    return float((not years or when.year in years) and (not months or when.month in months))
+
+
+@dataclass
+class Candidate:
+    """One possible answer read from the context, with the features that score it."""
+
+    rank: int
+    owners: frozenset[str]
+    text: str
+    """The sentence (or clause, or dated segment) the answer comes from."""
+    answer: str
+    """What the reader would say: novel words, the clause, or the resolved date."""
+    novel: list[str]
+    features: np.ndarray
+    kind: str = "span"
+    """``span`` or ``temporal`` (``temporal: '<phrase>'`` / ``temporal: date`` in the rule)."""
+    phrase: str | None = None
+
+
+@dataclass
+class Reading:
+    """Everything the reader drew from one question's context (what `ExtractiveAnswerer.choose` decides on)."""
+
+    question: str
+    people: set[str]
+    temporal: bool
+    list_question: bool
+    candidates: list[Candidate] = field(default_factory=list)
+    top_memory: str = ""
+    """The top memory's own words (the ``span="memory"`` answer and the fallback when no candidate adds a word)."""
+
+
 @ANSWERERS.register("extractive")
 class ExtractiveAnswerer(Answerer):
-    """The offline reader over the whole retrieved context (every top-k memory is a candidate).
+    """The offline reader over the whole retrieved context (see the module docstring for the rules).
 
-    Each candidate (a sentence of a memory, or a dated memory for a time question) is scored by its
-    overlap with the question's stemmed content words minus ``rank_weight * log2(rank)``: a lower-
-    ranked memory wins only when it matches the question clearly better, so k changes the answer
-    where a deeper memory matches better, and top-1 is recovered at ``rank_weight`` -> infinity.
-    Span candidates with no word the question does not already say are skipped (they cannot answer).
-    A list question (`is_list_question`) joins the best spans of up to ``list_spans`` different
-    memories with commas. ``span_window`` / ``temporal_window`` cap the ranks considered (None: all).
+    Every weight is a constructor parameter; None takes the fitted default
+    (`memlab.answer.reader_weights.WEIGHTS`). ``span_window`` / ``temporal_window`` cap the ranks
+    read (None: all); ``abstain=False`` never abstains on a named person.
     """
 
     name = "extractive"
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
-        return cls(span=section.span, abstain=section.abstain, speaker_window=section.speaker_window,
-                   temporal_window=section.temporal_window, span_window=section.span_window,
-                   max_words=section.max_words, split=section.split, drop_filler=section.drop_filler,
-                   rank_weight=section.rank_weight, list_spans=section.list_spans, phrase_bonus=section.phrase_bonus,
-                   temporal_rank_weight=section.temporal_rank_weight)
+        weights = {k: getattr(section, k) for k in WEIGHTS if getattr(section, k, None) is not None}
+        return cls(span=section.span, abstain=section.abstain, temporal_window=section.temporal_window,
+                   span_window=section.span_window, max_words=section.max_words, split=section.split,
+                   drop_filler=section.drop_filler, list_spans=section.list_spans, **weights)
 
-    def __init__(self, span: str = "novel", abstain: bool = True, speaker_window: int = 1,
-                 temporal_window: int | None = None, span_window: int | None = None, max_words: int = 12,
-                 split: str = "sentence", drop_filler: bool = True, rank_weight: float = 3.0, list_spans: int = 3,
-                 phrase_bonus: float = 4.0, temporal_rank_weight: float = 1.0):
+    def __init__(self, span: str = "novel", abstain: bool = True, temporal_window: int | None = None,
+                 span_window: int | None = None, max_words: int = 12, split: str = "sentence",
+                 drop_filler: bool = True, list_spans: int = 3, rank_weight: float | None = None,
+                 memory_weight: float | None = None, agreement_weight: float | None = None,
+                 speaker_weight: float | None = None, date_weight: float | None = None,
+                 length_weight: float | None = None, phrase_bonus: float | None = None,
+                 temporal_rank_weight: float | None = None, abstain_margin: float | None = None):
         if span not in SPANS:
             raise ValueError(f"span: expected one of {SPANS}, got {span!r}")
-        if rank_weight < 0:
-            raise ValueError(f"rank_weight: expected >= 0, got {rank_weight!r}")
         self.span = span
         self.abstain = abstain
-        self.speaker_window = speaker_window
         self.temporal_window = temporal_window
         self.span_window = span_window
         self.max_words = max_words
         self.split = split
         self.drop_filler = drop_filler
-        self.rank_weight = rank_weight
         self.list_spans = list_spans
-        self.phrase_bonus = phrase_bonus
-        self.temporal_rank_weight = temporal_rank_weight
+        given = {"rank_weight": rank_weight, "memory_weight": memory_weight, "agreement_weight": agreement_weight,
+                 "speaker_weight": speaker_weight, "date_weight": date_weight, "length_weight": length_weight,
+                 "phrase_bonus": phrase_bonus, "temporal_rank_weight": temporal_rank_weight,
+                 "abstain_margin": abstain_margin}
+        for name, v in given.items():
+            v = WEIGHTS[name] if v is None else v
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"{name}: expected a finite number, got {v!r}")
+            if name in ("rank_weight", "temporal_rank_weight") and v < 0:
+                raise ValueError(f"{name}: expected >= 0 (a deeper memory must not score higher), got {v!r}")
+            setattr(self, name, float(v))
 
-    def _rank_penalty(self, rank: int, weight: float | None = None) -> float:
-        return (self.rank_weight if weight is None else weight) * math.log2(max(rank, 1))
+    @property
+    def weights(self) -> dict[str, float]:
+        """The weights in force, by parameter name."""
+        return {k: getattr(self, k) for k in WEIGHTS}
+
+    def weight_vector(self) -> np.ndarray:
+        """Weights in `FEATURES` order, penalties negated (score = features @ vector)."""
+        return np.array([1.0 if f == "overlap" else (-1.0 if f in PENALTIES else 1.0) * getattr(self, WEIGHT_OF[f])
+                         for f in FEATURES])
 
     def _novel(self, clause: str, qstems: set[str]) -> list[str]:
         return [w for w in clause.split() if (core := w.strip(".,!?;:\"'()").lower())
                 and core not in STOP_WORDS and stem(core.split("'")[0]) not in qstems
                 and not (self.drop_filler and core in FILLER)]
 
-    def answer(self, question: Question, ctx: AnswerContext) -> Answer:
-        res, trace = retrieve(ctx, question.question)
-        hits = res.hits
-        ans = Answer(prediction=ABSTAIN, context=res.entries, queries=[trace])
-        ans.context_tokens = count_tokens("\n".join(e.text for e in res.entries) + "\n" + question.question)
+    # ------------------------------------------------------------------ reading: context -> candidates
+    def read(self, question: str, hits: Sequence[tuple[int, MemoryEntry]], speakers: Sequence[str]) -> Reading:
+        """The candidates of a question's context (``hits``: (rank, memory), best first); no weight is used."""
+        temporal = self.span != "memory" and is_temporal_question(question)
+        r = Reading(question=question, people=named_people(question, speakers), temporal=temporal,
+                    list_question=self.list_spans > 1 and is_list_question(question))
         if not hits:
-            ans.rule = "abstain: no memory retrieved"
-            return ans
-        people = named_people(question.question, ctx.conversation.speakers)
-        if self.abstain and people:
-            top = [h.entry for h in hits[: self.speaker_window]]
-            if ctx.search.participant_boost:  # judge the premise on a search that does not favour the name
-                plain, _ = retrieve(ctx, question.question, participant_boost=False)
-                top = plain.entries[: self.speaker_window]
-            if not any(people & set(e.participants) for e in top):
-                ans.rule = f"abstain: top memory is not {'/'.join(sorted(people))}'s"
-                return ans
-        qstems = set(analyze(question.question))
-        if self.span != "memory" and is_temporal_question(question.question):
-            best_t: tuple[float, str, str] | None = None
-            for h in hits[: self.temporal_window]:
-                if h.entry.event_time is None:
-                    continue
-                text, phrase = resolve(own_text(h.entry), h.entry.event_time)
-                score = len(qstems & set(analyze(own_text(h.entry)))) + (self.phrase_bonus if phrase else 0.0)
-                score -= self._rank_penalty(h.rank, self.temporal_rank_weight)
-                if best_t is None or score > best_t[0]:
-                    how = f"'{phrase}'" if phrase else "date"
-                    best_t = (score, text, f"temporal: {how} at rank {h.rank}")
-            if best_t is not None:
-                ans.prediction, ans.rule = best_t[1], best_t[2]
-                return ans
+            return r
+        r.top_memory = own_text(hits[0][1])
         if self.span == "memory":
-            ans.prediction, ans.rule = own_text(hits[0].entry), "span: top memory"
-            return ans
+            return r
+        window = self.temporal_window if temporal else self.span_window
+        r.candidates = self._candidates(question, list(hits[:window]), r, temporal)
+        if temporal and not r.candidates:  # no dated memory: read it as any other question
+            r.temporal = False
+            r.candidates = self._candidates(question, list(hits[: self.span_window]), r, False)
+        return r
+
+    def _candidates(self, question: str, hits: list[tuple[int, MemoryEntry]], r: Reading,
+                    temporal: bool) -> list[Candidate]:
+        qstems = set(analyze(question))
+        mem_stems = [set(analyze(_PHOTO.sub("", " ".join(t for t, _ in segments(e))))) for _, e in hits]
+        mem_q = [len(qstems & s) for s in mem_stems]
+        nq = max(len(qstems), 1)
+        holders: dict[str, list[int]] = {}  # stem -> the memories (sharing a question term) that carry it
+        for j, s in enumerate(mem_stems):
+            if mem_q[j]:
+                for t in s:
+                    holders.setdefault(t, []).append(j)
+        named = _dates_named(question)
         splitter = _CLAUSE if self.split == "clause" else _SENTENCE
-        cands: list[tuple[float, int, str, list[str]]] = []  # (score, rank, clause, novel words)
-        for h in hits[: self.span_window]:
-            for clause in splitter.split(_PHOTO.sub("", own_text(h.entry))):
-                clause = clause.strip(" .!?;,")
-                novel = self._novel(clause, qstems) if clause else []
-                if not novel:
-                    continue
-                score = len(qstems & set(analyze(clause))) - self._rank_penalty(h.rank)
-                cands.append((score, h.rank, clause, novel))
-        if not cands:
-            ans.prediction, ans.rule = own_text(hits[0].entry), "span: top memory (no clause adds a word)"
-            return ans
-        cands.sort(key=lambda c: (-c[0], c[1]))
-        score, rank, clause, novel = cands[0]
+        out: list[Candidate] = []
+        for i, (rank, e) in enumerate(hits):
+            date = _date_fit(named, e.event_time)
+            for seg, owners in segments(e):
+                seg = _PHOTO.sub("", seg)
+                if temporal:
+                    if e.event_time is None:
+                        continue
+                    answer, phrase = resolve(seg, e.event_time)
+                    parts = [(seg, answer, phrase)]
+                else:
+                    parts = [(c.strip(" .!?;,"), "", None) for c in splitter.split(seg)]
+                for text, answer, phrase in parts:
+                    novel = self._novel(text, qstems) if text else []
+                    if not temporal and not novel:
+                        continue
+                    stems = set(analyze(text))
+                    overlap = len(qstems & stems)
+                    nstems = {stem(w.strip(".,!?;:\"'()").lower().split("'")[0]) for w in novel}
+                    others = sorted({j for t in nstems for j in holders.get(t, ()) if j != i})
+                    agree = sum(mem_q[j] / nq for j in others)
+                    feats = np.array([overlap, mem_q[i] - overlap, agree,
+                                      0.0 if temporal else math.log2(max(rank, 1)),
+                                      math.log2(max(rank, 1)) if temporal else 0.0,
+                                      float(bool(r.people & owners)), date,
+                                      0.0 if temporal else math.log2(1 + len(novel)), float(phrase is not None)])
+                    if temporal:
+                        out.append(Candidate(rank, owners, text, answer, novel, feats, "temporal", phrase))
+                    else:
+                        out.append(Candidate(rank, owners, text, " ".join(novel[: self.max_words]), novel, feats))
+        return out
+
+    # ------------------------------------------------------------------ deciding: candidates -> answer
+    def choose(self, r: Reading) -> tuple[str, str, dict[str, Any]]:
+        """(prediction, rule, what was decided) from a `Reading` with this reader's weights."""
+        info: dict[str, Any] = {"people": sorted(r.people)}
+        if self.span == "memory" or not r.candidates:
+            if not r.top_memory:
+                return ABSTAIN, "abstain: no memory retrieved", info
+            if self.span == "memory":
+                return r.top_memory, "span: top memory", info
+            return r.top_memory, "span: top memory (no clause adds a word)", info
+        w = self.weight_vector()
+        F = np.stack([c.features for c in r.candidates])
+        spk = FEATURES.index("speaker")
+        content = F @ w - F[:, spk] * w[spk]
+        score = content + F[:, spk] * w[spk]
+        info["scores"] = score.tolist()
+        if self.abstain and r.people:
+            own = F[:, spk] > 0
+            best = float(content.max())
+            best_own = float(content[own].max()) if own.any() else None
+            info["abstain_test"] = {"best": best, "best_owned": best_own, "margin": self.abstain_margin}
+            if best_own is None or best - best_own > self.abstain_margin:
+                who = "/".join(sorted(r.people))
+                top = r.candidates[int(np.argmax(content))]
+                why = (f"no candidate is {who}'s" if best_own is None else
+                       f"the best candidate (rank {top.rank}, {'/'.join(sorted(top.owners)) or 'no owner'}'s) "
+                       f"outscores {who}'s best by {best - best_own:.2f} > {self.abstain_margin:.2f}")
+                return ABSTAIN, f"abstain: {why}", info
+        order = np.argsort(-score, kind="stable")
+        c = r.candidates[int(order[0])]
+        info["chosen"] = int(order[0])
+        if c.kind == "temporal":
+            how = f"'{c.phrase}'" if c.phrase else "date"
+            return c.answer, f"temporal: {how} at rank {c.rank}", info
         if self.span == "clause":
-            ans.prediction = " ".join(clause.split()[: self.max_words])
-            ans.rule = f"span: best clause (rank {rank})"
-            return ans
-        if self.list_spans > 1 and is_list_question(question.question):
+            return " ".join(c.text.split()[: self.max_words]), f"span: best clause (rank {c.rank})", info
+        if r.list_question:
             parts, ranks = [], []
-            for _, r, _, nv in cands:
-                if r in ranks:
+            for j in order:
+                cj = r.candidates[int(j)]
+                if cj.rank in ranks:
                     continue
-                parts.append(" ".join(nv[: self.max_words]))
-                ranks.append(r)
+                parts.append(cj.answer)
+                ranks.append(cj.rank)
                 if len(parts) == self.list_spans:
                     break
-            ans.prediction = ", ".join(parts)
-            ans.rule = f"span: list of the best clauses (ranks {', '.join(map(str, ranks))})"
-            return ans
-        ans.prediction = " ".join(novel[: self.max_words])
-        ans.rule = f"span: novel words of the best clause (rank {rank})"
+            return ", ".join(parts), f"span: list of the best clauses (ranks {', '.join(map(str, ranks))})", info
+        return c.answer, f"span: novel words of the best clause (rank {c.rank})", info
+
+    def answer(self, question: Question, ctx: AnswerContext) -> Answer:
+        res, trace = retrieve(ctx, question.question)
+        ans = Answer(prediction=ABSTAIN, context=res.entries, queries=[trace])
+        ans.context_tokens = count_tokens("\n".join(e.text for e in res.entries) + "\n" + question.question)
+        r = self.read(question.question, [(h.rank, h.entry) for h in res.hits], ctx.conversation.speakers)
+        ans.prediction, ans.rule, info = self.choose(r)
+        ans.reading = reading_trace(r, info)
         return ans
+
+
+def reading_trace(r: Reading, info: dict[str, Any], limit: int = 5) -> dict[str, Any]:
+    """What the reader read, for the answer trace: the people named, the abstain test, and the best
+    ``limit`` candidates (rank, owners, text, answer, score, non-zero features) of the context it was given."""
+    out: dict[str, Any] = {"people": info.get("people", []), "temporal": r.temporal, "list": r.list_question,
+                           "candidates_read": len(r.candidates)}
+    if "abstain_test" in info:
+        out["abstain_test"] = info["abstain_test"]
+    scores = info.get("scores")
+    if scores:
+        best = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:limit]
+        out["top_candidates"] = [
+            {"rank": r.candidates[i].rank, "owners": sorted(r.candidates[i].owners), "text": r.candidates[i].text[:160],
+             "answer": r.candidates[i].answer, "score": round(scores[i], 3),
+             "features": {f: round(float(v), 3) for f, v in zip(FEATURES, r.candidates[i].features) if v}}
+            for i in best]
+    return out

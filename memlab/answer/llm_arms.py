@@ -78,6 +78,13 @@ def _complete(client: ModelClient, ans: Answer, msgs: list[dict[str, Any]], **kw
     return comp
 
 
+def reader_question(question: Question) -> str:
+    """The question as a reader model gets it. A LongMemEval question carries the date it is asked on, which
+    the official reader prompt states and temporal questions ("how many days ago ...") need; LoCoMo's do not."""
+    date = getattr(question, "question_date_raw", None)
+    return f"{question.question}\n(Current date: {date}.)" if date else question.question
+
+
 @ANSWERERS.register("long-context")
 class LongContextAnswerer(Answerer):
     """The whole transcript (with session dates) in one prompt."""
@@ -98,7 +105,7 @@ class LongContextAnswerer(Answerer):
     def answer(self, question: Question, ctx: AnswerContext) -> Answer:
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation),
                         transcript=render_transcript(ctx.conversation))
-        msgs = [{"role": "system", "content": system}, {"role": "user", "content": question.question}]
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": reader_question(question)}]
         ans = Answer(prediction="", prompt=system, rule="model")
         comp = _complete(self.client, ans, msgs)  # an empty reply raises EmptyReply: never an abstention
         ans.prediction, ans.response = comp.text.strip(), comp.text
@@ -128,7 +135,7 @@ class OriginalAnswerer(Answerer):
         context = res.entries + [e for e in pre if e.id not in seen]
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation),
                         memories=render_context(context))
-        msgs = [{"role": "system", "content": system}, {"role": "user", "content": question.question}]
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": reader_question(question)}]
         ans = Answer(prediction="", context=context, queries=[trace], prompt=system, preload=pinfo, rule="model")
         comp = _complete(self.client, ans, msgs)
         ans.prediction, ans.response = comp.text.strip(), comp.text
@@ -227,7 +234,7 @@ class OptimizedAnswerer(Answerer):
         pre_text = f"## Preloaded memories\n{render_context(pre)}" if pre else ""
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation), preloaded=pre_text)
         msgs: list[dict[str, Any]] = [{"role": "system", "content": system},
-                                      {"role": "user", "content": question.question}]
+                                      {"role": "user", "content": reader_question(question)}]
         ans = Answer(prediction="", context=list(pre), prompt=system, preload=pinfo)
         tools = memory_tools()
         def no_more_tools(comp: Completion) -> None:  # the last round's reply; checked before it is cached

@@ -1,13 +1,17 @@
-"""Data layer: LoCoMo-10 records, the validating loader and the verified download."""
+"""Data layer: LoCoMo-10 and LongMemEval records, validating loaders, format detection, verified downloads."""
 
+from memlab.data.dataset import FORMATS, dataset_name, detect_format, load_dataset
 from memlab.data.fetch import (
     HOW_TO_GET,
     LOCOMO_SHA256,
     LOCOMO_URL,
+    LONGMEMEVAL_FILES,
     ChecksumMismatchError,
+    ChecksumNotPinnedError,
     DataNotFoundError,
     default_cache_path,
     fetch_locomo,
+    fetch_longmemeval,
     resolve_locomo_path,
     sha256_file,
 )
@@ -27,6 +31,14 @@ from memlab.data.locomo import (
     parse_session_date,
     recover_evidence_ids,
 )
+from memlab.data.longmemeval import (
+    LONGMEMEVAL_LABELS,
+    QUESTION_TYPES,
+    LongMemEval,
+    LongMemEvalFormatError,
+    LongMemEvalQuestion,
+    load_longmemeval,
+)
 
 __all__ = [
     "CATEGORY_LABELS", "HOW_TO_GET", "LOCOMO_SHA256", "LOCOMO_URL", "ChecksumMismatchError", "Conversation",
@@ -34,4 +46,7 @@ __all__ = [
     "Question", "Session", "Turn", "default_cache_path", "fetch_locomo", "format_day", "load_locomo",
     "parse_session_date",
     "recover_evidence_ids", "resolve_locomo_path", "sha256_file",
+    "FORMATS", "dataset_name", "detect_format", "load_dataset", "LONGMEMEVAL_FILES", "ChecksumNotPinnedError",
+    "fetch_longmemeval", "LONGMEMEVAL_LABELS", "QUESTION_TYPES", "LongMemEval", "LongMemEvalFormatError",
+    "LongMemEvalQuestion", "load_longmemeval",
 ]

@@ -64,11 +64,16 @@ def fetch_locomo(
 ) -> Path:
     """Download LoCoMo-10 to ``dest`` atomically; refuse (and keep any existing file) on a hash mismatch."""
     target = Path(dest) if dest is not None else default_cache_path()
-    if target.is_file() and not force and sha256_file(target) == sha256:
+    return _download(url, target, sha256, timeout, force, HOW_TO_GET)
+
+
+def _download(url: str, target: Path, sha256: str | None, timeout: float, force: bool, how: str) -> Path:
+    """``url`` to ``target`` atomically, checked against ``sha256`` (None: not checked)."""
+    if target.is_file() and not force and sha256 is not None and sha256_file(target) == sha256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
-    fd, tmp = tempfile.mkstemp(prefix=".locomo10.", suffix=".part", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".part", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as out:
             try:
@@ -77,11 +82,11 @@ def fetch_locomo(
                         h.update(chunk)
                         out.write(chunk)
             except (urllib.error.URLError, OSError) as e:
-                raise ConnectionError(f"could not download {url}: {e}.\n{HOW_TO_GET}") from e
+                raise ConnectionError(f"could not download {url}: {e}.\n{how}") from e
             out.flush()
             os.fsync(out.fileno())
         got = h.hexdigest()
-        if got != sha256:
+        if sha256 is not None and got != sha256:
             raise ChecksumMismatchError(
                 f"refusing {url}: sha256 {got} does not match the expected {sha256}; "
                 f"{target} was left as it was"
@@ -91,3 +96,43 @@ def fetch_locomo(
         if os.path.exists(tmp):
             os.unlink(tmp)
     return target
+
+# ------------------------------------------------------------------------------ LongMemEval
+LONGMEMEVAL_BASE = "https://huggingface.co/datasets/xiaowu0162/longmemeval-cleaned/resolve/main/"
+#: variant -> (file name in the cleaned release, sha256 or None while not pinned)
+LONGMEMEVAL_FILES: dict[str, tuple[str, str | None]] = {
+    "longmemeval-s": ("longmemeval_s_cleaned.json", None),
+    "longmemeval-m": ("longmemeval_m_cleaned.json", None),
+    "longmemeval-oracle": ("longmemeval_oracle.json", None),
+}
+LONGMEMEVAL_HOW = (
+    "LongMemEval (MIT licence, xiaowu0162/LongMemEval; the cleaned release on Hugging Face) is not bundled.\n"
+    "  memlab data fetch longmemeval-s --sha256 <hex>   # verify against a checksum you trust\n"
+    "  memlab data fetch longmemeval-s --unpinned       # no checksum pinned yet: download, print its sha256\n"
+    "then run with  --set dataset.path=<file>  (run.json records the file's sha256)."
+)
+
+
+class ChecksumNotPinnedError(ValueError):
+    """No sha256 is pinned for a download and the caller did not accept an unverified one."""
+
+
+def longmemeval_cache_path(variant: str) -> Path:
+    return default_cache_path().parent / LONGMEMEVAL_FILES[variant][0]
+
+
+def fetch_longmemeval(variant: str, dest: str | os.PathLike[str] | None = None, sha256: str | None = None,
+                      unpinned: bool = False, timeout: float = 600.0, force: bool = False,
+                      base_url: str = LONGMEMEVAL_BASE) -> Path:
+    """Download one LongMemEval variant (``longmemeval-s|-m|-oracle``), verified by ``sha256`` (given, or
+    pinned in `LONGMEMEVAL_FILES`); with neither, only ``unpinned=True`` downloads (and the caller should
+    record the hash it prints). Nothing is written on a mismatch. ``base_url``: a mirror of the release."""
+    if variant not in LONGMEMEVAL_FILES:
+        raise ValueError(f"LongMemEval variant {variant!r}: expected one of {', '.join(LONGMEMEVAL_FILES)}")
+    name, pinned = LONGMEMEVAL_FILES[variant]
+    want = sha256 or pinned
+    if want is None and not unpinned:
+        raise ChecksumNotPinnedError(f"{variant}: no sha256 is pinned for {base_url}{name} in this memlab.\n"
+                                     f"{LONGMEMEVAL_HOW}")
+    target = Path(dest) if dest is not None else longmemeval_cache_path(variant)
+    return _download(base_url + name, target, want, timeout, force, LONGMEMEVAL_HOW)

@@ -4,13 +4,15 @@ The reference reports Tokens/QA of the answering calls only. A memory system als
 conversation, for extraction calls and for embeddings (every memory written, every reconcile search,
 every old-memory lookup), and a run pays for its judge. Here each is its own column, per question:
 
-- ``answer_tokens_qa``: answering prompt + completion tokens (as before, ``tokens_qa``);
+- ``answer_tokens_qa``: answering prompt + completion tokens sent to and returned by a model (0 for an
+  offline reader: it sends nothing; what it read is ``context_tokens_qa``, a column of its own);
 - ``extract_tokens_qa``: extraction calls' prompt + completion tokens, amortized (below);
-- ``embed_tokens_qa``: tokens of the texts embedded to build the memory (o200k count of each written
+- ``embedding_tokens_qa``: tokens of the texts embedded to build the memory (o200k count of each written
   memory's index text, each reconcile query, each old-memory lookup query), amortized; for an arm
   that indexes raw turns itself (session-recall), the turn texts it embedded;
 - ``judge_tokens_qa``: the judge call's prompt + completion tokens;
-- ``total_tokens_qa``: all of the above; ``*_cached_tokens_qa``: the prompt tokens served from the
+- ``model_tokens_qa``: all of the above, every token a model processed for the question (context
+  tokens of an offline reader are not among them); ``*_cached_tokens_qa``: the prompt tokens served from the
   provider's prompt cache, a part of the prompt tokens (shown separately, priced at the cache rate).
 
 Amortized: a conversation's build cost is divided by the number of questions of that conversation
@@ -41,6 +43,9 @@ from memlab.llm import count_tokens
 from memlab.memory.entry import MemoryEntry, UserKey
 
 LOCAL_EMBEDDERS = ("tfidf-lsa", "minilm")
+#: Summary columns renamed so that each says what it counts (old run folders are read with the new names).
+RENAMED = {"tokens_qa": "answer_tokens_qa", "embed_tokens_qa": "embedding_tokens_qa",
+           "total_tokens_qa": "model_tokens_qa"}
 #: Results of applied ops that wrote a memory text (and so embedded it).
 WRITES = ("added", "updated", "superseded", "update->add", "update->add (append-only)")
 #: Reconcile tiers that ran a search for the proposed text.
@@ -266,9 +271,9 @@ def cost_columns(g: pd.DataFrame) -> dict[str, float]:
     judge = s("judge_prompt_tokens") + s("judge_completion_tokens")
     return {
         "answer_tokens_qa": answer / n, "extract_tokens_qa": extract / n,
-        "extract_cached_tokens_qa": s("extract_cached_tokens") / n, "embed_tokens_qa": embed / n,
+        "extract_cached_tokens_qa": s("extract_cached_tokens") / n, "embedding_tokens_qa": embed / n,
         "judge_tokens_qa": judge / n, "judge_cached_tokens_qa": s("judge_cached_tokens") / n,
-        "build_tokens_qa": (extract + embed) / n, "total_tokens_qa": (answer + extract + embed + judge) / n,
+        "build_tokens_qa": (extract + embed) / n, "model_tokens_qa": (answer + extract + embed + judge) / n,
         "answer_usd_qa": s("answer_usd") / n, "build_usd_qa": (s("extract_usd") + s("embed_usd")) / n,
         "judge_usd_qa": s("judge_usd") / n, "total_usd_qa": s("total_usd") / n,
     }

@@ -104,6 +104,9 @@ def apply_errata(frame: pd.DataFrame, errata: Errata | None) -> pd.DataFrame:
     hit = qids.isin(list(fixed))
     out.loc[hit, "answer"] = qids[hit].map(fixed)
     out.loc[hit, "errata"] = "corrected"
+    for col in ("answer_ceiling", "answer_bearing"):  # measured against the old gold: unknown, never stale
+        if col in out.columns:
+            out.loc[hit, col] = float("nan")
     out.loc[qids.isin(list(errata.invalid)), "errata"] = INVALID
     return out
 

@@ -55,6 +55,13 @@ import pandas as pd
 
 from memlab.answer.base import ABSTAIN, JUDGES
 from memlab.data.locomo import CATEGORY_LABELS, Question
+from memlab.data.longmemeval import (
+    ABSTENTION,
+    LONGMEMEVAL_LABELS,
+    PUBLISHED_ABSTENTION,
+    PUBLISHED_TYPE_COUNTS,
+    TYPE_CATEGORY,
+)
 from memlab.eval import scoring
 from memlab.eval.errata import INVALID, Errata, apply_errata
 from memlab.eval.summary import score_frame
@@ -63,6 +70,11 @@ from memlab.prompts import load_prompt, render
 
 #: Questions per category number on the full LoCoMo-10 (the guard's reference).
 LOCOMO10_CATEGORY_COUNTS: dict[int, int] = {1: 282, 2: 321, 3: 96, 4: 841, 5: 446}
+#: Upper bounds per LongMemEval category number (a published file's questions of each type; abstention
+#: questions are counted in their type there, so a category's count is at most its type's). Their sum
+#: (530) is never a file's size, so the guard always checks bounds, never exact counts.
+LONGMEMEVAL_CATEGORY_BOUNDS: dict[int, int] = {
+    **{TYPE_CATEGORY[t]: n for t, n in PUBLISHED_TYPE_COUNTS.items()}, ABSTENTION: PUBLISHED_ABSTENTION}
 
 
 class ProfileError(ValueError):
@@ -77,6 +89,10 @@ class ScoringProfile:
     judge_prompt: ClassVar[str] = "default"
     excluded_categories: ClassVar[tuple[int, ...]] = ()
     source: ClassVar[str] = ""
+    dataset: ClassVar[str] = "locomo"
+    """The benchmark whose category numbers ``labels`` names (`memlab.data.dataset_name`)."""
+    category_counts: ClassVar[Mapping[int, int]] = LOCOMO10_CATEGORY_COUNTS
+    """What `check_categories` guards the category column with."""
 
     def f1(self, prediction: str, answer: str | None, category: int) -> float:
         raise NotImplementedError
@@ -93,6 +109,10 @@ class ScoringProfile:
     def judge_score(self, text: str) -> float:
         """The J score of one judge reply (raises ValueError when the reply cannot be read)."""
         raise NotImplementedError
+
+    def judge_prompt_for(self, category: int, prompt: str | None = None) -> str:
+        """The judge prompt a category is judged with (one prompt for all, unless the harness has several)."""
+        return prompt or self.judge_prompt
 
     def judge_messages(self, question: str, gold: str, prediction: str, prompt: str | None = None
                        ) -> list[dict[str, Any]]:
@@ -302,8 +322,60 @@ class TrpcAgentGoProfile(ScoringProfile):
         return min(abs(float(confidence)), 1.0) if correct else 0.0
 
 
+# ------------------------------------------------------------------------------- longmemeval
+_YES_NO = re.compile(r"[\s\"'`*.!]*(yes|no)[\s\"'`*.!]*", re.IGNORECASE)
+
+
+def parse_yes_no(text: str) -> bool:
+    """A LongMemEval judge verdict read strictly: the reply is ``yes`` or ``no`` (any case, with quotes,
+    stars or a full stop around it) and nothing else; anything else is a ValueError, so an unreadable
+    reply is a judge error, never a verdict. (The official script counts any reply containing "yes".)"""
+    m = _YES_NO.fullmatch(text or "")
+    if m is None:
+        raise ValueError(f"judge reply {str(text)[:80]!r} is not one verdict (yes or no)")
+    return m.group(1).lower() == "yes"
+
+
+class LongMemEvalProfile(ScoringProfile):
+    """LongMemEval's QA evaluation (``src/evaluation/evaluate_qa.py``): J (accuracy) is the official metric.
+
+    Each question type has its own judge prompt (``memlab/prompts/judge/longmemeval-*.md``): temporal
+    reasoning forgives off-by-one day counts, knowledge update accepts an answer that also names the old
+    value, preference questions are judged against a rubric, abstention questions (category 5) by whether
+    the response declines. F1 / BLEU-1 / EM are memlab's offline stand-ins, **not the official metric**:
+    token F1 on LoCoMo's normalised tokens (no multi-hop comma split, no ``;`` cut) and, for abstention,
+    LoCoMo's abstention-phrase rule.
+    """
+
+    name = "longmemeval"
+    labels = dict(LONGMEMEVAL_LABELS)
+    judge_prompt = "longmemeval-default"
+    source = "xiaowu0162/LongMemEval src/evaluation/evaluate_qa.py"
+    dataset = "longmemeval"
+    category_counts = LONGMEMEVAL_CATEGORY_BOUNDS
+    official_metric = "j"
+    note = "F1, BLEU-1 and EM are not the official LongMemEval metric (that is J, the judge's accuracy)"
+    PROMPTS: ClassVar[dict[int, str]] = {3: "longmemeval-preference", 5: "longmemeval-abstention",
+                                         6: "longmemeval-knowledge-update", 7: "longmemeval-temporal-reasoning"}
+
+    def f1(self, prediction: str, answer: str | None, category: int) -> float:
+        if category == ABSTENTION:
+            return float(scoring.is_abstention(str(prediction or "")))
+        return scoring.token_f1(str(prediction or ""), str(answer or ""))
+
+    def bleu1(self, prediction: str, answer: str | None, category: int) -> float:
+        return scoring.bleu1(prediction, answer, ABSTENTION if category == ABSTENTION else 2)  # 2: no ';' cut
+
+    def judge_prompt_for(self, category: int, prompt: str | None = None) -> str:
+        return self.PROMPTS.get(int(category), self.judge_prompt)
+
+    def judge_score(self, text: str) -> float:
+        return 1.0 if parse_yes_no(text) else 0.0
+
+
 # --------------------------------------------------------------------------------- registry
-PROFILES: dict[str, type[ScoringProfile]] = {p.name: p for p in (LocomoProfile, Mem0Profile, TrpcAgentGoProfile)}
+PROFILES: dict[str, type[ScoringProfile]] = {p.name: p for p in (LocomoProfile, Mem0Profile, TrpcAgentGoProfile,
+                                                                 LongMemEvalProfile)}
 
 
 def get_profile(name: str | ScoringProfile) -> ScoringProfile:
@@ -330,7 +402,8 @@ def check_categories(categories: pd.Series, reference: Mapping[int, int] = LOCOM
     counts = Counter(int(v) for v in vals)
     unknown = sorted(set(counts) - set(reference))
     if unknown:
-        raise ProfileError(f"category numbers {unknown} are not LoCoMo categories {sorted(reference)}")
+        raise ProfileError(f"category numbers {unknown} are not categories {sorted(reference)} of the profile's "
+                           f"dataset")
     if full is None:
         full = len(vals) == sum(reference.values())
     if full:
@@ -340,7 +413,8 @@ def check_categories(categories: pd.Series, reference: Mapping[int, int] = LOCOM
     else:
         over = {c: n for c, n in counts.items() if n > reference[c]}
         if over:
-            raise ProfileError(f"category counts {over} exceed LoCoMo-10's {dict(reference)}")
+            name = "LoCoMo-10's" if dict(reference) == LOCOMO10_CATEGORY_COUNTS else "the published"
+            raise ProfileError(f"category counts {over} exceed {name} {dict(reference)}")
 
 
 def apply_scoring(scored: pd.DataFrame, profile: str | ScoringProfile = "locomo", errata: Errata | None = None
@@ -353,7 +427,7 @@ def apply_scoring(scored: pd.DataFrame, profile: str | ScoringProfile = "locomo"
     scores are NaN) and ``profile``. With ``locomo`` and no errata every score is left as it was.
     """
     prof = get_profile(profile)
-    check_categories(scored["category"])
+    check_categories(scored["category"], prof.category_counts)
     out = apply_errata(scored, errata)
     cats = [int(c) for c in out["category"]]
     errored = out["error"].notna().tolist() if "error" in out.columns else [False] * len(out)
@@ -409,7 +483,8 @@ class ProfileJudge:
         gold = self.profile.judge_gold(answer, category)
         if gold is None:
             return None
-        return self.profile.judge_messages(question, gold, prediction, self.prompt)
+        return self.profile.judge_messages(question, gold, prediction,
+                                           self.profile.judge_prompt_for(category, self.prompt))
 
     def judge(self, question: Question, prediction: str, repeat: int = 0) -> tuple[float | None, Usage, bool]:
         """One verdict (None: not judged); repeat ``r`` > 0 is cached under its own key (N repeats, N samples)."""

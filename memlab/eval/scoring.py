@@ -83,11 +83,11 @@ def score_answer(prediction: str, answer: str | int | float | None, category: in
     prediction = str(prediction)
     if category == 5:
         return 1.0 if is_abstention(prediction) else 0.0
-    if category in (2, 3, 4):
+    if category in (2, 3, 4, 6, 7):  # 6, 7: LongMemEval's knowledge-update and temporal-reasoning
         return token_f1(prediction, _gold(answer, category))
     if category == 1:
         return multi_answer_f1(prediction, _gold(answer, category))
-    raise ValueError(f"category must be one of 1, 2, 3, 4, 5; got {category!r}")
+    raise ValueError(f"category must be one of 1-5 (LoCoMo) or 1-7 (LongMemEval); got {category!r}")
 
 
 def exact_match(prediction: str, answer: str | int | float | None, category: int) -> float:

@@ -1,7 +1,7 @@
 """Uncertainty for every number: clustered bootstrap CIs, paired comparisons, Holm, minimum detectable differences.
 
 LoCoMo-10 has 10 conversations; the questions of one conversation share its memories, so they are
-not independent. Every interval here therefore comes from a *two-stage clustered bootstrap*: draw
+not independent. Every interval of one run's mean therefore comes from a *two-stage clustered bootstrap*: draw
 conversations with replacement, then questions with replacement within each drawn conversation,
 and take the mean over the pooled draw (question-weighted, like the point estimate). A 95 %
 interval is the 2.5th and 97.5th percentile of ``n_boot`` such means (percentile bootstrap),
@@ -16,23 +16,36 @@ Column names (what `category_summary` and `Comparison.table` write, and reports 
   ``context_recall``, ...) followed by ``<metric>_lo`` and ``<metric>_hi`` (95 % clustered
   bootstrap), and ``f1_mdd`` (and ``j_mdd`` when judged): the minimum difference a comparison
   with an equally noisy independent run could detect, ``2.8 * sqrt(2) * SE``.
-- `Comparison.table` (one row per group x metric): ``group`` (as above), ``label``, ``metric``, ``n``
-  (shared questions with a value in both runs), ``a``, ``b`` (the two means), ``delta`` (b - a),
-  ``lo``, ``hi`` (95 % paired clustered bootstrap of delta), ``p_perm`` (paired sign-flip
-  permutation test), ``p_mcnemar`` (exact McNemar on correct = metric >= threshold), ``wins``
-  (b > a), ``losses`` (b < a), ``ties``, ``mdd`` (``2.8 * SE`` of the paired delta).
+- `Comparison.table` (one row per run x group x metric, runs in the order given): ``run`` (the run compared
+  with the baseline A), ``group`` (as above), ``label``, ``metric``, ``n`` (shared questions with a value in both
+  runs), ``a``, ``b`` (the two means), ``delta`` (b - a: positive when the run is higher than A), ``lo``, ``hi``
+  (95 % paired bootstrap of delta), ``p_perm`` (paired sign-flip permutation test), ``p_perm_holm``,
+  ``p_mcnemar`` (exact McNemar on correct = metric >= threshold), ``p_mcnemar_holm``, ``wins`` (b > a),
+  ``losses`` (b < a), ``ties``, ``mdd`` (``2.8 * SE`` of the paired delta). `Comparison.legend` says the same
+  in words and is printed under every comparison.
 
 Minimum detectable difference: at two-sided alpha = 0.05 and 80 % power a true difference is
 detected when it is about (z_0.975 + z_0.80) = 1.96 + 0.84 = 2.8 standard errors away from 0; the
 SE is the bootstrap SD of the mean (paired: of the mean difference; one run: sqrt(2) x its SE, the
 SE of the difference of two independent runs with this run's n and variance).
 
+One method for the paired interval and the paired test. The interval of a delta inverts the permutation test
+(`sign_flip`): it is every shift the test, run on ``diff - shift`` with the same units and sign patterns, does not
+reject at 5 %, so it excludes 0 exactly when ``p_perm <= 0.05`` (a percentile bootstrap over 10 conversations was
+narrower than the exact test: multi-hop F1 on LoCoMo-10 had [-0.039, +0.000] beside p = 0.002 with the
+two-stage resample, and a one-stage one excluded 0 beside p = 0.098 for overall 1-4). The unit is the
+conversation (sign flips of whole conversations) with ``unit='conversation'``; with fewer than `MIN_CLUSTERS`
+conversations no clustered test can reach p < 0.05 and its interval is unbounded, so ``unit='auto'`` (the
+default) then uses questions, and the legend says so. ``mdd`` takes its SE from a bootstrap over the same unit
+(``cluster_bootstrap(inner=False)``). Holm: each comparison is one family per test, over all its rows (every run x
+group x metric); ``p_perm_holm`` and ``p_mcnemar_holm`` are the adjusted values.
+
 Permutation test: under the null the two runs are exchangeable on each question, so the sign of
-each paired difference may be flipped. ``cluster=True`` (default) flips whole conversations at once
-(valid when questions of a conversation are correlated; exact enumeration of all 2^C patterns up to
-C = 16 conversations, so with 10 conversations the smallest two-sided p is 2/1024);
-``cluster=False`` flips each question on its own (Monte Carlo, ``n_perm`` draws, p = (1 + hits) /
-(1 + n_perm)). Statistic: the mean difference; two-sided.
+each paired difference may be flipped. With the conversation as unit the sign of each conversation's summed
+difference flips (valid when questions of a conversation are correlated; exact enumeration of all 2^C patterns
+up to C = 16 conversations, so with 10 conversations the smallest two-sided p is 2/1024); with the question as
+unit each question flips on its own (Monte Carlo, ``n_perm`` draws, p = (1 + hits) / (1 + n_perm)).
+Statistic: the mean difference; two-sided.
 
 McNemar: a question is *correct* when the metric >= ``threshold`` (default 0.5: F1 >= 0.5, and for
 the binary EM / J the natural correct/incorrect). The discordant counts b (only A correct) and
@@ -55,7 +68,7 @@ from memlab.data.locomo import CATEGORY_LABELS
 
 #: (z_0.975 + z_0.80): standard errors between 0 and a difference detected with 80 % power at alpha = 0.05.
 MDD_FACTOR = 2.8
-OVERALL = {"overall 1-4": (1, 2, 3, 4), "overall 1-5": (1, 2, 3, 4, 5)}
+OVERALL = {"overall 1-4": (1, 2, 3, 4, 6, 7), "overall 1-5": (1, 2, 3, 4, 5, 6, 7)}  # as summary.OVERALL_GROUPS
 N_BOOT = 2000
 
 
@@ -124,7 +137,7 @@ def _sd(x: np.ndarray) -> float:
 
 def mean_ci(values: Sequence[float], clusters: Sequence[object], n_boot: int = N_BOOT, seed: int = 0,
             level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, lo, hi) of one metric with the clustered bootstrap interval."""
+    """(mean, lo, hi) of one metric with the clustered bootstrap interval (`memlab.eval.longmemeval`'s summary)."""
     x = np.asarray(values, dtype=float)
     boot = cluster_bootstrap(x, clusters, n_boot=n_boot, seed=seed)
     lo, hi = percentile_ci(boot, level)
@@ -169,30 +182,63 @@ def sign_flip_test(diffs: Sequence[float], clusters: Sequence[object] | None = N
                    seed: int = 0, max_exact: int = 16) -> float:
     """Two-sided paired permutation p-value for mean(diffs) = 0 (see the module notes; ``clusters=None``
     flips questions one by one)."""
+    return sign_flip(diffs, clusters, n_perm=n_perm, seed=seed, max_exact=max_exact)[0]
+
+
+def sign_flip(diffs: Sequence[float], clusters: Sequence[object] | None = None, n_perm: int = 10000,
+              seed: int = 0, max_exact: int = 16, level: float = 0.95) -> tuple[float, float, float]:
+    """(p, lo, hi): the sign-flip test of mean(diffs) = 0 and the interval that inverts it.
+
+    The interval is every shift delta the same test does not reject at ``1 - level`` when run on
+    ``diffs - delta`` (same units, same sign patterns), so it excludes 0 exactly when p <= 1 - level.
+    Each pattern's statistic |sum_u s_u (S_u - delta n_u)| against the observed |sum_u (S_u - delta n_u)|
+    (S_u, n_u: a unit's summed difference and its number of questions) stops counting at one point on each
+    side of the estimate, found in closed form, so the bounds are exact for these patterns. With fewer than
+    six units (2/2^5 > 0.05) a side can be unbounded (inf).
+    """
     d = np.asarray(diffs, dtype=float)
     keep = ~np.isnan(d)
     d = d[keep]
     if len(d) == 0:
-        return float("nan")
-    t_obs = abs(d.sum())
+        return float("nan"), float("nan"), float("nan")
     tol = 1e-9 * max(1.0, np.abs(d).sum())
     if clusters is not None:
         cl = np.asarray(pd.factorize(pd.Series(list(clusters), dtype=object))[0])[keep]
-        units = np.bincount(cl, weights=d)
-        units = units[np.bincount(cl) > 0]
+        sizes = np.bincount(cl)
+        units, counts = np.bincount(cl, weights=d)[sizes > 0], sizes[sizes > 0].astype(float)
     else:
-        units = d
-    if len(units) <= max_exact:
+        units, counts = d, np.ones(len(d))
+    exact = len(units) <= max_exact
+    if exact:
         signs = np.array(list(itertools.product((1.0, -1.0), repeat=len(units))))
-        t = np.abs(signs @ units)
-        return float(np.mean(t >= t_obs - tol))
-    rng = np.random.default_rng(seed)
-    hits = 0
-    for start in range(0, n_perm, 2000):
-        b = min(2000, n_perm - start)
-        signs = rng.choice((-1.0, 1.0), size=(b, len(units)))
-        hits += int((np.abs(signs @ units) >= t_obs - tol).sum())
-    return (1 + hits) / (1 + n_perm)
+        flipped, flipped_n = signs @ units, signs @ counts
+    else:
+        rng = np.random.default_rng(seed)
+        parts = []
+        for start in range(0, n_perm, 2000):
+            signs = rng.choice((-1.0, 1.0), size=(min(2000, n_perm - start), len(units)))
+            parts.append((signs @ units, signs @ counts))
+        flipped, flipped_n = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    k = len(flipped)
+    hits = int((np.abs(flipped) >= abs(units.sum()) - tol).sum())
+    p = hits / k if exact else (1 + hits) / (1 + k)
+    total, est = counts.sum(), units.sum() / counts.sum()
+    a = flipped - est * flipped_n  # each pattern's statistic at delta = est (where the observed one is 0)
+    # rank of the last accepted bound among the patterns' crossing points, largest first
+    j = int(np.floor((1 - level) * k)) if exact else int(np.floor((1 - level) * (1 + k) - 1))
+
+    def reach(side: float) -> float:
+        """How far from ``est`` (side +1: up, -1: down) the test keeps accepting."""
+        if j < 0:
+            return float("inf")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            denom = total + side * np.sign(a) * flipped_n
+            x = np.where(denom > 0, np.abs(a) / denom, np.inf)
+        zero = np.abs(a) <= tol
+        x[zero] = np.where(np.abs(flipped_n[zero]) >= total, np.inf, 0.0)
+        return float(np.sort(x)[::-1][j])
+
+    return float(p), float(est - reach(-1.0)), float(est + reach(1.0))
 
 
 def mcnemar_exact(a_correct: Sequence[bool], b_correct: Sequence[bool]) -> tuple[float, int, int]:
@@ -226,27 +272,84 @@ def holm(pvalues: Sequence[float]) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ comparison
+#: Below this many conversations no conversation-level sign-flip test can reach p < 0.05 (2 / 2^5 = 0.0625),
+#: so ``unit='auto'`` then treats questions as the unit, for the interval and the test alike.
+MIN_CLUSTERS = 6
+UNITS = ("auto", "conversation", "question")
+
+
 class ComparisonError(ValueError):
-    """Two runs cannot be compared (different data or questions); the message says which and how."""
+    """Runs cannot be compared (different data or questions, nothing scored); the message says which and how."""
 
 
 @dataclass
 class Comparison:
-    """Paired comparison of run B against run A (``delta = b - a``)."""
+    """Runs against a baseline A, question by question; every delta is ``run - A`` (positive: the run is higher).
 
-    a_name: str
-    b_name: str
+    ``table`` has one row per run x group x metric (columns: see the module docstring); ``flipped`` the questions
+    whose correct/incorrect status differs from A's, with a ``run`` column; ``unit`` the resampling unit shared by
+    the interval and the permutation test.
+    """
+
+    baseline: str
+    runs: list[str]
     table: pd.DataFrame
-    """One row per group x metric (columns: see the module docstring)."""
     flipped: pd.DataFrame
-    """Questions whose correct/incorrect status (``threshold_metric >= threshold``) differs, both predictions."""
+    unit: str = "conversation"
+    clusters: int = 0
     threshold_metric: str = "f1"
     threshold: float = 0.5
     notes: list[str] = field(default_factory=list)
 
-    def __repr__(self) -> str:
-        return (f"Comparison({self.b_name} vs {self.a_name}; correct = {self.threshold_metric} >= {self.threshold})\n"
-                + format_comparison(self.table))
+    def direction(self, run: str | None = None) -> str:
+        """``"B - A"`` spelled with the names: the sign convention of every delta."""
+        return f"{run if run is not None else 'run'} \u2212 {self.baseline}"
+
+    def legend(self) -> list[str]:
+        """What each column of the table is, in words: printed under every comparison."""
+        return comparison_legend(self.unit, self.clusters, self.threshold_metric, self.threshold,
+                                 int(self.table["p_perm"].notna().sum()) if len(self.table) else 0)
+
+    def __str__(self) -> str:
+        return format_comparison(self)
+
+    __repr__ = __str__
+
+
+def comparison_legend(unit: str, clusters: int, threshold_metric: str, threshold: float, tests: int) -> list[str]:
+    """The legend of a comparison table (see `Comparison.legend`)."""
+    ci = ("95 % interval of the delta by inverting p_perm: every shift the same permutation test does not reject "
+          "at 0.05, so it excludes 0 exactly when p_perm <= 0.05")
+    if unit == "conversation":
+        perm = (f"two-sided paired permutation test of the mean delta: the sign of each conversation's summed "
+                f"delta flipped, exact over all 2^{clusters} patterns (smallest possible p {2 / 2 ** clusters:.3g})"
+                if clusters <= 16 else "two-sided paired permutation test of the mean delta: the sign of each "
+                "conversation's summed delta flipped (Monte Carlo)")
+    else:
+        why = (f"used because {clusters} conversation(s) < {MIN_CLUSTERS} cannot reach p < 0.05 as a clustered "
+               "test, so questions of one conversation are treated as independent" if clusters < MIN_CLUSTERS
+               else "questions of one conversation treated as independent, as asked")
+        perm = ("two-sided paired permutation test of the mean delta, each question's sign flipped on its own "
+                f"(exact up to 16 questions, else random flips; {why})")
+    lines = [
+        f"lo, hi: {ci}.",
+        f"p_perm: {perm}.",
+        f"p_mcnemar: exact McNemar test on correct = {threshold_metric} >= {threshold} (questions where only one run "
+        "is correct); it tests the share correct, not the mean, and treats questions as independent.",
+        f"*_holm: Holm-adjusted over all {tests} rows of this table (every run x group x metric), one family per test.",
+        f"mdd: minimum detectable difference, 2.8 x the SE of the delta (bootstrap over the same {unit}s): a true "
+        "difference this large is "
+        "detected with 80 % power at alpha 0.05; a |delta| below it with a large p means this comparison cannot "
+        "tell, not that there is no difference.",
+        "wins / losses / ties: questions where the run scored higher / lower / the same as the baseline.",
+    ]
+    if unit == "conversation" and tests:
+        floor = 2 / 2 ** clusters * tests if clusters <= 16 else 0.0
+        if floor >= 0.05:
+            lines.append(f"note: with {clusters} conversations the smallest p_perm is {2 / 2 ** clusters:.3g}, so "
+                         f"after Holm over {tests} tests no p_perm_holm can fall below {min(floor, 1):.3g}; "
+                         "compare fewer metrics (--metrics f1) for a sharper test.")
+    return lines
 
 
 def check_comparable(a: pd.DataFrame, b: pd.DataFrame, a_sha: str | None, b_sha: str | None,
@@ -277,22 +380,42 @@ def check_comparable(a: pd.DataFrame, b: pd.DataFrame, a_sha: str | None, b_sha:
     return shared
 
 
+def check_scored(frame: pd.DataFrame, name: str, run_dir: object = "<run folder>") -> None:
+    """A run whose every question errored has nothing to compare: say so instead of resampling nothing."""
+    if "error" in frame.columns and len(frame) and frame["error"].notna().all():
+        raise ComparisonError(f"{name}: every one of its {len(frame)} questions ended in an error (column error of "
+                              "predictions.parquet), so it has no score to compare; retry them with: "
+                              f"memlab run --resume {run_dir}")
+
+
+def resolve_unit(unit: str, clusters: int) -> str:
+    """``auto``: conversations when there are at least `MIN_CLUSTERS` of them, else questions."""
+    if unit not in UNITS:
+        raise ValueError(f"unit = {unit!r}; expected one of {', '.join(UNITS)}")
+    if unit == "auto":
+        return "conversation" if clusters >= MIN_CLUSTERS else "question"
+    return unit
+
+
 def compare_predictions(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str] = ("f1", "bleu1", "em", "j"),
                         a_sha: str | None = None, b_sha: str | None = None, a_name: str = "A", b_name: str = "B",
                         questions: str = "same", threshold_metric: str = "f1", threshold: float = 0.5,
-                        cluster_perm: bool = True, n_boot: int = N_BOOT, n_perm: int = 10000, seed: int = 0,
+                        unit: str = "auto", n_boot: int = N_BOOT, n_perm: int = 10000, seed: int = 0,
                         level: float = 0.95, cluster_col: str = "conversation_id") -> Comparison:
-    """Paired comparison of two scored prediction frames (one row per question, ``qid`` column).
+    """Paired comparison of two scored prediction frames (one row per question, ``qid`` column); ``b - a``.
 
-    Refuses (`ComparisonError`) different dataset sha256s, or different question sets unless
-    ``questions='intersection'``. Metrics absent or all-NaN in either run are skipped (noted).
+    Refuses (`ComparisonError`) different dataset sha256s, different question sets unless
+    ``questions='intersection'``, and a run whose every question errored. Metrics absent or all-NaN in either
+    run are skipped (noted). p-values are Holm-adjusted over the table's rows (``p_perm_holm``, ``p_mcnemar_holm``).
     """
     shared = check_comparable(a, b, a_sha, b_sha, a_name, b_name, questions)
+    A = a.set_index("qid").loc[shared]
+    B = b.set_index("qid").loc[shared]
+    for name, F in ((a_name, A), (b_name, B)):
+        check_scored(F, name)
     notes = []
     if len(shared) < max(len(a), len(b)):
         notes.append(f"compared on the {len(shared)} shared questions ({a_name}: {len(a)}, {b_name}: {len(b)})")
-    A = a.set_index("qid").loc[shared]
-    B = b.set_index("qid").loc[shared]
     used = []
     for m in metrics:
         has = [m in F.columns and pd.to_numeric(F[m], errors="coerce").notna().any() for F in (A, B)]
@@ -300,35 +423,52 @@ def compare_predictions(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str]
             used.append(m)
         elif any(has):  # a metric neither run has (J without a judge) is simply not compared
             notes.append(f"{m}: only {a_name if has[0] else b_name} has values, skipped")
+    if not used:
+        raise ComparisonError(f"no metric among {', '.join(metrics)} has a value in both {a_name} and {b_name}")
+    n_clusters = int(A[cluster_col].nunique())
+    unit = resolve_unit(unit, n_clusters)
     frame = A[["category", cluster_col]].copy()
     rows = []
     for name, label, g in groups_of(frame.reset_index()):
         ids = g["qid"].tolist()
-        clusters = g[cluster_col].tolist()
+        clusters = g[cluster_col].tolist() if unit == "conversation" else list(range(len(g)))
         va = A.loc[ids, used].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
         vb = B.loc[ids, used].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
         d = vb - va
-        boot = cluster_bootstrap(d, clusters, n_boot=n_boot, seed=seed)
-        lo, hi = percentile_ci(boot, level)
+        boot = cluster_bootstrap(d, clusters, n_boot=n_boot, seed=seed, inner=False)  # the SE behind mdd
         for i, m in enumerate(used):
             ok = ~np.isnan(d[:, i])
             di = d[ok, i]
+            p_perm, lo, hi = sign_flip(di, np.asarray(clusters, dtype=object)[ok] if unit == "conversation" else None,
+                                       n_perm=n_perm, seed=seed, level=level)
             p_mc, _, _ = mcnemar_exact(va[ok, i] >= threshold, vb[ok, i] >= threshold)
             rows.append({
-                "group": name, "label": label, "metric": m, "n": int(ok.sum()),
+                "run": b_name, "group": name, "label": label, "metric": m, "n": int(ok.sum()),
                 "a": float(np.nanmean(va[ok, i])) if ok.any() else np.nan,
                 "b": float(np.nanmean(vb[ok, i])) if ok.any() else np.nan,
-                "delta": float(di.mean()) if ok.any() else np.nan, "lo": float(lo[i]), "hi": float(hi[i]),
-                "p_perm": sign_flip_test(di, np.asarray(clusters, dtype=object)[ok] if cluster_perm else None,
-                                         n_perm=n_perm, seed=seed),
+                "delta": float(di.mean()) if ok.any() else np.nan, "lo": lo, "hi": hi, "p_perm": p_perm,
                 "p_mcnemar": p_mc,
                 "wins": int((di > 0).sum()), "losses": int((di < 0).sum()), "ties": int((di == 0).sum()),
                 "mdd": MDD_FACTOR * _sd(boot[:, i]) if ok.sum() > 1 else np.nan,
             })
-    table = pd.DataFrame(rows)
-    flipped = flipped_questions(A, B, threshold_metric, threshold, a_name, b_name)
-    return Comparison(a_name=a_name, b_name=b_name, table=table, flipped=flipped,
+    table = _with_holm(pd.DataFrame(rows))
+    flipped = flipped_questions(A, B, threshold_metric, threshold, a_name, b_name).assign(run=b_name)
+    return Comparison(baseline=a_name, runs=[b_name], table=table, flipped=flipped, unit=unit, clusters=n_clusters,
                       threshold_metric=threshold_metric, threshold=threshold, notes=notes)
+
+
+def _with_holm(table: pd.DataFrame) -> pd.DataFrame:
+    """``p_perm_holm`` / ``p_mcnemar_holm`` after their raw columns: Holm over every row of the table."""
+    out = table.copy()
+    for col in ("p_perm", "p_mcnemar"):
+        if col not in out.columns:
+            continue
+        adj = holm(out[col].to_numpy(dtype=float))
+        if f"{col}_holm" in out.columns:
+            out[f"{col}_holm"] = adj
+        else:
+            out.insert(out.columns.get_loc(col) + 1, f"{col}_holm", adj)
+    return out
 
 
 def flipped_questions(A: pd.DataFrame, B: pd.DataFrame, metric: str = "f1", threshold: float = 0.5,
@@ -350,31 +490,42 @@ def flipped_questions(A: pd.DataFrame, B: pd.DataFrame, metric: str = "f1", thre
 
 
 def compare_grid(baseline: pd.DataFrame, others: Mapping[str, pd.DataFrame], shas: Mapping[str, str | None],
-                 baseline_name: str = "baseline", **kw: object) -> tuple[pd.DataFrame, dict[str, Comparison]]:
-    """Every run against the baseline; ``p_perm_holm`` / ``p_mcnemar_holm`` are Holm-adjusted over the runs
-    (one family per group x metric: the k - 1 comparisons with the baseline)."""
-    comps = {name: compare_predictions(baseline, frame, a_sha=shas.get(baseline_name), b_sha=shas.get(name),
-                                       a_name=baseline_name, b_name=name, **kw)  # type: ignore[arg-type]
-             for name, frame in others.items()}
+                 baseline_name: str = "baseline", **kw: object) -> Comparison:
+    """Every run against the baseline, in the order given: one `Comparison` whose Holm columns are adjusted over
+    its whole table (every run x group x metric)."""
+    comps = [compare_predictions(baseline, frame, a_sha=shas.get(baseline_name), b_sha=shas.get(name),
+                                 a_name=baseline_name, b_name=name, **kw)  # type: ignore[arg-type]
+             for name, frame in others.items()]
     if not comps:
         raise ValueError("compare_grid: no run to compare with the baseline")
-    table = pd.concat([c.table.assign(run=name) for name, c in comps.items()], ignore_index=True)
-    for col in ("p_perm", "p_mcnemar"):
-        table[f"{col}_holm"] = np.nan
-        for _, idx in table.groupby(["group", "metric"], sort=False).groups.items():
-            table.loc[idx, f"{col}_holm"] = holm(table.loc[idx, col].to_numpy(dtype=float))
-    front = ["run", "group", "label", "metric"]
-    return table[front + [c for c in table.columns if c not in front]], comps
+    first = comps[0]
+    return Comparison(baseline=baseline_name, runs=[r for c in comps for r in c.runs],
+                      table=_with_holm(pd.concat([c.table for c in comps], ignore_index=True)),
+                      flipped=pd.concat([c.flipped for c in comps], ignore_index=True),
+                      unit=first.unit, clusters=first.clusters, threshold_metric=first.threshold_metric,
+                      threshold=first.threshold, notes=[f"{c.runs[0]}: {n}" for c in comps for n in c.notes])
 
 
-def format_comparison(table: pd.DataFrame, digits: int = 3) -> str:
-    def fmt(x: object) -> str:
-        return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+def format_p(p: object) -> str:
+    return "n/a" if p is None or pd.isna(p) else (f"{p:.2g}" if float(p) < 0.001 else f"{float(p):.3f}")
 
-    t = table.copy()
+
+def format_comparison(cmp: Comparison, digits: int = 3) -> str:
+    """The comparison as text: who is A and B, the table with a signed ``run - A`` column, and the legend."""
+    t = cmp.table.copy()
     for c in [c for c in t.columns if c.startswith("p_")]:
-        t[c] = t[c].map(lambda p: "nan" if pd.isna(p) else (f"{p:.2g}" if p < 0.001 else f"{p:.3f}"))
-    return t.to_string(index=False, float_format=lambda x: fmt(float(x)))
+        t[c] = t[c].map(format_p)
+    single = len(cmp.runs) == 1
+    delta = "B \u2212 A" if single else "run \u2212 A"
+    t = t.rename(columns={"a": "A", "b": "B" if single else "run", "delta": delta})
+    if single:
+        t = t.drop(columns=["run"])
+    head = [f"A (baseline) = {cmp.baseline}; " + (f"B = {cmp.runs[0]}; every delta is B \u2212 A"
+                                                  if single else "every delta is run \u2212 A")
+            + " (positive: higher than A)."]
+    body = t.to_string(index=False, float_format=lambda x: f"{x:.{digits}f}")
+    notes = [f"note: {n}" for n in cmp.notes]
+    return "\n".join(head + [body, ""] + cmp.legend() + notes)
 
 
 # ------------------------------------------------------------------------------ judge

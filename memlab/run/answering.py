@@ -23,6 +23,7 @@ from memlab.answer import AnswerContext, Answerer
 from memlab.answer.base import evidence_ranks
 from memlab.atomic import write_text
 from memlab.data import Conversation, Question
+from memlab.eval.ceiling import answer_bearing, answer_ceiling, context_lines
 from memlab.extract.pipeline import conversation_key
 from memlab.llm import redact
 from memlab.memory import MemoryService
@@ -83,6 +84,10 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     row.prediction = a.prediction
     row.rule = a.rule
     row.context_tokens = a.context_tokens
+    if svc is not None and q.category != 5:  # reader-independent: what the context offered
+        lines = context_lines(a.context)
+        row.answer_ceiling = answer_ceiling(q.answer, q.category, lines)
+        row.answer_bearing = answer_bearing(q.answer, q.category, lines)
     row.retrieved_ids = a.context_source_ids
     first = a.queries[0].hits if a.queries else []
     row.first_query_ids = [list(h["source_ids"]) for h in first]
@@ -121,7 +126,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     prompt = a.prompt if len(a.prompt) < 4000 else a.prompt[:4000] + f"... [{len(a.prompt)} chars]"
     answer = AnswerRecord(qid=q.qid, prediction=a.prediction, rule=a.rule, prompt_hash=a.prompt_hash, prompt=prompt,
                           response=a.response, tool_calls=a.tool_calls, usage=asdict(a.usage), calls=a.calls,
-                          latency_s=a.latency_s)
+                          latency_s=a.latency_s, reading=a.reading)
     return row, retrieval, answer
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
+from memlab.answer.reader_weights import WEIGHTS
 from memlab.run.config import AnswerConfig, ExperimentConfig, RetrievalConfig
 
 
@@ -21,7 +22,9 @@ def inert_knobs(cfg: ExperimentConfig, recall_ks: Sequence[int] = (), warn: bool
             notes.append("the long-context arm reads the whole transcript: retrieval settings do not change its "
                          f"answers (set here: {', '.join(changed)})")
     if a.arm != "extractive":
-        changed = [f"answer.{k}" for k in ("span", "abstain", "speaker_window") if getattr(a, k) != getattr(base_a, k)]
+        # the reader weights also steer session-recall's offline read
+        knobs = ("span", "abstain") + (() if a.arm == "session-recall" else tuple(WEIGHTS))
+        changed = [f"answer.{k}" for k in knobs if getattr(a, k) != getattr(base_a, k)]
         if changed:
             notes.append(f"{', '.join(changed)} only apply to the extractive arm, not {a.arm!r}")
     else:

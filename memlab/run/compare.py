@@ -1,14 +1,13 @@
-"""``memlab.compare``: paired comparison of finished runs (statistics in `memlab.eval.stats`)."""
+"""``memlab.compare``: the one paired comparison of finished runs, used by the CLI (``memlab compare``,
+``memlab report``), the HTML page, the notebooks and the tests (statistics in `memlab.eval.stats`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-import pandas as pd
-
 from memlab.data import sha256_file
-from memlab.eval.stats import Comparison, compare_grid, compare_predictions
+from memlab.eval.stats import Comparison, check_scored, compare_grid
 from memlab.run.results import Run, load_run
 
 DEFAULT_METRICS = ("f1", "bleu1", "em", "j", "context_recall")
@@ -27,37 +26,36 @@ def _load(r: Run | str | Path) -> Run:
     return r if isinstance(r, Run) else load_run(r)
 
 
-def compare(run_a: Run | str | Path, run_b: Run | str | Path, metrics: Sequence[str] = DEFAULT_METRICS,
-            questions: str = "same", threshold_metric: str = "f1", threshold: float = 0.5,
-            cluster_perm: bool = True, n_boot: int = 2000, seed: int | None = None) -> Comparison:
-    """Run B against run A, question by question (``delta = b - a``): `Comparison` with ``.table``
-    (group x metric: delta, lo, hi, p_perm, p_mcnemar, wins, losses, ties, mdd, n) and ``.flipped``.
+def run_names(runs: Sequence[Run]) -> list[str]:
+    """Folder names, or full paths where two folders share a name."""
+    names = [r.run_dir.name for r in runs]
+    return names if len(set(names)) == len(names) else [str(r.run_dir) for r in runs]
 
-    Refuses runs over different datasets (sha256) or question sets (``questions='intersection'``
-    compares the shared questions). ``seed`` defaults to run A's ``run.seed``.
+
+def compare(baseline: Run | str | Path, *runs: Run | str | Path, metrics: Sequence[str] = DEFAULT_METRICS,
+            questions: str = "same", threshold_metric: str = "f1", threshold: float = 0.5, unit: str = "auto",
+            n_boot: int = 2000, seed: int | None = None, names: Sequence[str] | None = None) -> Comparison:
+    """Each run against ``baseline`` (A), question by question, in the order given; every delta is run - A.
+
+    `Comparison`: ``.table`` (run x group x metric: a, b, delta, lo, hi, p_perm, p_perm_holm, p_mcnemar,
+    p_mcnemar_holm, wins, losses, ties, mdd, n), ``.flipped`` and ``.legend()``. p-values are Holm-adjusted over
+    the whole table. Refuses runs over different datasets (sha256) or question sets (``questions='intersection'``
+    compares the shared questions) and a run whose every question errored. ``unit``: ``auto`` (conversations when
+    there are at least 6, else questions), ``conversation`` or ``question``, shared by the interval and the
+    permutation test. ``seed`` defaults to the baseline's ``run.seed``; ``names`` label the runs (default: their
+    folder names).
     """
-    a, b = _load(run_a), _load(run_b)
-    return compare_predictions(a.predictions, b.predictions, metrics=metrics, a_sha=dataset_sha(a),
-                               b_sha=dataset_sha(b), a_name=a.run_dir.name, b_name=b.run_dir.name,
-                               questions=questions, threshold_metric=threshold_metric, threshold=threshold,
-                               cluster_perm=cluster_perm, n_boot=n_boot,
-                               seed=a.config.run.seed if seed is None else seed)
-
-
-def compare_runs(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFAULT_METRICS,
-                 questions: str = "same", threshold_metric: str = "f1", threshold: float = 0.5,
-                 cluster_perm: bool = True, n_boot: int = 2000,
-                 seed: int | None = None) -> tuple[pd.DataFrame, dict[str, Comparison]]:
-    """Every run against the first (the baseline), p-values Holm-adjusted over the runs (``*_holm``)."""
-    loaded = [_load(r) for r in runs]
-    if len(loaded) < 2:
-        raise ValueError("compare_runs: give a baseline and at least one more run")
-    names = [r.run_dir.name for r in loaded]
-    if len(set(names)) != len(names):
-        names = [str(r.run_dir) for r in loaded]
+    if not runs:
+        raise ValueError("compare: give a baseline and at least one more run")
+    loaded = [_load(r) for r in (baseline, *runs)]
+    labels = list(names) if names is not None else run_names(loaded)
+    if len(labels) != len(loaded) or len(set(labels)) != len(labels):
+        raise ValueError(f"compare: names must be {len(loaded)} distinct labels, got {labels}")
+    for lab, r in zip(labels, loaded):
+        check_scored(r.predictions, lab, r.run_dir)
     base = loaded[0]
-    shas = {n: dataset_sha(r) for n, r in zip(names, loaded)}
-    return compare_grid(base.predictions, {n: r.predictions for n, r in zip(names[1:], loaded[1:])}, shas,
-                        baseline_name=names[0], metrics=metrics, questions=questions,
-                        threshold_metric=threshold_metric, threshold=threshold, cluster_perm=cluster_perm,
-                        n_boot=n_boot, seed=base.config.run.seed if seed is None else seed)
+    shas = {n: dataset_sha(r) for n, r in zip(labels, loaded)}
+    return compare_grid(base.predictions, {n: r.predictions for n, r in zip(labels[1:], loaded[1:])}, shas,
+                        baseline_name=labels[0], metrics=metrics, questions=questions,
+                        threshold_metric=threshold_metric, threshold=threshold, unit=unit, n_boot=n_boot,
+                        seed=base.config.run.seed if seed is None else seed)

@@ -173,7 +173,6 @@ class AnswerConfig:
     # the extractive reader's knobs (memlab.answer.extractive)
     span: str = "novel"
     abstain: bool = True
-    speaker_window: int = 1
     recall_unit: str = "session"
     """session-recall: load whole ``session``s around the top turn hits, or a ``window`` of turns."""
     recall_window: int = 3
@@ -187,11 +186,17 @@ class AnswerConfig:
     max_words: int = 12
     split: str = "sentence"
     drop_filler: bool = True
-    rank_weight: float = 3.0
-    """Span score = question overlap - rank_weight * log2(rank)."""
-    temporal_rank_weight: float = 1.0
-    phrase_bonus: float = 4.0
     list_spans: int = 3
+    # the extractive reader's weights: None = the fitted default (memlab.answer.reader_weights)
+    rank_weight: float | None = None
+    memory_weight: float | None = None
+    agreement_weight: float | None = None
+    speaker_weight: float | None = None
+    date_weight: float | None = None
+    length_weight: float | None = None
+    phrase_bonus: float | None = None
+    temporal_rank_weight: float | None = None
+    abstain_margin: float | None = None
 
 
 @dataclass
@@ -318,6 +323,11 @@ class ExperimentConfig:
             if not spec.startswith("litellm:") or len(spec) <= len("litellm:"):
                 raise ConfigError(f"{where}: judge = {spec!r}; expected litellm:<model> or a judge section")
             d["judge"] = {"model": spec[len("litellm:"):]}
+        if isinstance(d.get("answer"), dict) and "speaker_window" in d["answer"]:  # removed with the fitted reader
+            d["answer"] = dict(d["answer"])
+            if d["answer"].pop("speaker_window") not in (None, 1):  # 1: what every older run folder recorded
+                raise ConfigError(f"{where}: answer.speaker_window was removed: the offline reader's abstain test "
+                                  "reads the whole context; tune answer.abstain_margin instead")
         cfg = _build(cls, d, where)
         cfg.validate(where)
         return cfg
@@ -405,7 +415,6 @@ class ExperimentConfig:
                 ("models.max_retries", self.models.max_retries, 0), ("retrieval.feedback", self.retrieval.feedback, 0),
                 ("extraction.worker.workers", self.extraction.worker.workers, 1),
                 ("extraction.worker.capacity", self.extraction.worker.capacity, 1),
-                ("answer.speaker_window", self.answer.speaker_window, 1),
                 ("answer.max_words", self.answer.max_words, 1), ("judge.repeats", self.judge.repeats, 1),
                 ("answer.recall_window", self.answer.recall_window, 0),
                 ("answer.recall_max", self.answer.recall_max, 1),
@@ -441,9 +450,10 @@ class ExperimentConfig:
         if self.retrieval.preload < -1:
             raise ConfigError(f"{where}: retrieval.preload = {self.retrieval.preload}; expected -1 (all), 0 (off) or N")
         if self.dataset.categories is not None:
-            bad = [c for c in self.dataset.categories if isinstance(c, bool) or c not in (1, 2, 3, 4, 5)]
+            # 1-5: LoCoMo's numbers; 6, 7: LongMemEval's (memlab.data.longmemeval numbers its types 1-7)
+            bad = [c for c in self.dataset.categories if isinstance(c, bool) or c not in range(1, 8)]
             if bad:
-                raise ConfigError(f"{where}: dataset.categories has {bad}; allowed: 1, 2, 3, 4, 5")
+                raise ConfigError(f"{where}: dataset.categories has {bad}; allowed: 1-5 (LoCoMo), 1-7 (LongMemEval)")
         self._validate_models(where)
         for key in self.grid:
             get_dotted(self, key, where=f"{where}: grid")

@@ -41,7 +41,7 @@ import pandas as pd
 
 from memlab import __version__
 from memlab.atomic import write_json
-from memlab.data import Conversation, Question, load_locomo, sha256_file
+from memlab.data import Conversation, Question, load_dataset, sha256_file
 from memlab.eval import cost as costs
 from memlab.eval.errata import errata_columns, errata_counts, load_errata
 from memlab.eval.profiles import apply_scoring
@@ -68,7 +68,7 @@ from memlab.run.extraction import (
 )
 from memlab.run.records import AnswerRecord, PredictionRecord, RetrievalRecord, RunStatus
 from memlab.run.results import Run, add_costs, score_records, summarize, write_results
-from memlab.run.selection import select_questions
+from memlab.run.selection import profile_for, select_questions
 from memlab.rundir import environment, open_run_dir, results_root
 from memlab.threads import set_threads, worker_threads
 
@@ -406,9 +406,10 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
         t_start = time.perf_counter()
         path = cfg.dataset.path or ""
         if path not in datasets:
-            data = load_locomo(cfg.dataset.path)
+            data = load_dataset(cfg.dataset.path)  # LoCoMo or LongMemEval
             datasets[path] = (data, sha256_file(data.report.path))
         data, sha = datasets[path]
+        cfg, _ = profile_for(cfg, data)
         if prev.get("dataset_sha256") and prev["dataset_sha256"] != sha:
             raise ConfigError(f"--resume {resume}: the dataset changed since the run started; start a new run")
         picks = select_questions(cfg, data)

@@ -99,6 +99,11 @@ class PredictionRecord(Record):
     judge_cached_tokens: int = 0
     malformed_tool_calls: int = 0
     """Tool calls the model wrote as text (recovered by parsing or a forced re-ask, or the error)."""
+    answer_ceiling: float | None = None
+    """Best official F1 any span of the reader's context could score (`memlab.eval.ceiling`; None: category 5
+    or an arm that reads no memory)."""
+    answer_bearing: float | None = None
+    """1.0 when every gold answer token is in the reader's context (`memlab.eval.ceiling`)."""
     schema: int = SCHEMA_VERSION
 
 
@@ -135,6 +140,8 @@ class AnswerRecord(Record):
     calls: int = 0
     latency_s: float = 0.0
     error: str | None = None
+    reading: dict[str, Any] | None = None
+    """An offline reader's account of what it read (`memlab.answer.base.Answer.reading`)."""
     schema: int = SCHEMA_VERSION
 
 

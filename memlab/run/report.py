@@ -2,15 +2,21 @@
 
 - `load_runs`: reopen run folders, skipping unfinished ones with a warning that says how to finish them;
 - `run_labels`: short labels — the run's name plus the config values that distinguish it from the others
-  (the runs' ``config.yaml`` files are diffed), with swept values ordered numerically (k = 5, 10, 20, 40);
-- `report_table`: the long table — run, category (number, label), n, each metric with its 95 % interval
-  (``<metric>_lo`` / ``<metric>_hi``), errors, and where Tokens/QA comes from;
-- `format_report`: that table as text, Markdown, LaTeX (booktabs) or CSV.
+  (the runs' ``config.yaml`` files are diffed);
+- `report_table` (``memlab.report``): the long table — run, category (number, label), n, each metric with its
+  95 % interval (``<metric>_lo`` / ``<metric>_hi``), errors, and whether the run called an answer model;
+- `report_comparison`: every run against the first with `memlab.compare`, labelled like the table;
+- `format_report`: that table (and the comparison, each delta signed "run − A") as text, Markdown, LaTeX
+  (booktabs) or CSV.
 
-Tokens/QA of an arm that sends no prompt (the offline reader) is the *context* it read, counted with the
-tokenizer a model would use; the table says so in ``tokens_source`` and the formatted report marks it.
+Runs keep the order the user gave everywhere (table rows, comparisons, HTML): the first run is the baseline A
+of every delta, so a report and ``memlab compare`` over the same runs show the same signs.
+
+Token columns mean one thing each: ``prompt_tokens_qa`` were sent to a model (0 for the offline reader,
+shown as ``-``), ``context_tokens_qa`` is the retrieved context placed before the reader (every arm,
+counted offline with o200k); a column with nothing to show for any run is left out of the printed table.
 Intervals come from the run's summary when it has them, otherwise they are computed here from the
-per-question scores with the same clustered bootstrap (conversations, then questions within them).
+per-question scores with the same clustered bootstrap (`memlab.eval.stats.cluster_bootstrap`).
 """
 
 from __future__ import annotations
@@ -18,7 +24,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,25 +32,29 @@ import pandas as pd
 import yaml
 
 from memlab.data.locomo import CATEGORY_LABELS
+from memlab.eval.stats import Comparison, ComparisonError, cluster_bootstrap, format_p, percentile_ci
 from memlab.run.results import Run, load_run
 
-DEFAULT_METRICS = ("f1", "bleu1", "j", "recall@10", "tokens_qa", "calls_qa", "latency_p50_s")
+DEFAULT_METRICS = ("f1", "bleu1", "j", "recall@10", "prompt_tokens_qa", "context_tokens_qa", "calls_qa",
+                   "latency_p50_s")
 #: Per-question columns whose mean is a summary metric (so an interval can be bootstrapped from them).
-PER_QUESTION = {"tokens_qa": ("prompt_tokens", "completion_tokens"), "context_tokens_qa": ("context_tokens",),
-                "calls_qa": ("calls",)}
+PER_QUESTION = {"answer_tokens_qa": ("prompt_tokens", "completion_tokens"), "prompt_tokens_qa": ("prompt_tokens",),
+                "context_tokens_qa": ("context_tokens",), "calls_qa": ("calls",)}
+#: Metrics that count answer-model calls or their tokens: shown as "-" for a run that made no such call.
+MODEL_ONLY = ("answer_tokens_qa", "prompt_tokens_qa", "completion_tokens_qa", "cached_tokens_qa", "calls_qa")
 #: Metrics shown without an interval: percentiles of wall time (noisy by nature; no mean to resample).
 NO_CI = ("latency_p50_s", "latency_p95_s", "errors")
-HEADERS = {"f1": "F1", "bleu1": "BLEU-1", "em": "EM", "j": "J", "tokens_qa": "Tokens/QA",
-           "context_tokens_qa": "context tokens/QA", "calls_qa": "Calls/QA", "latency_p50_s": "latency p50 (s)",
+HEADERS = {"f1": "F1", "bleu1": "BLEU-1", "em": "EM", "j": "J", "answer_tokens_qa": "answer tokens/QA",
+           "prompt_tokens_qa": "prompt tokens/QA", "context_tokens_qa": "context tokens/QA", "calls_qa": "Calls/QA",
+           "latency_p50_s": "latency p50 (s)",
            "latency_p95_s": "latency p95 (s)", "context_recall": "context recall"}
 #: Short names for swept keys in run labels.
 KEY_ALIASES = {"retrieval.top_k": "k"}
 #: Config keys that never change a result (names, how a run is driven): left out of run labels.
 IGNORED_KEYS = ("name", "grid", "run.concurrency", "run.max_error_rate", "run.check_endpoint", "models.timeout",
                 "models.max_retries")
-CONTEXT_MARK = "†"
-CONTEXT_NOTE = (f"{CONTEXT_MARK} context tokens: this arm sends no prompt (no model call); the figure is the "
-                "retrieved context a model would have been sent, counted offline.")
+TOKEN_NOTE = ("prompt tokens: sent to the answer model (provider counts); context tokens: the retrieved context "
+              "placed before the reader, counted offline (o200k), for every arm.")
 N_BOOT = 2000
 
 
@@ -138,28 +147,6 @@ def _fmt_value(v: Any) -> str:
     return str(v)
 
 
-def _natural(v: Any) -> tuple:
-    if v is None:
-        return (0, 0.0, "")
-    if isinstance(v, bool):
-        return (1, float(v), "")
-    if isinstance(v, (int, float)):
-        return (1, float(v), "")
-    return (2, 0.0, str(v))
-
-
-def order_runs(runs: Sequence[Run]) -> list[Run]:
-    """Runs grouped by name in the order given, and within a name by the swept values, numerically."""
-    diffs = distinguishing(runs)
-    bases = [_base_name(r, d) for r, d in zip(runs, diffs)]
-    first: dict[str, int] = {}
-    for b in bases:
-        first.setdefault(b, len(first))
-    idx = sorted(range(len(runs)), key=lambda i: (first[bases[i]],
-                                                  tuple(_natural(v) for v in diffs[i].values()), i))
-    return [runs[i] for i in idx]
-
-
 def _base_name(run: Run, diff: dict[str, Any]) -> str:
     """The run's name without the suffixes an ablation grid appended (``topk-top_k5`` -> ``topk``)."""
     parts = run.config.name.split("-")
@@ -187,14 +174,25 @@ def run_labels(runs: Sequence[Run]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------- table
-def category_name(group: Any, n: int | None = None) -> str:
-    """``1 multi-hop`` / ``overall 1-4``, with ``(n=…)`` when ``n`` is given."""
+def category_name(group: Any, n: int | None = None, label: str | None = None) -> str:
+    """``1 multi-hop`` / ``overall 1-4``, with ``(n=…)`` when ``n`` is given; ``label``: the run's own label
+    for the number (its summary's, e.g. LongMemEval's types), else LoCoMo's."""
     try:
         g = int(group)
-        name = f"{g} {CATEGORY_LABELS.get(g, '')}".strip()
+        name = f"{g} {label if isinstance(label, str) and label else CATEGORY_LABELS.get(g, '')}".strip()
     except (TypeError, ValueError):
         name = str(group)
     return f"{name} (n={int(n):,})" if n is not None else name
+
+
+def _own_labels(run: Run, summary: pd.DataFrame) -> list[str | None]:
+    """The summary's labels for a run on another benchmark than LoCoMo (LongMemEval's types); None (LoCoMo's
+    labels, as before) for a LoCoMo run under any profile."""
+    from memlab.eval.profiles import get_profile
+
+    if get_profile(run.config.scoring.profile).dataset == "locomo" or "label" not in summary.columns:
+        return [None] * len(summary)
+    return list(summary["label"])
 
 
 def _group_key(g: Any) -> Any:
@@ -211,27 +209,6 @@ def _per_question(pred: pd.DataFrame, metric: str) -> pd.Series | None:
     if cols and all(c in pred.columns for c in cols):
         return sum(pd.to_numeric(pred[c], errors="coerce").fillna(0) for c in cols)
     return None
-
-
-def _bootstrap(values: np.ndarray, clusters: np.ndarray, n_boot: int, seed: int) -> tuple[float, float]:
-    """95 % percentile interval of the mean under a two-stage resample: conversations, then questions."""
-    ok = ~np.isnan(values)
-    values, clusters = values[ok], clusters[ok]
-    if len(values) == 0:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    groups = [values[clusters == c] for c in np.unique(clusters)]
-    pick = rng.integers(0, len(groups), size=(n_boot, len(groups)))
-    sums = np.zeros(n_boot)
-    counts = np.zeros(n_boot)
-    for c, vals in enumerate(groups):
-        reps = np.nonzero(pick == c)[0]
-        if len(reps):
-            draws = vals[rng.integers(0, len(vals), size=(len(reps), len(vals)))]
-            np.add.at(sums, reps, draws.sum(axis=1))
-            np.add.at(counts, reps, len(vals))
-    lo, hi = np.quantile(sums / counts, [0.025, 0.975])
-    return float(lo), float(hi)
 
 
 def ci_frame(run: Run, metrics: Sequence[str], n_boot: int = N_BOOT) -> pd.DataFrame:
@@ -257,9 +234,10 @@ def ci_frame(run: Run, metrics: Sequence[str], n_boot: int = N_BOOT) -> pd.DataF
                 mask = pred.category.isin(cats)
             else:
                 mask = pred.category == _group_key(g)
-            b = _bootstrap(vals[mask].to_numpy(float), pred.conversation_id[mask].to_numpy(), n_boot, seed)
-            lo.append(b[0])
-            hi.append(b[1])
+            boot = cluster_bootstrap(vals[mask].to_numpy(float), pred.conversation_id[mask].tolist(), n_boot, seed)
+            b_lo, b_hi = percentile_ci(boot)
+            lo.append(float(b_lo))
+            hi.append(float(b_hi))
         out[f"{m}_lo"], out[f"{m}_hi"] = lo, hi
     return out
 
@@ -274,39 +252,35 @@ def _beyond_top_k(run: Run, metric: str) -> bool:
 
 
 def report_table(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFAULT_METRICS,
-                 warn: bool = True) -> pd.DataFrame:
-    """The long, tidy table: one row per (run, category); unfinished runs are skipped with a warning.
+                 warn: bool = True, compare: bool = False, questions: str = "same") -> pd.DataFrame:
+    """The long, tidy table: one row per (run, category), runs in the order given; unfinished runs are skipped
+    with a warning.
 
     Columns: ``run`` (short label), ``group`` (1..5, ``overall 1-4``, ``overall 1-5``), ``category``
     (``1 multi-hop``), ``n``, then per metric the value and its ``_lo`` / ``_hi`` bounds, ``errors``,
-    ``tokens_source`` (``provider`` or ``context``) and ``run_dir``. A metric a run lacks (J without a
-    judge) is NaN, never a 0. ``tokens_qa`` of an arm without model calls is its context tokens.
+    ``model_calls`` (whether the run called an answer model) and ``run_dir``. A metric a run lacks (J
+    without a judge) is NaN, never a 0; each token column is what its name says (no substitution).
+    With ``compare`` and two or more runs, ``attrs["comparison"]`` holds every run against the first
+    (`report_comparison`; ``questions`` as in `memlab.compare`) and `format_report` prints it.
     """
     loaded, skipped = load_runs(runs, warn=warn)
     if not loaded:
         raise ReportError("nothing to report: " + "; ".join(f"{d} {why}" for d, why in skipped)
                           + (f" (finish a run with: memlab run --resume {skipped[0][0]})" if skipped else ""))
-    loaded = order_runs(loaded)
     labels = run_labels(loaded)
     frames = []
     for run, label in zip(loaded, labels):
         s = run.summary
         ci = ci_frame(run, metrics)
-        offline = (s.get("calls_qa", pd.Series(0.0, index=s.index)).fillna(0) == 0) & \
-                  (s.get("tokens_qa", pd.Series(0.0, index=s.index)).fillna(0) == 0)
+        called = bool((pd.to_numeric(s.get("calls_qa", pd.Series(0.0, index=s.index)), errors="coerce")
+                       .fillna(0) > 0).any())
         t = pd.DataFrame({"run": label, "group": list(s.index),
-                          "category": [category_name(g) for g in s.index], "n": s["n"].astype(int).to_numpy()})
+                          "category": [category_name(g, label=lab) for g, lab in
+                                       zip(s.index, _own_labels(run, s))],
+                          "n": s["n"].astype(int).to_numpy()})
         for m in metrics:
             col, src = m, s
             lo, hi = f"{m}_lo", f"{m}_hi"
-            if m == "tokens_qa" and "context_tokens_qa" in s.columns:
-                vals = s["tokens_qa"].where(~offline, s["context_tokens_qa"]).astype(float)
-                t[m] = vals.to_numpy()
-                if lo in ci.columns:  # bounds of the quantity actually shown
-                    alt = ci_frame(run, ["context_tokens_qa"])
-                    t[lo] = ci[lo].where(~offline, alt.get("context_tokens_qa_lo")).to_numpy()
-                    t[hi] = ci[hi].where(~offline, alt.get("context_tokens_qa_hi")).to_numpy()
-                continue
             t[m] = pd.to_numeric(src[col], errors="coerce").to_numpy() if col in src.columns else np.nan
             if m not in NO_CI:
                 t[lo] = ci[lo].to_numpy() if lo in ci.columns else np.nan
@@ -314,19 +288,43 @@ def report_table(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFA
             if _beyond_top_k(run, m):  # Recall@20 of a top-10 run would silently equal Recall@10
                 t[[c for c in (m, lo, hi) if c in t.columns]] = np.nan
         t["errors"] = s["errors"].astype(int).to_numpy() if "errors" in s.columns else 0
-        t["tokens_source"] = np.where(offline.to_numpy(), "context", "provider")
+        t["model_calls"] = called
         t["run_dir"] = str(run.run_dir)
         frames.append(t)
     out = pd.concat(frames, ignore_index=True)
     out.attrs["skipped"] = [(str(d), why) for d, why in skipped]
+    if compare and len(loaded) > 1:
+        out.attrs["comparison"] = report_comparison(loaded, labels, questions)
     return out
+
+
+CORRECT_F1 = 0.5
+
+
+def correct(f1: Any) -> bool:
+    """The correct/incorrect threshold the report's browser and flips use (F1 >= 0.5)."""
+    try:
+        return float(f1) >= CORRECT_F1
+    except (TypeError, ValueError):
+        return False
+
+
+def report_comparison(runs: Sequence[Run], labels: Sequence[str], questions: str = "same") -> Comparison | str:
+    """Every run against the first (A) with `memlab.compare`, labelled as in the report; where the runs cannot be
+    compared, the reason (a report still shows each run's own table)."""
+    from memlab.run.compare import compare
+
+    try:
+        return compare(*runs, questions=questions, threshold=CORRECT_F1, names=labels)
+    except ComparisonError as e:
+        return f"no paired comparison: {e}"
 
 
 # ---------------------------------------------------------------------------------- format
 def _fmt_number(m: str, x: float) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
-    if m in ("tokens_qa", "context_tokens_qa") or m.endswith("tokens_qa"):
+    if m.endswith("tokens_qa"):
         return f"{x:,.0f}"
     if m == "calls_qa":
         return f"{x:.2f}"
@@ -336,24 +334,56 @@ def _fmt_number(m: str, x: float) -> str:
 
 
 def display_frame(table: pd.DataFrame) -> pd.DataFrame:
-    """Strings for reading: ``value [lo, hi]`` per metric, context tokens marked with a dagger."""
+    """Strings for reading: ``value [lo, hi]`` per metric. A model-only metric (`MODEL_ONLY`) of a run that
+    called no model reads ``-``; a column empty for every row (``n/a`` or ``-``: J without a judge, calls
+    of offline runs only) is left out."""
     metrics = [c for c in table.columns if c not in ("run", "group", "category", "n", "errors", "tokens_source",
-                                                     "run_dir") and not c.endswith(("_lo", "_hi"))]
+                                                     "model_calls", "run_dir") and not c.endswith(("_lo", "_hi"))]
     rows = []
     for _, r in table.iterrows():
         row = {"run": r["run"], "category": r["category"], "n": f"{int(r['n']):,}"}
         for m in metrics:
+            if m in MODEL_ONLY and "model_calls" in table.columns and not r["model_calls"]:
+                row[HEADERS.get(m, m)] = "-"
+                continue
             v = _fmt_number(m, r[m])
             if f"{m}_lo" in table.columns and v != "n/a":
                 lo, hi = r[f"{m}_lo"], r[f"{m}_hi"]
                 if not (pd.isna(lo) or pd.isna(hi)):
                     v += f" [{_fmt_number(m, lo)}, {_fmt_number(m, hi)}]"
-            if m == "tokens_qa" and r.get("tokens_source") == "context" and v != "n/a":
-                v += f" {CONTEXT_MARK}"
             row[HEADERS.get(m, m)] = v
         row["errors"] = f"{int(r['errors'])}"
         rows.append(row)
+    df = pd.DataFrame(rows)
+    empty = [c for c in df.columns if c not in ("run", "category", "n", "errors") and df[c].isin(("n/a", "-")).all()]
+    return df.drop(columns=empty)
+
+
+def comparison_display(cmp: Comparison) -> pd.DataFrame:
+    """Strings for reading, one row per run x group x metric: the signed delta ``run − A`` with its interval,
+    each p-value raw and Holm-adjusted, wins / losses / ties and the MDD (their meaning: `Comparison.legend`)."""
+    def num(x: Any, fmt: str = "{:+.3f}") -> str:
+        return "n/a" if x is None or pd.isna(x) else fmt.format(x)
+
+    delta = f"{'B' if len(cmp.runs) == 1 else 'run'} \u2212 A [95 % CI]"
+    rows = []
+    for r in cmp.table.to_dict("records"):
+        rows.append({"run": r["run"], "category": category_name(r["group"]), "metric": r["metric"], "n": r["n"],
+                     delta: f"{num(r['delta'])} [{num(r['lo'])}, {num(r['hi'])}]",
+                     "p_perm": format_p(r["p_perm"]), "p_perm (Holm)": format_p(r["p_perm_holm"]),
+                     "p_mcnemar": format_p(r["p_mcnemar"]), "p_mcnemar (Holm)": format_p(r["p_mcnemar_holm"]),
+                     "wins / losses / ties": f"{r['wins']} / {r['losses']} / {r['ties']}",
+                     "mdd": num(r["mdd"], "{:.3f}")})
     return pd.DataFrame(rows)
+
+
+def comparison_heading(cmp: Comparison) -> str:
+    """Who is A and which way every delta points."""
+    if len(cmp.runs) == 1:
+        return (f"Paired differences, question by question: A = {cmp.baseline}, B = {cmp.runs[0]}; every delta is "
+                "B \u2212 A (positive: B higher).")
+    return (f"Paired differences, question by question: A = {cmp.baseline} (the first run); every delta is "
+            "run \u2212 A (positive: the run higher).")
 
 
 def _markdown(df: pd.DataFrame) -> str:
@@ -369,16 +399,22 @@ def _markdown(df: pd.DataFrame) -> str:
 
 _LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                  CONTEXT_MARK: r"$^\dagger$"}
+                  "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}", "\u2212": "$-$",
+                  "\u2026": r"\ldots{}", "\u2265": r"$\geq$", "\u2264": r"$\leq$", "\u00d7": r"$\times$",
+                  "\u2013": "--", "\u2014": "---", "\u00b1": r"$\pm$"}
 
 
 def latex_escape(s: str) -> str:
+    """Text as LaTeX reads it literally: every special character (and the few non-ASCII signs memlab's
+    labels use) as its command, so a run named ``arm_1 & co`` neither breaks the table nor the build."""
     return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in str(s))
 
 
 def _latex(df: pd.DataFrame, caption: str | None) -> str:
+    """A booktabs table that fits the column: ``\\resizebox`` to ``\\linewidth`` (needs graphicx and booktabs)."""
     spec = "".join("r" if c not in ("run", "category") else "l" for c in df.columns)
-    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\resizebox{\linewidth}{!}{%",
+             rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
              " & ".join(latex_escape(c) for c in df.columns) + r" \\", r"\midrule"]
     prev = None
     for row in df.itertuples(index=False):
@@ -388,7 +424,7 @@ def _latex(df: pd.DataFrame, caption: str | None) -> str:
         show = [latex_escape(v) if i or vals[0] != prev else "" for i, v in enumerate(vals)]
         prev = vals[0]
         lines.append(" & ".join(show) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [r"\bottomrule", r"\end{tabular}}"]
     if caption:
         lines.append(rf"\caption{{{latex_escape(caption)}}}")
     lines.append(r"\end{table}")
@@ -400,19 +436,32 @@ def format_report(table: pd.DataFrame, fmt: str = "text") -> str:
     if fmt == "csv":
         return table.to_csv(index=False, float_format="%.6g")
     df = display_frame(table)
-    has_context = bool((table.get("tokens_source") == "context").any()) and "tokens_qa" in table.columns
     notes = ["Values are means with 95 % clustered-bootstrap intervals [lo, hi] (conversations, then questions)."]
-    if has_context:
-        notes.append(CONTEXT_NOTE)
+    if any(c.endswith("tokens_qa") for c in table.columns):
+        notes.append(TOKEN_NOTE)
     for d, why in table.attrs.get("skipped", []):
         notes.append(f"skipped {d}: the run {why}")
+    if fmt not in ("text", "md", "latex"):
+        raise ReportError(f"--format {fmt!r}; expected one of: text, md, latex, csv")
+    cmp = table.attrs.get("comparison")
     if fmt == "text":
-        return df.to_string(index=False) + "\n\n" + "\n".join(notes)
+        out = df.to_string(index=False) + "\n\n" + "\n".join(notes)
+    elif fmt == "md":
+        out = _markdown(df) + "\n\n" + "\n".join(f"_{n}_" if i == 0 else n for i, n in enumerate(notes))
+    else:
+        out = _latex(df, " ".join(notes))
+    if isinstance(cmp, str):
+        return out + "\n\n" + cmp
+    if cmp is None:
+        return out
+    cdf, legend = comparison_display(cmp), [comparison_heading(cmp), *cmp.legend(), *cmp.notes]
+    if len(cmp.runs) == 1:  # the heading names B
+        cdf = cdf.drop(columns=["run"])
+    if fmt == "text":
+        return out + "\n\n" + legend[0] + "\n" + cdf.to_string(index=False) + "\n\n" + "\n".join(legend[1:])
     if fmt == "md":
-        return _markdown(df) + "\n\n" + "\n".join(f"_{n}_" if i == 0 else n for i, n in enumerate(notes))
-    if fmt == "latex":
-        return _latex(df, " ".join(notes))
-    raise ReportError(f"--format {fmt!r}; expected one of: text, md, latex, csv")
+        return out + "\n\n" + legend[0] + "\n\n" + _markdown(cdf) + "\n\n" + "\n".join(legend[1:])
+    return out + "\n\n" + _latex(cdf, " ".join(legend))
 
 
 def write_report(table: pd.DataFrame, out: str | Path, fmt: str | None = None) -> Path:
@@ -426,80 +475,6 @@ def write_report(table: pd.DataFrame, out: str | Path, fmt: str | None = None) -
     return p
 
 
-# ---------------------------------------------------------------------------------- paired
-CORRECT_F1 = 0.5
-
-
-def correct(f1: Any) -> bool:
-    """The correct/incorrect threshold the report's browser and flips use (F1 >= 0.5)."""
-    try:
-        return float(f1) >= CORRECT_F1
-    except (TypeError, ValueError):
-        return False
-
-
-@dataclass
-class Paired:
-    table: pd.DataFrame
-    """Per group x metric: delta (b - a), lo, hi, p_perm, p_mcnemar, wins, losses, ties, mdd, n."""
-    flipped: pd.DataFrame
-    """qid, category, prediction_a, prediction_b, f1_a, f1_b of the questions correct in one run only."""
-    notes: list[str]
-
-
-def paired(a: Run, b: Run, metrics: Sequence[str] = ("f1",)) -> Any:
-    """Run b against run a, question by question: ``.table`` (per category x metric) and ``.flipped``.
-
-    Uses `memlab.compare` where the package provides it (permutation and McNemar p-values, MDD); otherwise a
-    paired clustered-bootstrap interval of the mean difference here, p-values shown as n/a.
-    """
-    import memlab
-
-    cmp = getattr(memlab, "compare", None)
-    if cmp is not None:
-        return cmp(a, b)
-    pa = a.predictions.set_index("qid")
-    pb = b.predictions.set_index("qid")
-    both = pa.index.intersection(pb.index)
-    pa, pb = pa.loc[both], pb.loc[both]
-    seed = int(getattr(a.config.run, "seed", 0) or 0)
-    rows = []
-    groups: list[tuple[Any, pd.Series]] = [(int(c), pa.category == c) for c in sorted(pa.category.unique())]
-    groups += [("overall 1-4", pa.category.isin([1, 2, 3, 4])), ("overall 1-5", pa.category.isin([1, 2, 3, 4, 5]))]
-    for g, mask in groups:
-        for m in metrics:
-            if m not in pa.columns or m not in pb.columns:
-                continue
-            d = (pd.to_numeric(pb[m], errors="coerce") - pd.to_numeric(pa[m], errors="coerce"))[mask]
-            lo, hi = _bootstrap(d.to_numpy(float), pa.conversation_id[mask].to_numpy(), 2000, seed)
-            rows.append({"group": g, "metric": m, "delta": float(d.mean()) if len(d) else np.nan, "lo": lo, "hi": hi,
-                         "p_perm": np.nan, "p_mcnemar": np.nan, "wins": int((d > 0).sum()),
-                         "losses": int((d < 0).sum()), "ties": int((d == 0).sum()), "mdd": np.nan, "n": int(len(d))})
-    ca, cb = pa.f1.map(correct), pb.f1.map(correct)
-    flip = ca != cb
-    flipped = pd.DataFrame({"qid": both[flip], "category": pa.category[flip].to_numpy(),
-                            "prediction_a": pa.prediction[flip].to_numpy(),
-                            "prediction_b": pb.prediction[flip].to_numpy(),
-                            "f1_a": pa.f1[flip].to_numpy(), "f1_b": pb.f1[flip].to_numpy()})
-    return Paired(table=pd.DataFrame(rows), flipped=flipped, notes=["p-values need memlab.compare (not available)"])
-
-
-
-# ---------------------------------------------------------------------------------- legacy wide view
-def compare(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFAULT_METRICS) -> pd.DataFrame:
-    """One row per category group; columns (metric, run folder): the side-by-side (wide) view."""
-    loaded, _ = load_runs(runs)
-    loaded = order_runs(loaded)
-    frames = {}
-    for r in loaded:
-        name = r.run_dir.name
-        cols = [m for m in metrics if m in r.summary.columns]
-        frames[name] = r.summary[["n", *cols]]
-    out = pd.concat(frames, axis=1)
-    out = out.swaplevel(axis=1).sort_index(axis=1, level=0, sort_remaining=False)
-    order = [m for m in ("n", *metrics) if m in out.columns.get_level_values(0)]
-    return out.reindex(columns=order, level=0)
-
-
-def format_compare(table: pd.DataFrame) -> str:
+def format_wide(table: pd.DataFrame) -> str:
+    """A wide table (one run under several scoring profiles, `memlab.run.rescore.profile_table`) as text."""
     return table.to_string(float_format=lambda x: f"{x:.3f}")

@@ -25,6 +25,8 @@ from memlab.run.config import ExperimentConfig
 from memlab.run.records import PredictionRecord, read_frame, write_frame
 
 RECALL_KS = (1, 5, 10, 20)
+#: Per-question reader-independent measures (`memlab.eval.ceiling`), summarised per category like F1.
+CEILING_COLS = ("answer_ceiling", "answer_bearing")
 
 
 @dataclass
@@ -67,8 +69,11 @@ def score_records(records: list[PredictionRecord], top_k: int | None = None) -> 
         pred[f"recall@{k}"] = [_recall_at(r.first_query_ids, r.evidence, k) if top_k is None or k <= top_k
                                else np.nan for r in records]
     pred["j"] = pd.to_numeric(pred["j"], errors="coerce")
+    for c in CEILING_COLS:  # None (category 5, no memory read) becomes NaN: left out of means
+        pred[c] = pd.to_numeric(pred[c], errors="coerce") if c in pred else np.nan
     errored = pred["error"].notna()
-    score_cols = ["f1", "bleu1", "em", "evidence_recall", "context_recall", *[f"recall@{k}" for k in RECALL_KS]]
+    score_cols = ["f1", "bleu1", "em", "evidence_recall", "context_recall", *[f"recall@{k}" for k in RECALL_KS],
+                  *CEILING_COLS]
     pred.loc[errored, [c for c in score_cols if c in pred.columns]] = np.nan
     pred.loc[pred["judge_error"].notna() | errored, "j"] = np.nan
     return pred.drop(columns=["first_query_ids", "schema"])
@@ -83,6 +88,7 @@ def summarize(pred: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
     scored = pred[ok]
     metrics = ["f1", "bleu1", "em"] + (["j"] if cfg.judge.model else [])
     metrics += [f"recall@{k}" for k in RECALL_KS if k <= cfg.retrieval.top_k] + ["context_recall"]
+    metrics += [c for c in CEILING_COLS if c in scored and scored[c].notna().any()]
     summ = category_summary(scored, metrics=metrics, labels=get_profile(cfg.scoring.profile).labels,
                             seed=cfg.run.seed).rename(columns={"n": "n_scored"})
     if cfg.judge.model and "j_repeats" in scored.columns:
@@ -98,7 +104,6 @@ def summarize(pred: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
             "judge_errors": int(g["judge_error"].notna().sum()),
             "prompt_tokens_qa": ok.prompt_tokens.sum() / n, "completion_tokens_qa": ok.completion_tokens.sum() / n,
             "cached_tokens_qa": ok.cached_tokens.sum() / n,
-            "tokens_qa": (ok.prompt_tokens.sum() + ok.completion_tokens.sum()) / n,
             "context_tokens_qa": ok.context_tokens.sum() / n, "calls_qa": ok.calls.sum() / n,
             "latency_p50_s": float(np.percentile(ok.latency_s, 50)) if len(ok) else np.nan,
             "latency_p95_s": float(np.percentile(ok.latency_s, 95)) if len(ok) else np.nan,
@@ -202,5 +207,7 @@ def load_run(run_dir: str | Path) -> Run:
     cfg = read_config(d / "config.yaml")
     pred = _read_table(d / "predictions").reset_index()
     summ = _read_table(d / "summary")
+    summ = summ.rename(columns={o: n for o, n in costs.RENAMED.items() if o in summ and n not in summ}) \
+        .drop(columns=[o for o in costs.RENAMED if o in summ], errors="ignore")  # older runs' token names
     info = read_run_json(d / "run.json") if (d / "run.json").is_file() else {}
     return Run(run_dir=d, config=cfg, predictions=pred, summary=summ, info=info)

@@ -26,7 +26,7 @@ from typing import Any
 from memlab import __version__, cache_integrity
 from memlab.answer import Answerer
 from memlab.atomic import write_json, write_text
-from memlab.data import load_locomo, sha256_file
+from memlab.data import dataset_name, sha256_file
 from memlab.eval import cost as costs
 from memlab.eval.errata import errata_columns, errata_counts, load_errata
 from memlab.eval.profiles import apply_scoring
@@ -49,7 +49,7 @@ from memlab.run.results import (
     summarize,
     write_results,
 )
-from memlab.run.selection import select_questions
+from memlab.run.selection import load_run_data, select_questions
 from memlab.rundir import RunLock, environment, open_run_dir, remember_settings, remembered_settings, results_root
 from memlab.threads import peak_rss_mb, set_threads
 
@@ -130,7 +130,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
          stop: StopFlag, t_start: float) -> Run:
     # -- 1. validate everything before a run folder exists
     t0 = time.perf_counter()
-    data = load_locomo(cfg.dataset.path)
+    cfg, data, data_notes = load_run_data(cfg)  # LoCoMo or LongMemEval, told by the file's fields
     dataset_sha = sha256_file(data.report.path)
     if prev.get("dataset_sha256") and prev["dataset_sha256"] != dataset_sha:
         raise ConfigError(f"--resume {resume}: the dataset changed since the run started "
@@ -157,14 +157,15 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
     judge = build_judge(cfg, clients)
     if errata is not None and hasattr(judge, "errata"):
         judge.errata = errata  # the judge sees corrected gold answers and skips invalid ones
-    notes = inert_knobs(cfg, RECALL_KS)
+    notes = inert_knobs(cfg, RECALL_KS) + data_notes
     # -- the run folder
     run_dir = open_run_dir(cfg.name, cfg.to_yaml(), root, resume)
     if resume is None:
         held.enter_context(RunLock(run_dir))
     info: dict[str, Any] = {
         "run_id": run_dir.name, "status": RunStatus.RUNNING.value, "memlab_version": __version__,
-        "dataset": data.report.path, "dataset_sha256": dataset_sha, "questions": len(picks),
+        "dataset": data.report.path, "dataset_format": dataset_name(data), "dataset_sha256": dataset_sha,
+        "questions": len(picks),
         "config": cfg.to_dict(), "environment": environment(),
         "components": {"answerer": component_label(answerer),
                        "extractor": component_label(extractor) if extractor is not None else None, "custom": custom},

@@ -1,0 +1,155 @@
+"""Answer ceiling@k and answer-bearing@k: hand-worked values, an exhaustive check against the official
+scorer over every span (and pair of spans for multi-hop), and the per-question record of a real run."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from datetime import datetime
+
+import pytest
+
+from memlab.eval.ceiling import answer_bearing, answer_ceiling, bearing_lines, context_lines, memory_line
+from memlab.eval.scoring import score_answer
+
+
+def test_hand_worked_values():
+    lines = ["Bob adopted a dog named Rex last week", "Alice went to Sweden"]
+    assert answer_ceiling("Rex", 4, lines) == 1.0
+    # the best span is "Rex" alone: F1 2 * 1 / (1 + 2) against the two gold tokens of "Rex Smith"
+    assert answer_ceiling("Rex Smith", 4, lines) == pytest.approx(2 / 3)
+    # category 3 cuts the gold at ';' first, as the official scorer does
+    assert answer_ceiling("Sweden; she said so twice", 3, lines) == 1.0
+    # category 1: one span per comma part, the mean over parts (Rex found, Milo not)
+    assert answer_ceiling("Rex, Milo", 1, lines) == pytest.approx(0.5)
+    assert answer_ceiling("Rex", 4, []) == 0.0
+    assert math.isnan(answer_ceiling("Rex", 5, lines)) and math.isnan(answer_bearing("Rex", 5, lines))
+    assert answer_ceiling("", 4, lines) == 0.0 and answer_bearing("", 4, lines) == 0.0
+    # a span never crosses two memories: "Rex Alice" is not a span of either line
+    assert answer_ceiling("Rex Alice", 4, lines) == pytest.approx(2 / 3)
+    # bearing: every gold token somewhere in the context (not necessarily one line)
+    assert answer_bearing("Rex and Alice", 4, lines) == 1.0
+    assert answer_bearing("Rex and Milo", 4, lines) == 0.0
+    assert bearing_lines("Sweden trip", 4, lines) == [1]
+
+
+def test_the_date_is_part_of_what_the_reader_sees():
+    line = memory_line("Caroline: I went to the support group yesterday", datetime(2023, 5, 8, 13, 56))
+    assert line.startswith("8 May 2023 ")
+    assert answer_ceiling("8 May 2023", 2, [line]) == 1.0
+    assert memory_line("x", "2023-05-08 13:56:00") == "8 May 2023 x"
+    assert memory_line("x", None) == memory_line("x", float("nan")) == "x"
+
+    class Entry:
+        text, event_time = "hello", datetime(2024, 1, 2)
+
+    assert context_lines([Entry()]) == ["2 January 2024 hello"]
+
+
+def test_exact_against_the_official_scorer_over_every_span():
+    rng = random.Random(7)
+    vocab = "cat dog went to paris in may 2023 painting sunset lake the a".split()
+    for _ in range(1500):
+        lines = [" ".join(rng.choice(vocab) for _ in range(rng.randint(0, 8))) for _ in range(rng.randint(0, 3))]
+        cat = rng.choice([1, 2, 3, 4])
+        gold = ", ".join(" ".join(rng.choice(vocab) for _ in range(rng.randint(1, 3)))
+                         for _ in range(rng.randint(1, 2)))
+        spans = [" ".join(ws[i:j]) for ws in (s.split() for s in lines)
+                 for i in range(len(ws)) for j in range(i + 1, len(ws) + 1)]
+        cands = spans + ([f"{a}, {b}" for a in spans for b in spans] if cat == 1 else [])
+        best = max((score_answer(c, gold, cat) for c in cands), default=0.0)
+        assert answer_ceiling(gold, cat, lines) == pytest.approx(best), (gold, cat, lines)
+
+
+def test_fast_on_a_deep_context():
+    rng = random.Random(1)
+    words = [f"w{i}" for i in range(300)]
+    lines = [" ".join(rng.choice(words) for _ in range(60)) for _ in range(40)]  # k = 40, long memories
+    t0 = time.process_time()
+    for i in range(50):
+        answer_ceiling(" ".join(rng.choice(words) for _ in range(6)), 1 + i % 4, lines)
+    assert (time.process_time() - t0) / 50 < 0.05  # CPU seconds per question
+
+
+def test_every_answered_question_records_its_ceiling(synthetic_path, tmp_path):
+    from memlab.run import ExperimentConfig, run_experiment
+    from memlab.trace import load
+
+    cfg = ExperimentConfig.from_dict({"name": "ceil", "dataset": {"path": str(synthetic_path)},
+                                      "extraction": {"extractor": "turns+observations"}})
+    run = run_experiment(cfg, results=tmp_path, progress=False)
+    p = run.predictions.set_index("qid")
+    assert p.loc[p.category == 5, "answer_ceiling"].isna().all()
+    assert p.loc[p.category != 5, "answer_ceiling"].notna().all()
+    assert p.loc["syn-1/q3", "answer_ceiling"] == 1.0 and p.loc["syn-1/q3", "answer_bearing"] == 1.0
+    # recomputed independently from the traces: the context memories as dated lines
+    tr = load(run.run_dir)
+    mems = tr.memories.set_index("id")
+    for qid, row in p[p.category != 5].iterrows():
+        lines = [memory_line(mems.loc[i, "text"], mems.loc[i, "event_time"]) for i in tr.contexts[qid]]
+        assert row.answer_ceiling == pytest.approx(answer_ceiling(row.answer, row.category, lines)), qid
+    assert "answer ceiling 1.00  answer-bearing yes" in tr.show("syn-1/q3")
+    s = run.summary
+    for col in ("answer_ceiling", "answer_ceiling_lo", "answer_ceiling_hi", "answer_bearing"):
+        assert col in s.columns
+    assert math.isnan(s.loc["5", "answer_ceiling"]) and s.loc["4", "answer_ceiling"] == 1.0
+
+
+def _topk_run(k, f1, ceiling, bearing, recall, ctx):
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    idx = ["1", "2", "3", "4", "5", "overall 1-4", "overall 1-5"]
+    d = pd.DataFrame(index=idx)
+    d["n"] = [282, 321, 96, 841, 446, 1540, 1986]
+    for col, v in (("f1", f1), ("answer_ceiling", ceiling)):
+        d[col], d[f"{col}_lo"], d[f"{col}_hi"] = v, v - 0.02, v + 0.04
+    d["answer_bearing"], d["context_recall"], d["context_tokens_qa"] = bearing, recall, ctx
+    return SimpleNamespace(summary=d, config=SimpleNamespace(retrieval=SimpleNamespace(top_k=k)))
+
+
+def test_topk_panels_draw_every_measure_per_k_for_overall_and_multihop(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from memlab import plots
+
+    runs = [_topk_run(20, 0.22, 0.8, 0.6, 0.85, 900.0), _topk_run(5, 0.22, 0.6, 0.4, 0.6, 250.0),
+            _topk_run(10, 0.22, 0.7, 0.5, 0.74, 460.0)]
+    table = plots.topk_measures(runs, groups=["overall 1-4", "1"])
+    assert list(zip(table.group, table.k)) == [("overall 1-4", 5), ("overall 1-4", 10), ("overall 1-4", 20),
+                                               ("1", 5), ("1", 10), ("1", 20)]
+    assert list(table.answer_ceiling[:3]) == [0.6, 0.7, 0.8] and list(table.context_tokens_qa[:3]) == [250, 460, 900]
+    fig = plots.topk_panels(runs, groups=["overall 1-4", "1"], save_to=tmp_path)
+    left = [a for a in fig.axes if a.get_ylabel() == "score / share"]
+    assert [a.get_title() for a in left] == ["overall 1-4 (n=1,540)", "1 multi-hop (n=282)"]
+    for ax in left:
+        ys = sorted(tuple(round(float(y), 3) for y in line.get_ydata()) for line in ax.get_lines()
+                    if len(line.get_xdata()) == 3 and line.get_linestyle() != "None")
+        assert ys == [(0.22, 0.22, 0.22), (0.4, 0.5, 0.6), (0.6, 0.7, 0.8), (0.6, 0.74, 0.85)]
+        assert ax.get_ylim() == (0.0, 1.0)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any("answer ceiling" in s for s in labels) and any("answer-bearing" in s for s in labels)
+    assert any("context tokens" in s for s in labels) and any("Recall@k" in s for s in labels)
+    assert (tmp_path / "topk_measures.png").is_file()
+    # an older run without the ceiling columns still draws F1 and recall, the missing measures as NaN
+    old = [_topk_run(5, 0.2, 0.6, 0.4, 0.6, 250.0)]
+    old[0].summary = old[0].summary.drop(columns=["answer_ceiling", "answer_ceiling_lo", "answer_ceiling_hi",
+                                                  "answer_bearing"])
+    assert plots.topk_measures(old).answer_ceiling.isna().all()
+
+
+def test_errata_corrected_gold_drops_the_ceiling_measured_against_the_old_gold(tmp_path):
+    import pandas as pd
+
+    from memlab.eval.errata import apply_errata, load_errata
+
+    p = tmp_path / "errata.csv"
+    p.write_text("qid,answer\nc/q1,Milo\n", encoding="utf-8")
+    frame = pd.DataFrame({"qid": ["c/q1", "c/q2"], "answer": ["Rex", "Rex"], "answer_ceiling": [1.0, 0.5],
+                          "answer_bearing": [1.0, 0.0]})
+    out = apply_errata(frame, load_errata(p))
+    assert math.isnan(out.loc[0, "answer_ceiling"]) and math.isnan(out.loc[0, "answer_bearing"])
+    assert out.loc[1, "answer_ceiling"] == 0.5 and out.loc[1, "answer_bearing"] == 0.0
