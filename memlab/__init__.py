@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from memlab.threads import sleep_idle_threads
+
+sleep_idle_threads()  # before numpy, FAISS or torch load their OpenMP runtime (see memlab.threads)
+
 __version__ = "0.1.0"
 
 #: public name -> (module, attribute)

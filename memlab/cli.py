@@ -35,7 +35,11 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if hasattr(data, "type_counts"):
         print("questions per type (abstention ones also counted in their type): "
               + ", ".join(f"{k} {v}" for k, v in data.type_counts().items()))
-    print(data.stats().to_string())
+    rows = data.category_stats()
+    cols = list(rows[0]) if rows else []
+    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    for line in [cols, *[[str(r[c]) for c in cols] for r in rows]]:  # a plain table: pandas takes seconds to import
+        print("  ".join(v.rjust(width[c]) if i else v.ljust(width[c]) for i, (c, v) in enumerate(zip(cols, line))))
     print("load report:", data.report.summary())
     for issue in data.report.evidence_issues:
         rec = f" -> recovered {list(issue.recovered)}" if issue.recovered else ""

@@ -194,22 +194,21 @@ class LoCoMo:
         ]
         return pd.DataFrame(rows)
 
+    def category_stats(self) -> list[dict[str, Any]]:
+        """Per-category counts and shapes, one dict per category number in order (no pandas: ``memlab data
+        info`` prints it without paying the import)."""
+        by: dict[int, list[Question]] = {}
+        for q in self.questions:
+            by.setdefault(q.category, []).append(q)
+        return [{"category": c, "label": qs[0].category_label, "questions": len(qs),
+                 "mean_evidence": round(sum(len(q.evidence_ids) for q in qs) / len(qs), 2),
+                 "no_evidence": sum(1 for q in qs if not q.evidence_ids)} for c, qs in sorted(by.items())]
+
     def stats(self):
-        """Per-category counts and shapes, one row per category number."""
+        """`category_stats` as a DataFrame indexed by category number."""
         import pandas as pd
 
-        qf = self.questions_frame()
-        g = qf.groupby("category")
-        out = pd.DataFrame(
-            {
-                "label": g["category_label"].first(),
-                "questions": g.size(),
-                "mean_evidence": g["n_evidence"].mean().round(2),
-                "no_evidence": g["n_evidence"].apply(lambda s: int((s == 0).sum())),
-            }
-        )
-        out.index.name = "category"
-        return out
+        return pd.DataFrame(self.category_stats()).set_index("category")
 
     def counts(self) -> dict[str, int]:
         return {

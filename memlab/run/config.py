@@ -287,6 +287,9 @@ class RunConfig:
     """Ray cluster to join (``auto``, ``ray://host:10001``); unset: start a local Ray instance."""
     ray_max_retries: int = 2
     """A Ray task that failed or lost its worker is retried this many times, then its questions are errors."""
+    threads: int | None = None
+    """Threads of every native pool (torch, OpenMP/BLAS, FAISS; `memlab.threads`); null: the cores available to
+    the process. A Ray task gets the CPUs Ray assigned it, at most this."""
 
 
 @dataclass
@@ -423,6 +426,8 @@ class ExperimentConfig:
                 ints += ((key, v, 1),)
         if self.dataset.question_limit is not None:
             ints += (("dataset.question_limit", self.dataset.question_limit, 1),)
+        if self.run.threads is not None:
+            ints += (("run.threads", self.run.threads, 1),)
         if self.extraction.checkers.message_threshold is not None:
             ints += (("extraction.checkers.message_threshold", self.extraction.checkers.message_threshold, 0),)
         for key, v, lo in ints:

@@ -28,6 +28,7 @@ from memlab.memory import MemoryService
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig
 from memlab.run.records import ExtractionTraceRecord, MemoryRecord
+from memlab.threads import peak_rss_mb
 
 BUILD_LOG = "build_cost.jsonl"  # per conversation, what building its memory cost (memlab.eval.cost)
 CACHE_VERSION = 3  # 3: cursor and trace live in the store (checksummed), index saved as .npz
@@ -44,6 +45,8 @@ class ExtractionOutcome:
     service: MemoryService
     info: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    peak_rss_mb: dict[str, float] = field(default_factory=dict)
+    """The process's peak RSS after extraction and after indexing (`memlab.threads.peak_rss_mb`)."""
 
 
 def build_checkers(cfg: ExperimentConfig) -> list[Checker]:
@@ -221,10 +224,12 @@ def finish_extraction(cfg: ExperimentConfig, convs: list[Conversation], out: Ext
     mem_rows = [MemoryRecord.of(c.sample_id, e).to_dict() for c in convs for e in svc.list(conversation_key(c))]
     _jsonl(traces / "memories.jsonl", mem_rows)
     info["memories"] = len(mem_rows)
+    out.peak_rss_mb["extraction"] = peak_rss_mb()
     t1 = time.perf_counter()
     for conv in convs:  # build the per-key indexes now, so answering latency excludes it
         svc.searcher.ensure_built(conversation_key(conv), lambda c=conv: svc.list(conversation_key(c)))
     out.timings["indexing_s"] = time.perf_counter() - t1
+    out.peak_rss_mb["indexing"] = peak_rss_mb()
     return out
 
 

@@ -53,6 +53,7 @@ from memlab.run.answering import (
     Terminated,
     answer_one,
     load_done,
+    prepare_queries,
     remembered_interrupts,
 )
 from memlab.run.clients import Clients, check_endpoints, role_model
@@ -96,6 +97,7 @@ from memlab.run.steps import (
     write_run_json,
 )
 from memlab.rundir import RunLock, open_run_dir, results_root
+from memlab.threads import peak_rss_mb, set_threads, worker_threads
 
 UnitHook = Callable[[str], None]
 
@@ -197,6 +199,7 @@ def _private_root(cfg: ExperimentConfig, snapshot: dict[str, list[tuple]], unit:
     """A task's private temp folder, its caches seeded from the driver's snapshot, and its model clients."""
     if hook is not None:
         hook(unit)
+    set_threads(worker_threads(cfg.run.threads))  # this task's share of the node, not every core per worker
     with tempfile.TemporaryDirectory(prefix="memlab-ray-") as tmp:
         root = Path(tmp)
         store_cache_rows(root, snapshot)
@@ -265,6 +268,7 @@ def answer_unit(cfg: ExperimentConfig, conv: Conversation, questions: list[Quest
             svc.import_rows(key, rows or [])
             svc.import_index(key, index_blob)
             svc.searcher.ensure_built(key, lambda: svc.list(key))
+            prepare_queries(svc, [(conv, q) for q in questions], progress=False)  # one batched encoder pass
         try:
             if cfg.run.concurrency <= 1:
                 out = [answer_one(cfg, answerer, judge, svc, conv, q) for q in questions]
@@ -436,6 +440,9 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
             held.enter_context(RunLock(run_dir))
         info = open_info(p, run_dir, comps, {"kind": "ray", "address": where, "max_retries": retries,
                                              "units": [], "nodes": []})
+        # each task sizes its own pools to its share (`worker_threads`); the driver only schedules
+        info["threads"] = {"run.threads": p.cfg.run.threads,
+                           "per_task": "the CPUs Ray assigns it, capped by run.threads"}
         write_run_json(run_dir, {**info, "timings": {"load_s": p.load_s}})
         cell = _Cell(i, p, comps, run_dir, info, t_start, timings={"load_s": p.load_s})
         done = load_done(run_dir) if resume is not None else []
@@ -628,6 +635,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                 cell.timings["total_s"] = time.perf_counter() - cell.t_start
                 cell.info["executor"].update(
                     units=cell.units, nodes=sorted({u["node_id"] for u in cell.units if u.get("node_id")}))
+                cell.info["peak_rss_mb"] = {"driver": peak_rss_mb()}  # the workers' are their own processes'
                 close_session(cell.run_dir, cell.info, cell.timings, integrity_mark, {"executor": "ray"})
         finally:
             for svc, _ in stores.values():

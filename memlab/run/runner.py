@@ -42,6 +42,7 @@ from memlab.run.steps import (  # noqa: F401 - RunStorageError, is_storage_error
     write_run_json,
 )
 from memlab.rundir import RunLock, open_run_dir, remember_settings, remembered_settings, results_root
+from memlab.threads import peak_rss_mb, set_threads
 
 __all__ = ["Run", "RunStorageError", "load_run", "run_ablation", "run_experiment"]
 
@@ -121,6 +122,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
     # -- 1. validate everything before a run folder exists
     p = prepare(cfg, prev, resume)
     cfg = p.cfg  # with the dataset's scoring profile
+    threads = set_threads(cfg.run.threads)  # every native pool sized before a model or index is built
     # -- 2. components
     root = Path(resume).parent if resume is not None else Path(results) if results is not None else results_root()
     root = root.resolve()
@@ -136,6 +138,8 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
     resume_cmd = f"memlab run --resume {run_dir}"
     timings: dict[str, float] = {"load_s": p.load_s}
     info = open_info(p, run_dir, comps, {"kind": "local"})
+    info["threads"] = threads
+    peak: dict[str, float] = {}  # the process's peak RSS (MB) after each stage
     svc = None
     try:
         write_run_json(run_dir, {**info, "timings": timings})
@@ -149,6 +153,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
                                  extractor_id=comps.extractor_id)
             svc, ext_info = out.service, out.info
             timings.update(out.timings)
+            peak.update(out.peak_rss_mb)
             if ext_info.get("ops_failed"):
                 print(f"memlab: {ext_info['ops_failed']} extraction op(s) failed to write (see "
                       f"{run_dir / 'traces' / 'extraction.jsonl'})")
@@ -163,8 +168,11 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
             answered = answer_all(cfg, comps.answerer, comps.judge, svc, todo, run_dir, progress=progress, stop=stop)
         finally:
             timings["answering_s"] = time.perf_counter() - t0
+            peak["answering"] = peak_rss_mb()
         # -- 5. scoring
-        return finish_run(p, run_dir, comps.answerer, info, timings, len(done), answered, clients.totals())
+        run = finish_run(p, run_dir, comps.answerer, info, timings, len(done), answered, clients.totals())
+        peak["scoring"] = peak_rss_mb()
+        return run
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM, in any stage
         record_interrupt(info, resume_cmd, "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted")
         raise
@@ -175,8 +183,9 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
         raise
     finally:
         timings["total_s"] = time.perf_counter() - t_start
+        info["peak_rss_mb"] = peak  # this session's, per stage (a process's peak only grows: the last is the run's)
         try:
-            close_session(run_dir, info, timings, integrity_mark)
+            close_session(run_dir, info, timings, integrity_mark, {"peak_rss_mb": peak})
         finally:
             if svc is not None:
                 svc.close()
