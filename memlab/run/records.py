@@ -219,7 +219,9 @@ class RunInfo(Record):
     sessions: list[dict[str, Any]] = field(default_factory=list)
     notes: list[Any] = field(default_factory=list)
     executor: dict[str, Any] | None = None
+    threads: dict[str, Any] | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    peak_rss_mb: dict[str, float] | None = None
     extraction: dict[str, Any] | None = None
     cost: dict[str, Any] | None = None
     scoring: dict[str, Any] | None = None
