@@ -6,15 +6,21 @@ question, the gold, the evidence turns, the retrieved context and the prediction
 rule's label. The rules were then revised where the disagreements showed them wrong, so agreement on
 ``dev`` is in-sample. 50 more (``holdout`` and ``holdout2``, 5 per category each, other seeds) were drawn
 and labelled the same way after the last change to the rules: that is the out-of-sample figure. Labels and reasons
-are in ``benchmarks/attribution_handcheck.csv`` (qid, category, hand_label, reason, sample). This
-script recomputes the rules' labels on a run and prints Cohen's kappa (with a 95 % bootstrap interval
-over questions) and the confusion table (rows: hand, columns: rules).
+are in ``benchmarks/attribution_handcheck.csv`` (qid, category, hand_label, reason, sample, prediction:
+the prediction the label judged). This script recomputes the rules' labels on a run and prints Cohen's
+kappa (with a 95 % bootstrap interval over questions) and the confusion table (rows: hand, columns: rules).
+The 110 were drawn from a run of the old extractive reader; after its rewrite the 20 it no longer failed
+were dropped and the 35 whose prediction changed relabelled on the new run. ``draw`` on a run of another
+reader therefore draws other questions: ``--dump dev`` is for a fresh sample, ``--dump stale`` for the CSV's.
 
     python -m memlab run offline --results /tmp/r
     python benchmarks/attribution_agreement.py /tmp/r/offline-<time>
     python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --dump dev   # the drawn questions, no labels
+    python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --dump stale  # labels to redo
 
-A question of the CSV that the run does not count as failed (another reader) is reported and left out.
+A label judges one prediction: a question of the CSV whose run prediction differs from the labelled one
+(whitespace normalised; another reader), or that the run does not count as failed, is left out and
+reported, never compared. ``--dump stale`` prints the still-failed ones of the first kind for relabelling.
 """
 
 from __future__ import annotations
@@ -72,13 +78,30 @@ def kappa_interval(a: pd.Series, b: pd.Series, n_boot: int = 2000, seed: int = 0
     return float(lo), float(hi)
 
 
-def agreement(att: pd.DataFrame, hand: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """(the joined rows, the confusion table hand x rules, qids of the CSV the run did not fail)."""
-    missing = sorted(set(hand.qid) - set(att.qid))
-    both = hand.merge(att[["qid", "label", "reason"]].rename(columns={"label": "rule_label",
+def _norm(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def stale(hand: pd.DataFrame, predictions: pd.Series) -> list[str]:
+    """qids of the CSV whose labelled prediction is not the run's (``predictions``: qid -> prediction)."""
+    run = hand.qid.map(predictions)
+    return sorted(hand.qid[run.isna() | (run.map(_norm) != hand.prediction.map(_norm))])
+
+
+def agreement(att: pd.DataFrame, hand: pd.DataFrame, predictions: pd.Series
+              ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, list[str]]]:
+    """(the joined rows, the confusion table hand x rules, left-out qids by reason).
+
+    A hand label judged one prediction, so only questions the run answered the same way are compared:
+    left out are those whose prediction changed, then those the run does not count as failed.
+    """
+    changed = stale(hand, predictions)
+    not_failed = sorted(set(hand.qid) - set(att.qid) - set(changed))
+    keep = hand[~hand.qid.isin(changed)]
+    both = keep.merge(att[["qid", "label", "reason"]].rename(columns={"label": "rule_label",
                                                                       "reason": "rule_reason"}), on="qid")
     table = pd.crosstab(both.hand_label, both.rule_label, margins=True, margins_name="total")
-    return both, table, missing
+    return both, table, {"prediction changed": changed, "question no longer failed": not_failed}
 
 
 def dump(tr, att: pd.DataFrame, data, sample: pd.DataFrame) -> str:
@@ -106,9 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run_dir", help="a finished offline run folder")
     ap.add_argument("--handcheck", default=str(HANDCHECK))
-    ap.add_argument("--dump", choices=list(SAMPLES),
+    ap.add_argument("--dump", choices=[*SAMPLES, "stale"],
                     help="print one sample's drawn questions for labelling, without the rules' labels "
-                         f"(per category and seed: {SAMPLES})")
+                         f"(per category and seed: {SAMPLES}); 'stale': the CSV's still-failed questions "
+                         "whose run prediction is not the labelled one")
     args = ap.parse_args(argv)
     from memlab import attribution
     from memlab.data import load_locomo
@@ -117,19 +141,26 @@ def main(argv: list[str] | None = None) -> int:
     tr = load(args.run_dir)
     data = load_locomo()
     att = attribution.attribute(tr, data)
-    if args.dump:
+    if args.dump and args.dump != "stale":
         print(dump(tr, att, data, samples(att)[args.dump]))
         return 0
-    hand = pd.read_csv(args.handcheck)
-    want = {"qid", "category", "hand_label", "reason"}
+    hand = pd.read_csv(args.handcheck, keep_default_na=False)
+    want = {"qid", "category", "hand_label", "reason", "prediction"}
     if not want <= set(hand.columns):
         raise SystemExit(f"{args.handcheck}: columns {list(hand.columns)}; expected {sorted(want)}")
     bad = sorted(set(hand.hand_label) - set(attribution.LABELS))
     if bad:
         raise SystemExit(f"{args.handcheck}: unknown hand_label(s) {bad}; expected one of {attribution.LABELS}")
-    both, table, missing = agreement(att, hand)
-    if missing:
-        print(f"{len(missing)} hand-checked question(s) not failed in this run, left out: {missing}")
+    predictions = tr.questions.set_index("qid")["prediction"]
+    if args.dump == "stale":
+        redo = set(stale(hand, predictions)) & set(att.qid)
+        print(dump(tr, att, data, att[att.qid.isin(redo)].sort_values(["category", "qid"])))
+        return 0
+    both, table, left_out = agreement(att, hand, predictions)
+    print(f"{len(hand)} hand labels, {len(both)} compared")
+    for why, qids in left_out.items():
+        if qids:
+            print(f"left out, {why} ({len(qids)}): {qids}")
     def line(g: pd.DataFrame) -> str:
         lo, hi = kappa_interval(g.hand_label, g.rule_label)
         return (f"n {len(g)}, agreement {float((g.hand_label == g.rule_label).mean()):.3f}, Cohen's kappa "

@@ -322,17 +322,22 @@ def test_a_skipped_proposal_shows_its_own_text_and_the_memory_kept_instead():
     assert _op_text({"result": "added", "text": "raw", "final_text": "final"}) == "final"
 
 
-def test_handcheck_agreement_script():
+def _agreement_script():
     import importlib.util
     from pathlib import Path
-
-    import pandas as pd
-    from sklearn.metrics import cohen_kappa_score
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "attribution_agreement.py"
     spec = importlib.util.spec_from_file_location("attribution_agreement", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_handcheck_agreement_script():
+    import pandas as pd
+    from sklearn.metrics import cohen_kappa_score
+
+    mod = _agreement_script()
     a = pd.Series(["reading-miss", "retrieval-miss", "reading-miss", "abstain-error", "label-issue", "reading-miss"])
     b = pd.Series(["reading-miss", "partial-retrieval", "reading-miss", "abstain-error", "label-issue", "write-miss"])
     assert mod.cohen_kappa(a, b) == pytest.approx(cohen_kappa_score(a, b))
@@ -349,7 +354,29 @@ def test_handcheck_agreement_script():
     assert not set(held.qid) & set(d1.qid)
     # the shipped hand labels are well-formed and use the rule's label names
     hand = pd.read_csv(mod.HANDCHECK)
-    assert {"qid", "category", "hand_label", "reason", "sample"} <= set(hand.columns) and hand.qid.is_unique
+    cols = {"qid", "category", "hand_label", "reason", "sample", "prediction"}
+    assert cols <= set(hand.columns) and hand.qid.is_unique
     assert set(hand.hand_label) <= set(LABELS) and hand.reason.str.len().min() > 10
-    assert not hand.qid.str.startswith("conv-26/").any()
-    assert hand.groupby("sample").size().to_dict() == {"dev": 60, "holdout": 25, "holdout2": 25}
+    assert not hand.qid.str.startswith("conv-26/").any() and hand.prediction.notna().all()
+    # 110 drawn on the old reader's run; 20 the shipped reader no longer fails were dropped
+    assert hand.groupby("sample").size().to_dict() == {"dev": 49, "holdout": 21, "holdout2": 20}
+
+
+def test_handcheck_compares_only_the_labelled_prediction():
+    """A hand label judged one prediction: a run that answers otherwise, or no longer fails, is left out."""
+    import pandas as pd
+
+    mod = _agreement_script()
+    hand = pd.DataFrame({"qid": ["a", "b", "c", "d"], "category": [1, 2, 3, 4],
+                         "hand_label": ["reading-miss", "abstain-error", "retrieval-miss", "reading-miss"],
+                         "reason": ["r"] * 4, "prediction": ["the  cat\n", "Not mentioned.", "x", "y"]})
+    att = pd.DataFrame({"qid": ["a", "b", "c"], "label": ["reading-miss", "abstain-error", "write-miss"],
+                        "reason": ["s"] * 3})
+    # a: same up to whitespace; b: the reader now answers; c: same; d: no longer failed
+    predictions = pd.Series({"a": "the cat", "b": "a cat", "c": "x", "d": "y"})
+    assert mod.stale(hand, predictions) == ["b"]
+    assert mod.stale(hand, predictions.drop("c")) == ["b", "c"]  # a question the run lacks is stale too
+    both, table, left_out = mod.agreement(att, hand, predictions)
+    assert list(both.qid) == ["a", "c"] and list(both.rule_label) == ["reading-miss", "write-miss"]
+    assert left_out == {"prediction changed": ["b"], "question no longer failed": ["d"]}
+    assert table.loc["total", "total"] == 2
