@@ -117,7 +117,7 @@ def topk() -> str:
         rc, wall, cpu, _ = _memlab(["run", "topk-ablation", "--results", f"{tmp}/results"], Path(tmp) / "err.log")
         if rc != 0:
             raise RuntimeError(f"memlab run topk-ablation exited {rc}:\n{(Path(tmp) / 'err.log').read_text()[-2000:]}")
-        runs = sorted((load_run(d) for d in Path(tmp, "results").iterdir() if d.is_dir()),
+        runs = sorted((load_run(d) for d in Path(tmp, "results").glob("topk-*") if d.is_dir()),
                       key=lambda r: r.config.retrieval.top_k)
     df = plots.topk_measures(runs, groups=("overall 1-4", "1"))
     ci = lambda r, c: f"{r[c]:.3f} [{r[c + '_lo']:.3f}, {r[c + '_hi']:.3f}]"  # noqa: E731
