@@ -49,7 +49,9 @@ from memlab.run.results import (
     write_results,
 )
 from memlab.run.selection import select_questions
+from memlab.run.systems import build_system, run_system
 from memlab.rundir import RunLock, environment, open_run_dir, remember_settings, remembered_settings, results_root
+from memlab.systems import MemorySystem
 
 __all__ = ["Run", "load_run", "run_ablation", "run_experiment"]
 
@@ -104,13 +106,14 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
                    resume: str | Path | None = None, progress: bool = True, *,
                    overrides: dict[str, Any] | list[str] | None = None, force_config: bool = False,
                    trust_run_config: bool = False, extractor: Extractor | None = None,
-                   answerer: Answerer | None = None) -> Run:
+                   answerer: Answerer | None = None, system: MemorySystem | None = None) -> Run:
     """Run one experiment (a config without a grid) and return its `Run`.
 
     ``resume`` finishes a killed or errored run (its errored questions are answered again) while holding the
     folder's lock (a second process on it is refused, `RunFolderBusy`); ``trust_run_config`` lets a resume use
     endpoints, key variables and prompt files from the folder that this user did not start it with;
-    ``extractor`` / ``answerer`` replace the configured components with the caller's own objects. Ctrl-C and
+    ``extractor`` / ``answerer`` replace the configured components with the caller's own objects; ``system`` (a
+    `memlab.systems.MemorySystem`) replaces the memory pipeline the arms search (as ``system.name`` does). Ctrl-C and
     SIGTERM stop the run as ``interrupted``; a storage error (disk full, read-only folder) marks it ``failed``
     and is raised as `RunStorageError` naming the path.
     """
@@ -120,12 +123,12 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
         if resume is not None:  # before any work: a second resume of this folder stops here
             held.enter_context(RunLock(resume))
         stop = held.enter_context(remembered_interrupts())
-        return _run(cfg, prev, results, resume, progress, extractor, answerer, held, stop, t_start)
+        return _run(cfg, prev, results, resume, progress, extractor, answerer, held, stop, t_start, system)
 
 
 def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None, resume: str | Path | None,
          progress: bool, extractor: Extractor | None, answerer: Answerer | None, held: contextlib.ExitStack,
-         stop: StopFlag, t_start: float) -> Run:
+         stop: StopFlag, t_start: float, system: MemorySystem | None = None) -> Run:
     # -- 1. validate everything before a run folder exists
     t0 = time.perf_counter()
     data = load_locomo(cfg.dataset.path)
@@ -147,9 +150,10 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
     cache_root.mkdir(parents=True, exist_ok=True)
     integrity_mark = cache_integrity.mark()
     clients = Clients(cfg, cache_root / "responses.sqlite")
-    custom = {"extractor": extractor is not None, "answerer": answerer is not None}
+    custom = {"extractor": extractor is not None, "answerer": answerer is not None, "system": system is not None}
+    on_system = system is not None or cfg.system.name != "memlab"  # an adapter's store, not the extraction stage
     answerer = answerer if answerer is not None else build_answerer(cfg, clients)
-    if answerer.needs_memory and extractor is None:
+    if answerer.needs_memory and extractor is None and not on_system:
         extractor = build_extractor(cfg, clients)
     judge = build_judge(cfg, clients)
     if errata is not None and hasattr(judge, "errata"):
@@ -173,7 +177,14 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
         write_json(run_dir / "run.json", {**info, "timings": timings})
         # -- 3. extraction
         ext_info: dict[str, Any] = {}
-        if answerer.needs_memory:
+        if answerer.needs_memory and on_system:
+            if system is None:
+                system = build_system(cfg, clients, run_dir)
+            out = run_system(cfg, convs, system, run_dir)
+            svc, info["system"] = out.service, out.info
+            info["components"]["system"] = component_label(system)
+            timings.update(out.timings)
+        elif answerer.needs_memory:
             assert extractor is not None
             extractor_id = extractor.cache_id()
             if custom["extractor"] and type(extractor) not in {EXTRACTORS.get(n) for n in EXTRACTORS}:
