@@ -220,7 +220,8 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
         pred = score_records(records, top_k=cfg.retrieval.top_k if answerer.uses_top_k else None)
         pred = apply_scoring(pred, cfg.scoring.profile, errata)  # errata, then the profile's scores
         pred, info["cost"] = add_costs(run_dir, cfg, pred, {c.sample_id: len(c.questions) for c in convs},
-                                       expect_build=answerer.needs_memory or hasattr(answerer, "build_texts"))
+                                       expect_build=(answerer.needs_memory and not on_system)
+                                       or hasattr(answerer, "build_texts"))
         if info["cost"].get("build_unknown"):
             print(f"memlab: {info['cost']['build_unknown']}")
         summ = summarize(pred, cfg)
