@@ -68,8 +68,9 @@ class ProvenanceAligner:
             return []
         if not turns:
             return [Alignment(()) for _ in texts]
-        dense = self._dense(texts, [t.text for t in turns])
-        turn_words = [frozenset(_terms(t.text)) for t in turns]
+        said = [f"{t.speaker}: {t.text}" for t in turns]  # a rewritten fact names who said it
+        dense = self._dense(texts, said)
+        turn_words = [frozenset(_terms(t)) for t in said]
         out = []
         for i, text in enumerate(texts):
             words = frozenset(_terms(text))
