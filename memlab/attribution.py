@@ -245,9 +245,13 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
         label, reason = label_question(ev)
         rows.append({"qid": row["qid"], "conversation_id": row["conversation_id"], "category": int(row["category"]),
                      "label": label, "reason": reason, "f1": row["f1"], "question": row["question"],
-                     "answer": row["answer"], "prediction": row["prediction"]})
+                     "answer": row["answer"], "prediction": row["prediction"],
+                     # a black-box system's memories got their dialog ids by alignment (memlab.systems)
+                     "provenance": "recovered" if any(m.get("provenance") == "recovered"
+                                                      for m in mems_by_conv.get(row["conversation_id"], []))
+                     else "exact"})
     return pd.DataFrame(rows, columns=["qid", "conversation_id", "category", "label", "reason", "f1", "question",
-                                       "answer", "prediction"])
+                                       "answer", "prediction", "provenance"])
 
 
 def attribution_table(att: pd.DataFrame) -> pd.DataFrame:

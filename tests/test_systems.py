@@ -80,6 +80,10 @@ def test_a_black_box_system_runs_with_recovered_provenance_marked(synthetic_path
     assert hits and all(h["provenance"] == "recovered" for h in hits)
     assert run.predictions["error"].isna().all()
     assert run.predictions["context_recall"].fillna(0).gt(0).any()  # recall is scored through the recovered ids
+    from memlab.attribution import attribute
+
+    att = attribute(run.run_dir)
+    assert len(att) and set(att["provenance"]) == {"recovered"}  # the attribution table says so too
 
 
 def test_memlab_pipeline_as_a_system_object_gives_the_configured_runs_answers(synthetic_path, tmp_path):
