@@ -226,3 +226,15 @@ def test_mem0_infer_server_error_is_loud(tmp_path, no_network):
         with pytest.raises(Exception, match="500|LLM extraction failed"):
             sysm.ingest(UserKey("t", "u"), "c:S1", MSGS)
         assert len(srv.requests) >= 1
+
+
+@needs_mem0
+def test_mem0_search_and_memories_are_not_capped_at_its_default_20(tmp_path, no_network):
+    from memlab.systems.mem0 import Mem0System
+
+    sysm = Mem0System(tmp_path / "m0")
+    key = UserKey("t", "u")
+    sysm.ingest(key, "c:S1", [Message(f"D1:{i}", "Alice", f"fact number {i} about painting") for i in range(1, 26)])
+    mems = sysm.memories(key)
+    assert len(mems) == 25 and {m.source_ids for m in mems} == {(f"D1:{i}",) for i in range(1, 26)}
+    assert len(sysm.search(key, "painting", 25)) == 25 and len(sysm.search(key, "painting", 3)) == 3

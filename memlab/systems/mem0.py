@@ -179,12 +179,12 @@ class Mem0System(MemorySystem):
                          time=datetime.fromisoformat(t) if t else None, metadata=meta)
 
     def search(self, key: UserKey, query: str, k: int) -> list[SystemHit]:
-        res = self._memory().search(query, filters={"user_id": self._uid(key)}, limit=k)
+        res = self._memory().search(query, filters={"user_id": self._uid(key)}, top_k=k)  # limit= is ignored
         return [self._hit(r) for r in res.get("results", [])]
 
     def memories(self, key: UserKey) -> list[SystemHit]:
         if key not in self._cache:
-            res = self._memory().get_all(filters={"user_id": self._uid(key)}, limit=1_000_000)
+            res = self._memory().get_all(filters={"user_id": self._uid(key)}, top_k=1_000_000)
             hits = [self._hit(r) for r in res.get("results", [])]
             self._cache[key] = sorted(hits, key=lambda h: (h.metadata.get("created_at") or "", h.memory_id))
         return self._cache[key]
