@@ -238,3 +238,34 @@ def test_mem0_search_and_memories_are_not_capped_at_its_default_20(tmp_path, no_
     mems = sysm.memories(key)
     assert len(mems) == 25 and {m.source_ids for m in mems} == {(f"D1:{i}",) for i in range(1, 26)}
     assert len(sysm.search(key, "painting", 25)) == 25 and len(sysm.search(key, "painting", 3)) == 3
+
+
+def _mem0_model(body: dict):
+    """A scripted model answering mem0's own extraction prompt: one rewritten fact per message it was shown."""
+    import re
+
+    from memlab.testing import Reply
+
+    said = re.findall(r"(\w+) \(on [^)]*\): ([^\n\"]+)", body["messages"][-1]["content"])
+    facts = [{"text": f"{spk} mentioned that {txt.strip().rstrip('.')}"} for spk, txt in dict.fromkeys(said)]
+    return Reply(text=json.dumps({"memory": facts}))
+
+
+@needs_mem0
+def test_mem0_config_runs_end_to_end_against_the_scripted_server(synthetic_path, tmp_path, no_network):
+    from memlab.testing import ScriptedServer
+
+    with ScriptedServer(responder=_mem0_model) as srv:
+        cfg = ExperimentConfig.from_yaml("mem0").with_overrides({"dataset.path": str(synthetic_path),
+                                                                 "models.api_base": srv.api_base})
+        run = run_experiment(cfg, results=tmp_path / "r", progress=False)
+        calls = len(srv.requests)
+    assert calls == 3  # one extraction call per session (syn-1: 2 sessions, syn-2: 1)
+    info = json.loads((run.run_dir / "run.json").read_text())
+    assert info["system"]["provenance"] == "recovered" and info["system"]["features"]["infer"] is True
+    assert info["system"]["costs"]["model_calls"] == 3
+    mems = {json.loads(x)["text"]: json.loads(x) for x in (run.run_dir / "traces" / "memories.jsonl").read_text()
+            .splitlines()}
+    rex = next(m for t, m in mems.items() if "adopted a dog named Rex" in t)
+    assert rex["provenance"] == "recovered" and rex["source_ids"][0] == "D1:2" and rex["session"] == "syn-1:S1"
+    assert run.predictions["error"].isna().all()

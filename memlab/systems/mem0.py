@@ -101,7 +101,7 @@ class Mem0System(MemorySystem):
             p["model"] = model.removeprefix("openai/")
             ep = clients.endpoint("extractor")
             p.setdefault("api_base", ep["api_base"])
-            p.setdefault("api_key", ep["api_key"] or "memlab-local")
+            p.setdefault("api_key", ep["api_key"] or os.environ.get("OPENAI_API_KEY") or "memlab-local")
             p.setdefault("timeout", ep["timeout"])
         return cls(**p)
 
@@ -111,9 +111,10 @@ class Mem0System(MemorySystem):
             if self._mem is None:
                 self.store_dir.mkdir(parents=True, exist_ok=True)
                 Memory = _import_mem0(self.store_dir / ".mem0")  # noqa: N806
-                llm = {"provider": "openai", "config": {"model": self.model or "unused", "api_key":
-                                                         self.api_key or "unused",
-                                                         "openai_base_url": self.api_base or "http://127.0.0.1:9/v1"}}
+                llm_cfg: dict[str, Any] = {"model": self.model or "unused", "api_key": self.api_key or "unused"}
+                if self.api_base:  # else mem0's OpenAI client uses OpenAI (infer=False never calls it)
+                    llm_cfg["openai_base_url"] = self.api_base
+                llm = {"provider": "openai", "config": llm_cfg}
                 self._mem = Memory.from_config({
                     "vector_store": {"provider": "faiss", "config": {
                         "path": str(self.store_dir / "faiss"), "embedding_model_dims": EMBED_DIMS,
