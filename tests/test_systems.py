@@ -54,6 +54,8 @@ def test_registry_and_config_name_the_systems():
     with pytest.raises(ConfigError, match="system.params"):
         ExperimentConfig.from_dict({"system": {"name": "mem0", "params": [1]}})
     assert ExperimentConfig.from_yaml("mem0-offline").system.params == {"infer": False}
+    with pytest.raises(ConfigError, match="local executor only"):  # Ray would silently run memlab's pipeline
+        ExperimentConfig.from_dict({"system": {"name": "mem0"}, "run": {"executor": "ray"}})
 
 
 def test_aligner_recovers_the_turn_a_rewritten_fact_came_from():

@@ -368,6 +368,9 @@ class ExperimentConfig:
             one_of("index.sparse", self.index.sparse, KEYWORD_SCORERS.names())
         one_of("answer.arm", self.answer.arm, ANSWERERS.names())
         one_of("system.name", self.system.name, SYSTEMS.names())
+        if self.system.name != "memlab" and self.run.executor != "local":
+            raise ConfigError(f"{where}: system.name = {self.system.name!r} runs on the local executor only "
+                              f"(run.executor = {self.run.executor!r})")
         one_of("judge.kind", self.judge.kind, JUDGES.names())
         one_of("answer.span", self.answer.span, SPANS)
         one_of("answer.recall_unit", self.answer.recall_unit, ("session", "window"))
