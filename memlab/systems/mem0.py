@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -92,7 +93,10 @@ class Mem0System(MemorySystem):
         """``store_dir`` defaults to ``<run folder>/mem0``; with ``infer`` the model is ``params.model`` or the
         run's ``extraction.model`` (its ``openai/`` prefix dropped) at the extractor role's endpoint."""
         p = dict(params)
-        p.setdefault("store_dir", str(Path(ctx["run_dir"]) / "mem0"))
+        if "store_dir" not in p:
+            p["store_dir"] = str(Path(ctx["run_dir"]) / "mem0")
+            # a resumed run ingests again: into a fresh store, or every memory would be stored twice
+            shutil.rmtree(p["store_dir"], ignore_errors=True)
         if p.get("infer"):
             cfg, clients = ctx["config"], ctx["clients"]
             model = p.get("model") or cfg.extraction.model
