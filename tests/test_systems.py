@@ -201,6 +201,7 @@ def test_mem0_infer_good_reply_is_stored_and_its_provenance_recovered(tmp_path, 
     assert aligned[mems[0].memory_id]["source_ids"][0] == "D1:2"
     hit = svc.search(key, __import__("memlab").memory.SearchOptions(query="dog", max_results=3)).hits[0]
     assert hit.entry.source_ids[0] == "D1:2" and svc.recovered_ids(key) == {mems[0].memory_id}
+    assert hit.entry.participants == ("Bob",)  # the recovered turn's speaker: the reader's who-did-what check
 
 
 @needs_mem0
@@ -240,6 +241,12 @@ def test_mem0_search_and_memories_are_not_capped_at_its_default_20(tmp_path, no_
     mems = sysm.memories(key)
     assert len(mems) == 25 and {m.source_ids for m in mems} == {(f"D1:{i}",) for i in range(1, 26)}
     assert len(sysm.search(key, "painting", 25)) == 25 and len(sysm.search(key, "painting", 3)) == 3
+    from memlab.memory import SearchOptions
+    from memlab.systems import SystemService
+
+    # the speaker reaches the reader (its abstain rule checks the top memory is the named person's)
+    entries = SystemService(sysm).search(key, SearchOptions(query="painting", max_results=2)).entries
+    assert [e.participants for e in entries] == [("Alice",), ("Alice",)]
 
 
 def _mem0_model(body: dict):

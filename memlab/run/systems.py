@@ -42,10 +42,13 @@ def recover(svc: SystemService, key: UserKey, conv: Conversation, mems: list[Sys
             groups.setdefault(h.session if h.session in sessions else None, []).append(h)
     out: dict[str, dict[str, Any]] = {}
     rec = svc.recovered.setdefault(key, {})
+    who = svc.speakers.setdefault(key, {})
+    speaker = {m.turn_id: m.speaker for m in every}
     for sess, hits in groups.items():
         turns = sessions[sess] if sess is not None else every
         for h, a in zip(hits, aligner.align([h.text for h in hits], turns)):
             rec[h.memory_id] = a.source_ids
+            who[h.memory_id] = tuple(dict.fromkeys(speaker[t] for t in a.source_ids))
             out[h.memory_id] = a.to_dict()
     return out
 

@@ -47,6 +47,8 @@ class SystemHit:
     session: str | None = None
     """The session it was ingested from, when the system says (recovery then looks only there)."""
     time: datetime | None = None
+    participants: tuple[str, ...] = ()
+    """Who said what it came from, when the system knows (the reader's who-did-what check reads it)."""
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
@@ -121,14 +123,17 @@ class SystemService:
     def __init__(self, system: MemorySystem):
         self.system = system
         self.recovered: dict[UserKey, dict[str, tuple[str, ...]]] = {}
+        self.speakers: dict[UserKey, dict[str, tuple[str, ...]]] = {}
+        """Per key, memory id -> the speakers of its recovered turns (for memories that name none)."""
 
     def recovered_ids(self, key: UserKey) -> set[str]:
         return set(self.recovered.get(key, {}))
 
     def entry(self, key: UserKey, h: SystemHit) -> MemoryEntry:
         ids = h.source_ids or self.recovered.get(key, {}).get(h.memory_id, ())
+        who = h.participants or self.speakers.get(key, {}).get(h.memory_id, ())
         return MemoryEntry(id=h.memory_id, key=key, text=h.text, kind="episode" if h.time else "fact",
-                           event_time=h.time, source_ids=tuple(ids))
+                           event_time=h.time, source_ids=tuple(ids), participants=tuple(who))
 
     def search(self, key: UserKey, options: SearchOptions) -> SearchResult:
         hits = self.system.search(key, options.query, options.max_results) if options.query.strip() else []

@@ -155,7 +155,7 @@ class Mem0System(MemorySystem):
         self._cache.pop(key, None)
         if not self.infer:  # one add per message: its dialog id travels in the metadata
             for msg in messages:
-                meta = {"dia_id": msg.turn_id, "session": session,
+                meta = {"dia_id": msg.turn_id, "speaker": msg.speaker, "session": session,
                         "time": msg.time.isoformat() if msg.time else None}
                 res = m.add([{"role": "user", "content": f"{msg.speaker}: {msg.text}"}], user_id=uid,
                             infer=False, metadata=meta)
@@ -181,7 +181,8 @@ class Mem0System(MemorySystem):
         t = meta.get("time")
         return SystemHit(memory_id=str(r["id"]), text=str(r.get("memory", "")), score=float(r.get("score") or 0.0),
                          source_ids=(dia,) if dia else (), session=meta.get("session"),
-                         time=datetime.fromisoformat(t) if t else None, metadata=meta)
+                         time=datetime.fromisoformat(t) if t else None,
+                         participants=(meta["speaker"],) if meta.get("speaker") else (), metadata=meta)
 
     def search(self, key: UserKey, query: str, k: int) -> list[SystemHit]:
         res = self._memory().search(query, filters={"user_id": self._uid(key)}, top_k=k)  # limit= is ignored

@@ -18,7 +18,8 @@ from memlab.systems.base import SYSTEMS, MemorySystem, Message, SystemHit
 
 
 def _hit(e: MemoryEntry, score: float = 0.0) -> SystemHit:
-    return SystemHit(memory_id=e.id, text=e.text, score=score, source_ids=tuple(e.source_ids), time=e.event_time)
+    return SystemHit(memory_id=e.id, text=e.text, score=score, source_ids=tuple(e.source_ids), time=e.event_time,
+                     participants=tuple(e.participants))
 
 
 @SYSTEMS.register("memlab")
