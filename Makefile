@@ -12,7 +12,7 @@ endif
 # minilm (the optional local neural embedder) needs torch; pin the CPU wheel first so pip never
 # pulls a multi-GB CUDA build. `make EXTRAS=dev` skips it, e5, splade and ray (their tests then skip, saying
 # why).
-EXTRAS ?= dev,minilm,e5,splade,ray
+EXTRAS ?= dev,minilm,e5,splade,ray,mem0
 TORCH ?= torch==2.13.0
 
 # The HTML report's browser test drives Debian's chromium. Run as root with apt-get (CI: .ci/run on a fresh

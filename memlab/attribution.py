@@ -95,7 +95,7 @@ COVERAGE = 0.5
 #: How far a gold date may sit from the date its evidence turn implies, by the gold's precision.
 DATE_SLACK_DAYS = {"day": 10, "month": 31}
 ATTRIBUTION_COLUMNS = ("qid", "conversation_id", "category", "label", "reason", "f1", "ceiling", "bearing",
-                       "question", "answer", "prediction")
+                       "question", "answer", "prediction", "provenance")
 
 
 def coverage(answer: str, text: str) -> float:
@@ -466,7 +466,11 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
                      "label": label, "reason": reason, "f1": row["f1"],
                      "ceiling": answer_ceiling(row["answer"], cat, ev.context or []),
                      "bearing": answer_bearing(row["answer"], cat, ev.context or []), "question": row["question"],
-                     "answer": row["answer"], "prediction": row["prediction"]})
+                     "answer": row["answer"], "prediction": row["prediction"],
+                     # a black-box system's memories got their dialog ids by alignment (memlab.systems)
+                     "provenance": "recovered" if any(m.get("provenance") == "recovered"
+                                                      for m in mems_by_conv.get(row["conversation_id"], []))
+                     else "exact"})
     return pd.DataFrame(rows, columns=list(ATTRIBUTION_COLUMNS))
 
 

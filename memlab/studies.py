@@ -93,3 +93,26 @@ def label_shift(run_a: Any, run_b: Any, data: Any = None) -> tuple[pd.DataFrame,
     trans = pd.crosstab(pd.Categorical(a.loc[both], order), pd.Categorical(b.loc[both], order),
                         rownames=["A"], colnames=["B"], dropna=False)
     return counts, trans
+
+
+def system_table(runs: Sequence[Any]) -> pd.DataFrame:
+    """Per run and conversation: the memory system, how its provenance is known, memories stored and ingest
+    seconds (a memlab run: its extraction stage's memories and seconds for all its conversations together)."""
+    rows = []
+    for run in runs:
+        info = run.info
+        sysinfo = info.get("system")
+        if sysinfo:
+            for c in sysinfo.get("per_conversation", []):
+                rows.append({"run": run.run_dir.name, "system": sysinfo["name"], "provenance": sysinfo["provenance"],
+                             "features": ", ".join(k for k, v in sysinfo.get("features", {}).items() if v is True),
+                             "conversation": c["conversation"], "memories": c["memories"],
+                             "ingest_s": c["ingest_s"]})
+        else:
+            ext = info.get("extraction") or {}
+            t = info.get("timings", {})
+            rows.append({"run": run.run_dir.name, "system": "memlab", "provenance": "exact",
+                         "features": "hybrid" if run.config.retrieval.hybrid else "dense",
+                         "conversation": "(all)", "memories": ext.get("memories"),
+                         "ingest_s": (t.get("extraction_s") or 0.0) + (t.get("indexing_s") or 0.0)})
+    return pd.DataFrame(rows)

@@ -18,6 +18,9 @@ SMALL = {
     "05_reconcile_thresholds.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 20\n'
                                      'settings = [(0.90, 0.70, 0.60, 0.40)]',
     "06_compare_runs.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 40',
+    # mem0-offline ingests a whole conversation one turn at a time (minutes on 2 cores): tests/test_systems.py runs it
+    "07_compare_systems.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 20\n'
+                                'configs = ["offline", "retrieval-best"]',
 }
 #: tqdm's text bar (``45%|████▌     | 9/20 [00:01<00:01, 7.9it/s]``): what floods an output as a pink block.
 TQDM_TEXT = re.compile(r"\d+%\|.*\|\s*\d+/\d+")

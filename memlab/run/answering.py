@@ -109,9 +109,12 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             row.judge_error = error_text(e)
     queries = [_trace_dict(t) for t in a.queries]
     ev = set(q.evidence_ids)
+    recovered = svc.recovered_ids(ctx.key) if hasattr(svc, "recovered_ids") else None  # a black-box system
     for t in queries:
         for h in t["hits"]:
             h["evidence_hit"] = bool(set(h["source_ids"]) & ev)
+            if recovered is not None:
+                h["provenance"] = "recovered" if h["id"] in recovered else "exact"
     retrieval = RetrievalRecord(qid=q.qid, evidence=row.evidence, preload=a.preload, queries=queries,
                                 context_ids=[e.id for e in a.context])
     if svc is not None:  # evidence memories' ranks in each query's full ranking (trace only, after answering)

@@ -30,6 +30,7 @@ from memlab.index.embedders import EMBEDDERS, MODEL_EMBEDDERS, parse_embedder_sp
 from memlab.index.keyword import KEYWORD_SCORERS
 from memlab.memory.search_types import SearchOptions
 from memlab.prompts import load_prompt
+from memlab.systems import SYSTEMS
 
 BACKENDS = ("sqlite", "memory")
 SPLITS = ("sentence", "clause")
@@ -271,6 +272,15 @@ class CostConfig:
 
 
 @dataclass
+class SystemConfig:
+    """The memory system the arms search (`memlab.systems`): ``memlab`` (this pipeline, from the sections
+    above) or an adapter such as ``mem0``, built with ``params``."""
+
+    name: str = "memlab"
+    params: dict[str, Any] | None = None
+
+
+@dataclass
 class RunConfig:
     concurrency: int = 1
     seed: int = 0
@@ -306,6 +316,7 @@ class ExperimentConfig:
     models: ModelsConfig = field(default_factory=ModelsConfig)
     run: RunConfig = field(default_factory=RunConfig)
     cost: CostConfig = field(default_factory=CostConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)
     grid: dict[str, list[Any]] = field(default_factory=dict)
 
     # ----------------------------------------------------------------------------- YAML
@@ -369,6 +380,10 @@ class ExperimentConfig:
         if self.index.sparse is not None:
             one_of("index.sparse", self.index.sparse, KEYWORD_SCORERS.names())
         one_of("answer.arm", self.answer.arm, ANSWERERS.names())
+        one_of("system.name", self.system.name, SYSTEMS.names())
+        if self.system.name != "memlab" and self.run.executor != "local":
+            raise ConfigError(f"{where}: system.name = {self.system.name!r} runs on the local executor only "
+                              f"(run.executor = {self.run.executor!r})")
         one_of("judge.kind", self.judge.kind, JUDGES.names())
         one_of("answer.span", self.answer.span, SPANS)
         one_of("answer.recall_unit", self.answer.recall_unit, ("session", "window"))
@@ -613,7 +628,7 @@ def _build(cls: type, d: dict[str, Any], where: str, prefix: str = "") -> Any:
 #: What a field whose default is None holds, from its annotation (``str | None`` -> a string).
 _OPTIONAL = {"str": (str, "a string"), "int": (int, "an integer"), "float": ((int, float), "a number"),
              "list[str]": ((list, str), "a list"), "list[int]": ((list, int), "a list"),
-             "dict[str, float]": (dict, "a mapping")}
+             "dict[str, float]": (dict, "a mapping"), "dict[str, Any]": (dict, "a mapping")}
 
 
 def _check_scalar(value: Any, default: Any, key: str, where: str, annotation: Any = None) -> Any:

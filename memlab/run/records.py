@@ -157,6 +157,11 @@ class MemoryRecord(Record):
     source_ids: list[str] = field(default_factory=list)
     superseded_at: str | None = None
     superseded_by: str | None = None
+    # a memory system's store (`memlab.systems`): whether its dialog ids are its own (``exact``), recovered by
+    # alignment (``recovered``, with the top candidates and their scores) or missing (``none``)
+    provenance: str | None = None
+    session: str | None = None
+    candidates: list[Any] | None = None
 
     @classmethod
     def of(cls, conversation: str, e: Any) -> MemoryRecord:
@@ -167,7 +172,11 @@ class MemoryRecord(Record):
                    superseded_by=e.superseded_by)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # no schema field: the trace line has always been these fields
+        d = dataclasses.asdict(self)  # no schema field: the trace line has always been these fields
+        return {k: v for k, v in d.items() if v is not None or k not in _SYSTEM_MEMORY_FIELDS}
+
+
+_SYSTEM_MEMORY_FIELDS = ("provenance", "session", "candidates")
 
 
 @dataclass
@@ -222,6 +231,7 @@ class RunInfo(Record):
     threads: dict[str, Any] | None = None
     timings: dict[str, float] = field(default_factory=dict)
     peak_rss_mb: dict[str, float] | None = None
+    system: dict[str, Any] | None = None
     extraction: dict[str, Any] | None = None
     cost: dict[str, Any] | None = None
     scoring: dict[str, Any] | None = None

