@@ -14,6 +14,7 @@ Layers, joined by question id and memory id:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,8 +207,8 @@ def load(run_dir: str | Path) -> Traces:
                           "evidence_ranks": qt.get("evidence_ranks"), "memory_ranks": qt.get("memory_ranks")})
             for i, h in enumerate(qt["hits"]):
                 hit = HitRecord.from_dict(h, where=f"{d / 'traces' / 'retrieval.jsonl'}: {r['qid']} query {qi} hit {i}")
-                rows.append({"qid": r["qid"], "query_index": qi, "query": qt["query"], **hit.to_dict()})
-    retrieval = pd.DataFrame(rows, columns=["qid", "query_index", "query", *HIT_COLUMNS] if not rows else None)
+                rows.append({"qid": r["qid"], "query_index": qi, "query": qt["query"], **dataclasses.asdict(hit)})
+    retrieval = pd.DataFrame(rows, columns=["qid", "query_index", "query", *HIT_COLUMNS])  # every field, always
     for col in ("rank", "dense_rank", "keyword_rank", "fused_rank"):
         retrieval[col] = retrieval[col].astype("Int64")
     ext = []

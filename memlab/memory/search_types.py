@@ -128,6 +128,8 @@ class HitRecord:
     via: str = "primary"
     kind: str | None = None
     evidence_hit: bool | None = None
+    provenance: str | None = None
+    """A memory system's hit: ``exact`` dialog ids or ``recovered`` by alignment (`memlab.systems`)."""
 
     @classmethod
     def of(cls, h: SearchHit) -> HitRecord:
@@ -139,8 +141,9 @@ class HitRecord:
     def to_dict(self) -> dict[str, Any]:
         """The trace row (``evidence_hit`` only once it is known, as the trace has always been written)."""
         d = dataclasses.asdict(self)
-        if d["evidence_hit"] is None:
-            del d["evidence_hit"]
+        for k in ("evidence_hit", "provenance"):  # written only when known / when the store is a system's
+            if d[k] is None:
+                del d[k]
         return d
 
     @classmethod
