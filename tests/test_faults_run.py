@@ -5,6 +5,7 @@ Each test reproduces a fault that produced a plausible number with exit 0 before
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -276,13 +277,17 @@ def _terminal_sigint() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def test_sigint_stops_cleanly_and_prints_the_resume_command(synthetic_path, tmp_path):
+@contextlib.contextmanager
+def _child_run_held_after_two_answers(synthetic_path, tmp_path, preexec):
+    """A model run in a child process whose remaining answers are held once two are logged, so a signal the test
+    sends arrives mid-call however slow this machine is. Yields (process, its predictions log or None, release):
+    call release() once the signal is sent."""
     seen, sent = threading.Event(), threading.Event()
 
     def slow(body: dict) -> Any:
         time.sleep(0.4)
-        if seen.is_set():  # the test has seen two answers: hold the rest until Ctrl-C has been sent, so the
-            sent.wait(30)  # run is mid-call when it arrives however slow this machine is
+        if seen.is_set():
+            sent.wait(30)
         return responder(body)
 
     with ScriptedServer(responder=slow) as srv:
@@ -291,17 +296,28 @@ def test_sigint_stops_cleanly_and_prints_the_resume_command(synthetic_path, tmp_
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         proc = subprocess.Popen([sys.executable, "-m", "memlab", "run", str(cfg), "--results", str(tmp_path / "r")],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=_terminal_sigint)
-        deadline = time.time() + 120
-        log = None
-        while time.time() < deadline and log is None:
-            logs = list((tmp_path / "r").glob("f-*/predictions.jsonl"))
-            if logs and logs[0].read_text().count("\n") >= 2:
-                log = logs[0]
-                seen.set()
-            time.sleep(0.05)
+                                preexec_fn=preexec)
+        try:
+            deadline = time.time() + 120
+            log = None
+            while time.time() < deadline and log is None:
+                logs = list((tmp_path / "r").glob("f-*/predictions.jsonl"))
+                if logs and logs[0].read_text().count("\n") >= 2:
+                    log = logs[0]
+                    seen.set()
+                time.sleep(0.05)
+            yield proc, log, sent.set
+        finally:
+            sent.set()
+            if proc.poll() is None:  # a failed assertion leaves no child behind
+                proc.kill()
+                proc.communicate()
+
+
+def test_sigint_stops_cleanly_and_prints_the_resume_command(synthetic_path, tmp_path):
+    with _child_run_held_after_two_answers(synthetic_path, tmp_path, _terminal_sigint) as (proc, log, release):
         proc.send_signal(signal.SIGINT)
-        sent.set()
+        release()
         out, err = proc.communicate(timeout=60)
         assert log is not None and proc.returncode == 130
         assert f"memlab run --resume {log.parent}" in err and "Traceback" not in err
@@ -390,36 +406,15 @@ def test_a_results_path_too_long_is_one_line_and_no_traceback(synthetic_path, tm
 def test_sigterm_stops_like_ctrl_c_and_a_second_process_is_refused_the_folder(synthetic_path, tmp_path):
     from memlab.rundir import RunFolderBusy
 
-    seen, sent = threading.Event(), threading.Event()
-
-    def slow(body: dict) -> Any:
-        time.sleep(0.4)
-        if seen.is_set():
-            sent.wait(30)
-        return responder(body)
-
-    with ScriptedServer(responder=slow) as srv:
-        cfg = tmp_path / "c.yaml"
-        cfg.write_text(model(synthetic_path, srv).to_yaml())
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        proc = subprocess.Popen([sys.executable, "-m", "memlab", "run", str(cfg), "--results", str(tmp_path / "r")],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
-        deadline = time.time() + 120
-        log = None
-        while time.time() < deadline and log is None:
-            logs = list((tmp_path / "r").glob("f-*/predictions.jsonl"))
-            if logs and logs[0].read_text().count("\n") >= 2:
-                log = logs[0]
-                seen.set()
-            time.sleep(0.05)
+    default_sigterm = lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)  # noqa: E731
+    with _child_run_held_after_two_answers(synthetic_path, tmp_path, default_sigterm) as (proc, log, release):
         assert log is not None
         t0 = time.perf_counter()
         with pytest.raises(RunFolderBusy, match=f"in use by another memlab process \\(pid {proc.pid} on "):
             run_experiment(None, resume=log.parent, progress=False)  # before: a second writer on the same log
         assert time.perf_counter() - t0 < 5  # refused at once, before loading anything
         proc.send_signal(signal.SIGTERM)
-        sent.set()
+        release()
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 143, err  # before: killed by the signal (-15), run.json left "running"
         assert f"memlab run --resume {log.parent}" in err and "Traceback" not in err
