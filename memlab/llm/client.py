@@ -20,11 +20,11 @@ from memlab.llm.endpoints import (
     MAX_RETRY_AFTER_S,
     _connection_error,
     _Endpoint,
-    _http_get_json,
     _is_timeout,
     _retry_after,
     context_window_from_models,
     endpoint,
+    http_get_json,
     is_local,
     prompt_tokens_estimate,
 )
@@ -133,7 +133,7 @@ class ModelClient:
     def _probe_context_window(self) -> tuple[int | None, str]:
         base = (self.api_base or "").rstrip("/")
         try:
-            n = context_window_from_models(_http_get_json(base + "/models", self.api_key, min(self.timeout, 10.0)),
+            n = context_window_from_models(http_get_json(base + "/models", self.api_key, min(self.timeout, 10.0)),
                                            self.model)
         except Exception as e:
             log.info("%s: context window unknown (GET /models failed: %s: %s)", self.model, type(e).__name__, e)
@@ -352,7 +352,7 @@ class ModelClient:
         deadline = time.monotonic() + self.busy_wait
         while time.monotonic() < deadline:
             try:
-                _http_get_json(self.api_base.rstrip("/") + "/models", self.api_key,
+                http_get_json(self.api_base.rstrip("/") + "/models", self.api_key,
                                max(0.1, deadline - time.monotonic()))
                 return
             except Exception:

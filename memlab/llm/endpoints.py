@@ -58,11 +58,13 @@ def registered_endpoint(api_base: str | None) -> _Endpoint | None:
         return _ENDPOINTS.get(api_base.rstrip("/"))
 
 
-def _model_id(model: str) -> str:
+def served_model_id(model: str) -> str:
+    """The name a server lists a model under: litellm's ``provider/`` prefix dropped (``openai/local`` -> ``local``)."""
     return model.split("/", 1)[1] if "/" in model else model
 
 
-def _http_get_json(url: str, api_key: str | None, timeout: float) -> Any:
+def http_get_json(url: str, api_key: str | None, timeout: float) -> Any:
+    """GET ``url`` (an endpoint's ``/models``) as JSON, with the bearer key when there is one; no litellm import."""
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
     with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 (the user's own endpoint)
         return json.loads(r.read().decode("utf-8"))
@@ -74,7 +76,7 @@ def context_window_from_models(listing: Any, model: str) -> int | None:
     data = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(data, list) or not data:
         return None
-    want = _model_id(model)
+    want = served_model_id(model)
     entry = next((d for d in data if isinstance(d, dict) and d.get("id") in (want, model)), None)
     if entry is None and len(data) == 1 and isinstance(data[0], dict):
         entry = data[0]  # a one-model server answers to any name

@@ -15,7 +15,7 @@ from typing import Any
 
 from memlab.breaker import breaker
 from memlab.llm import ModelClient, is_local
-from memlab.llm.endpoints import _http_get_json, _model_id
+from memlab.llm.endpoints import http_get_json, served_model_id
 from memlab.run.config import ExperimentConfig
 
 ROLES = ("extractor", "reader", "judge", "embedder")
@@ -98,7 +98,7 @@ def _probe(base: str, api_key: str | None, timeout: float) -> tuple[str, Any]:
     import urllib.error
 
     try:
-        return "listing", _http_get_json(base.rstrip("/") + "/models", api_key, timeout)
+        return "listing", http_get_json(base.rstrip("/") + "/models", api_key, timeout)
     except urllib.error.HTTPError as e:
         return "answered", e.code  # it answered (some servers have no /models)
     except TimeoutError:
@@ -159,7 +159,7 @@ def check_endpoints(cfg: ExperimentConfig, clients: Clients, roles: tuple[str, .
         entries = [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
         ids = [d.get("id") for d in entries]
         for role, model in users:
-            if not ids or model in ids or _model_id(model) in ids or f"{_model_id(model)}:latest" in ids:
+            if not ids or model in ids or served_model_id(model) in ids or f"{served_model_id(model)}:latest" in ids:
                 continue  # (Ollama lists `local:latest` for a model asked for as `local`)
             if len(ids) == 1 and "max_model_len" not in entries[0]:  # one model, not vLLM: it may answer to any name
                 log.info("%s %s: %s lists only %r (a one-model server that answers to any name is fine)",
