@@ -285,7 +285,8 @@ def _child_run_held_after_two_answers(synthetic_path, tmp_path, preexec):
     seen, sent = threading.Event(), threading.Event()
 
     def slow(body: dict) -> Any:
-        time.sleep(0.4)
+        if not sent.is_set():  # slow until the signal is sent; the resumed run afterwards goes at full speed
+            time.sleep(0.4)
         if seen.is_set():
             sent.wait(30)
         return responder(body)

@@ -18,9 +18,10 @@ SMALL = {
     "05_reconcile_thresholds.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 20\n'
                                      'settings = [(0.90, 0.70, 0.60, 0.40)]',
     "06_compare_runs.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 40',
-    # mem0-offline ingests a whole conversation one turn at a time (minutes on 2 cores): tests/test_systems.py runs it
+    # mem0-offline ingests a whole conversation one turn at a time (minutes on 2 cores) and retrieval-best builds
+    # minilm and SPLADE indexes (~45 s): tests/test_systems.py runs mem0; here two arms on the warm tf-idf caches
     "07_compare_systems.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 20\n'
-                                'configs = ["offline", "retrieval-best"]',
+                                'configs = ["offline", "session-recall"]',
 }
 #: tqdm's text bar (``45%|████▌     | 9/20 [00:01<00:01, 7.9it/s]``): what floods an output as a pink block.
 TQDM_TEXT = re.compile(r"\d+%\|.*\|\s*\d+/\d+")
