@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
+
+from memlab.plain import plain
 
 if TYPE_CHECKING:
     from memlab.memory.entry import MemoryEntry, UserKey
@@ -77,7 +79,7 @@ class SearchOptions:
             raise ValueError(f"SearchOptions.kind: expected 'fact', 'episode' or None, got {self.kind!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = plain(self)
         for k in ("after", "before"):
             d[k] = None if d[k] is None else d[k].isoformat()
         d["fusion_weights"] = None if self.fusion_weights is None else dict(self.fusion_weights)
@@ -140,7 +142,7 @@ class HitRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """The trace row (``evidence_hit`` only once it is known, as the trace has always been written)."""
-        d = dataclasses.asdict(self)
+        d = plain(self)
         for k in ("evidence_hit", "provenance"):  # written only when known / when the store is a system's
             if d[k] is None:
                 del d[k]
