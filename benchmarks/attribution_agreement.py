@@ -37,7 +37,7 @@ PER_CATEGORY = 12
 SEED = 21
 EXCLUDED_CONVERSATION = "conv-26"
 #: The samples in the order they were drawn, each excluding the earlier ones: (per category, seed).
-SAMPLES = {"dev": (PER_CATEGORY, SEED), "holdout": (5, 22), "holdout2": (5, 23)}
+SAMPLES = {"dev": (PER_CATEGORY, SEED), "holdout": (5, 22), "holdout2": (5, 23), "holdout3": (6, 24)}
 
 
 def draw(att: pd.DataFrame, per_category: int = PER_CATEGORY, seed: int = SEED,
@@ -48,12 +48,16 @@ def draw(att: pd.DataFrame, per_category: int = PER_CATEGORY, seed: int = SEED,
                       for _, g in pool.groupby("category", sort=True)]).reset_index(drop=True)
 
 
-def samples(att: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Every `SAMPLES` draw, each excluding the questions drawn before it."""
+def samples(att: pd.DataFrame, labelled: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
+    """Every `SAMPLES` draw, each excluding the questions drawn before it on this run and the questions
+    ``labelled`` (the CSV) holds for the earlier samples: a run of another reader draws other questions,
+    so a new sample must not repeat ones labelled on an old run. Only earlier samples' labels are excluded,
+    so a sample's draw stays the same once its own labels are written."""
     out: dict[str, pd.DataFrame] = {}
     seen: set[str] = set()
     for name, (per, seed) in SAMPLES.items():
-        out[name] = draw(att, per, seed, seen)
+        old = set() if labelled is None else set(labelled.qid[labelled["sample"].isin(list(out))])
+        out[name] = draw(att, per, seed, seen | old)
         seen |= set(out[name].qid)
     return out
 
@@ -141,10 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     tr = load(args.run_dir)
     data = load_locomo()
     att = attribution.attribute(tr, data)
-    if args.dump and args.dump != "stale":
-        print(dump(tr, att, data, samples(att)[args.dump]))
-        return 0
     hand = pd.read_csv(args.handcheck, keep_default_na=False)
+    if args.dump and args.dump != "stale":
+        print(dump(tr, att, data, samples(att, hand)[args.dump]))
+        return 0
     want = {"qid", "category", "hand_label", "reason", "prediction"}
     if not want <= set(hand.columns):
         raise SystemExit(f"{args.handcheck}: columns {list(hand.columns)}; expected {sorted(want)}")
