@@ -190,9 +190,8 @@ def _entries(ctx: AnswerContext) -> list[MemoryEntry]:
     """The key's memories, from the search index's in-memory view when it has one (it is kept in
     sync with the store by the write hooks; reading SQLite per question cost 0.14 s at LoCoMo size)."""
     searcher = ctx.service.searcher
-    if hasattr(searcher, "ensure_built"):
-        st = searcher.ensure_built(ctx.key, lambda: ctx.service.list(ctx.key))
-        return list(st.entries.values())
+    if searcher is not None:
+        return searcher.entries(ctx.key, lambda: ctx.service.list(ctx.key))
     return ctx.service.list(ctx.key)
 
 

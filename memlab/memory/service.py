@@ -365,9 +365,7 @@ class MemoryService(ABC):
             raise SearchUnavailableError("this MemoryService has no index; build one with memlab.index.open_service")
         with self._lock:
             if self._changed_elsewhere():
-                refresh = getattr(self.searcher, "mark_stale", None)
-                if refresh is not None:
-                    refresh()  # re-read rows before searching: another process wrote or deleted
+                self.searcher.mark_stale()  # re-read rows before searching: another process wrote or deleted
             return self.searcher.search(key, options, lambda: self._entries(key))
 
     def _changed_elsewhere(self) -> bool:

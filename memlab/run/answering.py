@@ -251,8 +251,8 @@ def prepare_queries(svc: MemoryService | None, todo: list[tuple[Conversation, Qu
     """Encode every question of ``todo`` ahead, one batched pass per conversation (dense embedder and a
     model-encoded lexical scorer), where the service's index supports it (`HybridIndex.prepare_queries`);
     the arms' searches then find their query vectors made. Returns how many questions were encoded."""
-    prep = getattr(getattr(svc, "searcher", None), "prepare_queries", None)
-    if prep is None:
+    searcher = None if svc is None else svc.searcher
+    if searcher is None:  # no store, or a memory system's (its own search)
         return 0
     by_conv: dict[str, tuple[Conversation, list[str]]] = {}
     for c, q in todo:
@@ -260,7 +260,7 @@ def prepare_queries(svc: MemoryService | None, todo: list[tuple[Conversation, Qu
     n = 0
     for c, qs in progress_bar(list(by_conv.values()), desc="encode questions", disable=not progress, leave=False):
         key = conversation_key(c)
-        n += prep(key, qs, lambda k=key: svc.list(k))  # type: ignore[union-attr]
+        n += searcher.prepare_queries(key, qs, lambda k=key: svc.list(k))  # type: ignore[union-attr]
     return n
 
 
