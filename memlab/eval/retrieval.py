@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,8 +25,8 @@ from memlab.eval.scoring import evidence_recall
 from memlab.eval.summary import OVERALL_GROUPS
 from memlab.extract.memory_sets import observation_memories, turn_memories
 from memlab.extract.pipeline import conversation_key
-from memlab.index import open_service
-from memlab.memory import SearchOptions
+from memlab.index import HybridIndex, open_service
+from memlab.memory import Searcher, SearchOptions
 from memlab.progress import progress_bar
 
 #: mode -> (keyword scorer of the index, SearchOptions overrides)
@@ -57,8 +57,13 @@ class Arm:
     sparse: str | None = None
     session_text: bool = False
     search: Mapping[str, Any] = field(default_factory=dict)
+    searcher: Callable[[], Searcher] | None = None
+    """Makes the arm's own `memlab.memory.Searcher` (a class or factory: one fresh searcher per arm), instead of
+    the `HybridIndex` the index fields describe (they are then not used)."""
 
     def index_key(self) -> tuple:
+        if self.searcher is not None:
+            return (self.memory, self.searcher)
         return (self.memory, self.embedder, self.keyword, self.append_citing, self.date_in_text, self.sparse,
                 self.session_text)
 
@@ -95,7 +100,7 @@ def run_arms(
             services[arm.index_key()] = open_service(
                 "memory", embedder=arm.embedder, keyword=arm.keyword, date_in_text=arm.date_in_text,
                 append_citing=arm.append_citing, sparse=arm.sparse, session_text=arm.session_text,
-                embedding_cache=embedding_cache)
+                embedding_cache=embedding_cache, searcher=None if arm.searcher is None else arm.searcher())
     rows = []
     encode_ms: dict[tuple, float] = {}
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
@@ -104,21 +109,14 @@ def run_arms(
         for ikey, svc in services.items():
             for it in memory_set(conv, ikey[0], style):
                 svc.add(key, **it)
-            st = svc.searcher.ensure_built(key, lambda s=svc, k=key: s.list(k))  # build time is not search time
-            # queries are encoded ahead (dense vectors into the embedding cache, sparse ones into the scorer's),
-            # so ``ms`` is the search itself; the encoding cost per query (batched, cache bypassed, dense plus
-            # sparse) is timed apart as ``encode_ms``
+            load = lambda s=svc, k=key: s.list(k)  # noqa: E731
+            svc.searcher.ensure_built(key, load)  # build time is not search time
+            # queries are encoded ahead (`Searcher.prepare_queries`), so ``ms`` is the search itself; a
+            # `HybridIndex`'s encoding cost per query (batched, cache bypassed) is timed apart as ``encode_ms``
             qs = [q.question for q in conv.questions]
-            st.embedder.embed_query(qs)
-            for lexical in (st.keyword, st.sparse):
-                if lexical is not None:
-                    lexical.encode_queries(qs)
-            t0 = time.perf_counter()
-            getattr(st.embedder, "embedder", st.embedder).embed_query(qs)
-            for lexical in (st.keyword, st.sparse):
-                if lexical is not None:
-                    lexical.encode_queries(qs, cached=False)
-            encode_ms[ikey] = 1000 * (time.perf_counter() - t0) / max(1, len(qs))
+            svc.searcher.prepare_queries(key, qs, load)
+            encode_ms[ikey] = svc.searcher.encode_ms(key, qs, load) if isinstance(svc.searcher, HybridIndex) \
+                else float("nan")
         for q in conv.questions:
             for name, arm in arms.items():
                 opts = SearchOptions(query=q.question, max_results=kmax, kind_fallback=False,

@@ -323,7 +323,8 @@ class AutoMemoryWorker:
         cfg = self.reconcile_config
         if not getattr(self.extractor, "reconciles", True) or self.policy == "append-only":
             cfg = ReconcileConfig(**{**asdict(cfg), "enabled": False})
-        signal = getattr(self.service.searcher, "reconcile_signal", "dense")
+        searcher = self.service.searcher
+        signal = searcher.reconcile_signal if searcher is not None else "dense"
         decisions = [Decision("verbatim", op, proposed=op) for op in out.verbatim]
         decisions += reconcile(out.ops, search, cfg, signal)
         for d in decisions:

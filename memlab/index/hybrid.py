@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -31,13 +32,15 @@ import numpy as np
 
 from memlab.cache_integrity import quarantine, report
 from memlab.index.dense import DenseIndex
-from memlab.index.embedders import EMBEDDERS, Embedder, make_embedder, parse_embedder_spec
+from memlab.index.embedders import EMBEDDERS, CachedEmbedder, Embedder, make_embedder, parse_embedder_spec
 from memlab.index.keyword import TfidfScorer, make_keyword_scorer
 from memlab.index.persist import (  # noqa: F401 - re-exported: the saved-index format's names
     INDEX_FORMAT,
+    LATER_SETTINGS,
     BadIndexFile,
     SavedKey,
     entries_fingerprint,
+    index_settings,
     read_index,
     read_index_file,
     saved_key,
@@ -61,11 +64,6 @@ from memlab.memory.search_types import KIND_FALLBACK_MIN_HITS, SearchHit, Search
 
 #: File name of the sparse-vector cache, beside the embedding cache (`memlab.index.keyword_splade`).
 SPARSE_CACHE_NAME = "sparse-vectors.sqlite"
-#: Settings added after the saved-index format was fixed: written (into a manifest, into a run's index file
-#: name) only when set, so an index saved before them still matches.
-LATER_SETTINGS = ("sparse", "session_text")
-
-
 def _h(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
@@ -294,6 +292,17 @@ class HybridIndex:
                 lexical.encode_queries(qs)
         return len(qs)
 
+    def encode_ms(self, key: UserKey, queries: list[str], load_entries: Callable[[], list[MemoryEntry]]) -> float:
+        """Milliseconds per query to encode ``queries`` (dense and lexical, batched, every cache bypassed): the
+        encoding cost the retrieval benchmark reports apart from search time."""
+        st = self.ensure_built(key, load_entries)
+        t0 = time.perf_counter()
+        (st.embedder.embedder if isinstance(st.embedder, CachedEmbedder) else st.embedder).embed_query(queries)
+        for lexical in (st.keyword, st.sparse):
+            if lexical is not None:
+                lexical.encode_queries(queries, cached=False)
+        return 1000 * (time.perf_counter() - t0) / max(1, len(queries))
+
     def _query_vector(self, st: KeyState, query: str) -> np.ndarray:
         """The query's dense vector [1, d]: prepared by `prepare_queries`, else embedded now."""
         v = None if st.embedder.needs_fit else self._query_vectors.get(query)
@@ -356,13 +365,7 @@ class HybridIndex:
         return write_index(target, self._config(), saved)
 
     def _config(self) -> dict[str, Any]:
-        emb = self.embedder if isinstance(self.embedder, str) else self.embedder.embedder_id
-        params = {k: v for k, v in self.embedder_params.items() if k != "api_key"}  # never written to disk
-        config = {"embedder": emb, "index": self.index, "keyword": self.keyword,
-                  "embedder_params": params, "date_in_text": self.date_in_text, "append_citing": self.append_citing,
-                  "ef_search": self.ef_search, "ef_construction": self.ef_construction}
-        config.update({k: getattr(self, k) for k in LATER_SETTINGS if getattr(self, k)})
-        return config
+        return index_settings(self)
 
     def load(self, path: str | os.PathLike[str]) -> bool:
         """Read a saved index; False when there is none for these settings. A file that is

@@ -24,6 +24,9 @@ from memlab.memory.entry import MemoryEntry, UserKey
 
 #: Version of the saved-index format; a file of another version is ignored and rebuilt.
 INDEX_FORMAT = 4
+#: Settings added after the saved-index format was fixed: written (into a manifest, into a run's index file
+#: name) only when set, so an index saved before them still matches.
+LATER_SETTINGS = ("sparse", "session_text")
 
 
 @dataclass
@@ -53,6 +56,17 @@ def entries_fingerprint(entries: list[MemoryEntry]) -> str:
                              e.location, list(e.source_ids), str(e.created_at), str(e.updated_at)]
                             ).encode("utf-8", "surrogatepass"))
     return h.hexdigest()
+
+
+def index_settings(index: Any) -> dict[str, Any]:
+    """The settings of a `HybridIndex` a saved index must have been written with (never a credential)."""
+    emb = index.embedder if isinstance(index.embedder, str) else index.embedder.embedder_id
+    params = {k: v for k, v in index.embedder_params.items() if k != "api_key"}  # never written to disk
+    config = {"embedder": emb, "index": index.index, "keyword": index.keyword,
+              "embedder_params": params, "date_in_text": index.date_in_text, "append_citing": index.append_citing,
+              "ef_search": index.ef_search, "ef_construction": index.ef_construction}
+    config.update({k: getattr(index, k) for k in LATER_SETTINGS if getattr(index, k)})
+    return config
 
 
 def saved_key(st: KeyState) -> SavedKey | None:

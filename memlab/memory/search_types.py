@@ -190,6 +190,10 @@ class Searcher(Protocol):
     The service calls the ``on_*`` hooks inside every write so the index never drifts from the store.
     """
 
+    #: Which hit score reconcile compares with its thresholds (`memlab.extract.reconcile`): ``dense``
+    #: (``SearchHit.score``, a cosine) or ``tfidf`` (``SearchHit.text_score``, for corpus-fitted embedders).
+    reconcile_signal: str
+
     def on_upsert(self, entry: MemoryEntry) -> None: ...
 
     def on_delete(self, key: UserKey, memory_id: str) -> None: ...

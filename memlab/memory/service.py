@@ -349,6 +349,11 @@ class MemoryService(ABC):
         with self._lock:
             return self.searcher.import_key(key, blob, self.list(key))
 
+    def recovered_ids(self, key: UserKey) -> set[str] | None:
+        """Ids of memories whose dialog ids were recovered by alignment (a memory system's store,
+        `memlab.systems.SystemService`); None: every memory here knows its own."""
+        return None
+
     def read_recent(self, key: UserKey, limit: int = 10) -> list[MemoryEntry]:
         """The ``limit`` most recently updated memories, newest first (``limit`` < 0: all)."""
         with self._lock:

@@ -93,11 +93,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     row.first_query_ids = [list(h["source_ids"]) for h in first]
     if judge is not None:
         try:
-            if hasattr(judge, "judge_repeats"):  # judge.repeats verdicts, J = their mean
-                verdicts, usage = judge.judge_repeats(q, a.prediction)
-            else:  # a user judge with only judge(): one verdict
-                v, usage, _ = judge.judge(q, a.prediction)
-                verdicts = None if v is None else [v]
+            verdicts, usage = judge.judge_repeats(q, a.prediction)  # J = the verdicts' mean
             if verdicts:
                 row.j, row.j_repeats = float(sum(verdicts) / len(verdicts)), list(verdicts)
             row.judge_prompt_tokens = usage.prompt_tokens
@@ -109,7 +105,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             row.judge_error = error_text(e)
     queries = [_trace_dict(t) for t in a.queries]
     ev = set(q.evidence_ids)
-    recovered = svc.recovered_ids(ctx.key) if hasattr(svc, "recovered_ids") else None  # a black-box system
+    recovered = svc.recovered_ids(ctx.key)  # a black-box system's recovered provenance (None: all exact)
     for t in queries:
         for h in t["hits"]:
             h["evidence_hit"] = bool(set(h["source_ids"]) & ev)

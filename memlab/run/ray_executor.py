@@ -140,14 +140,14 @@ def store_cache_rows(cache_root: Path, rows: dict[str, list[tuple]]) -> None:
     if rows.get("responses"):
         from memlab.llm import ResponseCache
 
-        ResponseCache(cache_root / "responses.sqlite").get("")  # opens (creates or checks) the file
+        ResponseCache(cache_root / "responses.sqlite").close()  # creates or checks the file
         with sqlite3.connect(cache_root / "responses.sqlite") as c:
             n = len(rows["responses"][0])
             c.executemany(f"INSERT OR REPLACE INTO responses VALUES ({','.join('?' * n)})", rows["responses"])
     if rows.get("embeddings"):
         from memlab.index.embedders import CachedEmbedder, TfidfLSAEmbedder
 
-        CachedEmbedder(TfidfLSAEmbedder(), cache_root / "embeddings.sqlite")._db()  # opens (creates or checks)
+        CachedEmbedder(TfidfLSAEmbedder(), cache_root / "embeddings.sqlite").open()  # creates or checks the file
         with sqlite3.connect(cache_root / "embeddings.sqlite") as c:
             n = len(rows["embeddings"][0])
             c.executemany(f"INSERT OR REPLACE INTO emb VALUES ({','.join('?' * n)})", rows["embeddings"])
