@@ -105,7 +105,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             row.judge_error = error_text(e)
     queries = [_trace_dict(t) for t in a.queries]
     ev = set(q.evidence_ids)
-    recovered = svc.recovered_ids(ctx.key)  # a black-box system's recovered provenance (None: all exact)
+    recovered = None if svc is None else svc.recovered_ids(ctx.key)  # a memory system's (None: all exact)
     for t in queries:
         for h in t["hits"]:
             h["evidence_hit"] = bool(set(h["source_ids"]) & ev)
