@@ -250,3 +250,21 @@ def _by_conversation(results: list[Any], convs: list[Conversation]) -> list[tupl
         sid = (r.session_id or "").removeprefix("locomo:")
         groups.setdefault(sid, []).append(r)
     return list(groups.items())
+
+
+_TABLE_COLS = ("sessions", "turns", "jobs_run", "jobs_noop", "jobs_failed", "ops_proposed", "ops_applied", "rewritten",
+               "skipped", "ops_failed", "superseded", "refused", "model_calls", "malformed_tool_calls",
+               "memories_added", "memories")
+
+
+def extraction_row(conv: Conversation, memories: int) -> dict[str, Any]:
+    """A conversation's `extract_dataset` counts when it was served from the cache: no job, its memories."""
+    return {"conversation": conv.sample_id, **{c: 0 for c in _TABLE_COLS}, "sessions": len(conv.sessions),
+            "turns": len(conv.turns), "memories": memories}
+
+
+def extraction_table(rows: list[dict[str, Any]]) -> Any:
+    """Per-conversation extraction counts as `extract_dataset` returns them (indexed by conversation)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=["conversation", *_TABLE_COLS]).set_index("conversation")
