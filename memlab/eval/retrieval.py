@@ -12,6 +12,7 @@ conversations and reports only held-out rows: no figure is ever computed on the 
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -47,25 +48,21 @@ MEMORY_SETS = ("turns", "observations", "turns+observations")
 
 @dataclass(frozen=True)
 class Arm:
-    """One retrieval configuration: what is indexed, how, and the search options (minus query and k)."""
+    """One retrieval configuration: what is indexed, the index and the search options (minus query and k).
+
+    ``index`` is the run's own index language: `memlab.index.open_service` keywords, exactly what a config's
+    ``IndexConfig.service_params()`` gives (a key not given keeps its default); or ``searcher`` makes the
+    arm's own `memlab.memory.Searcher` (a class or factory: one fresh searcher per arm) in place of it."""
 
     memory: str = "turns"
-    embedder: str = "tfidf-lsa"
-    keyword: str = "tfidf"
-    append_citing: bool = False
-    date_in_text: bool = True
-    sparse: str | None = None
-    session_text: bool = False
+    index: Mapping[str, Any] = field(default_factory=dict)
     search: Mapping[str, Any] = field(default_factory=dict)
     searcher: Callable[[], Searcher] | None = None
-    """Makes the arm's own `memlab.memory.Searcher` (a class or factory: one fresh searcher per arm), instead of
-    the `HybridIndex` the index fields describe (they are then not used)."""
 
-    def index_key(self) -> tuple:
+    def index_key(self) -> Any:
         if self.searcher is not None:
             return (self.memory, self.searcher)
-        return (self.memory, self.embedder, self.keyword, self.append_citing, self.date_in_text, self.sparse,
-                self.session_text)
+        return (self.memory, json.dumps(dict(self.index), sort_keys=True, default=str))
 
 
 def memory_set(conv, memory: str, style: str) -> list[dict]:
@@ -98,9 +95,8 @@ def run_arms(
     for arm in arms.values():
         if arm.index_key() not in services:
             services[arm.index_key()] = open_service(
-                "memory", embedder=arm.embedder, keyword=arm.keyword, date_in_text=arm.date_in_text,
-                append_citing=arm.append_citing, sparse=arm.sparse, session_text=arm.session_text,
-                embedding_cache=embedding_cache, searcher=None if arm.searcher is None else arm.searcher())
+                "memory", **arm.index, embedding_cache=embedding_cache,
+                searcher=None if arm.searcher is None else arm.searcher())
     rows = []
     encode_ms: dict[tuple, float] = {}
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
@@ -150,7 +146,7 @@ def run_recall(
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise ValueError(f"modes: unknown {bad}; expected some of {sorted(MODES)}")
-    arms = {m: Arm(memory=memory, embedder=embedder, keyword=MODES[m][0], date_in_text=date_in_text,
+    arms = {m: Arm(memory=memory, index={"embedder": embedder, "keyword": MODES[m][0], "date_in_text": date_in_text},
                    search={**MODES[m][1], "dedupe": dedupe, "rrf_k": rrf_k}) for m in modes}
     return run_arms(arms, path, style=style, ks=ks, conversations=conversations, embedding_cache=embedding_cache)
 
@@ -231,7 +227,8 @@ def weight_grid(base: Arm, dense: Sequence[float], note_dense: Sequence[float], 
                 keyword: float = 1.0, sparse: Sequence[float] = (), session: Sequence[float] = ()) -> dict[str, Arm]:
     """Arms over z-score fusion weights (keyword fixed: only ratios matter) and the boost size; ``sparse`` and
     ``session`` weights only where the base arm has that list."""
-    optional = {"sparse": ("p", sparse if base.sparse else ()), "session": ("g", session if base.session_text else ())}
+    optional = {"sparse": ("p", sparse if base.index.get("sparse") else ()),
+                "session": ("g", session if base.index.get("session_text") else ())}
     arms = {}
     extra_axes = [ws or (None,) for _, ws in optional.values()]
     for d, nd, s, *extra in itertools.product(dense, note_dense, sigma, *extra_axes):
