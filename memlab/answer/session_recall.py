@@ -65,6 +65,7 @@ class SessionRecallAnswerer(Answerer):
     name = "session-recall"
     needs_memory = False  # it searches the raw turns, never the extracted store
     requires_model = False  # with answer.model it reads with the model, without it offline
+    own_index = True
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:

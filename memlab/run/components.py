@@ -23,7 +23,7 @@ def build_extractor(cfg: ExperimentConfig, clients: Clients) -> Extractor:
 
 def build_answerer(cfg: ExperimentConfig, clients: Clients) -> Answerer:
     arm = ANSWERERS.get(cfg.answer.arm).from_config(cfg.answer, clients.for_role)
-    if hasattr(arm, "use_index"):  # an arm with its own turn index (session-recall): the run's index settings
+    if arm.own_index:  # an arm with its own turn index (session-recall): the run's index settings
         ep = clients.endpoint("embedder")
         emb = {"api_base": ep["api_base"], "api_key": ep["api_key"], "timeout": ep["timeout"]} \
             if cfg.index.embedder.startswith("litellm:") else {}
