@@ -388,3 +388,44 @@ def test_model_arms_get_the_question_date(lme_path, tmp_path, arm):
         user = [m["content"] for r in srv.requests for m in r["messages"] if m["role"] == "user"]
     assert run.info["errors"] == 0 and user
     assert user[0].endswith("(Current date: 2023/06/30 (Fri) 10:00.)") and user[0].startswith("How many days")
+
+
+def test_run_streams_one_haystack_at_a_time_with_the_staged_results(lme_path, tmp_path, monkeypatch):
+    """Each question's key is extracted, indexed, answered and released before the next: the index never holds
+    more than one key while answering (the staged run held all seven), and the predictions, retrieval ranks and
+    scores are the staged run's; a rerun on the cached extraction reads each key's saved fit back."""
+    import warnings
+
+    import pandas as pd
+
+    from memlab.answer.extractive import ExtractiveAnswerer
+    from memlab.run import ExperimentConfig, run_experiment
+    from memlab.run import runner as runner_mod
+
+    class Probe(ExtractiveAnswerer):
+        """The extractive arm, noting how many keys the index holds as each question is answered."""
+
+        seen: list[int] = []
+
+        def answer(self, question, ctx):
+            Probe.seen.append(len(ctx.service.searcher.keys()))
+            return super().answer(question, ctx)
+
+    cfg = ExperimentConfig.from_yaml("offline").with_overrides({"dataset.path": str(lme_path)})
+    warnings.simplefilter("ignore", UserWarning)
+    streamed = run_experiment(cfg, results=tmp_path / "a", progress=False, answerer=Probe())
+    assert len(Probe.seen) == 7 and max(Probe.seen) == 1, Probe.seen
+    assert streamed.info["extraction"]["max_resident_keys"] == 1 and streamed.info["extraction"]["streamed"]
+    rerun = run_experiment(cfg, results=tmp_path / "a", progress=False)  # extraction and index fits cached
+    assert rerun.info["extraction"]["from_cache"]
+    monkeypatch.setattr(runner_mod, "streams", lambda data: False)  # the staged run: every key first
+    staged = run_experiment(cfg, results=tmp_path / "b", progress=False)
+    cols = ["prediction", "retrieved_ids", "f1", "recall@5", "recall@10", "answer_ceiling", "evidence_recall"]
+    for other in (rerun, staged):
+        pd.testing.assert_frame_equal(streamed.predictions[cols], other.predictions[cols])
+        keep = [c for c in streamed.summary.columns if "latency" not in c]
+        pd.testing.assert_frame_equal(streamed.summary[keep], other.summary[keep])
+    for name in ("memories", "extraction"):
+        a = (streamed.run_dir / "traces" / f"{name}.jsonl").read_text().splitlines()
+        b = (staged.run_dir / "traces" / f"{name}.jsonl").read_text().splitlines()
+        assert len(a) == len(b) > 0

@@ -129,6 +129,13 @@ class HybridIndex:
         """Keys this index holds state for (loaded from disk or seen since start-up)."""
         return list(dict.fromkeys([*self._states, *self._saved]))
 
+    def release(self, key: UserKey) -> None:
+        """Drop a key's state from memory (fit, vectors, dense and keyword structures); the store keeps its rows
+        and the next use of the key builds it again (or `import_key` restores it). A run over many independent
+        keys (LongMemEval: one per question) releases each once answered (`memlab.run.streaming`)."""
+        self._states.pop(key, None)
+        self._saved.pop(key, None)
+
     def mark_stale(self) -> None:
         """Another writer changed the store: every key re-reads its rows before its next search."""
         for st in self._states.values():

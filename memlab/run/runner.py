@@ -44,6 +44,7 @@ from memlab.run.steps import (  # noqa: F401 - RunStorageError, is_storage_error
     storage_message,
     write_run_json,
 )
+from memlab.run.streaming import run_streamed, streams
 from memlab.run.systems import build_system, run_system
 from memlab.rundir import RunLock, open_run_dir, remember_settings, remembered_settings, results_root
 from memlab.systems import MemorySystem
@@ -159,6 +160,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
             check_endpoints(cfg, clients, clients.roles_in_use(comps.answerer))
         # -- 3. extraction
         ext_info: dict[str, Any] = {}
+        streamed: int | None = None  # questions a streamed run answered with its extraction
         if comps.answerer.needs_memory and comps.on_system:
             if system is None:
                 system = build_system(cfg, clients, run_dir)
@@ -167,6 +169,17 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
             info["components"]["system"] = component_label(system)
             timings.update(out.timings)
             peak["extraction"] = peak_rss_mb()  # the system's ingest
+        elif comps.answerer.needs_memory and streams(p.data):  # one key's haystack in memory at a time
+            assert comps.extractor is not None and comps.extractor_id is not None
+            done = load_done(run_dir)
+            done_ids = {r.qid for r in done}
+            todo = [(c, q) for c, q in p.picks if q.qid not in done_ids]
+            out, streamed = run_streamed(cfg, p.data, p.convs, todo, comps.extractor, comps.extractor_id,
+                                         comps.answerer, comps.judge, clients, cache_root, run_dir, p.dataset_sha,
+                                         stop, progress)
+            svc, ext_info = out.service, out.info
+            timings.update(out.timings)
+            peak.update(out.peak_rss_mb)
         elif comps.answerer.needs_memory:
             assert comps.extractor is not None and comps.extractor_id is not None
             out = run_extraction(cfg, p.data, p.convs, comps.extractor, clients, cache_root, run_dir, p.dataset_sha,
@@ -174,21 +187,25 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
             svc, ext_info = out.service, out.info
             timings.update(out.timings)
             peak.update(out.peak_rss_mb)
-            if ext_info.get("ops_failed"):
-                print(f"memlab: {ext_info['ops_failed']} extraction op(s) failed to write (see "
-                      f"{run_dir / 'traces' / 'extraction.jsonl'})")
+        if ext_info.get("ops_failed"):
+            print(f"memlab: {ext_info['ops_failed']} extraction op(s) failed to write (see "
+                  f"{run_dir / 'traces' / 'extraction.jsonl'})")
         info["extraction"] = ext_info
         stop.stop()  # a signal swallowed during extraction still stops the run here
         # -- 4. answering
-        done = load_done(run_dir)
-        done_ids = {r.qid for r in done}
-        todo = [(c, q) for c, q in p.picks if q.qid not in done_ids]
-        t0 = time.perf_counter()
-        try:
-            answered = answer_all(cfg, comps.answerer, comps.judge, svc, todo, run_dir, progress=progress, stop=stop)
-        finally:
-            timings["answering_s"] = time.perf_counter() - t0
-            peak["answering"] = peak_rss_mb()
+        if streamed is not None:  # answered key by key above
+            answered = streamed
+        else:
+            done = load_done(run_dir)
+            done_ids = {r.qid for r in done}
+            todo = [(c, q) for c, q in p.picks if q.qid not in done_ids]
+            t0 = time.perf_counter()
+            try:
+                answered = answer_all(cfg, comps.answerer, comps.judge, svc, todo, run_dir, progress=progress,
+                                      stop=stop)
+            finally:
+                timings["answering_s"] = time.perf_counter() - t0
+                peak["answering"] = peak_rss_mb()
         # -- 5. scoring
         run = finish_run(p, run_dir, comps.answerer, info, timings, len(done), answered, clients.totals(),
                          on_system=comps.on_system)

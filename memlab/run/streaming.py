@@ -1,0 +1,183 @@
+"""A run that streams its conversations: extract one key's memories, index them, answer its questions, then
+release the key's index from memory before the next (LongMemEval: every question has its own haystack, so
+building every key first would hold 500 haystacks' vectors and fits at once; memory now stays at one).
+
+The results are those of the staged run (`memlab.run.extraction` then `memlab.run.answering`): each key's
+memories, index and answers depend on that key alone. What the staged run keeps in the one saved index file
+(`HybridIndex.save` at close) a streamed run keeps per key, beside it (``index-keys/<digest>.npz``, the
+saved-index format of `MemoryService.export_index`), so that a rerun on the cached extraction reads back the
+very fit the extraction built, one key at a time. A failed extraction still stops the run before that key's
+questions are answered (`ExtractionFailed`); the keys answered before it stay in the resume log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from memlab.atomic import write_with
+from memlab.data import Conversation, LoCoMo, Question, dataset_name
+from memlab.extract.extractors import Extractor
+from memlab.extract.pipeline import conversation_key, extract_dataset
+from memlab.memory import MemoryService
+from memlab.progress import progress_bar
+from memlab.run.answering import StopFlag, answer_all
+from memlab.run.clients import Clients
+from memlab.run.config import ExperimentConfig
+from memlab.run.extraction import (
+    BUILD_LOG,
+    ExtractionFailed,
+    ExtractionOutcome,
+    _copy_trace,
+    _jsonl,
+    build_checkers,
+    extraction_cache_key,
+    extraction_info,
+    log_build_usage,
+    open_store,
+    worker_params,
+)
+from memlab.run.records import ExtractionTraceRecord, MemoryRecord
+from memlab.threads import peak_rss_mb
+
+KEY_INDEX_DIR = "index-keys"
+
+
+def streams(data: LoCoMo) -> bool:
+    """Whether a run over ``data`` streams its keys: a dataset whose every question has its own haystack
+    (LongMemEval). LoCoMo (ten conversations, many questions each) keeps the staged run."""
+    return dataset_name(data) == "longmemeval"
+
+
+def key_index_path(cdir: Path, key: Any) -> Path:
+    """Where a streamed run keeps one key's saved index in the extraction cache folder ``cdir``."""
+    digest = hashlib.sha256(f"{key.app_name}\x00{key.user_id}".encode()).hexdigest()[:24]
+    return cdir / KEY_INDEX_DIR / f"{digest}.npz"
+
+
+def key_index_blob(svc: MemoryService, cdir: Path, key: Any) -> bytes | None:
+    """A key's fitted index state: the live one, else what a streamed run saved for it (None: neither). Whoever
+    imports it checks it against the store's rows (`MemoryService.import_index`), so a stale file is not used."""
+    blob = svc.export_index(key)
+    if blob is None and key_index_path(cdir, key).is_file():
+        blob = key_index_path(cdir, key).read_bytes()
+    return blob
+
+
+def release_key(svc: MemoryService, key: Any) -> None:
+    """Drop a key's index state from memory (its rows stay in the store)."""
+    release = getattr(svc.searcher, "release", None)
+    if release is not None:
+        release(key)
+
+
+def resident_keys(svc: MemoryService) -> int:
+    """How many keys the service's index holds in memory now."""
+    keys = getattr(svc.searcher, "keys", None)
+    return len(keys()) if keys is not None else 0
+
+
+def run_streamed(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation],
+                 todo: list[tuple[Conversation, Question]], extractor: Extractor, extractor_id: str,
+                 answerer: Any, judge: Any, clients: Clients, cache_root: Path, run_dir: Path, dataset_sha: str,
+                 stop: StopFlag, progress: bool = True) -> tuple[ExtractionOutcome, int]:
+    """Extract, index, answer and release each conversation in turn; returns the extraction outcome (its
+    ``info`` as `run_extraction` writes it, over all conversations) and how many questions were answered.
+    ``info["max_resident_keys"]`` says how many keys the index held at once."""
+    ex = cfg.extraction
+    key = extraction_cache_key(cfg, dataset_sha, extractor_id)
+    cdir = cache_root / "extract" / key
+    cdir.mkdir(parents=True, exist_ok=True)
+    durable = cfg.store.backend == "sqlite"
+    svc = open_store(cfg, cdir, cache_root, clients)
+    build_log = cdir / BUILD_LOG
+    if not durable:
+        build_log.unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
+    traces = run_dir / "traces"
+    traces.mkdir(exist_ok=True)
+    for name in ("extraction", "memories"):
+        _jsonl(traces / f"{name}.jsonl", [])  # this session's traces, appended key by key
+    by_conv: dict[str, list[tuple[Conversation, Question]]] = {}
+    for c, q in todo:
+        by_conv.setdefault(c.sample_id, []).append((c, q))
+    params = worker_params(cfg)
+    checkers = build_checkers(cfg)
+    tables: list[pd.DataFrame] = []
+    failures: list[dict[str, str]] = []
+    timings = {"extraction_s": 0.0, "indexing_s": 0.0, "answering_s": 0.0}
+    n_answered = n_memories = most = 0
+    out = ExtractionOutcome(svc)
+    try:
+        for conv in progress_bar(convs, desc="extract, index, answer (per key)", disable=not progress):
+            ck = conversation_key(conv)
+            t0 = time.perf_counter()
+            table, results = extract_dataset(
+                svc, data, extractor, reconcile=ex.reconcile, checkers=checkers, conversations=[conv.sample_id],
+                on_conversation=lambda c, w: log_build_usage(build_log, c.sample_id, w.results,
+                                                             cfg.index.date_in_text),
+                worker_params=params)
+            tables.append(table)
+            mine = [{"conversation": conv.sample_id, "reason": r.reason} for r in results if r.status == "failed"]
+            failures += mine
+            worked = bool(int(table.jobs_run.sum() + table.jobs_failed.sum()))
+            empty = bool(conv.turns) and svc.count(ck) == 0
+            if (mine or empty) and not cfg.run.allow_failed_extraction:
+                lines = [f"  {f['conversation']}: {f['reason']}" for f in mine[:20]]
+                lines += [f"  {conv.sample_id}: the extractor wrote no memory for a conversation with text"] * empty
+                raise ExtractionFailed(
+                    f"extraction failed for {conv.sample_id}; not answering its questions (the keys before it "
+                    f"were answered and are kept):\n" + "\n".join(lines) +
+                    "\n(fix the cause and resume: done jobs are cached; or set run.allow_failed_extraction=true "
+                    "to answer anyway)")
+            _write_key_traces(svc, conv, traces, cdir)
+            n_memories += svc.count(ck)
+            timings["extraction_s"] += time.perf_counter() - t0
+            mine_todo = by_conv.get(conv.sample_id, [])
+            saved = key_index_path(cdir, ck)
+            t1 = time.perf_counter()
+            if mine_todo:
+                if durable and ck not in svc.searcher.keys() and saved.is_file():
+                    svc.import_index(ck, saved.read_bytes())  # the fit this key's extraction built
+                svc.searcher.ensure_built(ck, lambda k=ck: svc.list(k))
+                most = max(most, resident_keys(svc))
+            if durable and (worked or not saved.is_file()):
+                blob = svc.export_index(ck)  # None where the key was not built (nothing trustworthy to keep)
+                if blob is not None:
+                    saved.parent.mkdir(exist_ok=True)
+                    write_with(saved, lambda f, b=blob: f.write(b), binary=True)
+            timings["indexing_s"] += time.perf_counter() - t1
+            if mine_todo:
+                t2 = time.perf_counter()
+                try:
+                    n_answered += answer_all(cfg, answerer, judge, svc, mine_todo, run_dir, progress=False,
+                                             stop=stop)
+                finally:
+                    timings["answering_s"] += time.perf_counter() - t2
+            most = max(most, resident_keys(svc))
+            release_key(svc, ck)
+            stop.stop()
+    except BaseException:
+        svc.close()  # the runner closes the service only when it gets it back
+        raise
+    finally:
+        _copy_trace(build_log, traces / "build_cost.jsonl", {c.sample_id for c in convs[:len(tables)]})
+        table = pd.concat(tables) if tables else pd.DataFrame()
+        if tables:
+            out.info = extraction_info(table, failures, convs[:len(tables)], key, cdir, extractor_id, ex.policy)
+            out.info.update(memories=n_memories, streamed=True, max_resident_keys=most)
+        out.timings = timings
+        out.peak_rss_mb["answering"] = peak_rss_mb()
+    return out, n_answered
+
+
+def _write_key_traces(svc: MemoryService, conv: Conversation, traces: Path, cdir: Path) -> None:
+    """Append one key's extraction and memory trace lines (the staged run writes them all at once)."""
+    rows = svc.extraction_trace([conv.sample_id])
+    _jsonl(traces / "extraction.jsonl", [ExtractionTraceRecord.from_dict(r, where=f"{cdir}: trace line").to_dict()
+                                         for r in rows], mode="a")
+    _jsonl(traces / "memories.jsonl", [MemoryRecord.of(conv.sample_id, e).to_dict()
+                                       for e in svc.list(conversation_key(conv))], mode="a")
