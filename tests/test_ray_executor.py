@@ -246,3 +246,37 @@ def test_a_ray_resume_takes_the_run_folders_lock(data_path, tmp_path):
             run_grid(resume=run.run_dir, executor="ray", progress=False)
     finally:
         lock.release()
+
+
+def test_longmemeval_m_like_grid_on_ray_equals_local_streamed_run(ray_local, tmp_path):
+    """A few questions with many sessions each (an M-like LongMemEval file): the local executor streams one
+    question's haystack at a time, Ray runs a unit per question; predictions, summaries and traces agree, and a
+    Ray rerun on the local run's cache (each key's fit saved per key by the streamed run) agrees too."""
+    import warnings
+
+    from memlab.data.longmemeval import write_synthetic
+
+    path = tmp_path / "lme_m_like.json"
+    write_synthetic(path, questions=3, sessions=60, turns=4, words=12)
+    cfg = offline_grid(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the longmemeval scoring profile is chosen for the file
+        local = run_grid(cfg, results=tmp_path / "local", executor="local", progress=False)
+        remote = run_grid(cfg, results=tmp_path / "ray", executor="ray", progress=False)
+        again = run_grid(cfg, results=tmp_path / "local", executor="ray", progress=False)  # the local cache
+    assert local[0].info["extraction"]["streamed"] and local[0].info["extraction"]["max_resident_keys"] == 1
+    assert len(local[0].predictions) == 3 and local[0].predictions.prediction.str.len().gt(0).all()
+    for runs in (remote, again):
+        for a, b in zip(local, runs, strict=True):
+            pd.testing.assert_frame_equal(a.predictions.drop(columns=TIMING), b.predictions.drop(columns=TIMING))
+            keep = [c for c in a.summary.columns if not c.startswith("latency")]
+            pd.testing.assert_frame_equal(a.summary[keep], b.summary[keep])
+            for name, drop in (("retrieval", ()), ("answers", ("latency_s",)), ("memories", ()),
+                               ("extraction", ())):
+                assert jsonl(a.run_dir / "traces" / f"{name}.jsonl", drop) == \
+                    jsonl(b.run_dir / "traces" / f"{name}.jsonl", drop), name
+    ja, jb = (json.loads((r.run_dir / "run.json").read_text()) for r in (local[0], remote[0]))
+    where = ("cache_dir", "tasks_failed", "streamed", "max_resident_keys")  # where it ran; how the local one ran
+    assert {k: v for k, v in ja["extraction"].items() if k not in where} == \
+        {k: v for k, v in jb["extraction"].items() if k not in where}
+    assert ja["dataset_sha256"] == jb["dataset_sha256"] and ja["dataset_format"] == "longmemeval"

@@ -85,6 +85,7 @@ from memlab.run.steps import (
     storage_message,
     write_run_json,
 )
+from memlab.run.streaming import key_index_blob
 from memlab.rundir import RunLock, open_run_dir, results_root
 from memlab.threads import peak_rss_mb
 
@@ -376,7 +377,8 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                     if sk not in shared:
                         svc, _ = stores[cell.ext_key or ""]
                         ck = conversation_key(conv)
-                        shared[sk] = (ray.put(svc.export_rows(ck)), ray.put(svc.export_index(ck)))
+                        blob = key_index_blob(svc, stores[cell.ext_key or ""][1], ck)  # a streamed run's too
+                        shared[sk] = (ray.put(svc.export_rows(ck)), ray.put(blob))
                     rows_ref, blob_ref = shared[sk]
                 unit = f"answer {conv_id} ({len(qs)} q) run {cell.index + 1}/{len(cells)} {cell.cfg.name}"
                 ref = remote_answer.options(name=f"memlab {unit}", **opts).remote(

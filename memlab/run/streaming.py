@@ -60,12 +60,11 @@ def key_index_path(cdir: Path, key: Any) -> Path:
 
 
 def key_index_blob(svc: MemoryService, cdir: Path, key: Any) -> bytes | None:
-    """A key's fitted index state: the live one, else what a streamed run saved for it (None: neither). Whoever
-    imports it checks it against the store's rows (`MemoryService.import_index`), so a stale file is not used."""
-    blob = svc.export_index(key)
-    if blob is None and key_index_path(cdir, key).is_file():
-        blob = key_index_path(cdir, key).read_bytes()
-    return blob
+    """A key's fitted index state: what a streamed run saved for it (the fit its extraction built), else the live
+    one (None: neither). Whoever imports it checks it against the store's rows (`MemoryService.import_index`), so
+    a file saved for other rows is not used (the key is then built from the rows)."""
+    saved = key_index_path(cdir, key)
+    return saved.read_bytes() if saved.is_file() else svc.export_index(key)
 
 
 def release_key(svc: MemoryService, key: Any) -> None:
