@@ -12,11 +12,20 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
     if args.dataset != "locomo":  # longmemeval-s|-m|-oracle
         from memlab.data import LONGMEMEVAL_FILES, fetch_longmemeval, sha256_file
 
+        mirror = {"base_url": args.url.rstrip("/") + "/"} if args.url else {}
         path = fetch_longmemeval(args.dataset, dest=args.dest, sha256=args.sha256, unpinned=args.unpinned,
-                                 force=args.force)
-        verified = args.sha256 or LONGMEMEVAL_FILES[args.dataset][1]
-        how = "sha256 verified" if verified else f"NOT verified: sha256 {sha256_file(path)}, pin it"
-        print(f"{args.dataset} ready at {path} ({how}); run with --set dataset.path={path}")
+                                 force=args.force, **mirror)
+        digest = sha256_file(path)
+        if args.sha256:
+            how = "matches the --sha256 given"
+        elif not args.unpinned:
+            how = "matches the pinned digest"
+        else:
+            pinned = LONGMEMEVAL_FILES[args.dataset][1]
+            how = ("NOT verified (--unpinned); it is the pinned release" if digest == pinned else
+                   f"NOT verified (--unpinned): differs from the pinned {pinned}; results on it are not comparable")
+        print(f"{args.dataset} ready at {path}\n  sha256 {digest} ({how})\n  run with --set dataset.path={path} "
+              f"(run.json records this sha256)")
         return 0
     kw = {"dest": args.dest, "force": args.force}
     if args.url:
@@ -190,9 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("dataset", nargs="?", default="locomo",
                    choices=["locomo", "longmemeval-s", "longmemeval-m", "longmemeval-oracle"])
     f.add_argument("--sha256", help="LongMemEval: the checksum to verify against")
-    f.add_argument("--unpinned", action="store_true", help="LongMemEval: download without a pinned checksum")
+    f.add_argument("--unpinned", action="store_true",
+                   help="LongMemEval: download without verifying the pinned checksum (prints the file's)")
     f.add_argument("--dest", help="target file (default ~/.cache/memlab/locomo10.json)")
-    f.add_argument("--url", help="alternative source URL (a mirror)")
+    f.add_argument("--url", help="alternative source URL (a mirror; LongMemEval: the folder of the release's files)")
     f.add_argument("--force", action="store_true", help="download even if a verified copy exists")
     f.set_defaults(func=_cmd_fetch)
     i = dsub.add_parser("info", help="validate a LoCoMo or LongMemEval file (told by its fields), print its "

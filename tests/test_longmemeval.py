@@ -11,7 +11,6 @@ import pytest
 
 from memlab.data import (
     LONGMEMEVAL_LABELS,
-    ChecksumNotPinnedError,
     LongMemEvalFormatError,
     detect_format,
     fetch_longmemeval,
@@ -197,10 +196,34 @@ def test_items_stream_across_chunk_boundaries(lme_path):
         list(iter_items(bad, chunk_size=64))
 
 
-def test_fetch_without_a_pinned_checksum_names_what_to_do(tmp_path):
-    with pytest.raises(ChecksumNotPinnedError) as e:
-        fetch_longmemeval("longmemeval-s", dest=tmp_path / "s.json")
-    assert "--sha256" in str(e.value) and "--unpinned" in str(e.value) and not (tmp_path / "s.json").exists()
+def test_fetch_verifies_the_pinned_digest_and_names_what_to_do(tmp_path, lme_path, capsys):
+    """Every variant has a pinned sha256 (and the release revision in its URL); a download that does not match
+    it is refused, nothing written, the message naming both digests and the ways on; ``--unpinned`` downloads and
+    prints the digest it computed, saying it differs from the pinned one."""
+    import re
+
+    from memlab.cli import main
+    from memlab.data import LONGMEMEVAL_FILES, ChecksumMismatchError
+    from memlab.data.fetch import LONGMEMEVAL_BASE, LONGMEMEVAL_REVISION
+    from tests.test_data import _Server
+
+    assert LONGMEMEVAL_REVISION in LONGMEMEVAL_BASE
+    for name, digest, size in LONGMEMEVAL_FILES.values():
+        assert re.fullmatch(r"[0-9a-f]{64}", digest) and size > 10_000_000, name
+    payload = lme_path.read_bytes()
+    srv = _Server(payload)
+    base = srv.url.rsplit("/", 1)[0] + "/"
+    try:
+        dest = tmp_path / "s.json"
+        with pytest.raises(ChecksumMismatchError) as e:
+            fetch_longmemeval("longmemeval-s", dest=dest, base_url=base)
+        assert LONGMEMEVAL_FILES["longmemeval-s"][1] in str(e.value) and "--unpinned" in str(e.value)
+        assert not dest.exists()
+        assert main(["data", "fetch", "longmemeval-s", "--unpinned", "--url", base, "--dest", str(dest)]) == 0
+        out = capsys.readouterr().out
+        assert f"sha256 {__import__('hashlib').sha256(payload).hexdigest()}" in out and "differs from the pinned" in out
+    finally:
+        srv.close()
     with pytest.raises(ValueError, match="expected one of longmemeval-s"):
         fetch_longmemeval("longmemeval-xl")
 

@@ -89,7 +89,7 @@ def _download(url: str, target: Path, sha256: str | None, timeout: float, force:
         if sha256 is not None and got != sha256:
             raise ChecksumMismatchError(
                 f"refusing {url}: sha256 {got} does not match the expected {sha256}; "
-                f"{target} was left as it was"
+                f"{target} was left as it was.\n{how}"
             )
         os.replace(tmp, target)
     finally:
@@ -98,17 +98,26 @@ def _download(url: str, target: Path, sha256: str | None, timeout: float, force:
     return target
 
 # ------------------------------------------------------------------------------ LongMemEval
-LONGMEMEVAL_BASE = "https://huggingface.co/datasets/xiaowu0162/longmemeval-cleaned/resolve/main/"
-#: variant -> (file name in the cleaned release, sha256 or None while not pinned)
-LONGMEMEVAL_FILES: dict[str, tuple[str, str | None]] = {
-    "longmemeval-s": ("longmemeval_s_cleaned.json", None),
-    "longmemeval-m": ("longmemeval_m_cleaned.json", None),
-    "longmemeval-oracle": ("longmemeval_oracle.json", None),
+#: The cleaned release on Hugging Face, at the revision whose files the digests below describe.
+LONGMEMEVAL_REVISION = "98d7416c24c778c2fee6e6f3006e7a073259d48f"
+LONGMEMEVAL_BASE = f"https://huggingface.co/datasets/xiaowu0162/longmemeval-cleaned/resolve/{LONGMEMEVAL_REVISION}/"
+#: variant -> (file name in the cleaned release, sha256, size in bytes). The digests are not from Hugging Face
+#: itself (no network here): they were read from many independent public projects that pin the same files
+#: (several citing the Hugging Face file pages' LFS metadata at this revision), all agreeing. A download that
+#: does not match is refused (nothing written), naming both digests.
+LONGMEMEVAL_FILES: dict[str, tuple[str, str | None, int | None]] = {
+    "longmemeval-s": ("longmemeval_s_cleaned.json",
+                      "d6f21ea9d60a0d56f34a05b609c79c88a451d2ae03597821ea3d5a9678c3a442", 277_383_467),
+    "longmemeval-m": ("longmemeval_m_cleaned.json",
+                      "9d79e5524794a2e6900a3aa9cb7d9152c5a3e8319c9a87c25494ba1eacee495f", 2_737_100_077),
+    "longmemeval-oracle": ("longmemeval_oracle.json",
+                           "821a2034d219ab45846873dd14c14f12cfe7776e73527a483f9dac095d38620c", 15_388_478),
 }
 LONGMEMEVAL_HOW = (
     "LongMemEval (MIT licence, xiaowu0162/LongMemEval; the cleaned release on Hugging Face) is not bundled.\n"
-    "  memlab data fetch longmemeval-s --sha256 <hex>   # verify against a checksum you trust\n"
-    "  memlab data fetch longmemeval-s --unpinned       # no checksum pinned yet: download, print its sha256\n"
+    "  memlab data fetch longmemeval-s                  # verified against the pinned sha256\n"
+    "  memlab data fetch longmemeval-s --sha256 <hex>   # verify against a checksum you trust instead\n"
+    "  memlab data fetch longmemeval-s --unpinned       # another release or mirror: download, print its sha256\n"
     "then run with  --set dataset.path=<file>  (run.json records the file's sha256)."
 )
 
@@ -124,13 +133,14 @@ def longmemeval_cache_path(variant: str) -> Path:
 def fetch_longmemeval(variant: str, dest: str | os.PathLike[str] | None = None, sha256: str | None = None,
                       unpinned: bool = False, timeout: float = 600.0, force: bool = False,
                       base_url: str = LONGMEMEVAL_BASE) -> Path:
-    """Download one LongMemEval variant (``longmemeval-s|-m|-oracle``), verified by ``sha256`` (given, or
-    pinned in `LONGMEMEVAL_FILES`); with neither, only ``unpinned=True`` downloads (and the caller should
-    record the hash it prints). Nothing is written on a mismatch. ``base_url``: a mirror of the release."""
+    """Download one LongMemEval variant (``longmemeval-s|-m|-oracle``), verified by ``sha256`` (given) or else
+    the digest pinned in `LONGMEMEVAL_FILES`; ``unpinned=True`` downloads without either (another release, or
+    a mirror's own copy: the caller prints and records the file's sha256). Nothing is written on a mismatch.
+    ``base_url``: a mirror of the release."""
     if variant not in LONGMEMEVAL_FILES:
         raise ValueError(f"LongMemEval variant {variant!r}: expected one of {', '.join(LONGMEMEVAL_FILES)}")
-    name, pinned = LONGMEMEVAL_FILES[variant]
-    want = sha256 or pinned
+    name, pinned, _ = LONGMEMEVAL_FILES[variant]
+    want = sha256 or (None if unpinned else pinned)
     if want is None and not unpinned:
         raise ChecksumNotPinnedError(f"{variant}: no sha256 is pinned for {base_url}{name} in this memlab.\n"
                                      f"{LONGMEMEVAL_HOW}")
