@@ -147,6 +147,7 @@ def _verbatim(script: str, args: list[str]) -> Callable[[], str]:
 
 RECALL_ARGS = ["--configs", "retrieval-best,offline", "--baseline", "--tune", "--folds", "5"]
 GRID_ARGS = ["--conversations", "2", "--questions", "10", "--latency", "0.2", "--concurrency", "2"]
+LME_ARGS = ["--s-questions", "2", "6", "--m-questions", "1", "2", "--workers", "2", "8", "32"]
 FIGURES: dict[str, Figure] = {
     "offline-run": Figure("memlab run offline", "~2 min on 2 cores", offline_run),
     "dead-endpoint": Figure("memlab run original --set models.api_base=<nothing listening>", "seconds",
@@ -158,6 +159,8 @@ FIGURES: dict[str, Figure] = {
                                _verbatim("retrieval_recall.py", RECALL_ARGS)),
     "grid-scaling": Figure(f"python benchmarks/grid_scaling.py {' '.join(GRID_ARGS)}",
                            "~5 min plus Ray's start; needs ray", _verbatim("grid_scaling.py", GRID_ARGS)),
+    "longmemeval-scale": Figure(f"python benchmarks/longmemeval_scale.py {' '.join(LME_ARGS)}",
+                                "~10 min on 2 loaded cores", _verbatim("longmemeval_scale.py", LME_ARGS)),
 }
 
 

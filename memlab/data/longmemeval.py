@@ -339,13 +339,17 @@ _WORDS = ("garden trip recipe guitar budget marathon python novel coffee museum 
           "concert library vaccine kayak pottery tennis cousin manager invoice sunset island market").split()
 
 
+_KEY_WORDS = "amber crimson silver velvet golden hidden quiet rapid".split()
+_KEY_NOUNS = "falcon harbor lantern meadow orchard compass glacier canyon".split()
+
+
 def synthetic_item(i: int, sessions: int, turns: int, words: int, rng: Any) -> dict[str, Any]:
     """Question ``i`` of a synthetic LongMemEval-format file (no copy of the data is shipped or reachable):
-    filler sessions of random words plus one evidence turn (``has_answer``) naming a code word in one session;
+    filler sessions of random words plus one short evidence turn (``has_answer``) naming a code word;
     types cycle through every published type, every 17th question is an abstention one (no evidence)."""
     qtype = QUESTION_TYPES[i % len(QUESTION_TYPES)]
     abstain = i % 17 == 0
-    key = f"{rng.choice(_WORDS)}-{i}"
+    key = f"{rng.choice(_KEY_WORDS)} {rng.choice(_KEY_NOUNS)} {i}"
     ans_s = rng.randrange(sessions)
     haystack, dates, ids = [], [], []
     for s in range(sessions):
@@ -354,7 +358,7 @@ def synthetic_item(i: int, sessions: int, turns: int, words: int, rng: Any) -> d
             text = " ".join(rng.choice(_WORDS) for _ in range(words))
             msg: dict[str, Any] = {"role": USER if t % 2 == 0 else ASSISTANT, "content": text}
             if s == ans_s and t == 0 and not abstain:
-                msg = {"role": USER, "content": f"My code word is {key}. {text}", "has_answer": True}
+                msg = {"role": USER, "content": f"My code word is {key}.", "has_answer": True}
             msgs.append(msg)
         haystack.append(msgs)
         day = 1 + s // 24
