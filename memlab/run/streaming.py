@@ -23,6 +23,7 @@ from memlab.atomic import write_with
 from memlab.data import Conversation, LoCoMo, Question, dataset_name
 from memlab.extract.extractors import Extractor
 from memlab.extract.pipeline import conversation_key, extract_dataset
+from memlab.index.text import analyze
 from memlab.memory import MemoryService
 from memlab.progress import progress_bar
 from memlab.run.answering import StopFlag, answer_all
@@ -68,10 +69,13 @@ def key_index_blob(svc: MemoryService, cdir: Path, key: Any) -> bytes | None:
 
 
 def release_key(svc: MemoryService, key: Any) -> None:
-    """Drop a key's index state from memory (its rows stay in the store)."""
+    """Drop a key's index state from memory (its rows stay in the store), and empty the stemming cache
+    (`memlab.index.text.analyze` keeps up to 200,000 analysed texts: a released key's texts are not seen again,
+    and an M question's 5,000 would otherwise stay, ~20 MB a question until the cache is full)."""
     release = getattr(svc.searcher, "release", None)
     if release is not None:
         release(key)
+    analyze.cache_clear()
 
 
 def resident_keys(svc: MemoryService) -> int:
