@@ -5,9 +5,10 @@
 No LongMemEval copy is reachable here, so the file is synthetic (`memlab.data.longmemeval.write_synthetic`:
 every published type, abstention questions, one evidence turn per answerable question). The offline run is
 `memlab run offline --set dataset.path=FILE`; the judge run adds ``judge.model`` on a scripted OpenAI-compatible
-server on 127.0.0.1 (`memlab.testing.ScriptedServer`) that says "yes" when the gold answer appears in the
-response and "no" otherwise: the official per-type prompts and the strict yes/no parsing are exercised over real
-HTTP, the verdicts are not a model's. Each run prints `memlab.eval.longmemeval.report`: accuracy per type with
+server on 127.0.0.1 (`memlab.testing.ScriptedServer`) that says "yes" when the gold answer (reference, rubric
+or abstention explanation, whichever the type's prompt gives) appears in the response and "no" otherwise: the
+official per-type prompts and the strict yes/no parsing are exercised over real HTTP, the verdicts are not a
+model's. Each run prints `memlab.eval.longmemeval.report`: accuracy per type with
 95 % intervals and the official session/turn recall_all@k and ndcg_any@k. Then five malformed copies of the
 file, each refused by `memlab data info` with the error printed.
 """
@@ -65,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
 
         def judge(body: dict) -> Reply:
             prompt = body["messages"][0]["content"]
-            gold = re.search(r"Reference answer: (.*)", prompt)
-            said = re.search(r"Assistant's response: (.*)", prompt)
+            gold = re.search(r"^(?:Reference answer(?: \(the updated value\))?|Rubric|Explanation): (.*)$", prompt,
+                             re.M)
+            said = re.search(r"^Assistant's response: (.*)$", prompt, re.M)
             ok = gold and said and gold.group(1).strip().lower() in said.group(1).lower()
             return Reply(text="yes" if ok else "no")
 
