@@ -235,6 +235,11 @@ class Searcher(Protocol):
         """Drop what the index holds for a key when it no longer matches the store's entries."""
         ...
 
+    def release(self, key: UserKey) -> None:
+        """Drop what the index holds in memory for a key (the store keeps its rows; the next use rebuilds it):
+        a run streaming many keys (`memlab.run.streaming`) releases each once answered."""
+        ...
+
     def export_key(self, key: UserKey) -> bytes | None:
         """One key's built state as bytes (None when the key is not built): the index of a copied store."""
         ...

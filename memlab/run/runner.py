@@ -176,7 +176,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
             todo = [(c, q) for c, q in p.picks if q.qid not in done_ids]
             out, streamed = run_streamed(cfg, p.data, p.convs, todo, comps.extractor, comps.extractor_id,
                                          comps.answerer, comps.judge, clients, cache_root, run_dir, p.dataset_sha,
-                                         stop, progress)
+                                         stop, progress, searcher=comps.searcher, embedder=comps.embedder)
             svc, ext_info = out.service, out.info
             timings.update(out.timings)
             peak.update(out.peak_rss_mb)

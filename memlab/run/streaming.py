@@ -23,8 +23,9 @@ from memlab.atomic import write_with
 from memlab.data import Conversation, LoCoMo, Question, dataset_name
 from memlab.extract.extractors import Extractor
 from memlab.extract.pipeline import conversation_key, extract_dataset
+from memlab.index.embedders import Embedder
 from memlab.index.text import analyze
-from memlab.memory import MemoryService
+from memlab.memory import MemoryService, Searcher
 from memlab.progress import progress_bar
 from memlab.run.answering import StopFlag, answer_all
 from memlab.run.clients import Clients
@@ -72,31 +73,31 @@ def release_key(svc: MemoryService, key: Any) -> None:
     """Drop a key's index state from memory (its rows stay in the store), and empty the stemming cache
     (`memlab.index.text.analyze` keeps up to 200,000 analysed texts: a released key's texts are not seen again,
     and an M question's 5,000 would otherwise stay, ~20 MB a question until the cache is full)."""
-    release = getattr(svc.searcher, "release", None)
-    if release is not None:
-        release(key)
+    if svc.searcher is not None:
+        svc.searcher.release(key)
     analyze.cache_clear()
 
 
 def resident_keys(svc: MemoryService) -> int:
     """How many keys the service's index holds in memory now."""
-    keys = getattr(svc.searcher, "keys", None)
-    return len(keys()) if keys is not None else 0
+    return len(svc.searcher.keys()) if svc.searcher is not None else 0
 
 
 def run_streamed(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation],
                  todo: list[tuple[Conversation, Question]], extractor: Extractor, extractor_id: str,
                  answerer: Any, judge: Any, clients: Clients, cache_root: Path, run_dir: Path, dataset_sha: str,
-                 stop: StopFlag, progress: bool = True) -> tuple[ExtractionOutcome, int]:
+                 stop: StopFlag, progress: bool = True, searcher: Searcher | None = None,
+                 embedder: Embedder | None = None) -> tuple[ExtractionOutcome, int]:
     """Extract, index, answer and release each conversation in turn; returns the extraction outcome (its
     ``info`` as `run_extraction` writes it, over all conversations) and how many questions were answered.
-    ``info["max_resident_keys"]`` says how many keys the index held at once."""
+    ``info["max_resident_keys"]`` says how many keys the index held at once; ``searcher`` / ``embedder``: the
+    caller's own objects, as `memlab.run.extraction.run_extraction` takes them."""
     ex = cfg.extraction
     key = extraction_cache_key(cfg, dataset_sha, extractor_id)
     cdir = cache_root / "extract" / key
     cdir.mkdir(parents=True, exist_ok=True)
     durable = cfg.store.backend == "sqlite"
-    svc = open_store(cfg, cdir, cache_root, clients)
+    svc = open_store(cfg, cdir, cache_root, clients, searcher=searcher, embedder=embedder)
     build_log = cdir / BUILD_LOG
     if not durable:
         build_log.unlink(missing_ok=True)  # an in-memory store is extracted afresh every run

@@ -86,6 +86,9 @@ class BruteForceSearcher:
         if key in self._entries:
             self._entries[key] = {e.id: e for e in entries}
 
+    def release(self, key: UserKey) -> None:
+        self._entries.pop(key, None)
+
     def export_key(self, key: UserKey) -> bytes | None:
         return None  # nothing built that a copied store could not rebuild from its rows
 
