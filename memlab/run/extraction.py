@@ -80,7 +80,7 @@ def extraction_cache_key(cfg: ExperimentConfig, dataset_sha: str, extractor_id: 
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _copy_trace(src: Path, dst: Path, wanted: set[str]) -> None:
+def copy_trace(src: Path, dst: Path, wanted: set[str]) -> None:
     from memlab.atomic import write_with  # a full disk leaves no half trace
 
     def copy(out: Any) -> None:
@@ -93,7 +93,7 @@ def _copy_trace(src: Path, dst: Path, wanted: set[str]) -> None:
     write_with(dst, copy)
 
 
-def _jsonl(path: Path, rows: list[dict[str, Any]], mode: str = "w") -> None:
+def write_jsonl(path: Path, rows: list[dict[str, Any]], mode: str = "w") -> None:
     """Write JSON lines atomically, or append them to a log (``mode="a"``)."""
     from memlab.atomic import write_with
 
@@ -112,7 +112,7 @@ def log_build_usage(build_log: Path, conversation: str, results: list[Any], date
     """Append what building one conversation's memory cost, when its jobs did work (a cached conversation was
     logged when it was built)."""
     if any(r.status in ("ran", "failed") for r in results):
-        _jsonl(build_log, [costs.build_usage(conversation, results, date_in_text)], mode="a")
+        write_jsonl(build_log, [costs.build_usage(conversation, results, date_in_text)], mode="a")
 
 
 def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Clients,
@@ -228,11 +228,11 @@ def finish_extraction(cfg: ExperimentConfig, convs: list[Conversation], out: Ext
     traces = run_dir / "traces"
     traces.mkdir(exist_ok=True)
     ext_rows = svc.extraction_trace([c.sample_id for c in convs])
-    _jsonl(traces / "extraction.jsonl", [ExtractionTraceRecord.from_dict(r, where=f"{info['cache_dir']}: trace line")
-                                         .to_dict() for r in ext_rows])
-    _copy_trace(Path(info["cache_dir"]) / BUILD_LOG, traces / "build_cost.jsonl", {c.sample_id for c in convs})
+    write_jsonl(traces / "extraction.jsonl", [
+        ExtractionTraceRecord.from_dict(r, where=f"{info['cache_dir']}: trace line").to_dict() for r in ext_rows])
+    copy_trace(Path(info["cache_dir"]) / BUILD_LOG, traces / "build_cost.jsonl", {c.sample_id for c in convs})
     mem_rows = [MemoryRecord.of(c.sample_id, e).to_dict() for c in convs for e in svc.list(conversation_key(c))]
-    _jsonl(traces / "memories.jsonl", mem_rows)
+    write_jsonl(traces / "memories.jsonl", mem_rows)
     info["memories"] = len(mem_rows)
     out.peak_rss_mb["extraction"] = peak_rss_mb()
     t1 = time.perf_counter()

@@ -34,14 +34,14 @@ from memlab.run.extraction import (
     BUILD_LOG,
     ExtractionFailed,
     ExtractionOutcome,
-    _copy_trace,
-    _jsonl,
     build_checkers,
+    copy_trace,
     extraction_cache_key,
     extraction_info,
     log_build_usage,
     open_store,
     worker_params,
+    write_jsonl,
 )
 from memlab.run.records import ExtractionTraceRecord, MemoryRecord
 from memlab.threads import peak_rss_mb
@@ -104,7 +104,7 @@ def run_streamed(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation],
     traces = run_dir / "traces"
     traces.mkdir(exist_ok=True)
     for name in ("extraction", "memories"):
-        _jsonl(traces / f"{name}.jsonl", [])  # this session's traces, appended key by key
+        write_jsonl(traces / f"{name}.jsonl", [])  # this session's traces, appended key by key
     by_conv: dict[str, list[tuple[Conversation, Question]]] = {}
     for c, q in todo:
         by_conv.setdefault(c.sample_id, []).append((c, q))
@@ -168,7 +168,7 @@ def run_streamed(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation],
         svc.close()  # the runner closes the service only when it gets it back
         raise
     finally:
-        _copy_trace(build_log, traces / "build_cost.jsonl", {c.sample_id for c in convs[:len(tables)]})
+        copy_trace(build_log, traces / "build_cost.jsonl", {c.sample_id for c in convs[:len(tables)]})
         table = pd.concat(tables) if tables else pd.DataFrame()
         if tables:
             out.info = extraction_info(table, failures, convs[:len(tables)], key, cdir, extractor_id, ex.policy)
@@ -181,7 +181,7 @@ def run_streamed(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation],
 def _write_key_traces(svc: MemoryService, conv: Conversation, traces: Path, cdir: Path) -> None:
     """Append one key's extraction and memory trace lines (the staged run writes them all at once)."""
     rows = svc.extraction_trace([conv.sample_id])
-    _jsonl(traces / "extraction.jsonl", [ExtractionTraceRecord.from_dict(r, where=f"{cdir}: trace line").to_dict()
+    write_jsonl(traces / "extraction.jsonl", [ExtractionTraceRecord.from_dict(r, where=f"{cdir}: trace line").to_dict()
                                          for r in rows], mode="a")
-    _jsonl(traces / "memories.jsonl", [MemoryRecord.of(conv.sample_id, e).to_dict()
+    write_jsonl(traces / "memories.jsonl", [MemoryRecord.of(conv.sample_id, e).to_dict()
                                        for e in svc.list(conversation_key(conv))], mode="a")

@@ -18,7 +18,7 @@ from memlab.data import Conversation
 from memlab.extract.pipeline import conversation_key
 from memlab.memory.entry import UserKey
 from memlab.run.config import ExperimentConfig
-from memlab.run.extraction import ExtractionFailed, ExtractionOutcome, _jsonl
+from memlab.run.extraction import ExtractionFailed, ExtractionOutcome, write_jsonl
 from memlab.run.records import MemoryRecord
 from memlab.systems import MemorySystem, ProvenanceAligner, SystemHit, SystemService
 from memlab.systems.base import session_id, session_messages
@@ -91,8 +91,8 @@ def run_system(cfg: ExperimentConfig, convs: list[Conversation], system: MemoryS
                                f"to answer anyway)")
     traces = run_dir / "traces"
     traces.mkdir(exist_ok=True)
-    _jsonl(traces / "memories.jsonl", mem_rows)
-    _jsonl(traces / "system.jsonl", per_conv)
+    write_jsonl(traces / "memories.jsonl", mem_rows)
+    write_jsonl(traces / "system.jsonl", per_conv)
     kinds = {r["provenance"] for r in mem_rows}
     info = {"name": system.name, "id": system.cache_id(), "features": system.features(), "costs": system.costs(),
             "top_k": cfg.retrieval.top_k, "memories": len(mem_rows),
