@@ -16,6 +16,7 @@ from memlab.llm import CallStats, ModelError, Usage
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import HitRecord, SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
+from memlab.params import Component, settings
 from memlab.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class AnswerContext:
     now: datetime | None = None
 
 
-class Answerer(ABC):
+class Answerer(Component, ABC):
     """One verb, `answer`; registered in `ANSWERERS` under its ``answer.arm`` name."""
 
     name = "answerer"
@@ -108,8 +109,9 @@ class Answerer(ABC):
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
-        """Build from the ``answer`` config section; ``client_for(role)`` gives a model client."""
-        return cls()
+        """Build from the ``answer`` config section (its ``params`` are the constructor's settings, `memlab.params`);
+        ``client_for(role)`` gives a model client."""
+        return cls(**settings(section))
 
     @abstractmethod
     def answer(self, question: Question, ctx: AnswerContext) -> Answer: ...

@@ -29,6 +29,7 @@ from memlab.llm import (
     count_tokens,
 )
 from memlab.memory.entry import MemoryEntry
+from memlab.params import settings
 from memlab.prompts import load_prompt, render
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class LongContextAnswerer(Answerer):
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
-        return cls(client_for("reader"), prompt=section.prompt or cls.name)
+        return cls(client_for("reader"), **settings(section, prompt=section.prompt or cls.name))
 
     def __init__(self, client: ModelClient, prompt: str = "long-context"):
         self.client = client
@@ -122,7 +123,7 @@ class OriginalAnswerer(Answerer):
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
-        return cls(client_for("reader"), prompt=section.prompt or cls.name)
+        return cls(client_for("reader"), **settings(section, prompt=section.prompt or cls.name))
 
     def __init__(self, client: ModelClient, prompt: str = "original"):
         self.client = client
@@ -175,7 +176,8 @@ class OptimizedAnswerer(Answerer):
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
-        return cls(client_for("reader"), prompt=section.prompt or cls.name, max_rounds=section.max_rounds)
+        return cls(client_for("reader"), **settings(section, prompt=section.prompt or cls.name,
+                                                   max_rounds=section.max_rounds))
 
     def __init__(self, client: ModelClient, prompt: str = "optimized", max_rounds: int = 4):
         self.client = client

@@ -12,15 +12,12 @@ instance (the model-free extractors read that conversation's annotations).
 from __future__ import annotations
 
 import copy
-import dataclasses
-import inspect
 import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from enum import Enum
 from typing import Any
 
 from memlab.data.locomo import Conversation
@@ -29,6 +26,7 @@ from memlab.extract.messages import Message
 from memlab.extract.ops import ExtractionResult, MemoryOp
 from memlab.llm import CallStats, Completion, MalformedToolCall, ModelClient, ModelError, ToolCall, normalise_endpoint
 from memlab.memory.entry import KINDS, MemoryEntry, UserKey
+from memlab.params import Component, settings
 from memlab.prompts import load_prompt, render
 from memlab.registry import Registry
 
@@ -50,7 +48,7 @@ class ExtractionRequest:
         return tuple(m.id for m in self.delta if m.id)
 
 
-class Extractor(ABC):
+class Extractor(Component, ABC):
     name: str = "extractor"
     #: Whether the worker reconciles this extractor's adds. Verbatim turn records opt out: each turn is
     #: its own memory (keyed by its dialog id), and turns quoting their neighbours would merge.
@@ -66,69 +64,20 @@ class Extractor(ABC):
 
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
-        """Build from the ``extraction`` config section (model-free extractors need nothing from it)."""
-        return cls()
+        """Build from the ``extraction`` config section: its ``params`` are the constructor's settings."""
+        return cls(**settings(section))
 
     def bind(self, conversation: Conversation) -> Extractor:
         """The instance that extracts one conversation (itself unless it reads per-conversation data)."""
         return self
 
-    #: Constructor arguments that do not decide the ops (a key, a timeout): left out of `cache_id`.
+    #: Constructor arguments that do not decide the ops (a key, a timeout): left out of `cache_id`, which
+    #: (`memlab.params.Component`) names the class and its settings, so two extractors, or one with two
+    #: settings, never share cached memories.
     cache_exclude: tuple[str, ...] = ()
-
-    def get_params(self) -> dict[str, Any]:
-        """The constructor's arguments as this instance holds them (scikit-learn's convention: each is stored
-        under its own name), less `cache_exclude`; raises TypeError naming one that is not stored."""
-        out: dict[str, Any] = {}
-        for p in list(inspect.signature(type(self).__init__).parameters.values())[1:]:
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in self.cache_exclude:
-                continue
-            if not hasattr(self, p.name):
-                raise TypeError(f"{type(self).__qualname__}: constructor argument {p.name!r} is not stored as "
-                                f"self.{p.name}, so the extraction cache key cannot cover it; store it under its "
-                                "own name, list it in cache_exclude, or override cache_id()")
-            out[p.name] = getattr(self, p.name)
-        return out
-
-    def cache_id(self) -> str:
-        """Part of the extraction cache key: what, besides the data, decides the ops — the class (its own
-        ``name``, else module and qualified name: never a name inherited from a base) and its constructor
-        settings (`get_params`), so two extractors, or one with two settings, never share cached memories."""
-        cls = type(self)
-        ident = cls.__dict__.get("name") or f"{cls.__module__}.{cls.__qualname__}"
-        params = self.get_params()
-        if not params:
-            return ident
-        return f"{ident}({','.join(_param_id(k, v) for k, v in params.items())})"
 
     @abstractmethod
     def extract(self, request: ExtractionRequest) -> ExtractionResult: ...
-
-
-_PLAIN = re.compile(r"[\w.:/@+-]*")
-
-
-def _param_id(name: str, v: Any) -> str:
-    """One constructor setting as text in a cache id (plain strings as they are, others as JSON-like text)."""
-    if isinstance(v, str):
-        return v if _PLAIN.fullmatch(v) else json.dumps(v)
-    if v is None or isinstance(v, (bool, int, float)):
-        return json.dumps(v)
-    if isinstance(v, Extractor):
-        return v.cache_id()
-    if isinstance(v, ModelClient):
-        return f"{v.model}@{normalise_endpoint(v.api_base) or 'provider'}"
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(_param_id(name, x) for x in v) + "]"
-    if isinstance(v, dict):
-        items = sorted(v.items(), key=lambda kv: str(kv[0]))
-        return "{" + ",".join(f"{k}={_param_id(name, x)}" for k, x in items) + "}"
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return f"{type(v).__qualname__}{_param_id(name, dataclasses.asdict(v))}"
-    if isinstance(v, (datetime, Enum)):
-        return json.dumps(str(v))
-    raise TypeError(f"extractor setting {name}={v!r} ({type(v).__qualname__}) cannot be written into the "
-                    "extraction cache key; list it in cache_exclude or override cache_id()")
 
 
 class ConversationExtractor(Extractor):
@@ -168,7 +117,7 @@ class TurnsExtractor(ConversationExtractor):
 
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
-        return cls(style=section.turn_style)
+        return cls(**settings(section, style=section.turn_style))
 
     def _reset(self) -> None:
         self._by_id = None
@@ -391,7 +340,7 @@ class LLMExtractor(Extractor):
 
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
-        return cls(model=section.model, prompt=section.prompt, client=client_for("extractor"))
+        return cls(**settings(section, model=section.model, prompt=section.prompt, client=client_for("extractor")))
 
     def __init__(self, model: str, prompt: str = "structured", api_base: str | None = None,
                  api_key: str | None = None, timeout: float = 30.0, max_retries: int = 3, backoff: float = 0.5,
@@ -408,12 +357,12 @@ class LLMExtractor(Extractor):
 
     cache_exclude = ("api_key", "timeout", "max_retries", "backoff", "cache_path", "client", "api_base")
 
-    def get_params(self) -> dict[str, Any]:
+    def cache_params(self) -> dict[str, Any]:
         """Model, prompt (with its text's hash) and the endpoint that answers (with a non-default temperature):
         what decides the ops; a key, timeouts and retries do not."""
         import hashlib
 
-        params = super().get_params()
+        params = super().cache_params()
         h = hashlib.sha256(load_prompt("extract", self.prompt).encode()).hexdigest()[:12]
         params["prompt"] = f"{self.prompt}@{h}"
         client = self.client
@@ -537,7 +486,7 @@ class TurnsAndObservations(CombinedExtractor):
 
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
-        return cls(style=section.turn_style)
+        return cls(**settings(section, style=section.turn_style))
 
 
 @EXTRACTORS.register("turns+llm")
@@ -562,7 +511,8 @@ class TurnsAndLLM(Extractor):
 
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
-        return cls(LLMExtractor.from_config(section, client_for), style=section.turn_style)
+        llm = LLMExtractor(model=section.model, prompt=section.prompt, client=client_for("extractor"))
+        return cls(llm, **settings(section, style=section.turn_style))
 
     def bind(self, conversation: Conversation) -> Extractor:
         bound = copy.copy(self)
