@@ -34,7 +34,12 @@ REQUIRED: Any = _Required()
 
 
 class ParamError(ValueError):
-    """A setting a component does not take, or a value it does not accept (the message names both)."""
+    """A setting a component does not take, or a value it does not accept (the message names both; ``key``:
+    the setting whose value is wrong, None for unknown names)."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
 
 
 @dataclass(frozen=True)
@@ -115,7 +120,7 @@ class ParamSpec:
     def settable(self) -> bool:
         """Whether a config file can give it (a plain value, not an object such as a model client)."""
         plain, _, choices = self._types()
-        return bool(plain) or choices is not None or (self.annotation is Any and self.default in (None, REQUIRED))
+        return bool(plain) or choices is not None or (self.annotation is Any and self.default is None)
 
     def expected(self) -> str:
         plain, optional, choices = self._types()
@@ -218,7 +223,7 @@ def check_params(cls: type, params: Mapping[str, Any] | None, what: str = "compo
         try:
             out[k] = specs[k].check(v)
         except ParamError as e:
-            raise ParamError(f"{k} = {v!r}; {e}") from None
+            raise ParamError(f"{k} = {v!r}; {e}", key=k) from None
     return out
 
 

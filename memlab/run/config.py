@@ -26,9 +26,10 @@ from memlab.eval.profiles import PROFILES
 from memlab.extract.extractors import EXTRACTORS
 from memlab.extract.policy import POLICIES
 from memlab.extract.reconcile import ReconcileConfig
-from memlab.index.embedders import EMBEDDERS, MODEL_EMBEDDERS, parse_embedder_spec
+from memlab.index.embedders import embedder_model, parse_embedder_spec, spec_forms
 from memlab.index.keyword import KEYWORD_SCORERS
 from memlab.memory.search_types import SearchOptions
+from memlab.params import ParamError, check_params, spec_text
 from memlab.prompts import load_prompt
 from memlab.systems import SYSTEMS
 
@@ -103,6 +104,8 @@ class ExtractionConfig:
     reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
     checkers: CheckerConfig = field(default_factory=CheckerConfig)
     worker: WorkerConfig = field(default_factory=WorkerConfig)
+    params: dict[str, Any] = field(default_factory=dict)
+    """The extractor's constructor settings by name (`memlab.params`), over what the fields above give it."""
 
 
 @dataclass
@@ -127,10 +130,20 @@ class IndexConfig:
     ``retrieval.fusion: zscore`` (a session's turns tie in this list)."""
     ef_search: int = 1024
     ef_construction: int = 128
+    embedder_params: dict[str, Any] = field(default_factory=dict)
+    """The embedder's constructor settings by name (`memlab.params`; ``litellm:<model>`` is its ``model``)."""
+    keyword_params: dict[str, Any] = field(default_factory=dict)
+    """The keyword scorer's constructor settings by name (the index names it ``bm25(k1=1.5)``)."""
+
+    def embedder_model(self) -> str | None:
+        """The model a model-backed embedder calls (None: the embedder runs in this process)."""
+        return embedder_model(self.embedder, self.embedder_params)
 
     def service_params(self) -> dict[str, Any]:
-        """This section as `memlab.index.open_service` keywords (every index the run builds reads them here)."""
-        return {"embedder": self.embedder, "index": self.factory, "keyword": self.keyword,
+        """This section as `memlab.index.open_service` keywords (every index the run builds reads them here);
+        the embedder's settings travel apart (`memlab.run.clients.Clients.embedder_params`)."""
+        return {"embedder": self.embedder, "index": self.factory, "keyword": spec_text(self.keyword,
+                                                                                       self.keyword_params),
                 "date_in_text": self.date_in_text, "append_citing": self.append_citing, "sparse": self.sparse,
                 "session_text": self.session_text, "ef_search": self.ef_search, "ef_construction": self.ef_construction}
 
@@ -198,6 +211,8 @@ class AnswerConfig:
     phrase_bonus: float | None = None
     temporal_rank_weight: float | None = None
     abstain_margin: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    """The arm's constructor settings by name (`memlab.params`), over what the fields above give it."""
 
 
 @dataclass
@@ -402,11 +417,7 @@ class ExperimentConfig:
         one_of("answer.split", self.answer.split, SPLITS)
         one_of("run.executor", self.run.executor, EXECUTORS)
         one_of("extraction.checkers.combine", self.extraction.checkers.combine, COMBINES)
-        try:
-            parse_embedder_spec(self.index.embedder)
-        except ValueError:
-            allowed = ", ".join(n + (":<model>" if n in MODEL_EMBEDDERS else "") for n in EMBEDDERS)
-            raise ConfigError(f"{where}: index.embedder = {self.index.embedder!r}; allowed: {allowed}") from None
+        self._validate_settings(where)
         if not _FACTORY.match(self.index.factory):
             raise ConfigError(f"{where}: index.factory = {self.index.factory!r}; expected a FAISS factory string "
                               f"memlab builds: Flat, HNSW<M> (M >= 1), IVF<n>,Flat, IVF<n>,PQ<m>, PQ<m> or LSH")
@@ -473,6 +484,27 @@ class ExperimentConfig:
         for key in self.grid:
             get_dotted(self, key, where=f"{where}: grid")
 
+    def _validate_settings(self, where: str) -> None:
+        """Each component's settings (``extraction.params``, ``answer.params``, ``index.embedder_params``,
+        ``index.keyword_params``) against its class's declared parameters (`memlab.params.check_params`)."""
+        idx = self.index
+        named = (("extraction.params", EXTRACTORS, self.extraction.extractor, self.extraction.params),
+                 ("answer.params", ANSWERERS, self.answer.arm, self.answer.params),
+                 ("index.keyword_params", KEYWORD_SCORERS, idx.keyword, idx.keyword_params),
+                 ("index.embedder_params", None, idx.embedder, idx.embedder_params))
+        for key, registry, name, params in named:
+            if not isinstance(params, dict):
+                raise ConfigError(f"{where}: {key} = {params!r}; expected a mapping of setting names to values")
+            try:
+                if registry is None:
+                    parse_embedder_spec(name, params, complete=True)
+                else:
+                    check_params(registry.get(name), params, f"{registry.family} {name!r}")
+            except ParamError as e:
+                raise ConfigError(f"{where}: {key}.{e}" if e.key else f"{where}: {key}: {e}") from None
+            except ValueError as e:
+                raise ConfigError(f"{where}: index.embedder = {name!r}; allowed: {spec_forms()} ({e})") from None
+
     def _validate_models(self, where: str) -> None:
         limits: dict[str, tuple[int | None, str]] = {}
         for role in ROLES:
@@ -503,7 +535,7 @@ class ExperimentConfig:
         return {"extractor": EXTRACTORS.get(self.extraction.extractor).requires_model and bool(self.extraction.model),
                 "reader": ANSWERERS.get(self.answer.arm).requires_model and bool(self.answer.model),
                 "judge": bool(self.judge.model),
-                "embedder": self.index.embedder.startswith("litellm:")}[role]
+                "embedder": self.index.embedder_model() is not None}[role]
 
     def trust_settings(self) -> dict[str, Any]:
         """What decides where requests and secrets go: each model role's endpoint and key variable, and the prompt
@@ -523,8 +555,7 @@ class ExperimentConfig:
     def describe_models(self) -> list[str]:
         """One line per role: its model and endpoint, and which local embedder runs when none is remote."""
         names = {"extractor": self.extraction.model, "reader": self.answer.model, "judge": self.judge.model,
-                 "embedder": self.index.embedder[len("litellm:"):] if self.index.embedder.startswith("litellm:")
-                 else None}
+                 "embedder": self.index.embedder_model()}
         lines = []
         for role in ROLES:
             r = self.models.resolve(role)

@@ -116,13 +116,10 @@ def log_build_usage(build_log: Path, conversation: str, results: list[Any], date
 def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Clients) -> MemoryService:
     """The configured store and index, at ``cdir`` for a durable backend."""
     idx = cfg.index
-    section = {k: v for k, v in asdict(idx).items() if k not in LATER_SETTINGS or v}  # older saved indexes stay
+    later = (*LATER_SETTINGS, "embedder_params", "keyword_params")
+    section = {k: v for k, v in asdict(idx).items() if k not in later or v}  # older saved indexes stay
     index_id = hashlib.sha256(json.dumps(section, sort_keys=True).encode()).hexdigest()[:10]
-    emb_params: dict[str, Any] = {}
-    if idx.embedder.startswith("litellm:"):
-        ep = clients.endpoint("embedder")
-        emb_params = {"api_base": ep["api_base"], "api_key": ep["api_key"], "timeout": ep["timeout"]}
-    common = {**idx.service_params(), "embedder_params": emb_params}
+    common = {**idx.service_params(), "embedder_params": clients.embedder_params()}
     if cfg.store.backend == "sqlite":
         return open_service("sqlite", path=cdir / "store.db", embedding_cache=cache_root / "embeddings.sqlite",
                             index_path=cdir / f"index-{index_id}.npz", on_corrupt="rebuild", **common)
