@@ -92,7 +92,13 @@ def describe_components() -> str:
 def component_label(obj: Any) -> str:
     """How a user-supplied component is named in run.json and the extraction cache key."""
     cache_id = getattr(obj, "cache_id", None)
-    return cache_id() if callable(cache_id) else f"{type(obj).__module__}.{type(obj).__qualname__}"
+    if callable(cache_id):
+        try:
+            return cache_id()
+        except TypeError:  # an answer arm that does not store its arguments: its class names it
+            if isinstance(obj, Extractor):
+                raise  # an extractor's label is its extraction cache key: never a guess
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
 class ComponentNotOnWorkers(RuntimeError):

@@ -497,9 +497,11 @@ class ExperimentConfig:
                 raise ConfigError(f"{where}: {key} = {params!r}; expected a mapping of setting names to values")
             try:
                 if registry is None:
-                    parse_embedder_spec(name, params, complete=True)
+                    checked = parse_embedder_spec(name, params, complete=True)[1]
+                    checked = {k: checked[k] for k in params}  # the spec's own setting stays in the spec
                 else:
-                    check_params(registry.get(name), params, f"{registry.family} {name!r}")
+                    checked = check_params(registry.get(name), params, f"{registry.family} {name!r}")
+                params.update(checked)  # as the constructor gets them (2 for a float is 2.0): one cache key
             except ParamError as e:
                 raise ConfigError(f"{where}: {key}.{e}" if e.key else f"{where}: {key}: {e}") from None
             except ValueError as e:
