@@ -148,3 +148,31 @@ def test_keyword_settings_travel_as_one_spec():
     assert spec_text("x", {"s": "a,b"}) == 'x(s="a,b")' and parse_spec('x(s="a,b")') == ("x", {"s": "a,b"})
     with pytest.raises(ConfigError, match=r"index.keyword_params.b = 2; expected a number >= 0 and <= 1"):
         ExperimentConfig.from_dict({"index": {"keyword": "bm25", "keyword_params": {"b": 2}}})
+
+
+def test_inert_settings_are_read_from_the_arm_declarations():
+    """`memlab.run.checks` reads what an arm declares (answer_settings, uses_retrieval, uses_preload), not arm names."""
+    from memlab.answer import ANSWERERS, Answerer
+    from memlab.run.checks import inert_knobs
+
+    with ANSWERERS.scoped():
+        @ANSWERERS.register("example-span-only")
+        class SpanOnly(Answerer):
+            answer_settings = ("span",)
+            uses_preload = True
+
+            def answer(self, question, ctx):
+                raise NotImplementedError
+
+        @ANSWERERS.register("example-no-search")
+        class NoSearch(SpanOnly):
+            uses_retrieval = False
+
+        notes = inert_knobs(ExperimentConfig.from_dict({"answer": {"arm": "example-span-only", "span": "clause",
+                                                                   "max_words": 5},
+                                                        "retrieval": {"preload": 2}}), warn=False)
+        assert notes == ["answer.max_words is not read by the example-span-only arm (it reads: answer.span)"]
+        notes = inert_knobs(ExperimentConfig.from_dict({"answer": {"arm": "example-no-search"},
+                                                        "retrieval": {"top_k": 5}}), recall_ks=(10,), warn=False)
+        assert notes == ["the example-no-search arm does not search memory: retrieval settings do not change its "
+                         "answers (set here: retrieval.top_k)"]

@@ -106,6 +106,12 @@ class Answerer(Component, ABC):
     uses_top_k = True
     #: Whether the arm calls a model (then ``answer.model`` is required).
     requires_model = False
+    #: The ``answer.*`` config fields the arm reads (`memlab.run.checks` says a change to another has no effect).
+    answer_settings: tuple[str, ...] = ()
+    #: Whether ``retrieval.*`` settings change its answers (False: it never searches).
+    uses_retrieval = True
+    #: Whether it injects preloaded memories (``retrieval.preload``).
+    uses_preload = False
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:

@@ -175,6 +175,8 @@ class ExtractiveAnswerer(Answerer):
     """
 
     name = "extractive"
+    answer_settings = ("span", "abstain", "temporal_window", "span_window", "max_words", "split", "drop_filler",
+                       "list_spans", *WEIGHTS)
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:

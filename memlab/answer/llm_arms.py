@@ -94,6 +94,8 @@ class LongContextAnswerer(Answerer):
     requires_model = True
     needs_memory = False
     uses_top_k = False
+    uses_retrieval = False
+    answer_settings = ("model", "prompt")
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
@@ -120,6 +122,8 @@ class OriginalAnswerer(Answerer):
 
     name = "original"
     requires_model = True
+    uses_preload = True
+    answer_settings = ("model", "prompt")
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
@@ -173,6 +177,8 @@ class OptimizedAnswerer(Answerer):
 
     name = "optimized"
     requires_model = True
+    uses_preload = True
+    answer_settings = ("model", "prompt", "max_rounds")
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
