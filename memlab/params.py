@@ -104,7 +104,7 @@ class ParamSpec:
         if origin in (typing.Union, types.UnionType):
             args = [a for a in typing.get_args(ann) if a is not type(None)]
             optional = optional or len(args) < len(typing.get_args(ann))
-            ann = args[0] if len(args) == 1 else Any
+            ann = args[0] if len(args) == 1 else str if str in args else Any  # str | Path: a path as text
             origin = typing.get_origin(ann)
         if origin is Literal:
             choices = typing.get_args(ann)
