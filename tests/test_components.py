@@ -64,7 +64,7 @@ def test_one_file_extractor_and_answerer_run_end_to_end(synthetic_path, tmp_path
     assert {m["text"] for m in mems} >= {"Alice: I went to a pottery class yesterday.", "Bob: Nice!"}
     rex = run.predictions.set_index("qid").loc["syn-1/q3"]  # "What is Bob's dog called?"
     assert rex.prediction.startswith("Bob: ") and rex.rule == "memory at rank 1"
-    assert run.info["extraction"]["extractor"] == "example-first-sentence"
+    assert run.info["extraction"]["extractor"] == "example-first-sentence(1)"  # its one setting, sentences
 
 
 def test_user_objects_are_passed_beir_style(synthetic_path, tmp_path):
