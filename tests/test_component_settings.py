@@ -176,3 +176,15 @@ def test_inert_settings_are_read_from_the_arm_declarations():
                                                         "retrieval": {"top_k": 5}}), recall_ks=(10,), warn=False)
         assert notes == ["the example-no-search arm does not search memory: retrieval settings do not change its "
                          "answers (set here: retrieval.top_k)"]
+
+
+def test_a_setting_can_be_set_and_swept_by_its_dotted_name():
+    cfg = ExperimentConfig.from_dict({"answer": {"arm": "example-top-memory"}})
+    assert cfg.with_overrides(["answer.params.rank=3"]).answer.params == {"rank": 3}
+    with pytest.raises(ConfigError, match=r"answer\.params\.rank = 0; expected an integer >= 1"):
+        cfg.with_overrides(["answer.params.rank=0"])
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) 'rnak'"):
+        cfg.with_overrides({"answer.params.rnak": 3})
+    grid = ExperimentConfig.from_dict({"name": "g", "answer": {"arm": "example-top-memory"},
+                                       "grid": {"answer.params.rank": [1, 2]}}).expand()
+    assert [c.answer.params for c in grid] == [{"rank": 1}, {"rank": 2}] and grid[1].name == "g-rank2"

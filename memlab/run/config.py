@@ -376,9 +376,16 @@ def _check_scalar(value: Any, default: Any, key: str, where: str, annotation: An
     return value
 
 
+#: Fields holding a component's settings by name: ``--set answer.params.rank=2`` and a grid over
+#: ``answer.params.rank`` may name a setting the section does not list yet.
+SETTINGS_KEYS = ("params", "embedder_params", "keyword_params")
+
+
 def get_dotted(cfg: Any, key: str, where: str = "config") -> Any:
-    obj = cfg
-    for part in key.split("."):
+    obj, parts = cfg, key.split(".")
+    for i, part in enumerate(parts):
+        if isinstance(obj, dict) and i == len(parts) - 1 and parts[i - 1] in SETTINGS_KEYS:
+            return obj.get(part)  # a component's setting: its name is checked against its class on validation
         if not dataclasses.is_dataclass(obj) or part not in {f.name for f in dataclasses.fields(obj)}:
             raise ConfigError(f"{where}: unknown key {key!r}")
         obj = getattr(obj, part)
@@ -393,7 +400,7 @@ def set_dotted_dict(d: dict[str, Any], key: str, value: Any) -> None:
             raise ConfigError(f"--set {key}: {p!r} is not a section; sections: "
                               f"{', '.join(k for k, v in cur.items() if isinstance(v, dict))}")
         cur = cur[p]
-    if parts[-1] not in cur:
+    if parts[-1] not in cur and not (len(parts) > 1 and parts[-2] in SETTINGS_KEYS):
         raise ConfigError(f"--set {key}: unknown key {parts[-1]!r}; allowed: {', '.join(cur)}")
     cur[parts[-1]] = copy.deepcopy(value)
 
