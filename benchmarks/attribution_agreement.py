@@ -5,16 +5,21 @@ seed from the failed questions outside conv-26 (`draw`; sample ``dev``), each la
 question, the gold, the evidence turns, the retrieved context and the prediction, before looking at the
 rule's label. The rules were then revised where the disagreements showed them wrong, so agreement on
 ``dev`` is in-sample. 50 more (``holdout`` and ``holdout2``, 5 per category each, other seeds) were drawn
-and labelled the same way after the last change to the rules: that is the out-of-sample figure. Labels and reasons
+and labelled the same way after the last change to the rules: that is the out-of-sample figure, with
+``holdout3`` (6 per category, seed 24, 30 questions), drawn and labelled on the shipped reader's run with
+the rules unchanged. Labels and reasons
 are in ``benchmarks/attribution_handcheck.csv`` (qid, category, hand_label, reason, sample, prediction:
 the prediction the label judged). This script recomputes the rules' labels on a run and prints Cohen's
 kappa (with a 95 % bootstrap interval over questions) and the confusion table (rows: hand, columns: rules).
 The 110 were drawn from a run of the old extractive reader; after its rewrite the 20 it no longer failed
 were dropped and the 35 whose prediction changed relabelled on the new run. ``draw`` on a run of another
 reader therefore draws other questions: ``--dump dev`` is for a fresh sample, ``--dump stale`` for the CSV's.
+A sample's draw skips the questions the CSV labelled for the samples before it (`samples`), so a new
+sample (add it to `SAMPLES`, then ``--dump NAME``) never repeats one.
 
     python -m memlab run offline --results /tmp/r
     python benchmarks/attribution_agreement.py /tmp/r/offline-<time>
+    python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --sample holdout3   # one sample's table
     python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --dump dev   # the drawn questions, no labels
     python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --dump stale  # labels to redo
 
@@ -37,7 +42,7 @@ PER_CATEGORY = 12
 SEED = 21
 EXCLUDED_CONVERSATION = "conv-26"
 #: The samples in the order they were drawn, each excluding the earlier ones: (per category, seed).
-SAMPLES = {"dev": (PER_CATEGORY, SEED), "holdout": (5, 22), "holdout2": (5, 23)}
+SAMPLES = {"dev": (PER_CATEGORY, SEED), "holdout": (5, 22), "holdout2": (5, 23), "holdout3": (6, 24)}
 
 
 def draw(att: pd.DataFrame, per_category: int = PER_CATEGORY, seed: int = SEED,
@@ -48,12 +53,16 @@ def draw(att: pd.DataFrame, per_category: int = PER_CATEGORY, seed: int = SEED,
                       for _, g in pool.groupby("category", sort=True)]).reset_index(drop=True)
 
 
-def samples(att: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Every `SAMPLES` draw, each excluding the questions drawn before it."""
+def samples(att: pd.DataFrame, labelled: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
+    """Every `SAMPLES` draw, each excluding the questions drawn before it on this run and the questions
+    ``labelled`` (the CSV) holds for the earlier samples: a run of another reader draws other questions,
+    so a new sample must not repeat ones labelled on an old run. Only earlier samples' labels are excluded,
+    so a sample's draw stays the same once its own labels are written."""
     out: dict[str, pd.DataFrame] = {}
     seen: set[str] = set()
     for name, (per, seed) in SAMPLES.items():
-        out[name] = draw(att, per, seed, seen)
+        old = set() if labelled is None else set(labelled.qid[labelled["sample"].isin(list(out))])
+        out[name] = draw(att, per, seed, seen | old)
         seen |= set(out[name].qid)
     return out
 
@@ -133,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="print one sample's drawn questions for labelling, without the rules' labels "
                          f"(per category and seed: {SAMPLES}); 'stale': the CSV's still-failed questions "
                          "whose run prediction is not the labelled one")
+    ap.add_argument("--sample", action="append", choices=list(SAMPLES),
+                    help="compare only the CSV rows of this sample (repeat to pool several)")
     args = ap.parse_args(argv)
     from memlab import attribution
     from memlab.data import load_locomo
@@ -141,16 +152,18 @@ def main(argv: list[str] | None = None) -> int:
     tr = load(args.run_dir)
     data = load_locomo()
     att = attribution.attribute(tr, data)
-    if args.dump and args.dump != "stale":
-        print(dump(tr, att, data, samples(att)[args.dump]))
-        return 0
     hand = pd.read_csv(args.handcheck, keep_default_na=False)
+    if args.dump and args.dump != "stale":
+        print(dump(tr, att, data, samples(att, hand)[args.dump]))
+        return 0
     want = {"qid", "category", "hand_label", "reason", "prediction"}
     if not want <= set(hand.columns):
         raise SystemExit(f"{args.handcheck}: columns {list(hand.columns)}; expected {sorted(want)}")
     bad = sorted(set(hand.hand_label) - set(attribution.LABELS))
     if bad:
         raise SystemExit(f"{args.handcheck}: unknown hand_label(s) {bad}; expected one of {attribution.LABELS}")
+    if args.sample:
+        hand = hand[hand["sample"].isin(args.sample)]
     predictions = tr.questions.set_index("qid")["prediction"]
     if args.dump == "stale":
         redo = set(stale(hand, predictions)) & set(att.qid)

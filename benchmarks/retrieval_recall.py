@@ -27,7 +27,7 @@ from memlab.eval.retrieval import Arm, cross_validate, recall_table, run_arms, r
 from memlab.run.config import ExperimentConfig
 
 #: today's turn-level hybrid (the issue's 0.683 figure)
-BASELINE = Arm(memory="turns", embedder="tfidf-lsa", keyword="bm25", search={"hybrid": True})
+BASELINE = Arm(memory="turns", index={"embedder": "tfidf-lsa", "keyword": "bm25"}, search={"hybrid": True})
 EXTRACTOR_MEMORY = {"turns": "turns", "observations": "observations", "turns+observations": "turns+observations"}
 
 
@@ -42,9 +42,7 @@ def config_arm(name: str) -> Arm:
     search = {"hybrid": r.hybrid, "rrf_k": r.rrf_k, "dedupe": r.dedupe, "participant_boost": r.participant_boost,
               "participant_boost_sigma": r.participant_boost_sigma, "fusion": r.fusion,
               "fusion_weights": r.fusion_weights, "unit": r.unit}
-    return Arm(memory=EXTRACTOR_MEMORY[ex], embedder=cfg.index.embedder, keyword=cfg.index.keyword,
-               append_citing=cfg.index.append_citing, date_in_text=cfg.index.date_in_text, sparse=cfg.index.sparse,
-               session_text=cfg.index.session_text, search=search)
+    return Arm(memory=EXTRACTOR_MEMORY[ex], index=cfg.index.service_params(), search=search)
 
 
 def floats(text: str) -> list[float]:

@@ -62,7 +62,7 @@ def locomo_part(path: str | None, repeats: int) -> None:
     t0 = time.perf_counter()
     base = {}
     for key in keys:
-        st = svc.searcher._states[key]
+        st = svc.searcher.ensure_built(key, lambda k=key: svc.list(k))  # built above: its state
         mat = np.vstack([st.vectors[e.id][2] for e in st.rows])
         bm = BM25Okapi([list(analyze(e.text)) for e in st.rows])
         base[key] = (st, mat, bm)
@@ -84,7 +84,7 @@ def locomo_part(path: str | None, repeats: int) -> None:
             fused = rrf([dense.tolist(), kwo], 60)
             sorted(fused, key=fused.get, reverse=True)[:10]
             lat_b.append(time.perf_counter() - t)
-    n_mem = sum(len(svc.searcher._states[k].rows) for k in keys)
+    n_mem = sum(len(svc.searcher.entries(k, lambda k=k: svc.list(k))) for k in keys)
     print(f"\n== LoCoMo size: {n_mem:,} memories in {len(keys)} keys "
           f"(~{n_mem // len(keys)} a key), {len(lat_m):,} queries ==")
     print(f"{'':32s}{'build s':>9s}{'q/s':>9s}{'p50 ms':>9s}{'p95 ms':>9s}")
@@ -129,7 +129,7 @@ def key_scaling_part(path: str | None, copies: int, n_queries: int = 400) -> Non
             svc.search(target, SearchOptions(query=q, kind_fallback=False))
             lat.append(time.perf_counter() - t)
         print(f"{len(svc.keys()):14d}{total:10,d}{first:16.2f}{pct(lat, 50):9.3f}{pct(lat, 95):9.3f}"
-              f"{len(svc.searcher._states):12d}")
+              f"{len(svc.searcher.keys()):12d}")
 
 
 def rss_now_mb() -> float:

@@ -359,7 +359,27 @@ def test_handcheck_agreement_script():
     assert set(hand.hand_label) <= set(LABELS) and hand.reason.str.len().min() > 10
     assert not hand.qid.str.startswith("conv-26/").any() and hand.prediction.notna().all()
     # 110 drawn on the old reader's run; 20 the shipped reader no longer fails were dropped
-    assert hand.groupby("sample").size().to_dict() == {"dev": 49, "holdout": 21, "holdout2": 20}
+    assert hand.groupby("sample").size().to_dict() == {"dev": 49, "holdout": 21, "holdout2": 20, "holdout3": 30}
+
+
+def test_handcheck_samples_skip_questions_labelled_for_earlier_samples(monkeypatch):
+    """A new sample drawn on another reader's run never repeats a question the CSV labelled for an earlier
+    sample, and its own draw stays the same once its labels are in the CSV."""
+    import pandas as pd
+
+    mod = _agreement_script()
+    monkeypatch.setattr(mod, "SAMPLES", {"dev": (2, 1), "new": (3, 2)})
+    att = pd.DataFrame({"qid": [f"conv-30/q{i}" for i in range(30)], "conversation_id": ["conv-30"] * 30,
+                        "category": [1 + i % 5 for i in range(30)]})
+    fresh = mod.samples(att)
+    # labels of an older run's dev draw: questions this run's dev draw did not pick
+    old_dev = att[~att.qid.isin(fresh["dev"].qid)].groupby("category").head(1).qid
+    labelled = pd.DataFrame({"qid": list(old_dev), "sample": "dev"})
+    new = mod.samples(att, labelled)["new"]
+    assert not set(new.qid) & set(old_dev) and not set(new.qid) & set(fresh["dev"].qid)
+    assert set(fresh["new"].qid) & set(old_dev)  # without the CSV the draw would repeat them
+    written = pd.concat([labelled, pd.DataFrame({"qid": list(new.qid), "sample": "new"})])
+    assert list(mod.samples(att, written)["new"].qid) == list(new.qid)
 
 
 def test_handcheck_compares_only_the_labelled_prediction():

@@ -43,14 +43,19 @@ def test_registry_rules():
 
 
 def test_config_names_come_from_the_registries():
-    with pytest.raises(ConfigError, match="extraction.extractor = 'example-first-sentence'"):
-        ExperimentConfig.from_dict({"extraction": {"extractor": "example-first-sentence"}})
-    import tests.example_components.sentence_extractor  # noqa: F401  (one file registers it)
-    import tests.example_components.top_memory_answerer  # noqa: F401
+    """A name is allowed while a class is registered under it, and only then (scoped: no order dependence on
+    which test files registered the example components first)."""
+    from tests.example_components.sentence_extractor import FirstSentenceExtractor
+    from tests.example_components.top_memory_answerer import TopMemoryAnswerer
 
-    cfg = ExperimentConfig.from_dict({"extraction": {"extractor": "example-first-sentence"},
-                                      "answer": {"arm": "example-top-memory"}})
-    assert cfg.extraction.extractor in EXTRACTORS.names() and cfg.answer.arm in ANSWERERS.names()
+    with EXTRACTORS.scoped(), ANSWERERS.scoped():
+        EXTRACTORS.register("example-scoped")(FirstSentenceExtractor)
+        ANSWERERS.register("example-scoped-arm")(TopMemoryAnswerer)
+        cfg = ExperimentConfig.from_dict({"extraction": {"extractor": "example-scoped"},
+                                          "answer": {"arm": "example-scoped-arm"}})
+        assert cfg.extraction.extractor in EXTRACTORS.names() and cfg.answer.arm in ANSWERERS.names()
+    with pytest.raises(ConfigError, match="extraction.extractor = 'example-scoped'"):
+        ExperimentConfig.from_dict({"extraction": {"extractor": "example-scoped"}})
 
 
 def test_one_file_extractor_and_answerer_run_end_to_end(synthetic_path, tmp_path):

@@ -191,8 +191,8 @@ def test_note_dense_list_projects_onto_the_cited_turn():
 
 
 def test_run_arms_on_synthetic_with_annotations(synthetic_path):
-    arms = {"turns": Arm(memory="turns", keyword="bm25", search={"keyword_only": True}),
-            "turns+obs": Arm(memory="turns+observations", keyword="bm25", append_citing=True,
+    arms = {"turns": Arm(memory="turns", index={"keyword": "bm25"}, search={"keyword_only": True}),
+            "turns+obs": Arm(memory="turns+observations", index={"keyword": "bm25", "append_citing": True},
                              search={"keyword_only": True, "unit": "turn"})}
     per_q = run_arms(arms, str(synthetic_path), ks=(1, 5))
     assert set(per_q["mode"]) == {"turns", "turns+obs"}
@@ -235,7 +235,7 @@ def test_weight_grid_arms():
     assert not grid["z d1 n0 s0"].search["participant_boost"]
     # the sparse and session axes apply only to an arm that has those lists
     assert len(weight_grid(Arm(), dense=[1], note_dense=[0], sigma=[0], sparse=[1, 2], session=[1])) == 1
-    both = weight_grid(Arm(sparse="splade", session_text=True), dense=[1], note_dense=[0], sigma=[0],
+    both = weight_grid(Arm(index={"sparse": "splade", "session_text": True}), dense=[1], note_dense=[0], sigma=[0],
                        sparse=[1, 2], session=[0.5])
     assert set(both) == {"z d1 n0 s0 p1 g0.5", "z d1 n0 s0 p2 g0.5"}
     assert both["z d1 n0 s0 p2 g0.5"].search["fusion_weights"] == {"dense": 1.0, "keyword": 1.0, "note_dense": 0.0,

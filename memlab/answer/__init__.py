@@ -12,6 +12,7 @@ from memlab.answer.base import (
     Answer,
     AnswerContext,
     Answerer,
+    Judge,
     QueryTrace,
     preload,
     retrieve,
@@ -21,7 +22,7 @@ from memlab.answer.llm_arms import LongContextAnswerer, OptimizedAnswerer, Origi
 from memlab.answer.session_recall import SessionRecallAnswerer
 
 __all__ = [
-    "ABSTAIN", "ANSWERERS", "JUDGES", "Answer", "AnswerContext", "Answerer", "ExtractiveAnswerer",
+    "ABSTAIN", "ANSWERERS", "JUDGES", "Answer", "AnswerContext", "Answerer", "ExtractiveAnswerer", "Judge",
     "LongContextAnswerer", "OptimizedAnswerer", "OriginalAnswerer", "QueryTrace", "SessionRecallAnswerer",
     "memory_tools", "preload", "retrieve",
 ]

@@ -113,11 +113,23 @@ class Answerer(Component, ABC):
     #: Whether it injects preloaded memories (``retrieval.preload``).
     uses_preload = False
 
+    #: Whether the arm keeps its own index over the conversation's turns (session-recall): the run then gives
+    #: it the ``index`` settings (`use_index`), an embedder endpoint, and logs what it embedded (`build_texts`).
+    own_index = False
+
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
         """Build from the ``answer`` config section (its ``params`` are the constructor's settings, `memlab.params`);
         ``client_for(role)`` gives a model client."""
         return cls(**settings(section))
+
+    def use_index(self, **params: Any) -> None:
+        """Take the run's index settings before the first question (called only when `own_index`)."""
+        raise NotImplementedError(f"{type(self).__name__} has own_index set but does not take index settings")
+
+    def build_texts(self, conv: Conversation) -> list[str] | None:
+        """The texts the arm's own index embeds for ``conv`` (its memory-building cost); None: no own index."""
+        return None
 
     @abstractmethod
     def answer(self, question: Question, ctx: AnswerContext) -> Answer: ...
@@ -134,10 +146,32 @@ class Answerer(Component, ABC):
         return a
 
 
+class Judge(ABC):
+    """Scores a prediction against the gold answer; registered in `JUDGES` under its ``judge.kind`` name."""
+
+    #: Corrected gold answers the judge sees, and invalid questions it skips (`memlab.eval.errata.Errata`);
+    #: the run sets it from ``scoring.errata``.
+    errata: Any = None
+
+    @classmethod
+    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Judge:
+        """Build from the ``judge`` config section; ``client_for(role)`` gives a model client."""
+        return cls()
+
+    @abstractmethod
+    def judge(self, question: Question, prediction: str) -> tuple[float | None, Usage, bool]:
+        """One verdict in [0, 1] (None: not judged), its usage, and whether it came from the cache."""
+
+    def judge_repeats(self, question: Question, prediction: str) -> tuple[list[float] | None, Usage]:
+        """The verdicts whose mean is the question's J (None: not judged); one `judge` call by default."""
+        v, usage, _ = self.judge(question, prediction)
+        return (None if v is None else [v]), usage
+
+
 #: Answer arms by config name (``answer.arm``).
 ANSWERERS: Registry[Answerer] = Registry("answer arm")
-#: Judges by config name (``judge.kind``); each has ``judge(question, prediction)``.
-JUDGES: Registry[Any] = Registry("judge")
+#: Judges by config name (``judge.kind``).
+JUDGES: Registry[Judge] = Registry("judge")
 
 
 def retrieve(ctx: AnswerContext, query: str, **overrides: Any) -> tuple[SearchResult, QueryTrace]:
@@ -198,9 +232,8 @@ def _entries(ctx: AnswerContext) -> list[MemoryEntry]:
     """The key's memories, from the search index's in-memory view when it has one (it is kept in
     sync with the store by the write hooks; reading SQLite per question cost 0.14 s at LoCoMo size)."""
     searcher = ctx.service.searcher
-    if hasattr(searcher, "ensure_built"):
-        st = searcher.ensure_built(ctx.key, lambda: ctx.service.list(ctx.key))
-        return list(st.entries.values())
+    if searcher is not None:
+        return searcher.entries(ctx.key, lambda: ctx.service.list(ctx.key))
     return ctx.service.list(ctx.key)
 
 

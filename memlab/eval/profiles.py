@@ -53,7 +53,7 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from memlab.answer.base import ABSTAIN, JUDGES
+from memlab.answer.base import ABSTAIN, JUDGES, Judge
 from memlab.data.locomo import CATEGORY_LABELS, Question
 from memlab.data.longmemeval import (
     ABSTENTION,
@@ -453,7 +453,7 @@ def score_predictions(predictions: pd.DataFrame, profile: str | ScoringProfile =
 
 
 @JUDGES.register("llm")
-class ProfileJudge:
+class ProfileJudge(Judge):
     """The LLM judge (``judge.kind: llm``) as the run's scoring profile defines it: prompt, gold shown,
     and the profile's one verdict rule (`ScoringProfile.judge_score`). An unreadable verdict raises
     `memlab.llm.BadReply` (the question's ``judge_error``) and is never cached, so a rerun asks again.

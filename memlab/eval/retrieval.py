@@ -12,8 +12,9 @@ conversations and reports only held-out rows: no figure is ever computed on the 
 from __future__ import annotations
 
 import itertools
+import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,8 +26,8 @@ from memlab.eval.scoring import evidence_recall
 from memlab.eval.summary import OVERALL_GROUPS
 from memlab.extract.memory_sets import observation_memories, turn_memories
 from memlab.extract.pipeline import conversation_key
-from memlab.index import open_service
-from memlab.memory import SearchOptions
+from memlab.index import HybridIndex, open_service
+from memlab.memory import Searcher, SearchOptions
 from memlab.progress import progress_bar
 
 #: mode -> (keyword scorer of the index, SearchOptions overrides)
@@ -47,20 +48,21 @@ MEMORY_SETS = ("turns", "observations", "turns+observations")
 
 @dataclass(frozen=True)
 class Arm:
-    """One retrieval configuration: what is indexed, how, and the search options (minus query and k)."""
+    """One retrieval configuration: what is indexed, the index and the search options (minus query and k).
+
+    ``index`` is the run's own index language: `memlab.index.open_service` keywords, exactly what a config's
+    ``IndexConfig.service_params()`` gives (a key not given keeps its default); or ``searcher`` makes the
+    arm's own `memlab.memory.Searcher` (a class or factory: one fresh searcher per arm) in place of it."""
 
     memory: str = "turns"
-    embedder: str = "tfidf-lsa"
-    keyword: str = "tfidf"
-    append_citing: bool = False
-    date_in_text: bool = True
-    sparse: str | None = None
-    session_text: bool = False
+    index: Mapping[str, Any] = field(default_factory=dict)
     search: Mapping[str, Any] = field(default_factory=dict)
+    searcher: Callable[[], Searcher] | None = None
 
-    def index_key(self) -> tuple:
-        return (self.memory, self.embedder, self.keyword, self.append_citing, self.date_in_text, self.sparse,
-                self.session_text)
+    def index_key(self) -> Any:
+        if self.searcher is not None:
+            return (self.memory, self.searcher)
+        return (self.memory, json.dumps(dict(self.index), sort_keys=True, default=str))
 
 
 def memory_set(conv, memory: str, style: str) -> list[dict]:
@@ -93,9 +95,8 @@ def run_arms(
     for arm in arms.values():
         if arm.index_key() not in services:
             services[arm.index_key()] = open_service(
-                "memory", embedder=arm.embedder, keyword=arm.keyword, date_in_text=arm.date_in_text,
-                append_citing=arm.append_citing, sparse=arm.sparse, session_text=arm.session_text,
-                embedding_cache=embedding_cache)
+                "memory", **arm.index, embedding_cache=embedding_cache,
+                searcher=None if arm.searcher is None else arm.searcher())
     rows = []
     encode_ms: dict[tuple, float] = {}
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
@@ -104,21 +105,14 @@ def run_arms(
         for ikey, svc in services.items():
             for it in memory_set(conv, ikey[0], style):
                 svc.add(key, **it)
-            st = svc.searcher.ensure_built(key, lambda s=svc, k=key: s.list(k))  # build time is not search time
-            # queries are encoded ahead (dense vectors into the embedding cache, sparse ones into the scorer's),
-            # so ``ms`` is the search itself; the encoding cost per query (batched, cache bypassed, dense plus
-            # sparse) is timed apart as ``encode_ms``
+            load = lambda s=svc, k=key: s.list(k)  # noqa: E731
+            svc.searcher.ensure_built(key, load)  # build time is not search time
+            # queries are encoded ahead (`Searcher.prepare_queries`), so ``ms`` is the search itself; a
+            # `HybridIndex`'s encoding cost per query (batched, cache bypassed) is timed apart as ``encode_ms``
             qs = [q.question for q in conv.questions]
-            st.embedder.embed_query(qs)
-            for lexical in (st.keyword, st.sparse):
-                if lexical is not None:
-                    lexical.encode_queries(qs)
-            t0 = time.perf_counter()
-            getattr(st.embedder, "embedder", st.embedder).embed_query(qs)
-            for lexical in (st.keyword, st.sparse):
-                if lexical is not None:
-                    lexical.encode_queries(qs, cached=False)
-            encode_ms[ikey] = 1000 * (time.perf_counter() - t0) / max(1, len(qs))
+            svc.searcher.prepare_queries(key, qs, load)
+            encode_ms[ikey] = svc.searcher.encode_ms(key, qs, load) if isinstance(svc.searcher, HybridIndex) \
+                else float("nan")
         for q in conv.questions:
             for name, arm in arms.items():
                 opts = SearchOptions(query=q.question, max_results=kmax, kind_fallback=False,
@@ -152,7 +146,7 @@ def run_recall(
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise ValueError(f"modes: unknown {bad}; expected some of {sorted(MODES)}")
-    arms = {m: Arm(memory=memory, embedder=embedder, keyword=MODES[m][0], date_in_text=date_in_text,
+    arms = {m: Arm(memory=memory, index={"embedder": embedder, "keyword": MODES[m][0], "date_in_text": date_in_text},
                    search={**MODES[m][1], "dedupe": dedupe, "rrf_k": rrf_k}) for m in modes}
     return run_arms(arms, path, style=style, ks=ks, conversations=conversations, embedding_cache=embedding_cache)
 
@@ -233,7 +227,8 @@ def weight_grid(base: Arm, dense: Sequence[float], note_dense: Sequence[float], 
                 keyword: float = 1.0, sparse: Sequence[float] = (), session: Sequence[float] = ()) -> dict[str, Arm]:
     """Arms over z-score fusion weights (keyword fixed: only ratios matter) and the boost size; ``sparse`` and
     ``session`` weights only where the base arm has that list."""
-    optional = {"sparse": ("p", sparse if base.sparse else ()), "session": ("g", session if base.session_text else ())}
+    optional = {"sparse": ("p", sparse if base.index.get("sparse") else ()),
+                "session": ("g", session if base.index.get("session_text") else ())}
     arms = {}
     extra_axes = [ws or (None,) for _, ws in optional.values()]
     for d, nd, s, *extra in itertools.product(dense, note_dense, sigma, *extra_axes):

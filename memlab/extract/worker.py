@@ -265,11 +265,11 @@ class AutoMemoryWorker:
 
         # old memories first (skipped for extractors that do not read them: model-free ones); an extractor that
         # keeps the verbatim turns beside its own memories reads and reconciles against its own memories only
-        notes_only = bool(getattr(self.extractor, "keeps_turns", False))
+        notes_only = self.extractor.keeps_turns
         query = " ".join(m.text for m in delta if m.role == "user")[:QUERY_CHARS] or delta[-1].text[:QUERY_CHARS]
         old: list = []
         try:
-            if not getattr(self.extractor, "reads_old_memories", True):
+            if not self.extractor.reads_old_memories:
                 raise _Skip
             res.lookup_query = query
             old = self.service.search(key, SearchOptions(query=query, max_results=self.old_memory_limit,
@@ -321,9 +321,10 @@ class AutoMemoryWorker:
                                                           notes_only=notes_only)).hits
 
         cfg = self.reconcile_config
-        if not getattr(self.extractor, "reconciles", True) or self.policy == "append-only":
+        if not self.extractor.reconciles or self.policy == "append-only":
             cfg = ReconcileConfig(**{**asdict(cfg), "enabled": False})
-        signal = getattr(self.service.searcher, "reconcile_signal", "dense")
+        searcher = self.service.searcher
+        signal = searcher.reconcile_signal if searcher is not None else "dense"
         decisions = [Decision("verbatim", op, proposed=op) for op in out.verbatim]
         decisions += reconcile(out.ops, search, cfg, signal)
         for d in decisions:

@@ -377,6 +377,8 @@ def spec_forms() -> str:
     return ", ".join(n + (f":<{c.spec_setting}>" if (c := EMBEDDERS.get(n)).spec_setting else "") for n in EMBEDDERS)
 
 
+
+
 def parse_embedder_spec(spec: str, params: Mapping[str, Any] | None = None, complete: bool = False
                         ) -> tuple[str, dict[str, Any]]:
     """``name`` or ``name:<value>`` plus ``params`` -> (registered name, its settings), checked against the

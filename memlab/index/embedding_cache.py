@@ -41,6 +41,11 @@ class CachedEmbedder(Embedder):
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
+    def open(self) -> CachedEmbedder:
+        """Create the cache file, or check the one there (a bad one is reported and set aside), now."""
+        self._db()
+        return self
+
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
             self._conn = open_sqlite_cache(self.cache_path, "embedding-cache", _check_embedding_db)

@@ -70,6 +70,11 @@ class ResponseCache:
             self._conn.execute("INSERT OR REPLACE INTO responses VALUES (?,?,?,?)",
                                (h, model, text, _body_sha(h, model, text)))
 
+    def close(self) -> None:
+        """Release the file (constructing the cache created or checked it)."""
+        with self._lock:
+            self._conn.close()
+
     def delete(self, h: str) -> None:
         with self._lock, self._conn:
             self._conn.execute("DELETE FROM responses WHERE h=?", (h,))

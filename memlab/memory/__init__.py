@@ -1,6 +1,7 @@
 """Memory model and storage: typed entries per `UserKey`, one `MemoryService` interface, two backends."""
 
 from memlab.memory.entry import KINDS, MemoryEntry, MemoryValidationError, UserKey, content_id
+from memlab.memory.in_memory import InMemoryMemoryService
 from memlab.memory.search_types import (
     DEDUPE_JACCARD,
     KIND_FALLBACK_MIN_HITS,
@@ -11,7 +12,6 @@ from memlab.memory.search_types import (
     SearchResult,
 )
 from memlab.memory.service import (
-    InMemoryMemoryService,
     MemoryService,
     OpRecord,
     SearchUnavailableError,

@@ -349,6 +349,11 @@ class MemoryService(ABC):
         with self._lock:
             return self.searcher.import_key(key, blob, self.list(key))
 
+    def recovered_ids(self, key: UserKey) -> set[str] | None:
+        """Ids of memories whose dialog ids were recovered by alignment (a memory system's store,
+        `memlab.systems.SystemService`); None: every memory here knows its own."""
+        return None
+
     def read_recent(self, key: UserKey, limit: int = 10) -> list[MemoryEntry]:
         """The ``limit`` most recently updated memories, newest first (``limit`` < 0: all)."""
         with self._lock:
@@ -365,9 +370,7 @@ class MemoryService(ABC):
             raise SearchUnavailableError("this MemoryService has no index; build one with memlab.index.open_service")
         with self._lock:
             if self._changed_elsewhere():
-                refresh = getattr(self.searcher, "mark_stale", None)
-                if refresh is not None:
-                    refresh()  # re-read rows before searching: another process wrote or deleted
+                self.searcher.mark_stale()  # re-read rows before searching: another process wrote or deleted
             return self.searcher.search(key, options, lambda: self._entries(key))
 
     def _changed_elsewhere(self) -> bool:
@@ -421,56 +424,6 @@ class MemoryService(ABC):
         """Persist what the attached index keeps (if it does) and release the backend."""
         if self.searcher is not None:
             self.searcher.close()
-
-
-class InMemoryMemoryService(MemoryService):
-    """Dict-backed store: fast, lost at exit; for tests and throwaway sweeps."""
-
-    def __init__(self, searcher: Searcher | None = None) -> None:
-        super().__init__(searcher)
-        self._data: dict[UserKey, dict[str, MemoryEntry]] = {}
-        self._oplog: list[OpRecord] = []
-        self._states: dict[str, dict[str, Any]] = {}
-        self._trace: dict[tuple[str, str, int], dict[str, Any]] = {}
-
-    def _extraction_state(self, scope):
-        st = self._states.get(scope)
-        return None if st is None else dict(st)
-
-    def _save_extraction(self, scope, state, trace):
-        self._states[scope] = dict(state)
-        for job, line, row in trace:
-            self._trace.setdefault((scope, job, line), row)
-
-    def _extraction_trace(self, scopes):
-        return [r for (sc, _, _), r in self._trace.items() if scopes is None or sc in scopes]
-
-    def _get(self, key, memory_id):
-        return self._data.get(key, {}).get(memory_id)
-
-    def _put(self, entry):
-        self._data.setdefault(entry.key, {})[entry.id] = entry
-
-    def _remove(self, key, memory_id):
-        return self._data.get(key, {}).pop(memory_id, None) is not None
-
-    def _remove_all(self, key):
-        return len(self._data.pop(key, {}))
-
-    def _entries(self, key):
-        return list(self._data.get(key, {}).values())
-
-    def _append_log(self, rec):
-        self._oplog.append(rec)
-
-    def _log(self, key):
-        return [r for r in self._oplog if key is None or r.key == key]
-
-    def _next_seq(self):
-        return len(self._oplog) + 1
-
-    def keys(self):
-        return sorted(k for k, v in self._data.items() if v)
 
 
 def _revised(current: MemoryEntry, text: str, kind: str | None, fields: dict[str, Any]) -> dict[str, Any]:

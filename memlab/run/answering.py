@@ -60,26 +60,74 @@ def is_connection_error(exc: BaseException) -> bool:
     return False
 
 
+Records = tuple[PredictionRecord, RetrievalRecord, AnswerRecord]
+
+
+def question_row(q: Question) -> PredictionRecord:
+    """A question's prediction row before it is answered (what it asks, its gold answer and evidence)."""
+    return PredictionRecord(qid=q.qid, conversation_id=q.conversation_id, q_index=q.index, category=q.category,
+                            question=q.question, answer=q.answer, evidence=list(q.evidence_ids),
+                            evidence_raw=list(q.evidence))
+
+
+def error_records(q: Question, message: str, row: PredictionRecord | None = None) -> Records:
+    """The three records of a question that failed with ``message`` (scored as an error, answered again on
+    resume); ``row``: its prediction row when it has usage to keep."""
+    row = row if row is not None else question_row(q)
+    row.error, row.rule = message, "error"
+    return row, RetrievalRecord(qid=q.qid, evidence=row.evidence, error=message), AnswerRecord(qid=q.qid, error=message)
+
+
+class RecordLog:
+    """Appends finished questions to a run folder (thread-safe): trace lines first, then the resume log, so a
+    logged question has its traces. Both executors write through it."""
+
+    def __init__(self, run_dir: Path):
+        (run_dir / "traces").mkdir(exist_ok=True)
+        self._files = {n: open(run_dir / "traces" / f"{n}.jsonl", "a", encoding="utf-8") for n in TRACE_FILES}
+        self._log = open(run_dir / PREDICTIONS_LOG, "a", encoding="utf-8")
+        self._lock = threading.Lock()
+        self.written = 0
+
+    def write(self, recs: list[Records]) -> None:
+        with self._lock:
+            for _, retr, ans in recs:
+                self._files["retrieval"].write(retr.to_json() + "\n")
+                self._files["answers"].write(ans.to_json() + "\n")
+            for f in self._files.values():
+                f.flush()
+            for row, _, _ in recs:
+                self._log.write(row.to_json() + "\n")
+            self._log.flush()
+            self.written += len(recs)
+
+    def close(self) -> None:
+        self._log.close()
+        for f in self._files.values():
+            f.close()
+
+    def __enter__(self) -> RecordLog:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
 def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: MemoryService | None,
                conv: Conversation, q: Question) -> tuple[PredictionRecord, RetrievalRecord, AnswerRecord]:
     """Answer, judge and trace one question; an arm's exception becomes the record's ``error``."""
     ctx = AnswerContext(service=svc, key=conversation_key(conv), conversation=conv,  # type: ignore[arg-type]
                         search=cfg.retrieval.search_options(), preload_budget=cfg.retrieval.preload)
-    row = PredictionRecord(qid=q.qid, conversation_id=q.conversation_id, q_index=q.index, category=q.category,
-                           question=q.question, answer=q.answer, evidence=list(q.evidence_ids),
-                           evidence_raw=list(q.evidence))
+    row = question_row(q)
     try:
         a = answerer.timed(q, ctx)
     except Exception as e:  # one failed question is recorded and the run goes on
         if is_connection_error(e):
             raise EndpointUnreachable(f"{q.qid}: the model endpoint could not be reached: {e}") from e
-        row.error = error_text(e)
-        row.rule = "error"
         partial = getattr(e, "partial", None)  # usage of the rounds that succeeded before the failure
         if partial is not None:
             _copy_usage(row, partial)
-        return row, RetrievalRecord(qid=q.qid, evidence=row.evidence, error=row.error), \
-            AnswerRecord(qid=q.qid, error=row.error)
+        return error_records(q, error_text(e), row)
     _copy_usage(row, a)
     row.prediction = a.prediction
     row.rule = a.rule
@@ -93,11 +141,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     row.first_query_ids = [list(h["source_ids"]) for h in first]
     if judge is not None:
         try:
-            if hasattr(judge, "judge_repeats"):  # judge.repeats verdicts, J = their mean
-                verdicts, usage = judge.judge_repeats(q, a.prediction)
-            else:  # a user judge with only judge(): one verdict
-                v, usage, _ = judge.judge(q, a.prediction)
-                verdicts = None if v is None else [v]
+            verdicts, usage = judge.judge_repeats(q, a.prediction)  # J = the verdicts' mean
             if verdicts:
                 row.j, row.j_repeats = float(sum(verdicts) / len(verdicts)), list(verdicts)
             row.judge_prompt_tokens = usage.prompt_tokens
@@ -109,7 +153,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             row.judge_error = error_text(e)
     queries = [_trace_dict(t) for t in a.queries]
     ev = set(q.evidence_ids)
-    recovered = svc.recovered_ids(ctx.key) if hasattr(svc, "recovered_ids") else None  # a black-box system
+    recovered = None if svc is None else svc.recovered_ids(ctx.key)  # a memory system's (None: all exact)
     for t in queries:
         for h in t["hits"]:
             h["evidence_hit"] = bool(set(h["source_ids"]) & ev)
@@ -251,8 +295,8 @@ def prepare_queries(svc: MemoryService | None, todo: list[tuple[Conversation, Qu
     """Encode every question of ``todo`` ahead, one batched pass per conversation (dense embedder and a
     model-encoded lexical scorer), where the service's index supports it (`HybridIndex.prepare_queries`);
     the arms' searches then find their query vectors made. Returns how many questions were encoded."""
-    prep = getattr(getattr(svc, "searcher", None), "prepare_queries", None)
-    if prep is None:
+    searcher = None if svc is None else svc.searcher
+    if searcher is None:  # no store, or a memory system's (its own search)
         return 0
     by_conv: dict[str, tuple[Conversation, list[str]]] = {}
     for c, q in todo:
@@ -260,7 +304,7 @@ def prepare_queries(svc: MemoryService | None, todo: list[tuple[Conversation, Qu
     n = 0
     for c, qs in progress_bar(list(by_conv.values()), desc="encode questions", disable=not progress, leave=False):
         key = conversation_key(c)
-        n += prep(key, qs, lambda k=key: svc.list(k))  # type: ignore[union-attr]
+        n += searcher.prepare_queries(key, qs, lambda k=key: svc.list(k))  # type: ignore[union-attr]
     return n
 
 
@@ -275,23 +319,10 @@ def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     """
     todo = list(todo)
     prepare_queries(svc, todo, progress)
-    lock = threading.Lock()
-    (run_dir / "traces").mkdir(exist_ok=True)
-    files = {n: open(run_dir / "traces" / f"{n}.jsonl", "a", encoding="utf-8") for n in TRACE_FILES}
-    logf = open(run_dir / PREDICTIONS_LOG, "a", encoding="utf-8")
-    n = 0
+    log = RecordLog(run_dir)
 
-    def record(out: tuple[PredictionRecord, RetrievalRecord, AnswerRecord]) -> None:
-        nonlocal n
-        row, retr, ans = out
-        with lock:
-            files["retrieval"].write(retr.to_json() + "\n")
-            files["answers"].write(ans.to_json() + "\n")
-            files["retrieval"].flush()
-            files["answers"].flush()
-            logf.write(row.to_json() + "\n")  # last: a logged question has its traces
-            logf.flush()
-            n += 1
+    def record(out: Records) -> None:
+        log.write([out])
 
     bar = progress_bar(total=len(todo), desc=f"answer ({cfg.answer.arm})", disable=not progress, leave=False)
     try:
@@ -315,7 +346,5 @@ def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             interrupted.stop()
     finally:
         bar.close()
-        logf.close()
-        for f in files.values():
-            f.close()
-    return n
+        log.close()
+    return log.written

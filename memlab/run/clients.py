@@ -81,7 +81,7 @@ class Clients:
         index (``answerer`` needs memory or indexes turns itself) with ``index.embedder: litellm:<model>``."""
         with self._lock:
             used = set(self._requested)
-        if (answerer.needs_memory or hasattr(answerer, "use_index")) and role_model(self.cfg, "embedder"):
+        if (answerer.needs_memory or answerer.own_index) and role_model(self.cfg, "embedder"):
             used.add("embedder")
         return tuple(r for r in ROLES if r in used)
 

@@ -26,7 +26,7 @@ def build_extractor(cfg: ExperimentConfig, clients: Clients) -> Extractor:
 
 def build_answerer(cfg: ExperimentConfig, clients: Clients) -> Answerer:
     arm = ANSWERERS.get(cfg.answer.arm).from_config(cfg.answer, clients.for_role)
-    if hasattr(arm, "use_index"):  # an arm with its own turn index (session-recall): the run's index settings
+    if arm.own_index:  # an arm with its own turn index (session-recall): the run's index settings
         params = cfg.index.service_params()
         del params["append_citing"]  # its index holds the turns only: nothing cites them
         arm.use_index(**params, turn_style=cfg.extraction.turn_style, embedder_params=clients.embedder_params(),

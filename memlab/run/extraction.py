@@ -23,8 +23,10 @@ from memlab.extract.checkers import Checker, checks_all, checks_any, message_thr
 from memlab.extract.extractors import Extractor
 from memlab.extract.pipeline import conversation_key, extract_dataset
 from memlab.index import open_service
+from memlab.index.embedders import Embedder
 from memlab.index.hybrid import LATER_SETTINGS
 from memlab.memory import MemoryService
+from memlab.memory.search_types import Searcher
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig
 from memlab.run.records import ExtractionTraceRecord, MemoryRecord
@@ -113,13 +115,19 @@ def log_build_usage(build_log: Path, conversation: str, results: list[Any], date
         _jsonl(build_log, [costs.build_usage(conversation, results, date_in_text)], mode="a")
 
 
-def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Clients) -> MemoryService:
-    """The configured store and index, at ``cdir`` for a durable backend."""
+def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Clients,
+               searcher: Searcher | None = None, embedder: Embedder | None = None) -> MemoryService:
+    """The configured store and index, at ``cdir`` for a durable backend; the caller's own ``searcher``
+    (any `memlab.memory.Searcher`) or ``embedder`` object replaces the configured one."""
     idx = cfg.index
     later = (*LATER_SETTINGS, "embedder_params", "keyword_params")
     section = {k: v for k, v in asdict(idx).items() if k not in later or v}  # older saved indexes stay
+    if embedder is not None:
+        section["embedder"] = embedder.embedder_id
     index_id = hashlib.sha256(json.dumps(section, sort_keys=True).encode()).hexdigest()[:10]
-    common = {**idx.service_params(), "embedder_params": clients.embedder_params()}
+    common = {**idx.service_params(), "embedder_params": clients.embedder_params(), "searcher": searcher}
+    if embedder is not None:
+        common["embedder"] = embedder
     if cfg.store.backend == "sqlite":
         return open_service("sqlite", path=cdir / "store.db", embedding_cache=cache_root / "embeddings.sqlite",
                             index_path=cdir / f"index-{index_id}.npz", on_corrupt="rebuild", **common)
@@ -152,17 +160,19 @@ def worker_params(cfg: ExperimentConfig) -> dict[str, Any]:
 
 def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], extractor: Extractor,
                    clients: Clients, cache_root: Path, run_dir: Path, dataset_sha: str,
-                   extractor_id: str | None = None) -> ExtractionOutcome:
+                   extractor_id: str | None = None, searcher: Searcher | None = None,
+                   embedder: Embedder | None = None) -> ExtractionOutcome:
     """Extract (or reuse the cache), write the extraction and memory traces, warm the indexes.
 
-    ``extractor_id`` names the extractor in the cache key (default: its ``cache_id()``)."""
+    ``extractor_id`` names the extractor in the cache key (default: its ``cache_id()``); ``searcher`` /
+    ``embedder``: the caller's objects instead of the configured index (`open_store`)."""
     t0 = time.perf_counter()
     ex = cfg.extraction
     extractor_id = extractor_id or extractor.cache_id()
     key = extraction_cache_key(cfg, dataset_sha, extractor_id)
     cdir = cache_root / "extract" / key
     cdir.mkdir(parents=True, exist_ok=True)
-    svc = open_store(cfg, cdir, cache_root, clients)
+    svc = open_store(cfg, cdir, cache_root, clients, searcher, embedder)
     build_log = cdir / BUILD_LOG  # what building each conversation cost (memlab.eval.cost)
     if cfg.store.backend != "sqlite":
         build_log.unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
@@ -237,3 +247,21 @@ def _by_conversation(results: list[Any], convs: list[Conversation]) -> list[tupl
         sid = (r.session_id or "").removeprefix("locomo:")
         groups.setdefault(sid, []).append(r)
     return list(groups.items())
+
+
+_TABLE_COLS = ("sessions", "turns", "jobs_run", "jobs_noop", "jobs_failed", "ops_proposed", "ops_applied", "rewritten",
+               "skipped", "ops_failed", "superseded", "refused", "model_calls", "malformed_tool_calls",
+               "memories_added", "memories")
+
+
+def extraction_row(conv: Conversation, memories: int) -> dict[str, Any]:
+    """A conversation's `extract_dataset` counts when it was served from the cache: no job, its memories."""
+    return {"conversation": conv.sample_id, **{c: 0 for c in _TABLE_COLS}, "sessions": len(conv.sessions),
+            "turns": len(conv.turns), "memories": memories}
+
+
+def extraction_table(rows: list[dict[str, Any]]) -> Any:
+    """Per-conversation extraction counts as `extract_dataset` returns them (indexed by conversation)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=["conversation", *_TABLE_COLS]).set_index("conversation")

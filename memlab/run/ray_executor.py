@@ -8,15 +8,7 @@ Units of work: one *extraction* task per (extraction cache key, conversation) th
 that share an extraction key share it), then one *answering* task per (cell, conversation) with its
 questions still to do; inside a task the run's ``run.concurrency`` bounds the model calls in flight.
 
-Nothing on a worker needs the driver's filesystem. The driver sends each task what it needs: the
-conversation (not the dataset path), the conversation's memory rows and its fitted index state (so
-retrieval is bit-for-bit the one a local run does), and a snapshot of the response cache (and of the
-model embedders' vectors) for the models of the grid. A worker computes in a private temp folder and
-returns the records plus everything it added to its caches (store rows, index state, extraction cursor
-and trace lines, new model responses and embeddings); the driver stores them in the results root, so a
-rerun, on the cluster or locally, makes no model call. What the workers need: memlab (same version) and
-ray installed, the model endpoints reachable, and the API key variable named by ``models.api_key_env``
-(the driver forwards its value in the tasks' runtime environment).
+What a worker does and is sent: `memlab.run.ray_units`.
 
 A task that raises or loses its worker is retried ``run.ray_max_retries`` times; after that its questions
 are recorded as errors (never dropped), so ``memlab run --resume RUN_DIR`` answers them again. Each
@@ -30,11 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
-import sqlite3
-import tempfile
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,25 +31,21 @@ import pandas as pd
 
 from memlab import cache_integrity
 from memlab.data import Conversation, Question, load_dataset, sha256_file
-from memlab.extract.messages import ChatSession, locomo_messages
-from memlab.extract.pipeline import conversation_key, extract_dataset, keyed_trace_rows
+from memlab.extract.pipeline import conversation_key
 from memlab.memory import MemoryService
 from memlab.progress import progress_bar
 from memlab.run.answering import (
-    PREDICTIONS_LOG,
+    RecordLog,
+    Records,
     StopFlag,
     Terminated,
-    answer_one,
+    error_records,
     load_done,
-    prepare_queries,
     remembered_interrupts,
 )
 from memlab.run.clients import Clients, check_endpoints, role_model
 from memlab.run.components import (
     ComponentNotOnWorkers,
-    build_answerer,
-    build_extractor,
-    build_judge,
     import_component_modules,
     user_component_modules,
 )
@@ -70,21 +54,26 @@ from memlab.run.extraction import (
     BUILD_LOG,
     ExtractionFailed,
     ExtractionOutcome,
-    build_checkers,
     extraction_cache_key,
     extraction_info,
+    extraction_row,
+    extraction_table,
     finish_extraction,
-    log_build_usage,
     open_store,
-    worker_params,
 )
-from memlab.run.records import AnswerRecord, PredictionRecord, RetrievalRecord
+from memlab.run.ray_units import (  # noqa: F401 - the worker side; cache_snapshot is public here too
+    UnitHook,
+    answer_unit,
+    cache_snapshot,
+    extract_unit,
+    extraction_done,
+    store_cache_rows,
+)
 from memlab.run.results import Run
 from memlab.run.steps import (
     Components,
     Prepared,
     RunStorageError,
-    attach_errata,
     build_components,
     close_session,
     finish_run,
@@ -97,9 +86,7 @@ from memlab.run.steps import (
     write_run_json,
 )
 from memlab.rundir import RunLock, open_run_dir, results_root
-from memlab.threads import peak_rss_mb, set_threads, worker_threads
-
-UnitHook = Callable[[str], None]
+from memlab.threads import peak_rss_mb
 
 
 class RayNotInstalled(ImportError):
@@ -115,173 +102,6 @@ def import_ray() -> Any:
 
 
 # ============================================================================ caches as rows
-def cache_snapshot(cache_root: Path, models: set[str]) -> dict[str, list[tuple]]:
-    """The cached responses of ``models`` and the cached vectors of model embedders (``litellm:*``):
-    what a worker needs so that a cached rerun makes no model call. Rows are copied whole (checksums
-    included). Corpus-fitted embedders (tfidf-lsa) are not shipped: their fit travels in the index state."""
-    out: dict[str, list[tuple]] = {"responses": [], "embeddings": []}
-    resp = cache_root / "responses.sqlite"
-    if resp.is_file() and models:
-        with sqlite3.connect(resp) as c:
-            if c.execute("SELECT name FROM sqlite_master WHERE name='responses'").fetchone():
-                q = f"SELECT * FROM responses WHERE model IN ({','.join('?' * len(models))})"
-                out["responses"] = list(c.execute(q, sorted(models)))
-    emb = cache_root / "embeddings.sqlite"
-    if emb.is_file():
-        with sqlite3.connect(emb) as c:
-            if c.execute("SELECT name FROM sqlite_master WHERE name='emb'").fetchone():
-                out["embeddings"] = list(c.execute("SELECT * FROM emb WHERE eid LIKE 'litellm:%'"))
-    return out
-
-
-def store_cache_rows(cache_root: Path, rows: dict[str, list[tuple]]) -> None:
-    """Insert the cache rows a worker returned into the results root's caches (each file created, with its
-    format, by the class that owns it)."""
-    if rows.get("responses"):
-        from memlab.llm import ResponseCache
-
-        ResponseCache(cache_root / "responses.sqlite").get("")  # opens (creates or checks) the file
-        with sqlite3.connect(cache_root / "responses.sqlite") as c:
-            n = len(rows["responses"][0])
-            c.executemany(f"INSERT OR REPLACE INTO responses VALUES ({','.join('?' * n)})", rows["responses"])
-    if rows.get("embeddings"):
-        from memlab.index.embedders import CachedEmbedder, TfidfLSAEmbedder
-
-        CachedEmbedder(TfidfLSAEmbedder(), cache_root / "embeddings.sqlite")._db()  # opens (creates or checks)
-        with sqlite3.connect(cache_root / "embeddings.sqlite") as c:
-            n = len(rows["embeddings"][0])
-            c.executemany(f"INSERT OR REPLACE INTO emb VALUES ({','.join('?' * n)})", rows["embeddings"])
-
-
-def _new_rows(root: Path, snapshot: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
-    """Cache rows a task added beyond its snapshot (model responses and model-embedder vectors)."""
-    seen_r = {r[0] for r in snapshot.get("responses", [])}
-    seen_e = {(r[0], r[1]) for r in snapshot.get("embeddings", [])}
-    got = cache_snapshot(root, models=_all_models(root))
-    return {"responses": [r for r in got["responses"] if r[0] not in seen_r],
-            "embeddings": [r for r in got["embeddings"] if (r[0], r[1]) not in seen_e]}
-
-
-def _all_models(root: Path) -> set[str]:
-    p = root / "responses.sqlite"
-    if not p.is_file():
-        return set()
-    with sqlite3.connect(p) as c:
-        return {m for (m,) in c.execute("SELECT DISTINCT model FROM responses")}
-
-
-# ============================================================================ extraction state
-def extraction_done(conv: Conversation, state: dict[str, Any] | None) -> bool:
-    """Whether a conversation's cached cursor is past its last message (a replay would run no job)."""
-    if not state:
-        return False
-    chat = ChatSession(id=f"locomo:{conv.sample_id}", key=conversation_key(conv), state=dict(state),
-                       messages=locomo_messages(conv))
-    return not chat.delta()
-
-
-# ============================================================================ worker side
-def _where() -> dict[str, Any]:
-    node = None
-    try:
-        import ray
-
-        if ray.is_initialized():  # never start Ray from here (the unit functions also run without it)
-            node = ray.get_runtime_context().get_node_id()
-    except ImportError:
-        pass
-    return {"node_id": node, "host": socket.gethostname(), "pid": os.getpid()}
-
-
-@contextlib.contextmanager
-def _private_root(cfg: ExperimentConfig, snapshot: dict[str, list[tuple]], unit: str,
-                  hook: UnitHook | None) -> Iterator[tuple[Path, Clients]]:
-    """A task's private temp folder, its caches seeded from the driver's snapshot, and its model clients."""
-    if hook is not None:
-        hook(unit)
-    set_threads(worker_threads(cfg.run.threads))  # this task's share of the node, not every core per worker
-    with tempfile.TemporaryDirectory(prefix="memlab-ray-") as tmp:
-        root = Path(tmp)
-        store_cache_rows(root, snapshot)
-        yield root, Clients(cfg, root / "responses.sqlite")
-
-
-def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str, Any]] | None,
-                 state: dict[str, Any] | None, index_blob: bytes | None, snapshot: dict[str, list[tuple]],
-                 unit: str, hook: UnitHook | None = None, modules: dict[str, list[str]] | None = None
-                 ) -> dict[str, Any]:
-    """Extract one conversation in a private folder, continuing from the cached rows/state/index given
-    (``modules``: the user modules that register the run's components, imported first)."""
-    t0 = time.perf_counter()
-    import_component_modules(modules or {})
-    with _private_root(cfg, snapshot, unit, hook) as (root, clients):
-        extractor = build_extractor(cfg, clients)
-        cdir = root / "extract"
-        cdir.mkdir()
-        svc = open_store(cfg, cdir, root, clients)
-        key = conversation_key(conv)
-        try:
-            if rows:
-                svc.import_rows(key, rows)
-                svc.import_index(key, index_blob)
-            if state:
-                svc.save_extraction(conv.sample_id, state, [])
-            lines: list[tuple[str, int, dict[str, Any]]] = []
-            build_log = root / BUILD_LOG
-
-            def on_conversation(c: Conversation, wk: Any) -> None:
-                lines.extend(keyed_trace_rows(c.sample_id, wk.results))
-                log_build_usage(build_log, c.sample_id, wk.results, cfg.index.date_in_text)
-
-            table, results = extract_dataset(
-                svc, [conv], extractor, reconcile=cfg.extraction.reconcile, checkers=build_checkers(cfg),  # type: ignore[arg-type]
-                conversations=[conv.sample_id], on_conversation=on_conversation, worker_params=worker_params(cfg))
-            svc.searcher.ensure_built(key, lambda: svc.list(key))
-            return {"rows": svc.export_rows(key), "state": svc.extraction_state(conv.sample_id), "trace": lines,
-                    "build": build_log.read_text(encoding="utf-8") if build_log.is_file() else "",
-                    "table": table.reset_index().to_dict("records"),
-                    "failures": [{"conversation": conv.sample_id, "reason": r.reason} for r in results
-                                 if r.status == "failed"],
-                    "index": svc.export_index(key), "cache": _new_rows(root, snapshot),
-                    "models": clients.totals(), "where": _where(), "seconds": time.perf_counter() - t0}
-        finally:
-            svc.close()
-
-
-def answer_unit(cfg: ExperimentConfig, conv: Conversation, questions: list[Question],
-                rows: list[dict[str, Any]] | None, index_blob: bytes | None, snapshot: dict[str, list[tuple]],
-                unit: str, hook: UnitHook | None = None, errata: Any = None,
-                modules: dict[str, list[str]] | None = None) -> dict[str, Any]:
-    """Answer one conversation's questions (``run.concurrency`` in flight) from the memories given; ``errata`` is
-    loaded by the driver (the file need not exist on the worker)."""
-    import concurrent.futures as cf
-
-    t0 = time.perf_counter()
-    import_component_modules(modules or {})
-    with _private_root(cfg, snapshot, unit, hook) as (root, clients):
-        answerer = build_answerer(cfg, clients)
-        judge = attach_errata(build_judge(cfg, clients), errata)
-        svc = None
-        if answerer.needs_memory:
-            svc = open_store(cfg, root / "store", root, clients)
-            key = conversation_key(conv)
-            svc.import_rows(key, rows or [])
-            svc.import_index(key, index_blob)
-            svc.searcher.ensure_built(key, lambda: svc.list(key))
-            prepare_queries(svc, [(conv, q) for q in questions], progress=False)  # one batched encoder pass
-        try:
-            if cfg.run.concurrency <= 1:
-                out = [answer_one(cfg, answerer, judge, svc, conv, q) for q in questions]
-            else:
-                with cf.ThreadPoolExecutor(max_workers=cfg.run.concurrency) as pool:
-                    out = list(pool.map(lambda q: answer_one(cfg, answerer, judge, svc, conv, q), questions))
-        finally:
-            if svc is not None:
-                svc.close()
-        return {"records": out, "cache": _new_rows(root, snapshot), "models": clients.totals(), "where": _where(),
-                "seconds": time.perf_counter() - t0}
-
-
 # ============================================================================ driver side
 @dataclass
 class _Cell:
@@ -316,28 +136,9 @@ def _add_models(cell: _Cell, totals: dict[str, int]) -> None:
         cell.models[k] = cell.models.get(k, 0) + int(v)
 
 
-def _error_records(qs: list[Question], message: str) -> list[tuple[PredictionRecord, RetrievalRecord, AnswerRecord]]:
-    out = []
-    for q in qs:
-        row = PredictionRecord(qid=q.qid, conversation_id=q.conversation_id, q_index=q.index, category=q.category,
-                               question=q.question, answer=q.answer, evidence=list(q.evidence_ids),
-                               evidence_raw=list(q.evidence), error=message, rule="error")
-        out.append((row, RetrievalRecord(qid=q.qid, evidence=row.evidence, error=message),
-                    AnswerRecord(qid=q.qid, error=message)))
-    return out
-
-
-def _append_records(run_dir: Path, recs: list[tuple[PredictionRecord, RetrievalRecord, AnswerRecord]]) -> None:
-    """Append finished questions as `answer_all` does: trace lines first, then the resume log."""
-    (run_dir / "traces").mkdir(exist_ok=True)
-    with open(run_dir / "traces" / "retrieval.jsonl", "a", encoding="utf-8") as fr, \
-            open(run_dir / "traces" / "answers.jsonl", "a", encoding="utf-8") as fa:
-        for _, retr, ans in recs:
-            fr.write(retr.to_json() + "\n")
-            fa.write(ans.to_json() + "\n")
-    with open(run_dir / PREDICTIONS_LOG, "a", encoding="utf-8") as f:
-        for row, _, _ in recs:
-            f.write(row.to_json() + "\n")
+def _append_records(run_dir: Path, recs: list[Records]) -> None:
+    with RecordLog(run_dir) as log:
+        log.write(recs)
 
 
 def _task_error(e: BaseException, retries: int) -> str:
@@ -545,8 +346,9 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                 ok = [c for c in cell.p.convs if c.sample_id not in lost]
                 # the cell that caused an extraction reports its jobs; later cells see the cache, as locally
                 mine = {k: r for k, r in ext_results.items() if r["owner"] == cell.index}
-                table = pd.DataFrame([_table_row(mine.get((key, c.sample_id)), c, svc) for c in ok])
-                table = table.set_index("conversation") if len(table) else _empty_table()
+                table = pd.DataFrame([r["table"][0] if (r := mine.get((key, c.sample_id))) else
+                                      extraction_row(c, svc.count(conversation_key(c))) for c in ok])
+                table = table.set_index("conversation") if len(table) else extraction_table([])
                 failures = [f for c in ok for f in (ext_results.get((key, c.sample_id)) or {}).get("failures", [])]
                 failures = list({(f["conversation"], f["reason"]): f for f in failures}.values())
                 info = extraction_info(table, failures, ok, key, cdir, cell.comps.extractor_id or "",
@@ -566,7 +368,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
             for conv_id, qs in cell.todo.items():
                 conv = next(c for c in cell.p.convs if c.sample_id == conv_id)
                 if conv_id in lost:
-                    _append_records(cell.run_dir, _error_records(qs, ext_failed[(cell.ext_key, conv_id)]))
+                    _append_records(cell.run_dir, [error_records(q, ext_failed[(cell.ext_key, conv_id)]) for q in qs])
                     continue
                 rows_ref = blob_ref = None
                 if cell.comps.answerer.needs_memory:
@@ -592,7 +394,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                 res = ray.get(ready[0])
             except Exception as e:
                 msg = _task_error(e, retries)
-                _append_records(cell.run_dir, _error_records(qs, msg))
+                _append_records(cell.run_dir, [error_records(q, msg) for q in qs])
                 cell.units.append({"unit": f"answer {conv.sample_id}", "questions": len(qs), "error": msg})
             else:
                 _append_records(cell.run_dir, res["records"])
@@ -640,23 +442,3 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
         finally:
             for svc, _ in stores.values():
                 svc.close()
-
-
-_TABLE_COLS = ("sessions", "turns", "jobs_run", "jobs_noop", "jobs_failed", "ops_proposed", "ops_applied", "rewritten",
-               "skipped", "ops_failed", "superseded", "refused", "model_calls", "malformed_tool_calls",
-               "memories_added", "memories")
-
-
-def _table_row(res: dict[str, Any] | None, conv: Conversation, svc: MemoryService) -> dict[str, Any]:
-    """A conversation's extraction counts: the task's, or (served from the cache) no job and its memories."""
-    if res is not None:
-        (row,) = res["table"]
-        return row
-    n = svc.count(conversation_key(conv))
-    return {"conversation": conv.sample_id, **{c: 0 for c in _TABLE_COLS}, "sessions": len(conv.sessions),
-            "turns": len(conv.turns), "memories": n}
-
-
-def _empty_table() -> pd.DataFrame:
-    return pd.DataFrame(columns=["conversation", *_TABLE_COLS]).set_index("conversation")
-

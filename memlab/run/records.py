@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import pandas as pd
 
 from memlab.atomic import write_table
+from memlab.plain import plain
 
 SCHEMA_VERSION = 1
 
@@ -44,7 +45,7 @@ class Record:
     """JSON round trip shared by the records (strict: unknown fields and other versions are errors)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        return plain(self)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), default=str)
@@ -172,7 +173,7 @@ class MemoryRecord(Record):
                    superseded_by=e.superseded_by)
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)  # no schema field: the trace line has always been these fields
+        d = plain(self)  # no schema field: the trace line has always been these fields
         return {k: v for k, v in d.items() if v is not None or k not in _SYSTEM_MEMORY_FIELDS}
 
 

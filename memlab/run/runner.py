@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from memlab import cache_integrity
-from memlab.answer import Answerer
+from memlab.answer import Answerer, Judge
 from memlab.extract.extractors import Extractor
+from memlab.index.embedders import Embedder
+from memlab.memory.search_types import Searcher
 from memlab.run.answering import StopFlag, Terminated, answer_all, load_done, remembered_interrupts
 from memlab.run.clients import Clients, check_endpoints
 from memlab.run.components import component_label
@@ -100,14 +102,17 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
                    resume: str | Path | None = None, progress: bool = True, *,
                    overrides: dict[str, Any] | list[str] | None = None, force_config: bool = False,
                    trust_run_config: bool = False, extractor: Extractor | None = None,
-                   answerer: Answerer | None = None, system: MemorySystem | None = None) -> Run:
+                   answerer: Answerer | None = None, system: MemorySystem | None = None, judge: Judge | None = None,
+                   searcher: Searcher | None = None, embedder: Embedder | None = None) -> Run:
     """Run one experiment (a config without a grid) and return its `Run`.
 
     ``resume`` finishes a killed or errored run (its errored questions are answered again) while holding the
     folder's lock (a second process on it is refused, `RunFolderBusy`); ``trust_run_config`` lets a resume use
     endpoints, key variables and prompt files from the folder that this user did not start it with;
     ``extractor`` / ``answerer`` replace the configured components with the caller's own objects; ``system`` (a
-    `memlab.systems.MemorySystem`) replaces the memory pipeline the arms search (as ``system.name`` does). Ctrl-C and
+    `memlab.systems.MemorySystem`) replaces the memory pipeline the arms search (as ``system.name`` does); ``judge``
+    (a `memlab.answer.Judge`) scores instead of ``judge.kind``; ``searcher`` (any `memlab.memory.Searcher`) replaces
+    the configured index, or ``embedder`` (a `memlab.index.Embedder`) its embedder. Ctrl-C and
     SIGTERM stop the run as ``interrupted``; a storage error (disk full, read-only folder) marks it ``failed``
     and is raised as `RunStorageError` naming the path.
     """
@@ -117,12 +122,15 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
         if resume is not None:  # before any work: a second resume of this folder stops here
             held.enter_context(RunLock(resume))
         stop = held.enter_context(remembered_interrupts())
-        return _run(cfg, prev, results, resume, progress, extractor, answerer, held, stop, t_start, system)
+        given = {"extractor": extractor, "answerer": answerer, "system": system, "judge": judge,
+                 "searcher": searcher, "embedder": embedder}
+        return _run(cfg, prev, results, resume, progress, given, held, stop, t_start)
 
 
 def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None, resume: str | Path | None,
-         progress: bool, extractor: Extractor | None, answerer: Answerer | None, held: contextlib.ExitStack,
-         stop: StopFlag, t_start: float, system: MemorySystem | None = None) -> Run:
+         progress: bool, given: dict[str, Any], held: contextlib.ExitStack, stop: StopFlag, t_start: float) -> Run:
+    """`run_experiment`'s body; ``given``: the caller's component objects by name (None: configured)."""
+    system = given["system"]
     # -- 1. validate everything before a run folder exists
     p = prepare(cfg, prev, resume)
     cfg = p.cfg  # with the dataset's scoring profile
@@ -134,7 +142,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
     cache_root.mkdir(parents=True, exist_ok=True)
     integrity_mark = cache_integrity.mark()
     clients = Clients(cfg, cache_root / "responses.sqlite")
-    comps = build_components(cfg, clients, p.errata, extractor, answerer, system)
+    comps = build_components(cfg, clients, p.errata, **given)
     # -- the run folder
     run_dir = open_run_dir(cfg.name, cfg.to_yaml(), root, resume)
     if resume is None:
@@ -162,7 +170,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
         elif comps.answerer.needs_memory:
             assert comps.extractor is not None and comps.extractor_id is not None
             out = run_extraction(cfg, p.data, p.convs, comps.extractor, clients, cache_root, run_dir, p.dataset_sha,
-                                 extractor_id=comps.extractor_id)
+                                 extractor_id=comps.extractor_id, searcher=comps.searcher, embedder=comps.embedder)
             svc, ext_info = out.service, out.info
             timings.update(out.timings)
             peak.update(out.peak_rss_mb)

@@ -81,6 +81,10 @@ class Components:
     custom: dict[str, bool]
     on_system: bool = False
     """Memories come from a memory system's store (`memlab.systems`), not from memlab's extraction stage."""
+    searcher: Any = None
+    """The caller's own `memlab.memory.Searcher` (None: the configured `HybridIndex`)."""
+    embedder: Any = None
+    """The caller's own `memlab.index.Embedder` for the configured index (None: ``index.embedder``)."""
 
     @property
     def extractor_id(self) -> str | None:
@@ -95,23 +99,30 @@ class Components:
 
 
 def attach_errata(judge: Any, errata: Any) -> Any:
-    """The judge sees corrected gold answers and skips invalid ones (a judge that takes errata)."""
-    if errata is not None and hasattr(judge, "errata"):
+    """The judge sees corrected gold answers and skips invalid ones (`memlab.answer.Judge.errata`)."""
+    if errata is not None and judge is not None:
         judge.errata = errata
     return judge
 
 
 def build_components(cfg: ExperimentConfig, clients: Clients, errata: Any = None, extractor: Extractor | None = None,
-                     answerer: Any = None, system: Any = None) -> Components:
-    """The configured components, or the caller's own ``extractor`` / ``answerer`` / ``system`` objects. A run
-    on a memory system other than memlab's own pipeline builds no extractor: the system stores the memories."""
-    custom = {"extractor": extractor is not None, "answerer": answerer is not None, "system": system is not None}
+                     answerer: Any = None, system: Any = None, judge: Any = None, searcher: Any = None,
+                     embedder: Any = None) -> Components:
+    """The configured components, or the caller's own ``extractor`` / ``answerer`` / ``system`` / ``judge`` /
+    ``searcher`` / ``embedder`` objects. A run on a memory system other than memlab's own pipeline builds no
+    extractor: the system stores the memories."""
+    given = {"extractor": extractor, "answerer": answerer, "system": system, "judge": judge, "searcher": searcher,
+             "embedder": embedder}
+    custom = {name: obj is not None for name, obj in given.items()}
+    if searcher is not None and embedder is not None:
+        raise ValueError("run_experiment: give a searcher or an embedder for the configured index, not both "
+                         "(a searcher brings its own)")
     on_system = system is not None or cfg.system.name != "memlab"
     answerer = answerer if answerer is not None else build_answerer(cfg, clients)
     if answerer.needs_memory and extractor is None and not on_system:
         extractor = build_extractor(cfg, clients)
-    judge = attach_errata(build_judge(cfg, clients), errata)
-    return Components(answerer, extractor, judge, custom, on_system)
+    judge = attach_errata(judge if judge is not None else build_judge(cfg, clients), errata)
+    return Components(answerer, extractor, judge, custom, on_system, searcher, embedder)
 
 
 def open_info(p: Prepared, run_dir: Path, comps: Components, executor: dict[str, Any]) -> dict[str, Any]:
@@ -123,6 +134,8 @@ def open_info(p: Prepared, run_dir: Path, comps: Components, executor: dict[str,
         "config": p.cfg.to_dict(), "environment": environment(),
         "components": {"answerer": component_label(comps.answerer),
                        "extractor": component_label(comps.extractor) if comps.extractor is not None else None,
+                       **{name: component_label(getattr(comps, name)) for name in ("judge", "searcher", "embedder")
+                          if comps.custom[name]},
                        "custom": comps.custom,
                        "params": component_params(p.cfg, comps.extractor, comps.answerer)},
         "sessions": p.prev.get("sessions", []), "notes": inert_knobs(p.cfg, RECALL_KS) + p.notes,
@@ -136,11 +149,10 @@ def finish_run(p: Prepared, run_dir: Path, answerer: Any, info: dict[str, Any], 
     """Score the resume log, write the predictions and summary, and complete ``info`` (run.json's content)."""
     cfg = p.cfg
     t0 = time.perf_counter()
-    build_texts = getattr(answerer, "build_texts", None)
-    if build_texts is not None:  # an arm that indexes raw turns itself: its embedding cost
+    if answerer.own_index:  # an arm that indexes raw turns itself: its embedding cost
         import json
 
-        rows = costs.index_usage({c.sample_id: build_texts(c) for c in p.convs})
+        rows = costs.index_usage({c.sample_id: answerer.build_texts(c) for c in p.convs})
         (run_dir / "traces").mkdir(exist_ok=True)
         write_text(run_dir / "traces" / "build_cost.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     order = {q.qid: i for i, (_, q) in enumerate(p.picks)}
@@ -148,7 +160,7 @@ def finish_run(p: Prepared, run_dir: Path, answerer: Any, info: dict[str, Any], 
     pred = score_records(records, top_k=cfg.retrieval.top_k if answerer.uses_top_k else None)
     pred = apply_scoring(pred, cfg.scoring.profile, p.errata)  # errata, then the profile's scores
     pred, info["cost"] = add_costs(run_dir, cfg, pred, {c.sample_id: len(c.questions) for c in p.convs},
-                                   expect_build=(answerer.needs_memory and not on_system) or build_texts is not None)
+                                   expect_build=(answerer.needs_memory and not on_system) or answerer.own_index)
     if info["cost"].get("build_unknown"):
         print(f"memlab: {info['cost']['build_unknown']}")
     summ = summarize(pred, cfg)

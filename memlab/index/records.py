@@ -1,0 +1,54 @@
+"""What the index reads of a memory: its index text, whether it is a verbatim dialog-turn record, and the
+session documents the optional ``session`` list scores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from memlab.data.locomo import format_day
+from memlab.memory.entry import MemoryEntry
+
+
+def index_text(entry: MemoryEntry, with_date: bool = True) -> str:
+    """What the retrievers see of a memory: ``[8 May 2023]`` from its event_time, its text, its topics.
+
+    The date makes "when did ..." questions and month/year words match (measured in
+    ``benchmarks/retrieval_recall.py``); reconcile and dedupe compare the bare texts.
+    """
+    text = entry.text
+    if with_date and entry.event_time is not None:
+        text = f"[{format_day(entry.event_time)}] {text}"
+    if entry.topics:
+        text = f"{text} ({', '.join(entry.topics)})"
+    return text
+
+
+def is_turn_record(entry: MemoryEntry) -> bool:
+    """A verbatim dialog turn (the ``turns`` extractor's records): one source id, one participant, and a
+    text that starts ``"<participant>: "`` (every speaker turn style of `memlab.extract.memory_sets`).
+
+    Everything else (LoCoMo observations, extracted memories) is a *note*: what observation-aware
+    indexing folds into the turns a note cites.
+    """
+    return (len(entry.source_ids) == 1 and len(entry.participants) == 1
+            and entry.text.startswith(f"{entry.participants[0]}: "))
+
+
+def session_documents(rows: list[MemoryEntry], is_record: np.ndarray, texts: list[str]
+                      ) -> tuple[np.ndarray, list[str]]:
+    """Each dialog-turn record's session number (-1 for other rows) and each session's records' texts joined.
+
+    A session is the records sharing an event time (every turn of a LoCoMo session carries its date); a
+    record without one is a session of its own.
+    """
+    of = np.full(len(rows), -1, dtype=np.int64)
+    groups: dict[Any, int] = {}
+    for r, e in enumerate(rows):
+        if is_record[r]:
+            of[r] = groups.setdefault(e.event_time if e.event_time is not None else ("row", r), len(groups))
+    parts: list[list[str]] = [[] for _ in groups]
+    for r in np.flatnonzero(of >= 0):
+        parts[of[r]].append(texts[r])
+    return of, [" ".join(p) for p in parts]

@@ -1,0 +1,26 @@
+"""Dataclass records as plain dicts, without `dataclasses.asdict`'s deep copies.
+
+`asdict` deep-copies every leaf value; a run writes four records per question (predictions and trace lines
+holding lists of hit dicts), and those copies were the largest single cost of an offline LoCoMo-10 run
+(asdict and deepcopy: about a third of the answering stage's CPU). The records are serialised at once, so
+containers are rebuilt (nested dataclasses become dicts, as with `asdict`) but leaf values are shared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+def plain(value: Any) -> Any:
+    """``value`` with every nested dataclass instance turned into a dict of its fields (field order kept),
+    lists, tuples and dicts rebuilt around the converted items, anything else returned as is."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, tuple):
+        return type(value)(*(plain(v) for v in value)) if hasattr(value, "_fields") else tuple(plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
