@@ -190,6 +190,14 @@ def _shipped() -> str:
                             if p.name.endswith(".yaml")))
 
 
+def _cmd_components(args: argparse.Namespace) -> int:
+    """Every registered component, by family, with its settings (the config key that takes them)."""
+    from memlab.run.components import describe_components
+
+    print(describe_components())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memlab", description="Long-term conversational memory lab (LoCoMo-10).")
     sub = p.add_subparsers(dest="command", required=True)
@@ -214,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--results", help="results root (default ./results)")
     d.set_defaults(func=_cmd_demo)
     r = sub.add_parser("run", help="run an experiment config (an ablation runs every grid point)")
-    r.add_argument("config", nargs="?", help=f"YAML file or a shipped config name ({_shipped()})")
+    r.add_argument("config", nargs="?", help=f"YAML file or a shipped config name ({_shipped()}); `memlab "
+                   "components` lists each registered component with its settings")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set retrieval.top_k=20 (repeatable)")
     r.add_argument("--resume", metavar="RUN_DIR",
@@ -265,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--allow-model-calls", action="store_true",
                     help="call the judge model for verdicts not in the response cache (default: leave J empty)")
     rs.set_defaults(func=_cmd_rescore)
+    cm = sub.add_parser("components", help="every registered component (extractors, answer arms, embedders, keyword "
+                        "scorers, judges, systems) with its settings and the config key that takes them")
+    cm.set_defaults(func=_cmd_components)
     return p
 
 

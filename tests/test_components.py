@@ -43,14 +43,19 @@ def test_registry_rules():
 
 
 def test_config_names_come_from_the_registries():
-    with pytest.raises(ConfigError, match="extraction.extractor = 'example-first-sentence'"):
-        ExperimentConfig.from_dict({"extraction": {"extractor": "example-first-sentence"}})
-    import tests.example_components.sentence_extractor  # noqa: F401  (one file registers it)
-    import tests.example_components.top_memory_answerer  # noqa: F401
+    """A name is allowed while a class is registered under it, and only then (scoped: no order dependence on
+    which test files registered the example components first)."""
+    from tests.example_components.sentence_extractor import FirstSentenceExtractor
+    from tests.example_components.top_memory_answerer import TopMemoryAnswerer
 
-    cfg = ExperimentConfig.from_dict({"extraction": {"extractor": "example-first-sentence"},
-                                      "answer": {"arm": "example-top-memory"}})
-    assert cfg.extraction.extractor in EXTRACTORS.names() and cfg.answer.arm in ANSWERERS.names()
+    with EXTRACTORS.scoped(), ANSWERERS.scoped():
+        EXTRACTORS.register("example-scoped")(FirstSentenceExtractor)
+        ANSWERERS.register("example-scoped-arm")(TopMemoryAnswerer)
+        cfg = ExperimentConfig.from_dict({"extraction": {"extractor": "example-scoped"},
+                                          "answer": {"arm": "example-scoped-arm"}})
+        assert cfg.extraction.extractor in EXTRACTORS.names() and cfg.answer.arm in ANSWERERS.names()
+    with pytest.raises(ConfigError, match="extraction.extractor = 'example-scoped'"):
+        ExperimentConfig.from_dict({"extraction": {"extractor": "example-scoped"}})
 
 
 def test_one_file_extractor_and_answerer_run_end_to_end(synthetic_path, tmp_path):
@@ -63,8 +68,8 @@ def test_one_file_extractor_and_answerer_run_end_to_end(synthetic_path, tmp_path
     mems = [json.loads(x) for x in open(run.run_dir / "traces" / "memories.jsonl")]
     assert {m["text"] for m in mems} >= {"Alice: I went to a pottery class yesterday.", "Bob: Nice!"}
     rex = run.predictions.set_index("qid").loc["syn-1/q3"]  # "What is Bob's dog called?"
-    assert rex.prediction.startswith("Bob: ") and rex.rule == "top memory"
-    assert run.info["extraction"]["extractor"] == "example-first-sentence"
+    assert rex.prediction.startswith("Bob: ") and rex.rule == "memory at rank 1"
+    assert run.info["extraction"]["extractor"] == "example-first-sentence(1)"  # its one setting, sentences
 
 
 def test_user_objects_are_passed_beir_style(synthetic_path, tmp_path):

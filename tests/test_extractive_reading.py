@@ -163,5 +163,5 @@ def test_a_reader_weight_set_for_a_model_arm_is_said_to_do_nothing():
 
     cfg = ExperimentConfig.from_dict({"answer": {"arm": "original", "model": "m", "rank_weight": 2.0}})
     notes = inert_knobs(cfg, warn=False)
-    assert any("answer.rank_weight only apply to the extractive arm" in n for n in notes)
+    assert any("answer.rank_weight is not read by the original arm" in n for n in notes)
     assert not inert_knobs(ExperimentConfig.from_dict({"answer": {"rank_weight": 2.0}}), warn=False)

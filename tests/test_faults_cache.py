@@ -260,7 +260,7 @@ def test_a_new_cache_opened_by_many_at_once_is_never_set_aside(tmp_path, artefac
     as an 'older memlab' file and move aside the file the others already write to (rows were lost so)."""
     import threading
 
-    from memlab.index.embedders import _check_embedding_db
+    from memlab.index.embedding_cache import _check_embedding_db
     from memlab.llm.cache import ResponseCache, _check_response_db
 
     check = _check_response_db if artefact == "response-cache" else _check_embedding_db

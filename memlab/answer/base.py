@@ -16,6 +16,7 @@ from memlab.llm import CallStats, ModelError, Usage
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import HitRecord, SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
+from memlab.params import Component, settings
 from memlab.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class AnswerContext:
     now: datetime | None = None
 
 
-class Answerer(ABC):
+class Answerer(Component, ABC):
     """One verb, `answer`; registered in `ANSWERERS` under its ``answer.arm`` name."""
 
     name = "answerer"
@@ -105,6 +106,12 @@ class Answerer(ABC):
     uses_top_k = True
     #: Whether the arm calls a model (then ``answer.model`` is required).
     requires_model = False
+    #: The ``answer.*`` config fields the arm reads (`memlab.run.checks` says a change to another has no effect).
+    answer_settings: tuple[str, ...] = ()
+    #: Whether ``retrieval.*`` settings change its answers (False: it never searches).
+    uses_retrieval = True
+    #: Whether it injects preloaded memories (``retrieval.preload``).
+    uses_preload = False
 
     #: Whether the arm keeps its own index over the conversation's turns (session-recall): the run then gives
     #: it the ``index`` settings (`use_index`), an embedder endpoint, and logs what it embedded (`build_texts`).
@@ -112,8 +119,9 @@ class Answerer(ABC):
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
-        """Build from the ``answer`` config section; ``client_for(role)`` gives a model client."""
-        return cls()
+        """Build from the ``answer`` config section (its ``params`` are the constructor's settings, `memlab.params`);
+        ``client_for(role)`` gives a model client."""
+        return cls(**settings(section))
 
     def use_index(self, **params: Any) -> None:
         """Take the run's index settings before the first question (called only when `own_index`)."""

@@ -49,6 +49,7 @@ from memlab.data.locomo import Question
 from memlab.index.text import STOP_WORDS, analyze, stem, words
 from memlab.llm import count_tokens
 from memlab.memory.entry import MemoryEntry
+from memlab.params import settings
 
 SPANS = ("novel", "clause", "memory")
 _QUOTE = re.compile(r"\s\((replying to|answered by) ([^:]+): (.*)\)\s*$", re.DOTALL)
@@ -174,13 +175,16 @@ class ExtractiveAnswerer(Answerer):
     """
 
     name = "extractive"
+    answer_settings = ("span", "abstain", "temporal_window", "span_window", "max_words", "split", "drop_filler",
+                       "list_spans", *WEIGHTS)
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
         weights = {k: getattr(section, k) for k in WEIGHTS if getattr(section, k, None) is not None}
-        return cls(span=section.span, abstain=section.abstain, temporal_window=section.temporal_window,
-                   span_window=section.span_window, max_words=section.max_words, split=section.split,
-                   drop_filler=section.drop_filler, list_spans=section.list_spans, **weights)
+        return cls(**settings(section, span=section.span, abstain=section.abstain,
+                              temporal_window=section.temporal_window, span_window=section.span_window,
+                              max_words=section.max_words, split=section.split, drop_filler=section.drop_filler,
+                              list_spans=section.list_spans, **weights))
 
     def __init__(self, span: str = "novel", abstain: bool = True, temporal_window: int | None = None,
                  span_window: int | None = None, max_words: int = 12, split: str = "sentence",

@@ -29,6 +29,7 @@ from memlab.llm import (
     count_tokens,
 )
 from memlab.memory.entry import MemoryEntry
+from memlab.params import settings
 from memlab.prompts import load_prompt, render
 
 log = logging.getLogger(__name__)
@@ -93,10 +94,12 @@ class LongContextAnswerer(Answerer):
     requires_model = True
     needs_memory = False
     uses_top_k = False
+    uses_retrieval = False
+    answer_settings = ("model", "prompt")
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
-        return cls(client_for("reader"), prompt=section.prompt or cls.name)
+        return cls(client_for("reader"), **settings(section, prompt=section.prompt or cls.name))
 
     def __init__(self, client: ModelClient, prompt: str = "long-context"):
         self.client = client
@@ -119,10 +122,12 @@ class OriginalAnswerer(Answerer):
 
     name = "original"
     requires_model = True
+    uses_preload = True
+    answer_settings = ("model", "prompt")
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
-        return cls(client_for("reader"), prompt=section.prompt or cls.name)
+        return cls(client_for("reader"), **settings(section, prompt=section.prompt or cls.name))
 
     def __init__(self, client: ModelClient, prompt: str = "original"):
         self.client = client
@@ -172,10 +177,13 @@ class OptimizedAnswerer(Answerer):
 
     name = "optimized"
     requires_model = True
+    uses_preload = True
+    answer_settings = ("model", "prompt", "max_rounds")
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
-        return cls(client_for("reader"), prompt=section.prompt or cls.name, max_rounds=section.max_rounds)
+        return cls(client_for("reader"), **settings(section, prompt=section.prompt or cls.name,
+                                                   max_rounds=section.max_rounds))
 
     def __init__(self, client: ModelClient, prompt: str = "optimized", max_rounds: int = 4):
         self.client = client

@@ -15,6 +15,7 @@ The reference report measures this arm as its best (F1 0.549 at 3,694 tokens/QA,
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -29,6 +30,7 @@ from memlab.llm import ModelClient, count_tokens
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
+from memlab.params import settings
 from memlab.prompts import load_prompt, render
 
 UNITS = ("session", "window")
@@ -66,14 +68,19 @@ class SessionRecallAnswerer(Answerer):
     needs_memory = False  # it searches the raw turns, never the extracted store
     requires_model = False  # with answer.model it reads with the model, without it offline
     own_index = True
+    answer_settings = ("model", "prompt", "recall_unit", "recall_window", "recall_max",
+                       *ExtractiveAnswerer.answer_settings)  # the extractive reader's, for the offline read
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
         """``answer`` section: ``model`` (optional), ``prompt``, ``recall_unit``, ``recall_window``,
         ``recall_max``, and the extractive reader's knobs for the offline read."""
-        return cls(client_for("reader") if section.model else None, prompt=section.prompt or "session-recall",
-                   reader=ExtractiveAnswerer.from_config(section, client_for), unit=section.recall_unit,
-                   window=section.recall_window, max_units=section.recall_max)
+        own = copy.copy(section)
+        own.params = None  # session-recall's settings, not its offline reader's
+        return cls(client_for("reader") if section.model else None, reader=ExtractiveAnswerer.from_config(
+            own, client_for), **settings(
+            section, prompt=section.prompt or "session-recall", unit=section.recall_unit,
+            window=section.recall_window, max_units=section.recall_max))
 
     def use_index(self, **params: Any) -> None:
         """Index settings (embedder, keyword, index, date_in_text, sparse, session_text, ef_search,

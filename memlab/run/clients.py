@@ -31,8 +31,7 @@ def role_model(cfg: ExperimentConfig, role: str) -> str | None:
     if role == "judge":
         return cfg.judge.model
     if role == "embedder":
-        emb = cfg.index.embedder
-        return emb.split(":", 1)[1] if emb.startswith("litellm:") else None
+        return cfg.index.embedder_model()
     raise ValueError(f"model role: expected one of {ROLES}, got {role!r}")
 
 
@@ -55,6 +54,15 @@ class Clients:
             key = "memlab-local"
         return {"api_base": m["api_base"], "api_key": key, "timeout": m["timeout"], "max_retries": m["max_retries"],
                 "concurrency": m["concurrency"], "context_window": m["context_window"]}
+
+    def embedder_params(self) -> dict[str, Any]:
+        """The embedder's settings (``index.embedder_params``) plus, for a model-backed one, its endpoint (the
+        ``embedder`` role's api_base, key and timeout)."""
+        out = dict(self.cfg.index.embedder_params)
+        if self.cfg.index.embedder_model() is not None:
+            ep = self.endpoint("embedder")
+            out.update(api_base=ep["api_base"], api_key=ep["api_key"], timeout=ep["timeout"])
+        return out
 
     def for_role(self, role: str) -> ModelClient:
         model = role_model(self.cfg, role)

@@ -13,6 +13,9 @@ from typing import Any
 import memlab.eval.profiles  # noqa: F401 - registers the llm judge (ProfileJudge) in JUDGES
 from memlab.answer import ANSWERERS, JUDGES, Answerer
 from memlab.extract.extractors import EXTRACTORS, Extractor
+from memlab.index.embedders import EMBEDDERS, parse_embedder_spec
+from memlab.index.keyword import KEYWORD_SCORERS
+from memlab.params import describe_params, get_params, param_specs, resolved_params
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig
 
@@ -24,12 +27,9 @@ def build_extractor(cfg: ExperimentConfig, clients: Clients) -> Extractor:
 def build_answerer(cfg: ExperimentConfig, clients: Clients) -> Answerer:
     arm = ANSWERERS.get(cfg.answer.arm).from_config(cfg.answer, clients.for_role)
     if arm.own_index:  # an arm with its own turn index (session-recall): the run's index settings
-        ep = clients.endpoint("embedder")
-        emb = {"api_base": ep["api_base"], "api_key": ep["api_key"], "timeout": ep["timeout"]} \
-            if cfg.index.embedder.startswith("litellm:") else {}
         params = cfg.index.service_params()
         del params["append_citing"]  # its index holds the turns only: nothing cites them
-        arm.use_index(**params, turn_style=cfg.extraction.turn_style, embedder_params=emb,
+        arm.use_index(**params, turn_style=cfg.extraction.turn_style, embedder_params=clients.embedder_params(),
                       embedding_cache=str(Path(clients.cache_path).parent / "embeddings.sqlite"))
     return arm
 
@@ -44,10 +44,61 @@ def build_judge(cfg: ExperimentConfig, clients: Clients) -> Any | None:
     return cls.from_config(cfg.judge, clients.for_role, **kw)
 
 
+def _held(obj: Any, fallback: dict[str, Any]) -> dict[str, Any]:
+    """The settings (config-settable parameters) an object holds, as run.json records them; ``fallback`` (the
+    config's, defaults included) for an object that does not store its arguments under their own names."""
+    specs = param_specs(type(obj))
+    try:
+        held = get_params(obj)
+    except TypeError:
+        return fallback
+    return {k: v for k, v in held.items() if specs[k].settable and k != "api_key"}
+
+
+def component_params(cfg: ExperimentConfig, extractor: Any, answerer: Any) -> dict[str, Any]:
+    """Each component's settings with every default filled in (run.json ``components.params``): the extractor
+    and answer arm as built, the embedder and keyword scorer as the index builds them."""
+    idx = cfg.index
+    name, emb = parse_embedder_spec(idx.embedder, idx.embedder_params)
+    out: dict[str, Any] = {
+        "extractor": None if extractor is None else _held(extractor, resolved_params(
+            EXTRACTORS.get(cfg.extraction.extractor), cfg.extraction.params)),
+        "answerer": _held(answerer, resolved_params(ANSWERERS.get(cfg.answer.arm), cfg.answer.params)),
+        "embedder": {k: v for k, v in resolved_params(EMBEDDERS.get(name), emb).items() if k != "api_key"},
+        "keyword": resolved_params(KEYWORD_SCORERS.get(idx.keyword), idx.keyword_params)}
+    return out
+
+
+def describe_components() -> str:
+    """Each family's registered components with their settings (`memlab.params.describe_params`), under the
+    config keys that name them and take their settings: the CLI's ``memlab components``."""
+    from memlab.systems import SYSTEMS
+
+    families = (("extraction.extractor", "extraction.params", EXTRACTORS),
+                ("answer.arm", "answer.params", ANSWERERS),
+                ("index.embedder", "index.embedder_params", EMBEDDERS),
+                ("index.keyword", "index.keyword_params", KEYWORD_SCORERS),
+                ("judge.kind", None, JUDGES), ("system.name", "system.params", SYSTEMS))
+    lines = []
+    for key, params_key, registry in families:
+        lines.append(f"{key}" + (f" (settings under {params_key})" if params_key else "") + ":")
+        for name in registry:
+            cls = registry.get(name)
+            spelled = f"{name}:<{cls.spec_setting}>" if getattr(cls, "spec_setting", None) else name
+            lines.append(f"  {spelled}: {describe_params(cls) or '(no settings)'}")
+    return "\n".join(lines)
+
+
 def component_label(obj: Any) -> str:
     """How a user-supplied component is named in run.json and the extraction cache key."""
     cache_id = getattr(obj, "cache_id", None)
-    return cache_id() if callable(cache_id) else f"{type(obj).__module__}.{type(obj).__qualname__}"
+    if callable(cache_id):
+        try:
+            return cache_id()
+        except TypeError:  # an answer arm that does not store its arguments: its class names it
+            if isinstance(obj, Extractor):
+                raise  # an extractor's label is its extraction cache key: never a guess
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
 class ComponentNotOnWorkers(RuntimeError):
@@ -58,9 +109,6 @@ def user_component_modules(cfg: ExperimentConfig) -> dict[str, list[str]]:
     """The modules outside memlab whose import registered a component ``cfg`` names, each with what it
     registered (``extractor 'mine' (mymod.MyExtractor)``): a process that has not imported them (a Ray worker)
     does not know these names."""
-    from memlab.index.embedders import EMBEDDERS, parse_embedder_spec
-    from memlab.index.keyword import KEYWORD_SCORERS
-
     named = [(EXTRACTORS, cfg.extraction.extractor), (ANSWERERS, cfg.answer.arm),
              (EMBEDDERS, parse_embedder_spec(cfg.index.embedder)[0]), (KEYWORD_SCORERS, cfg.index.keyword)]
     if cfg.index.sparse:

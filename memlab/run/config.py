@@ -21,285 +21,42 @@ from typing import Any
 import yaml
 
 from memlab.answer import ANSWERERS, JUDGES
-from memlab.answer.extractive import SPANS
 from memlab.eval.profiles import PROFILES
 from memlab.extract.extractors import EXTRACTORS
-from memlab.extract.policy import POLICIES
-from memlab.extract.reconcile import ReconcileConfig
-from memlab.index.embedders import EMBEDDERS, MODEL_EMBEDDERS, parse_embedder_spec
+from memlab.index.embedders import EMBEDDERS, parse_embedder_spec, spec_forms
 from memlab.index.keyword import KEYWORD_SCORERS
-from memlab.memory.search_types import SearchOptions
+from memlab.params import ParamError, check_params
 from memlab.prompts import load_prompt
+from memlab.run.config_sections import (  # noqa: F401  (re-exported: the sections were defined here)
+    _FACTORY,
+    _NAME,
+    BACKENDS,
+    COMBINES,
+    EXECUTORS,
+    MAX_NAME,
+    MAX_SEED,
+    MAX_TOP_K,
+    ROLES,
+    SPLITS,
+    AnswerConfig,
+    CheckerConfig,
+    ConfigError,
+    CostConfig,
+    DatasetConfig,
+    ExtractionConfig,
+    IndexConfig,
+    JudgeConfig,
+    ModelsConfig,
+    RetrievalConfig,
+    RoleConfig,
+    RunConfig,
+    ScoringConfig,
+    StoreConfig,
+    SystemConfig,
+    WorkerConfig,
+    one_of,
+)
 from memlab.systems import SYSTEMS
-
-BACKENDS = ("sqlite", "memory")
-SPLITS = ("sentence", "clause")
-COMBINES = ("all", "any")
-EXECUTORS = ("local", "ray")
-#: A run name becomes a folder under the results root: no separators, no leading dot, at most
-#: `MAX_NAME` characters (the folder adds a timestamp; file systems stop at 255 bytes).
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+=-]*$")
-MAX_NAME = 120
-#: Largest ``retrieval.top_k``: more than any LoCoMo conversation holds memories; a larger value would
-#: silently read a whole store into one prompt.
-MAX_TOP_K = 10_000
-#: Seeds go to numpy's generators: an unsigned 32-bit integer.
-MAX_SEED = 2**32 - 1
-#: FAISS factory strings memlab builds (FAISS aborts the process on some malformed ones, e.g.
-#: ``HNSW0``, so they are checked here before any index is built).
-_FACTORY = re.compile(r"^(Flat|HNSW[1-9][0-9]*(,Flat)?|IVF[1-9][0-9]*,(Flat|PQ[1-9][0-9]*)|PQ[1-9][0-9]*|LSH)$")
-
-
-class ConfigError(ValueError):
-    """A config value is wrong (the message names the key and the allowed values)."""
-
-
-@dataclass
-class DatasetConfig:
-    path: str | None = None
-    conversations: list[str] | None = None
-    """Sample ids (``[conv-26, conv-30]``; a single id is read as a one-item list)."""
-    categories: list[int] | None = None
-    question_limit: int | None = None
-    """At most this many questions per conversation (after the category filter), in file order."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.conversations, str):
-            self.conversations = [self.conversations]
-        if isinstance(self.categories, int) and not isinstance(self.categories, bool):
-            self.categories = [self.categories]
-
-
-@dataclass
-class CheckerConfig:
-    """DESIGN's checkers: extract when the delta has *more than* ``message_threshold`` messages and/or
-    more than ``time_interval_s`` passed since the last extraction; ``combine`` is all (AND) or any
-    (OR). No checker set: every job extracts."""
-
-    message_threshold: int | None = None
-    time_interval_s: float | None = None
-    combine: str = "all"
-
-
-@dataclass
-class WorkerConfig:
-    """The extraction queue: W workers (a user's jobs stay on one), capacity, per-job timeout."""
-
-    workers: int = 1
-    capacity: int = 10
-    job_timeout_s: float | None = None
-    """None: 30 s for a model-free extractor; for a model one its call timeout x (max_retries + 1) + 30 s,
-    so a slow local model's retries fit in one job (see `job_timeout`)."""
-
-
-@dataclass
-class ExtractionConfig:
-    extractor: str = "observations"
-    prompt: str = "structured"
-    model: str | None = None
-    turn_style: str = "speaker-context"
-    policy: str = "merge-similar"
-    """Update policy (`memlab.extract.policy`): merge-similar | preserve-history | append-only."""
-    reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
-    checkers: CheckerConfig = field(default_factory=CheckerConfig)
-    worker: WorkerConfig = field(default_factory=WorkerConfig)
-
-
-@dataclass
-class StoreConfig:
-    backend: str = "sqlite"
-
-
-@dataclass
-class IndexConfig:
-    embedder: str = "tfidf-lsa"
-    factory: str = "Flat"
-    keyword: str = "tfidf"
-    date_in_text: bool = True
-    append_citing: bool = False
-    """Observation-aware keyword text: a dialog-turn record's text plus every memory citing that turn."""
-    sparse: str | None = None
-    """A second lexical list over the same keyword texts (a keyword scorer name, e.g. ``splade``), fused as
-    ``sparse``."""
-    session_text: bool = False
-    """Also score each dialog-turn record by BM25 over its whole session (the records sharing its event time,
-    joined), fused as the ``session`` list: a turn in the session the question is about ranks up. Meant for
-    ``retrieval.fusion: zscore`` (a session's turns tie in this list)."""
-    ef_search: int = 1024
-    ef_construction: int = 128
-
-    def service_params(self) -> dict[str, Any]:
-        """This section as `memlab.index.open_service` keywords (every index the run builds reads them here)."""
-        return {"embedder": self.embedder, "index": self.factory, "keyword": self.keyword,
-                "date_in_text": self.date_in_text, "append_citing": self.append_citing, "sparse": self.sparse,
-                "session_text": self.session_text, "ef_search": self.ef_search, "ef_construction": self.ef_construction}
-
-
-@dataclass
-class RetrievalConfig:
-    """Search options of the answering stage; every field but ``top_k`` (``max_results``) and
-    ``preload`` maps to the `SearchOptions` field of the same name."""
-
-    top_k: int = 10
-    """Memories per question, 1 to `MAX_TOP_K`."""
-    hybrid: bool = True
-    rrf_k: int = 60
-    dedupe: bool = True
-    kind_fallback: bool = True
-    participant_boost: bool = False
-    participant_boost_sigma: float = 1.0
-    fusion: str = "rrf"
-    fusion_weights: dict[str, float] | None = None
-    unit: str = "memory"
-    keyword_only: bool = False
-    feedback: int = 0
-    similarity_threshold: float | None = None
-    order_by_event_time: bool = False
-    preload: int = 0
-    include_superseded: bool = True
-    """Whether answering searches memories superseded under ``extraction.policy: preserve-history``."""
-
-    def search_options(self) -> SearchOptions:
-        names = {f.name for f in dataclasses.fields(SearchOptions)}
-        same = {k: v for k, v in dataclasses.asdict(self).items() if k in names}
-        return SearchOptions(max_results=self.top_k, **same)
-
-
-@dataclass
-class AnswerConfig:
-    arm: str = "extractive"
-    prompt: str | None = None
-    model: str | None = None
-    max_rounds: int = 4
-    # the extractive reader's knobs (memlab.answer.extractive)
-    span: str = "novel"
-    abstain: bool = True
-    recall_unit: str = "session"
-    """session-recall: load whole ``session``s around the top turn hits, or a ``window`` of turns."""
-    recall_window: int = 3
-    """session-recall, ``recall_unit: window``: turns loaded either side of each hit."""
-    recall_max: int = 3
-    """session-recall: at most this many sessions (or windows) loaded into the prompt."""
-    temporal_window: int | None = None
-    """Ranks a time question's answer may come from (None: every retrieved memory)."""
-    span_window: int | None = None
-    """Ranks a span may come from (None: every retrieved memory)."""
-    max_words: int = 12
-    split: str = "sentence"
-    drop_filler: bool = True
-    list_spans: int = 3
-    # the extractive reader's weights: None = the fitted default (memlab.answer.reader_weights)
-    rank_weight: float | None = None
-    memory_weight: float | None = None
-    agreement_weight: float | None = None
-    speaker_weight: float | None = None
-    date_weight: float | None = None
-    length_weight: float | None = None
-    phrase_bonus: float | None = None
-    temporal_rank_weight: float | None = None
-    abstain_margin: float | None = None
-
-
-@dataclass
-class JudgeConfig:
-    model: str | None = None
-    prompt: str = "default"
-    """A name under memlab/prompts/judge/ (default, generous, strict) or a file path."""
-    kind: str = "llm"
-    repeats: int = 1
-    """Ask the judge this many times per question (each repeat cached apart); J = the mean verdict."""
-    temperature: float = 0.0
-
-
-@dataclass
-class RoleConfig:
-    """One role's endpoint (``models.extractor``, ``.reader``, ``.judge``, ``.embedder``); unset keys
-    fall back to ``models.*``. The role's model name stays where it was (``extraction.model``,
-    ``answer.model``, ``judge.model``, ``index.embedder: litellm:<model>``)."""
-
-    api_base: str | None = None
-    api_key_env: str | None = None
-    timeout: float | None = None
-    max_retries: int | None = None
-    concurrency: int | None = None
-    context_window: int | None = None
-
-
-ROLES = ("extractor", "reader", "judge", "embedder")
-_ROLE_KEYS = ("api_base", "api_key_env", "timeout", "max_retries", "concurrency", "context_window")
-
-
-@dataclass
-class ScoringConfig:
-    """How answers are scored: a harness profile (`memlab.eval.profiles`) and an optional errata CSV."""
-
-    profile: str = "locomo"
-    errata: str | None = None
-
-
-@dataclass
-class ModelsConfig:
-    """Where model names resolve: a local OpenAI-compatible server (``api_base``) or a provider.
-
-    ``concurrency``: requests in flight per endpoint (None: 1 for a local ``api_base``, unlimited for a
-    provider); ``context_window``: tokens, checked before each call (None: what the server's
-    ``/models`` states, else unchecked). Each role may override any of these.
-    """
-
-    api_base: str | None = None
-    api_key_env: str | None = None
-    timeout: float = 60.0
-    max_retries: int = 3
-    concurrency: int | None = None
-    context_window: int | None = None
-    extractor: RoleConfig = field(default_factory=RoleConfig)
-    reader: RoleConfig = field(default_factory=RoleConfig)
-    judge: RoleConfig = field(default_factory=RoleConfig)
-    embedder: RoleConfig = field(default_factory=RoleConfig)
-
-    def resolve(self, role: str) -> dict[str, Any]:
-        """The role's endpoint settings, each from ``models.<role>`` when set, else from ``models``."""
-        if role not in ROLES:
-            raise ConfigError(f"models: unknown role {role!r}; roles: {', '.join(ROLES)}")
-        r = getattr(self, role)
-        return {k: getattr(r, k) if getattr(r, k) is not None else getattr(self, k) for k in _ROLE_KEYS}
-
-
-@dataclass
-class CostConfig:
-    prices: str | None = None
-    """A price table (YAML or CSV, USD per million tokens) overriding litellm's bundled map."""
-
-
-@dataclass
-class SystemConfig:
-    """The memory system the arms search (`memlab.systems`): ``memlab`` (this pipeline, from the sections
-    above) or an adapter such as ``mem0``, built with ``params``."""
-
-    name: str = "memlab"
-    params: dict[str, Any] | None = None
-
-
-@dataclass
-class RunConfig:
-    concurrency: int = 1
-    seed: int = 0
-    """Seeds everything random in a run (the bootstrap of the summary's confidence intervals); 0 to 2**32 - 1."""
-    max_error_rate: float = 0.0
-    """The CLI exits non-zero when more than this share of questions ended in an error."""
-    allow_failed_extraction: bool = False
-    """Answer even when an extraction job failed or a conversation with text got no memory."""
-    check_endpoint: bool = True
-    """Before answering, check that each model endpoint (``api_base``) answers ``/models``."""
-    executor: str = "local"
-    """``local`` (this process) or ``ray`` ((grid cell x conversation) tasks on a Ray cluster)."""
-    ray_address: str | None = None
-    """Ray cluster to join (``auto``, ``ray://host:10001``); unset: start a local Ray instance."""
-    ray_max_retries: int = 2
-    """A Ray task that failed or lost its worker is retried this many times, then its questions are errors."""
-    threads: int | None = None
-    """Threads of every native pool (torch, OpenMP/BLAS, FAISS; `memlab.threads`); null: the cores available to
-    the process. A Ray task gets the CPUs Ray assigned it, at most this."""
 
 
 @dataclass
@@ -368,48 +125,24 @@ class ExperimentConfig:
 
     # ----------------------------------------------------------------------------- rules
     def validate(self, where: str = "config") -> None:
-        def one_of(key: str, value: Any, allowed: tuple[Any, ...]) -> None:
-            if value not in allowed:
-                raise ConfigError(f"{where}: {key} = {value!r}; allowed: {', '.join(map(str, allowed))}")
-
+        """Each section's own constraints (``check``, next to its fields in `memlab.run.config_sections`), then
+        the names the registries know, each component's settings, and the rules across sections."""
         check_name(self.name, where)
-        one_of("extraction.extractor", self.extraction.extractor, EXTRACTORS.names())
-        one_of("extraction.policy", self.extraction.policy, POLICIES)
-        one_of("store.backend", self.store.backend, BACKENDS)
-        one_of("index.keyword", self.index.keyword, KEYWORD_SCORERS.names())
+        for section in (self.dataset, self.extraction, self.store, self.index, self.retrieval, self.answer,
+                        self.judge, self.models, self.run):
+            section.check(where)
+        one_of(where, "extraction.extractor", self.extraction.extractor, EXTRACTORS.names())
+        one_of(where, "index.keyword", self.index.keyword, KEYWORD_SCORERS.names())
         if self.index.sparse is not None:
-            one_of("index.sparse", self.index.sparse, KEYWORD_SCORERS.names())
-        one_of("answer.arm", self.answer.arm, ANSWERERS.names())
-        one_of("system.name", self.system.name, SYSTEMS.names())
+            one_of(where, "index.sparse", self.index.sparse, KEYWORD_SCORERS.names())
+        one_of(where, "answer.arm", self.answer.arm, ANSWERERS.names())
+        one_of(where, "system.name", self.system.name, SYSTEMS.names())
         if self.system.name != "memlab" and self.run.executor != "local":
             raise ConfigError(f"{where}: system.name = {self.system.name!r} runs on the local executor only "
                               f"(run.executor = {self.run.executor!r})")
-        one_of("judge.kind", self.judge.kind, JUDGES.names())
-        one_of("answer.span", self.answer.span, SPANS)
-        one_of("answer.recall_unit", self.answer.recall_unit, ("session", "window"))
-        from memlab.index.fusion import FUSIONS, check_weights
-
-        one_of("retrieval.fusion", self.retrieval.fusion, tuple(FUSIONS))
-        one_of("retrieval.unit", self.retrieval.unit, ("memory", "turn"))
-        try:
-            check_weights(self.retrieval.fusion_weights, "retrieval.fusion_weights")
-        except ValueError as e:
-            raise ConfigError(f"{where}: {e}") from None
-        if self.retrieval.participant_boost_sigma < 0:
-            raise ConfigError(f"{where}: retrieval.participant_boost_sigma = {self.retrieval.participant_boost_sigma}; "
-                              "expected >= 0")
-        one_of("scoring.profile", self.scoring.profile, tuple(PROFILES))
-        one_of("answer.split", self.answer.split, SPLITS)
-        one_of("run.executor", self.run.executor, EXECUTORS)
-        one_of("extraction.checkers.combine", self.extraction.checkers.combine, COMBINES)
-        try:
-            parse_embedder_spec(self.index.embedder)
-        except ValueError:
-            allowed = ", ".join(n + (":<model>" if n in MODEL_EMBEDDERS else "") for n in EMBEDDERS)
-            raise ConfigError(f"{where}: index.embedder = {self.index.embedder!r}; allowed: {allowed}") from None
-        if not _FACTORY.match(self.index.factory):
-            raise ConfigError(f"{where}: index.factory = {self.index.factory!r}; expected a FAISS factory string "
-                              f"memlab builds: Flat, HNSW<M> (M >= 1), IVF<n>,Flat, IVF<n>,PQ<m>, PQ<m> or LSH")
+        one_of(where, "judge.kind", self.judge.kind, JUDGES.names())
+        one_of(where, "scoring.profile", self.scoring.profile, tuple(PROFILES))
+        self._validate_settings(where)
         prompts = [("answer", "answer.prompt", self.answer.prompt), ("judge", "judge.prompt", self.judge.prompt)]
         if EXTRACTORS.get(self.extraction.extractor).requires_model:
             prompts.append(("extract", "extraction.prompt", self.extraction.prompt))
@@ -424,54 +157,36 @@ class ExperimentConfig:
                               f"{self.extraction.extractor!r}")
         if ANSWERERS.get(self.answer.arm).requires_model and not self.answer.model:
             raise ConfigError(f"{where}: answer.model is required for answer.arm = {self.answer.arm!r}")
-        ints = (("retrieval.top_k", self.retrieval.top_k, 1), ("retrieval.rrf_k", self.retrieval.rrf_k, 1),
-                ("run.concurrency", self.run.concurrency, 1),
-                ("run.ray_max_retries", self.run.ray_max_retries, 0), ("answer.max_rounds", self.answer.max_rounds, 1),
-                ("models.max_retries", self.models.max_retries, 0), ("retrieval.feedback", self.retrieval.feedback, 0),
-                ("extraction.worker.workers", self.extraction.worker.workers, 1),
-                ("extraction.worker.capacity", self.extraction.worker.capacity, 1),
-                ("answer.max_words", self.answer.max_words, 1), ("judge.repeats", self.judge.repeats, 1),
-                ("answer.recall_window", self.answer.recall_window, 0),
-                ("answer.recall_max", self.answer.recall_max, 1),
-                ("index.ef_search", self.index.ef_search, 1), ("index.ef_construction", self.index.ef_construction, 1),
-                ("run.seed", self.run.seed, 0))
-        for key, v in (("answer.temporal_window", self.answer.temporal_window),
-                       ("answer.span_window", self.answer.span_window)):
-            if v is not None:
-                ints += ((key, v, 1),)
-        if self.dataset.question_limit is not None:
-            ints += (("dataset.question_limit", self.dataset.question_limit, 1),)
-        if self.run.threads is not None:
-            ints += (("run.threads", self.run.threads, 1),)
-        if self.extraction.checkers.message_threshold is not None:
-            ints += (("extraction.checkers.message_threshold", self.extraction.checkers.message_threshold, 0),)
-        for key, v, lo in ints:
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ConfigError(f"{where}: {key} = {v!r}; expected an integer >= {lo}")
-        for key, v, hi in (("retrieval.top_k", self.retrieval.top_k, MAX_TOP_K), ("run.seed", self.run.seed, MAX_SEED)):
-            if v > hi:
-                raise ConfigError(f"{where}: {key} = {v!r}; expected an integer <= {hi}")
-        if not 0.0 <= self.run.max_error_rate <= 1.0:
-            raise ConfigError(f"{where}: run.max_error_rate = {self.run.max_error_rate!r}; expected a share in [0, 1]")
-        positive = (("models.timeout", self.models.timeout),
-                    ("extraction.worker.job_timeout_s", self.extraction.worker.job_timeout_s),
-                    ("extraction.checkers.time_interval_s", self.extraction.checkers.time_interval_s))
-        for key, v in positive:
-            if v is not None and not v > 0:
-                raise ConfigError(f"{where}: {key} = {v!r}; expected a number > 0")
-        if self.dataset.conversations is not None and not all(isinstance(c, str) for c in self.dataset.conversations):
-            raise ConfigError(f"{where}: dataset.conversations = {self.dataset.conversations!r}; expected sample ids "
-                              f"(strings, e.g. [conv-26])")
-        if self.retrieval.preload < -1:
-            raise ConfigError(f"{where}: retrieval.preload = {self.retrieval.preload}; expected -1 (all), 0 (off) or N")
-        if self.dataset.categories is not None:
-            # 1-5: LoCoMo's numbers; 6, 7: LongMemEval's (memlab.data.longmemeval numbers its types 1-7)
-            bad = [c for c in self.dataset.categories if isinstance(c, bool) or c not in range(1, 8)]
-            if bad:
-                raise ConfigError(f"{where}: dataset.categories has {bad}; allowed: 1-5 (LoCoMo), 1-7 (LongMemEval)")
         self._validate_models(where)
         for key in self.grid:
             get_dotted(self, key, where=f"{where}: grid")
+
+    def _validate_settings(self, where: str) -> None:
+        """Each component's settings (``extraction.params``, ``answer.params``, ``index.embedder_params``,
+        ``index.keyword_params``, ``system.params``) against its class's declared parameters
+        (`memlab.params.check_params`)."""
+        idx = self.index
+        named = (("extraction.params", EXTRACTORS, self.extraction.extractor, self.extraction.params),
+                 ("answer.params", ANSWERERS, self.answer.arm, self.answer.params),
+                 ("index.keyword_params", KEYWORD_SCORERS, idx.keyword, idx.keyword_params),
+                 ("index.embedder_params", None, idx.embedder, idx.embedder_params),
+                 ("system.params", SYSTEMS, self.system.name,
+                  {} if self.system.params is None else self.system.params))
+        for key, registry, name, params in named:
+            if not isinstance(params, dict):
+                raise ConfigError(f"{where}: {key} = {params!r}; expected a mapping of setting names to values")
+            try:
+                if registry is None:
+                    checked = parse_embedder_spec(name, params, complete=True)[1]
+                    checked = {k: checked[k] for k in params}  # the spec's own setting stays in the spec
+                else:
+                    checked = check_params(registry.get(name), params, f"{registry.family} {name!r}")
+                params.update(checked)  # as the constructor gets them (2 for a float is 2.0): one cache key
+            except ParamError as e:
+                raise ConfigError(f"{where}: {key}.{e}" if e.key else f"{where}: {key}: {e}") from None
+            except ValueError as e:
+                why = f" ({e})" if name.partition(":")[0] in EMBEDDERS else ""  # else the list says it all
+                raise ConfigError(f"{where}: index.embedder = {name!r}; allowed: {spec_forms()}{why}") from None
 
     def _validate_models(self, where: str) -> None:
         limits: dict[str, tuple[int | None, str]] = {}
@@ -503,7 +218,7 @@ class ExperimentConfig:
         return {"extractor": EXTRACTORS.get(self.extraction.extractor).requires_model and bool(self.extraction.model),
                 "reader": ANSWERERS.get(self.answer.arm).requires_model and bool(self.answer.model),
                 "judge": bool(self.judge.model),
-                "embedder": self.index.embedder.startswith("litellm:")}[role]
+                "embedder": self.index.embedder_model() is not None}[role]
 
     def trust_settings(self) -> dict[str, Any]:
         """What decides where requests and secrets go: each model role's endpoint and key variable, and the prompt
@@ -523,8 +238,7 @@ class ExperimentConfig:
     def describe_models(self) -> list[str]:
         """One line per role: its model and endpoint, and which local embedder runs when none is remote."""
         names = {"extractor": self.extraction.model, "reader": self.answer.model, "judge": self.judge.model,
-                 "embedder": self.index.embedder[len("litellm:"):] if self.index.embedder.startswith("litellm:")
-                 else None}
+                 "embedder": self.index.embedder_model()}
         lines = []
         for role in ROLES:
             r = self.models.resolve(role)
@@ -662,9 +376,16 @@ def _check_scalar(value: Any, default: Any, key: str, where: str, annotation: An
     return value
 
 
+#: Fields holding a component's settings by name: ``--set answer.params.rank=2`` and a grid over
+#: ``answer.params.rank`` may name a setting the section does not list yet.
+SETTINGS_KEYS = ("params", "embedder_params", "keyword_params")
+
+
 def get_dotted(cfg: Any, key: str, where: str = "config") -> Any:
-    obj = cfg
-    for part in key.split("."):
+    obj, parts = cfg, key.split(".")
+    for i, part in enumerate(parts):
+        if isinstance(obj, dict) and i == len(parts) - 1 and parts[i - 1] in SETTINGS_KEYS:
+            return obj.get(part)  # a component's setting: its name is checked against its class on validation
         if not dataclasses.is_dataclass(obj) or part not in {f.name for f in dataclasses.fields(obj)}:
             raise ConfigError(f"{where}: unknown key {key!r}")
         obj = getattr(obj, part)
@@ -679,7 +400,7 @@ def set_dotted_dict(d: dict[str, Any], key: str, value: Any) -> None:
             raise ConfigError(f"--set {key}: {p!r} is not a section; sections: "
                               f"{', '.join(k for k, v in cur.items() if isinstance(v, dict))}")
         cur = cur[p]
-    if parts[-1] not in cur:
+    if parts[-1] not in cur and not (len(parts) > 1 and parts[-2] in SETTINGS_KEYS):
         raise ConfigError(f"--set {key}: unknown key {parts[-1]!r}; allowed: {', '.join(cur)}")
     cur[parts[-1]] = copy.deepcopy(value)
 

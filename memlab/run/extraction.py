@@ -120,15 +120,12 @@ def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Cli
     """The configured store and index, at ``cdir`` for a durable backend; the caller's own ``searcher``
     (any `memlab.memory.Searcher`) or ``embedder`` object replaces the configured one."""
     idx = cfg.index
-    section = {k: v for k, v in asdict(idx).items() if k not in LATER_SETTINGS or v}  # older saved indexes stay
+    later = (*LATER_SETTINGS, "embedder_params", "keyword_params")
+    section = {k: v for k, v in asdict(idx).items() if k not in later or v}  # older saved indexes stay
     if embedder is not None:
         section["embedder"] = embedder.embedder_id
     index_id = hashlib.sha256(json.dumps(section, sort_keys=True).encode()).hexdigest()[:10]
-    emb_params: dict[str, Any] = {}
-    if idx.embedder.startswith("litellm:"):
-        ep = clients.endpoint("embedder")
-        emb_params = {"api_base": ep["api_base"], "api_key": ep["api_key"], "timeout": ep["timeout"]}
-    common = {**idx.service_params(), "embedder_params": emb_params, "searcher": searcher}
+    common = {**idx.service_params(), "embedder_params": clients.embedder_params(), "searcher": searcher}
     if embedder is not None:
         common["embedder"] = embedder
     if cfg.store.backend == "sqlite":

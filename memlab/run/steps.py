@@ -23,7 +23,7 @@ from memlab.extract.extractors import EXTRACTORS, Extractor
 from memlab.run.answering import read_log
 from memlab.run.checks import inert_knobs
 from memlab.run.clients import Clients
-from memlab.run.components import build_answerer, build_extractor, build_judge, component_label
+from memlab.run.components import build_answerer, build_extractor, build_judge, component_label, component_params
 from memlab.run.config import ConfigError, ExperimentConfig
 from memlab.run.records import RunInfo, RunStatus
 from memlab.run.results import RECALL_KS, Run, add_costs, score_records, summarize, write_results
@@ -136,7 +136,8 @@ def open_info(p: Prepared, run_dir: Path, comps: Components, executor: dict[str,
                        "extractor": component_label(comps.extractor) if comps.extractor is not None else None,
                        **{name: component_label(getattr(comps, name)) for name in ("judge", "searcher", "embedder")
                           if comps.custom[name]},
-                       "custom": comps.custom},
+                       "custom": comps.custom,
+                       "params": component_params(p.cfg, comps.extractor, comps.answerer)},
         "sessions": p.prev.get("sessions", []), "notes": inert_knobs(p.cfg, RECALL_KS) + p.notes,
         "executor": executor,
     }

@@ -1,0 +1,402 @@
+"""The sections of an experiment config (`memlab.run.config.ExperimentConfig`): one dataclass each, with the
+constraints on its own fields (``check``); rules across sections stay in `ExperimentConfig.validate`."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from memlab.extract.reconcile import ReconcileConfig
+from memlab.index.embedders import embedder_model
+from memlab.memory.search_types import SearchOptions
+from memlab.params import spec_text
+
+BACKENDS = ("sqlite", "memory")
+SPLITS = ("sentence", "clause")
+COMBINES = ("all", "any")
+EXECUTORS = ("local", "ray")
+#: A run name becomes a folder under the results root: no separators, no leading dot, at most
+#: `MAX_NAME` characters (the folder adds a timestamp; file systems stop at 255 bytes).
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+=-]*$")
+MAX_NAME = 120
+#: Largest ``retrieval.top_k``: more than any LoCoMo conversation holds memories; a larger value would
+#: silently read a whole store into one prompt.
+MAX_TOP_K = 10_000
+#: Seeds go to numpy's generators: an unsigned 32-bit integer.
+MAX_SEED = 2**32 - 1
+#: FAISS factory strings memlab builds (FAISS aborts the process on some malformed ones, e.g.
+#: ``HNSW0``, so they are checked here before any index is built).
+_FACTORY = re.compile(r"^(Flat|HNSW[1-9][0-9]*(,Flat)?|IVF[1-9][0-9]*,(Flat|PQ[1-9][0-9]*)|PQ[1-9][0-9]*|LSH)$")
+
+
+class ConfigError(ValueError):
+    """A config value is wrong (the message names the key and the allowed values)."""
+
+
+def one_of(where: str, key: str, value: Any, allowed: tuple[Any, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{where}: {key} = {value!r}; allowed: {', '.join(map(str, allowed))}")
+
+
+def integer(where: str, key: str, v: Any, lo: int, hi: int | None = None, optional: bool = False) -> None:
+    """An integer >= lo (and <= hi); None passes when ``optional``."""
+    if v is None and optional:
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ConfigError(f"{where}: {key} = {v!r}; expected an integer >= {lo}")
+    if hi is not None and v > hi:
+        raise ConfigError(f"{where}: {key} = {v!r}; expected an integer <= {hi}")
+
+
+def positive(where: str, key: str, v: Any) -> None:
+    """A number > 0, or None."""
+    if v is not None and not v > 0:
+        raise ConfigError(f"{where}: {key} = {v!r}; expected a number > 0")
+
+
+@dataclass
+class DatasetConfig:
+    path: str | None = None
+    conversations: list[str] | None = None
+    """Sample ids (``[conv-26, conv-30]``; a single id is read as a one-item list)."""
+    categories: list[int] | None = None
+    question_limit: int | None = None
+    """At most this many questions per conversation (after the category filter), in file order."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.conversations, str):
+            self.conversations = [self.conversations]
+        if isinstance(self.categories, int) and not isinstance(self.categories, bool):
+            self.categories = [self.categories]
+
+    def check(self, where: str) -> None:
+        integer(where, "dataset.question_limit", self.question_limit, 1, optional=True)
+        if self.conversations is not None and not all(isinstance(c, str) for c in self.conversations):
+            raise ConfigError(f"{where}: dataset.conversations = {self.conversations!r}; expected sample ids "
+                              f"(strings, e.g. [conv-26])")
+        if self.categories is not None:
+            # 1-5: LoCoMo's numbers; 6, 7: LongMemEval's (memlab.data.longmemeval numbers its types 1-7)
+            bad = [c for c in self.categories if isinstance(c, bool) or c not in range(1, 8)]
+            if bad:
+                raise ConfigError(f"{where}: dataset.categories has {bad}; allowed: 1-5 (LoCoMo), 1-7 (LongMemEval)")
+
+
+@dataclass
+class CheckerConfig:
+    """DESIGN's checkers: extract when the delta has *more than* ``message_threshold`` messages and/or
+    more than ``time_interval_s`` passed since the last extraction; ``combine`` is all (AND) or any
+    (OR). No checker set: every job extracts."""
+
+    message_threshold: int | None = None
+    time_interval_s: float | None = None
+    combine: str = "all"
+
+    def check(self, where: str) -> None:
+        one_of(where, "extraction.checkers.combine", self.combine, COMBINES)
+        integer(where, "extraction.checkers.message_threshold", self.message_threshold, 0, optional=True)
+        positive(where, "extraction.checkers.time_interval_s", self.time_interval_s)
+
+
+@dataclass
+class WorkerConfig:
+    """The extraction queue: W workers (a user's jobs stay on one), capacity, per-job timeout."""
+
+    workers: int = 1
+    capacity: int = 10
+    job_timeout_s: float | None = None
+    """None: 30 s for a model-free extractor; for a model one its call timeout x (max_retries + 1) + 30 s,
+    so a slow local model's retries fit in one job (see `job_timeout`)."""
+
+    def check(self, where: str) -> None:
+        integer(where, "extraction.worker.workers", self.workers, 1)
+        integer(where, "extraction.worker.capacity", self.capacity, 1)
+        positive(where, "extraction.worker.job_timeout_s", self.job_timeout_s)
+
+
+@dataclass
+class ExtractionConfig:
+    extractor: str = "observations"
+    prompt: str = "structured"
+    model: str | None = None
+    turn_style: str = "speaker-context"
+    policy: str = "merge-similar"
+    """Update policy (`memlab.extract.policy`): merge-similar | preserve-history | append-only."""
+    reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
+    checkers: CheckerConfig = field(default_factory=CheckerConfig)
+    worker: WorkerConfig = field(default_factory=WorkerConfig)
+    params: dict[str, Any] = field(default_factory=dict)
+    """The extractor's constructor settings by name (`memlab.params`), over what the fields above give it."""
+
+    def check(self, where: str) -> None:
+        from memlab.extract.policy import POLICIES
+
+        one_of(where, "extraction.policy", self.policy, POLICIES)
+        self.checkers.check(where)
+        self.worker.check(where)
+
+
+@dataclass
+class StoreConfig:
+    backend: str = "sqlite"
+
+    def check(self, where: str) -> None:
+        one_of(where, "store.backend", self.backend, BACKENDS)
+
+
+@dataclass
+class IndexConfig:
+    embedder: str = "tfidf-lsa"
+    factory: str = "Flat"
+    keyword: str = "tfidf"
+    date_in_text: bool = True
+    append_citing: bool = False
+    """Observation-aware keyword text: a dialog-turn record's text plus every memory citing that turn."""
+    sparse: str | None = None
+    """A second lexical list over the same keyword texts (a keyword scorer name, e.g. ``splade``), fused as
+    ``sparse``."""
+    session_text: bool = False
+    """Also score each dialog-turn record by BM25 over its whole session (the records sharing its event time,
+    joined), fused as the ``session`` list: a turn in the session the question is about ranks up. Meant for
+    ``retrieval.fusion: zscore`` (a session's turns tie in this list)."""
+    ef_search: int = 1024
+    ef_construction: int = 128
+    embedder_params: dict[str, Any] = field(default_factory=dict)
+    """The embedder's constructor settings by name (`memlab.params`; ``litellm:<model>`` is its ``model``)."""
+    keyword_params: dict[str, Any] = field(default_factory=dict)
+    """The keyword scorer's constructor settings by name (the index names it ``bm25(k1=1.5)``)."""
+
+    def check(self, where: str) -> None:
+        if not _FACTORY.match(self.factory):
+            raise ConfigError(f"{where}: index.factory = {self.factory!r}; expected a FAISS factory string "
+                              f"memlab builds: Flat, HNSW<M> (M >= 1), IVF<n>,Flat, IVF<n>,PQ<m>, PQ<m> or LSH")
+        integer(where, "index.ef_search", self.ef_search, 1)
+        integer(where, "index.ef_construction", self.ef_construction, 1)
+
+    def embedder_model(self) -> str | None:
+        """The model a model-backed embedder calls (None: the embedder runs in this process)."""
+        return embedder_model(self.embedder, self.embedder_params)
+
+    def service_params(self) -> dict[str, Any]:
+        """This section as `memlab.index.open_service` keywords (every index the run builds reads them here);
+        the embedder's settings travel apart (`memlab.run.clients.Clients.embedder_params`)."""
+        return {"embedder": self.embedder, "index": self.factory, "keyword": spec_text(self.keyword,
+                                                                                       self.keyword_params),
+                "date_in_text": self.date_in_text, "append_citing": self.append_citing, "sparse": self.sparse,
+                "session_text": self.session_text, "ef_search": self.ef_search, "ef_construction": self.ef_construction}
+
+
+@dataclass
+class RetrievalConfig:
+    """Search options of the answering stage; every field but ``top_k`` (``max_results``) and
+    ``preload`` maps to the `SearchOptions` field of the same name."""
+
+    top_k: int = 10
+    """Memories per question, 1 to `MAX_TOP_K`."""
+    hybrid: bool = True
+    rrf_k: int = 60
+    dedupe: bool = True
+    kind_fallback: bool = True
+    participant_boost: bool = False
+    participant_boost_sigma: float = 1.0
+    fusion: str = "rrf"
+    fusion_weights: dict[str, float] | None = None
+    unit: str = "memory"
+    keyword_only: bool = False
+    feedback: int = 0
+    similarity_threshold: float | None = None
+    order_by_event_time: bool = False
+    preload: int = 0
+    include_superseded: bool = True
+    """Whether answering searches memories superseded under ``extraction.policy: preserve-history``."""
+
+    def search_options(self) -> SearchOptions:
+        names = {f.name for f in dataclasses.fields(SearchOptions)}
+        same = {k: v for k, v in dataclasses.asdict(self).items() if k in names}
+        return SearchOptions(max_results=self.top_k, **same)
+
+    def check(self, where: str) -> None:
+        from memlab.index.fusion import FUSIONS, check_weights
+
+        one_of(where, "retrieval.fusion", self.fusion, tuple(FUSIONS))
+        one_of(where, "retrieval.unit", self.unit, ("memory", "turn"))
+        try:
+            check_weights(self.fusion_weights, "retrieval.fusion_weights")
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        if self.participant_boost_sigma < 0:
+            raise ConfigError(f"{where}: retrieval.participant_boost_sigma = {self.participant_boost_sigma}; "
+                              "expected >= 0")
+        integer(where, "retrieval.top_k", self.top_k, 1, MAX_TOP_K)
+        integer(where, "retrieval.rrf_k", self.rrf_k, 1)
+        integer(where, "retrieval.feedback", self.feedback, 0)
+        if self.preload < -1:
+            raise ConfigError(f"{where}: retrieval.preload = {self.preload}; expected -1 (all), 0 (off) or N")
+
+
+@dataclass
+class AnswerConfig:
+    arm: str = "extractive"
+    prompt: str | None = None
+    model: str | None = None
+    max_rounds: int = 4
+    # the extractive reader's knobs (memlab.answer.extractive)
+    span: str = "novel"
+    abstain: bool = True
+    recall_unit: str = "session"
+    """session-recall: load whole ``session``s around the top turn hits, or a ``window`` of turns."""
+    recall_window: int = 3
+    """session-recall, ``recall_unit: window``: turns loaded either side of each hit."""
+    recall_max: int = 3
+    """session-recall: at most this many sessions (or windows) loaded into the prompt."""
+    temporal_window: int | None = None
+    """Ranks a time question's answer may come from (None: every retrieved memory)."""
+    span_window: int | None = None
+    """Ranks a span may come from (None: every retrieved memory)."""
+    max_words: int = 12
+    split: str = "sentence"
+    drop_filler: bool = True
+    list_spans: int = 3
+    # the extractive reader's weights: None = the fitted default (memlab.answer.reader_weights)
+    rank_weight: float | None = None
+    memory_weight: float | None = None
+    agreement_weight: float | None = None
+    speaker_weight: float | None = None
+    date_weight: float | None = None
+    length_weight: float | None = None
+    phrase_bonus: float | None = None
+    temporal_rank_weight: float | None = None
+    abstain_margin: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    """The arm's constructor settings by name (`memlab.params`), over what the fields above give it."""
+
+    def check(self, where: str) -> None:
+        from memlab.answer.extractive import SPANS
+
+        one_of(where, "answer.span", self.span, SPANS)
+        one_of(where, "answer.recall_unit", self.recall_unit, ("session", "window"))
+        one_of(where, "answer.split", self.split, SPLITS)
+        for key, lo in (("max_rounds", 1), ("max_words", 1), ("recall_window", 0), ("recall_max", 1)):
+            integer(where, f"answer.{key}", getattr(self, key), lo)
+        integer(where, "answer.temporal_window", self.temporal_window, 1, optional=True)
+        integer(where, "answer.span_window", self.span_window, 1, optional=True)
+
+
+@dataclass
+class JudgeConfig:
+    model: str | None = None
+    prompt: str = "default"
+    """A name under memlab/prompts/judge/ (default, generous, strict) or a file path."""
+    kind: str = "llm"
+    repeats: int = 1
+    """Ask the judge this many times per question (each repeat cached apart); J = the mean verdict."""
+    temperature: float = 0.0
+
+    def check(self, where: str) -> None:
+        integer(where, "judge.repeats", self.repeats, 1)
+
+
+@dataclass
+class RoleConfig:
+    """One role's endpoint (``models.extractor``, ``.reader``, ``.judge``, ``.embedder``); unset keys
+    fall back to ``models.*``. The role's model name stays where it was (``extraction.model``,
+    ``answer.model``, ``judge.model``, ``index.embedder: litellm:<model>``)."""
+
+    api_base: str | None = None
+    api_key_env: str | None = None
+    timeout: float | None = None
+    max_retries: int | None = None
+    concurrency: int | None = None
+    context_window: int | None = None
+
+
+ROLES = ("extractor", "reader", "judge", "embedder")
+_ROLE_KEYS = ("api_base", "api_key_env", "timeout", "max_retries", "concurrency", "context_window")
+
+
+@dataclass
+class ScoringConfig:
+    """How answers are scored: a harness profile (`memlab.eval.profiles`) and an optional errata CSV."""
+
+    profile: str = "locomo"
+    errata: str | None = None
+
+
+@dataclass
+class ModelsConfig:
+    """Where model names resolve: a local OpenAI-compatible server (``api_base``) or a provider.
+
+    ``concurrency``: requests in flight per endpoint (None: 1 for a local ``api_base``, unlimited for a
+    provider); ``context_window``: tokens, checked before each call (None: what the server's
+    ``/models`` states, else unchecked). Each role may override any of these.
+    """
+
+    api_base: str | None = None
+    api_key_env: str | None = None
+    timeout: float = 60.0
+    max_retries: int = 3
+    concurrency: int | None = None
+    context_window: int | None = None
+    extractor: RoleConfig = field(default_factory=RoleConfig)
+    reader: RoleConfig = field(default_factory=RoleConfig)
+    judge: RoleConfig = field(default_factory=RoleConfig)
+    embedder: RoleConfig = field(default_factory=RoleConfig)
+
+    def resolve(self, role: str) -> dict[str, Any]:
+        """The role's endpoint settings, each from ``models.<role>`` when set, else from ``models``."""
+        if role not in ROLES:
+            raise ConfigError(f"models: unknown role {role!r}; roles: {', '.join(ROLES)}")
+        r = getattr(self, role)
+        return {k: getattr(r, k) if getattr(r, k) is not None else getattr(self, k) for k in _ROLE_KEYS}
+
+    def check(self, where: str) -> None:
+        """The shared settings; each role's, and one limit per endpoint, are `ExperimentConfig._validate_models`."""
+        integer(where, "models.max_retries", self.max_retries, 0)
+        positive(where, "models.timeout", self.timeout)
+
+
+@dataclass
+class CostConfig:
+    prices: str | None = None
+    """A price table (YAML or CSV, USD per million tokens) overriding litellm's bundled map."""
+
+
+@dataclass
+class SystemConfig:
+    """The memory system the arms search (`memlab.systems`): ``memlab`` (this pipeline, from the sections
+    above) or an adapter such as ``mem0``, built with ``params``."""
+
+    name: str = "memlab"
+    params: dict[str, Any] | None = None
+
+
+@dataclass
+class RunConfig:
+    concurrency: int = 1
+    seed: int = 0
+    """Seeds everything random in a run (the bootstrap of the summary's confidence intervals); 0 to 2**32 - 1."""
+    max_error_rate: float = 0.0
+    """The CLI exits non-zero when more than this share of questions ended in an error."""
+    allow_failed_extraction: bool = False
+    """Answer even when an extraction job failed or a conversation with text got no memory."""
+    check_endpoint: bool = True
+    """Before answering, check that each model endpoint (``api_base``) answers ``/models``."""
+    executor: str = "local"
+    """``local`` (this process) or ``ray`` ((grid cell x conversation) tasks on a Ray cluster)."""
+    ray_address: str | None = None
+    """Ray cluster to join (``auto``, ``ray://host:10001``); unset: start a local Ray instance."""
+    ray_max_retries: int = 2
+    """A Ray task that failed or lost its worker is retried this many times, then its questions are errors."""
+    threads: int | None = None
+    """Threads of every native pool (torch, OpenMP/BLAS, FAISS; `memlab.threads`); null: the cores available to
+    the process. A Ray task gets the CPUs Ray assigned it, at most this."""
+
+    def check(self, where: str) -> None:
+        one_of(where, "run.executor", self.executor, EXECUTORS)
+        integer(where, "run.concurrency", self.concurrency, 1)
+        integer(where, "run.ray_max_retries", self.ray_max_retries, 0)
+        integer(where, "run.seed", self.seed, 0, MAX_SEED)
+        integer(where, "run.threads", self.threads, 1, optional=True)
+        if not 0.0 <= self.max_error_rate <= 1.0:
+            raise ConfigError(f"{where}: run.max_error_rate = {self.max_error_rate!r}; expected a share in [0, 1]")

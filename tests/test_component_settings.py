@@ -1,0 +1,190 @@
+"""Issue 22: a component's settings are its constructor's parameters, declared once (`memlab.params`), and reach
+config validation, the cache keys and run.json; each example in tests/example_components is one file."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Annotated, Literal
+
+import pytest
+
+import tests.example_components.hashing_embedder  # noqa: F401  (each import registers one component)
+import tests.example_components.overlap_scorer  # noqa: F401
+import tests.example_components.sentence_extractor  # noqa: F401
+import tests.example_components.top_memory_answerer  # noqa: F401
+from memlab.extract.extractors import LLMExtractor, TurnsAndObservations
+from memlab.index.embedders import TfidfLSAEmbedder, embedder_model, make_embedder, parse_embedder_spec
+from memlab.index.keyword import BM25Scorer, make_keyword_scorer
+from memlab.params import Component, OneOf, ParamError, Range, check_params, param_specs, parse_spec, spec_text
+from memlab.run import ConfigError, ExperimentConfig, run_experiment
+from memlab.run.clients import role_model
+from tests.example_components.sentence_extractor import FirstSentenceExtractor
+from tests.example_components.top_memory_answerer import TopMemoryAnswerer
+
+EXAMPLES = {"extraction": {"extractor": "example-first-sentence"}, "answer": {"arm": "example-top-memory"},
+            "index": {"embedder": "example-hashing", "keyword": "example-overlap"}}
+
+
+def cfg_with(path=None, **settings) -> ExperimentConfig:
+    d = json.loads(json.dumps(EXAMPLES))
+    d["name"] = "settings"
+    if path is not None:
+        d["dataset"] = {"path": str(path)}
+    for key, value in settings.items():
+        section, name = key.split("__")
+        d[section][name] = value
+    return ExperimentConfig.from_dict(d)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("index__embedder_params", {"dim": 2}, r"index\.embedder_params\.dim = 2; expected an integer >= 8 and <= 4096"),
+    ("index__keyword_params", {"min_chars": 0}, r"index\.keyword_params\.min_chars = 0; expected an integer >= 1"),
+    ("extraction__params", {"sentences": "two"}, r"extraction\.params\.sentences = 'two'; expected an integer"),
+    ("answer__params", {"rank": 0}, r"answer\.params\.rank = 0; expected an integer >= 1 and <= 100"),
+    ("extraction__params", {"sentence": 2},
+     r"extraction\.params: unknown setting\(s\) 'sentence' for extractor 'example-first-sentence'; settings: "
+     r"sentences"),
+    ("answer__params", [1], r"answer\.params = \[1\]; expected a mapping"),
+])
+def test_a_bad_setting_is_a_config_error_naming_it(key, value, message):
+    with pytest.raises(ConfigError, match=message):
+        cfg_with(**{key: value})
+
+
+def test_settings_reach_the_cache_keys_and_run_json(synthetic_path, tmp_path):
+    """Two values of each setting: two extraction cache keys, two saved indexes, two embedding ids, two answer
+    arm labels; run.json records every setting with its default filled in."""
+    one = run_experiment(cfg_with(synthetic_path), results=tmp_path, progress=False)
+    two = run_experiment(cfg_with(synthetic_path, extraction__params={"sentences": 2}, answer__params={"rank": 2},
+                                  index__embedder_params={"dim": 32}, index__keyword_params={"min_chars": 4}),
+                         results=tmp_path, progress=False)
+    assert one.info["components"]["params"] == {"extractor": {"sentences": 1}, "answerer": {"rank": 1},
+                                                "embedder": {"dim": 64}, "keyword": {"min_chars": 1}}
+    assert two.info["components"]["params"] == {"extractor": {"sentences": 2}, "answerer": {"rank": 2},
+                                                "embedder": {"dim": 32}, "keyword": {"min_chars": 4}}
+    assert two.info["config"]["index"]["keyword_params"] == {"min_chars": 4}
+    assert one.info["extraction"]["cache_key"] != two.info["extraction"]["cache_key"]
+    assert two.info["extraction"]["extractor"] == "example-first-sentence(2)"
+    assert two.info["components"]["answerer"] == "example-top-memory(2)"
+    indexes = sorted(p.name for p in tmp_path.rglob("index-*.npz"))
+    assert len(indexes) == 2, indexes  # one index per (extraction, index settings)
+    db = next(tmp_path.rglob("embeddings.sqlite"))
+    eids = {r[0] for r in sqlite3.connect(db).execute("SELECT DISTINCT eid FROM emb")}
+    assert eids == {"example-hashing(64)", "example-hashing(32)"}
+    # the settings did reach the components: the second sentence is stored, the answer comes from rank 2
+    texts = {json.loads(x)["text"] for x in open(two.run_dir / "traces" / "memories.jsonl")}
+    assert any(t.count(".") + t.count("!") + t.count("?") >= 2 for t in texts)
+    assert set(two.predictions.rule) == {"memory at rank 2"}
+
+
+def test_param_specs_read_the_constructor():
+    class Widget(Component):
+        name = "widget"
+
+        def __init__(self, size: Annotated[int, Range(1, 9)] = 3, mode: Literal["a", "b"] = "a",
+                     colour: Annotated[str, OneOf(("red", "blue"))] = "red", scale: float | None = None,
+                     client: object = None):
+            self.size, self.mode, self.colour, self.scale, self.client = size, mode, colour, scale, client
+
+    specs = param_specs(Widget)
+    assert list(specs) == ["size", "mode", "colour", "scale", "client"]
+    assert specs["size"].default == 3 and specs["size"].constraints == (Range(1, 9),)
+    assert not specs["client"].settable  # an object: never from a config file
+    assert check_params(Widget, {"size": 9, "scale": 2}) == {"size": 9, "scale": 2.0}
+    for bad, want in (({"size": 10}, "size = 10; expected an integer >= 1 and <= 9"),
+                      ({"mode": "c"}, "mode = 'c'; expected one of a, b"),
+                      ({"colour": "green"}, "colour = 'green'; expected one of red, blue"),
+                      ({"size": True}, "size = True; expected an integer >= 1 and <= 9"),
+                      ({"client": 1}, "unknown setting(s) 'client' for component; settings: size, mode, colour, "
+                                      "scale")):
+        with pytest.raises(ParamError) as e:
+            check_params(Widget, bad)
+        assert str(e.value) == want
+    w = Widget(size=4)
+    assert w.get_params() == {"size": 4, "mode": "a", "colour": "red", "scale": None, "client": None}
+    twin = w.clone(mode="b")
+    assert twin is not w and twin.get_params()["mode"] == "b" and twin.size == 4
+    assert w.cache_id() == 'widget(4,a,red,null,null)'
+    with pytest.raises(ParamError, match="no parameter sized"):
+        w.clone(sized=1)
+
+
+def test_existing_cache_ids_are_unchanged():
+    """The extraction cache and embedding cache of every existing run stay valid (ids as before the lift)."""
+    assert TurnsAndObservations().cache_id() == "turns(speaker-context)+observations"
+    llm = LLMExtractor("openai/m", api_base="http://127.0.0.1:9/v1/", api_key="k", timeout=5)
+    assert llm.cache_id().startswith("llm(openai/m,structured@") and \
+        llm.cache_id().endswith(",http://127.0.0.1:9/v1)")  # key, timeout: not in it
+    assert TfidfLSAEmbedder().fit(["a cat", "a dog sat"]).embedder_id.startswith(
+        "tfidf-lsa(k=256,ng=2,sub=True,seed=0)@")
+    assert FirstSentenceExtractor(sentences=3).cache_id() != FirstSentenceExtractor().cache_id()
+    assert TopMemoryAnswerer(rank=2).clone().rank == 2
+
+
+def test_model_embedder_spelling_is_read_in_one_place():
+    assert parse_embedder_spec("litellm:text-embedding-3-small") == ("litellm", {"model": "text-embedding-3-small"})
+    assert embedder_model("litellm", {"model": "m"}) == "m" and embedder_model("tfidf-lsa") is None
+    cfg = ExperimentConfig.from_dict({"index": {"embedder": "litellm", "embedder_params": {"model": "e"}}})
+    assert role_model(cfg, "embedder") == "e" and cfg.role_in_use("embedder")
+    assert role_model(ExperimentConfig.from_dict({"index": {"embedder": "litellm:e"}}), "embedder") == "e"
+    with pytest.raises(ConfigError, match=r"index.embedder = 'litellm'; .*needs the setting\(s\) model"):
+        ExperimentConfig.from_dict({"index": {"embedder": "litellm"}})
+    with pytest.raises(ConfigError, match="give it once"):
+        ExperimentConfig.from_dict({"index": {"embedder": "litellm:e", "embedder_params": {"model": "f"}}})
+    with pytest.raises(ConfigError, match=r"index.embedder = 'minilm:x'; allowed: tfidf-lsa, minilm, litellm:<model>"):
+        ExperimentConfig.from_dict({"index": {"embedder": "minilm:x"}})
+    emb = make_embedder("example-hashing", dim=16)
+    assert emb.embed(["a cat sat"]).shape == (1, 16) and emb.embedder_id == "example-hashing(16)"
+
+
+def test_keyword_settings_travel_as_one_spec():
+    cfg = ExperimentConfig.from_dict({"index": {"keyword": "bm25", "keyword_params": {"k1": 2, "b": 0.5}}})
+    spec = cfg.index.service_params()["keyword"]
+    assert spec == "bm25(k1=2.0,b=0.5)" and parse_spec(spec) == ("bm25", {"k1": 2.0, "b": 0.5})
+    scorer = make_keyword_scorer(spec)
+    assert isinstance(scorer, BM25Scorer) and (scorer.k1, scorer.b) == (2.0, 0.5)
+    assert ExperimentConfig().index.service_params()["keyword"] == "tfidf"  # no settings: the name as before
+    assert spec_text("x", {"s": "a,b"}) == 'x(s="a,b")' and parse_spec('x(s="a,b")') == ("x", {"s": "a,b"})
+    with pytest.raises(ConfigError, match=r"index.keyword_params.b = 2; expected a number >= 0 and <= 1"):
+        ExperimentConfig.from_dict({"index": {"keyword": "bm25", "keyword_params": {"b": 2}}})
+
+
+def test_inert_settings_are_read_from_the_arm_declarations():
+    """`memlab.run.checks` reads what an arm declares (answer_settings, uses_retrieval, uses_preload), not arm names."""
+    from memlab.answer import ANSWERERS, Answerer
+    from memlab.run.checks import inert_knobs
+
+    with ANSWERERS.scoped():
+        @ANSWERERS.register("example-span-only")
+        class SpanOnly(Answerer):
+            answer_settings = ("span",)
+            uses_preload = True
+
+            def answer(self, question, ctx):
+                raise NotImplementedError
+
+        @ANSWERERS.register("example-no-search")
+        class NoSearch(SpanOnly):
+            uses_retrieval = False
+
+        notes = inert_knobs(ExperimentConfig.from_dict({"answer": {"arm": "example-span-only", "span": "clause",
+                                                                   "max_words": 5},
+                                                        "retrieval": {"preload": 2}}), warn=False)
+        assert notes == ["answer.max_words is not read by the example-span-only arm (it reads: answer.span)"]
+        notes = inert_knobs(ExperimentConfig.from_dict({"answer": {"arm": "example-no-search"},
+                                                        "retrieval": {"top_k": 5}}), recall_ks=(10,), warn=False)
+        assert notes == ["the example-no-search arm does not search memory: retrieval settings do not change its "
+                         "answers (set here: retrieval.top_k)"]
+
+
+def test_a_setting_can_be_set_and_swept_by_its_dotted_name():
+    cfg = ExperimentConfig.from_dict({"answer": {"arm": "example-top-memory"}})
+    assert cfg.with_overrides(["answer.params.rank=3"]).answer.params == {"rank": 3}
+    with pytest.raises(ConfigError, match=r"answer\.params\.rank = 0; expected an integer >= 1"):
+        cfg.with_overrides(["answer.params.rank=0"])
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) 'rnak'"):
+        cfg.with_overrides({"answer.params.rnak": 3})
+    grid = ExperimentConfig.from_dict({"name": "g", "answer": {"arm": "example-top-memory"},
+                                       "grid": {"answer.params.rank": [1, 2]}}).expand()
+    assert [c.answer.params for c in grid] == [{"rank": 1}, {"rank": 2}] and grid[1].name == "g-rank2"
