@@ -65,7 +65,7 @@ import pandas as pd
 from memlab.eval.bootstrap import (
     MDD_FACTOR,
     N_BOOT,
-    OVERALL,
+    OVERALL_GROUPS,
     ci_columns,
     cluster_bootstrap,
     groups_of,
@@ -89,11 +89,11 @@ from memlab.eval.comparison import (
 )
 from memlab.eval.significance import holm, mcnemar_exact, mcnemar_from_counts, sign_flip, sign_flip_test
 
-__all__ = ["MDD_FACTOR", "MIN_CLUSTERS", "N_BOOT", "OVERALL", "UNITS", "Comparison", "ComparisonError",
-           "check_comparable", "check_scored", "ci_columns", "cluster_bootstrap", "compare_grid",
-           "compare_predictions", "comparison_legend", "flipped_questions", "format_comparison", "format_p",
-           "groups_of", "holm", "judge_disagreements", "judge_repeat_sd", "mcnemar_exact", "mcnemar_from_counts",
-           "naive_bootstrap", "percentile_ci", "resolve_unit", "sign_flip", "sign_flip_test"]
+__all__ = ["MDD_FACTOR", "MIN_CLUSTERS", "N_BOOT", "OVERALL_GROUPS", "UNITS", "Comparison", "ComparisonError",
+           "check_comparable", "check_scored", "ci_columns", "cluster_bootstrap", "compare_grid", "compare_predictions",
+           "comparison_legend", "flipped_questions", "format_comparison", "format_p", "groups_of", "holm",
+           "judge_disagreements", "judge_repeat_sd", "mcnemar_exact", "mcnemar_from_counts", "naive_bootstrap",
+           "percentile_ci", "resolve_unit", "sign_flip", "sign_flip_test"]
 
 
 def judge_repeat_sd(frame: pd.DataFrame, repeats_col: str = "j_repeats",

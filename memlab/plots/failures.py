@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from memlab.attribution import LABELS
 from memlab.plots.style import HATCHES, LABEL_COLORS, save_figure
-from memlab.run.report import category_name
+from memlab.run.labels import category_name
 
 
 def _n_of(counts: Mapping[Any, Any], c: int) -> int:

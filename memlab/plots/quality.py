@@ -34,7 +34,7 @@ from memlab.plots.style import (
     summary_of,
     tokens_per_qa,
 )
-from memlab.run.report import category_name
+from memlab.run.labels import category_name
 
 
 def category_bars(runs: Mapping[str, Any], metric: str = "f1",

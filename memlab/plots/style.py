@@ -13,7 +13,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from memlab.run.report import category_name, ci_frame
+from memlab.run.labels import category_name
+from memlab.run.report import ci_frame
 
 CATEGORY_COLORS = {"1": "#1f77b4", "2": "#ff7f0e", "3": "#2ca02c", "4": "#d62728", "5": "#9467bd",
                    "overall 1-4": "#333333", "overall 1-5": "#888888"}

@@ -23,7 +23,7 @@ from memlab.plots.style import (
     summary_of,
     tokens_per_qa,
 )
-from memlab.run.report import category_name
+from memlab.run.labels import category_name
 
 
 def topk_curve(runs: Sequence[Any], group: Any = "overall 1-4", metric: str = "f1",
