@@ -92,7 +92,7 @@ from memlab.eval.gold_checks import (
     speaker_contradiction,
 )
 from memlab.eval.scoring import is_abstention, normalize_answer, score_answer, stemmed_tokens
-from memlab.index.text import STOP_WORDS
+from memlab.index.text import stop_words
 from memlab.trace import Traces, _as_list, load
 
 __all__ = ["ATTRIBUTION_COLUMNS", "COVERAGE", "DATE_SLACK_DAYS", "F1_THRESHOLD", "LABELS", "EvidenceTurn",
@@ -179,7 +179,8 @@ def _where(ev: QuestionEvidence, ids: Sequence[str]) -> str:
 
 def _content(answer: str) -> set[str]:
     """Gold tokens without stop words ("with", "it" ...), which any text holds."""
-    kept = " ".join(w for w in normalize_answer(answer).split() if w not in STOP_WORDS)
+    stops = stop_words()
+    kept = " ".join(w for w in normalize_answer(answer).split() if w not in stops)
     return set(stemmed_tokens(kept)) or set(stemmed_tokens(answer))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import shutil
 
 import numpy as np
@@ -119,6 +120,24 @@ def test_intervals_computed_here_cover_the_summary_groups_own_categories():
                                                  200, 3))
         assert (got.loc[group, "context_tokens_qa_lo"], got.loc[group, "context_tokens_qa_hi"]) == (lo, hi)
     assert got.loc[6].notna().all() and list(got.index) == list(summary.index)
+
+
+def test_report_and_compare_do_not_import_the_stemmer_or_scikit_learn(sweep):
+    """Reading finished runs stems nothing: nltk and scikit-learn (seconds of CPU each to import) stay unloaded."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    dirs = [str(sweep["k"][k].run_dir) for k in (5, 10)]
+    code = ("import sys, contextlib, io\nimport memlab.cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    assert memlab.cli.main(['report', *{dirs!r}]) == 0\n"
+            f"    assert memlab.cli.main(['compare', *{dirs!r}]) == 0\n"
+            "print(sorted(m for m in ('nltk', 'sklearn') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_unfinished_runs_are_skipped_with_a_warning(sweep, tmp_path):
