@@ -63,7 +63,8 @@ reached.
 The retrieval trace records where each evidence memory sat in each query's full ranking (up to
 depth 100, `memlab.answer.base.evidence_ranks`); retrieval-miss and partial-retrieval reasons
 quote the best rank of each missed evidence id, so a reader sees whether a larger k would help.
-Each attribution row carries the question's ``ceiling`` and ``bearing``.
+Each attribution row carries the question's ``ceiling`` and ``bearing``: the run's own (its predictions carry
+them, `memlab.eval.ceiling`), recomputed here only where the run has none or errata corrected the gold.
 The gold-versus-evidence checks of rule 1 and `answer_kind` live in `memlab.eval.gold_checks`.
 """
 
@@ -165,6 +166,10 @@ class QuestionEvidence:
     """The evidence turns with speaker and date (the gold-versus-evidence checks need them)."""
     speakers: Sequence[str] = ()
     """The conversation's two speakers."""
+    ceiling: float | None = None
+    bearing: float | None = None
+    """The run's own answer ceiling and answer-bearing share of the context (computed while answering,
+    `memlab.eval.ceiling`); None: computed here from the context."""
 
 
 def _where(ev: QuestionEvidence, ids: Sequence[str]) -> str:
@@ -221,8 +226,10 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
         return "abstain-error", "adversarial question answered instead of abstained"
     lines = list(ev.context) if ev.context is not None else \
         [str(m["text"]) for m in ev.memories if m["id"] in ev.context_ids]
-    bearing = answer_bearing(answer, cat, lines) == 1.0
-    ceiling = answer_ceiling(answer, cat, lines)
+    if ev.ceiling is not None and ev.bearing is not None:
+        ceiling, bearing = ev.ceiling, ev.bearing == 1.0
+    else:
+        ceiling, bearing = answer_ceiling(answer, cat, lines), answer_bearing(answer, cat, lines) == 1.0
     f1 = _num(row.get("f1"))
     ctx = f"ceiling {ceiling:.2f}"
     evs = set(evidence)
@@ -301,6 +308,16 @@ def _run_judged(tr: Traces) -> bool:
     return "j" in tr.questions and tr.questions["j"].notna().any()
 
 
+def run_ceiling(row: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """(answer ceiling, answer-bearing) the run computed while answering (`memlab.eval.ceiling`: the reader's
+    context against the dataset's gold); (None, None) where it has none (category 5, a run from before them)
+    or errata corrected the gold since."""
+    c, b = _num(row.get("answer_ceiling")), _num(row.get("answer_bearing"))
+    if math.isnan(c) or math.isnan(b) or row.get("errata") == "corrected":
+        return None, None
+    return c, b
+
+
 def _with_errata(qs: pd.DataFrame, errata: Errata | str | Path | None) -> pd.DataFrame:
     if errata is None:
         return qs
@@ -347,17 +364,20 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
         ev_text = " ".join(t.text for t in turns)
         ev_mems = [m for m in mems_by_conv.get(row["conversation_id"], []) if set(m["source_ids"]) & evidence]
         props = [o for o in ops_by_conv.get(row["conversation_id"], []) if set(o.get("source_ids") or []) & evidence]
+        ceiling, bearing = run_ceiling(row)
         ev = QuestionEvidence(row=row, memories=ev_mems, context_ids=contexts.get(row["qid"], set()),
                               turn_text=ev_text, proposals=props, memory_text=text_of, judged=judged,
                               ranks=tr.best_ranks(row["qid"]), depth=tr.rank_depth.get(row["qid"]),
                               context=[line_of[i] for i in tr.contexts.get(row["qid"], []) if i in line_of],
-                              turns=turns, speakers=conv.speakers)
+                              turns=turns, speakers=conv.speakers, ceiling=ceiling, bearing=bearing)
         label, reason = label_question(ev)
         cat = int(row["category"])
+        context = ev.context or []
         rows.append({"qid": row["qid"], "conversation_id": row["conversation_id"], "category": cat,
                      "label": label, "reason": reason, "f1": row["f1"],
-                     "ceiling": answer_ceiling(row["answer"], cat, ev.context or []),
-                     "bearing": answer_bearing(row["answer"], cat, ev.context or []), "question": row["question"],
+                     "ceiling": ceiling if ceiling is not None else answer_ceiling(row["answer"], cat, context),
+                     "bearing": bearing if bearing is not None else answer_bearing(row["answer"], cat, context),
+                     "question": row["question"],
                      "answer": row["answer"], "prediction": row["prediction"],
                      # a black-box system's memories got their dialog ids by alignment (memlab.systems)
                      "provenance": "recovered" if any(m.get("provenance") == "recovered"
