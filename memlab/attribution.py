@@ -63,37 +63,47 @@ reached.
 The retrieval trace records where each evidence memory sat in each query's full ranking (up to
 depth 100, `memlab.answer.base.evidence_ranks`); retrieval-miss and partial-retrieval reasons
 quote the best rank of each missed evidence id, so a reader sees whether a larger k would help.
-Each attribution row carries the question's ``ceiling`` and ``bearing``.
+Each attribution row carries the question's ``ceiling`` and ``bearing``: the run's own (its predictions carry
+them, `memlab.eval.ceiling`), recomputed here only where the run has none or errata corrected the gold.
+The gold-versus-evidence checks of rule 1 and `answer_kind` live in `memlab.eval.gold_checks`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from memlab.answer.temporal import resolve
 from memlab.data import LoCoMo, load_dataset
-from memlab.data.locomo import format_day, recover_evidence_ids
+from memlab.data.locomo import recover_evidence_ids
 from memlab.eval.ceiling import answer_bearing, answer_ceiling, memory_line
 from memlab.eval.errata import INVALID, Errata, apply_errata, load_errata
+from memlab.eval.gold_checks import (
+    DATE_SLACK_DAYS,
+    EvidenceTurn,
+    answer_kind,
+    date_contradiction,
+    parse_date,
+    relative_time_only,
+    speaker_contradiction,
+)
 from memlab.eval.scoring import is_abstention, normalize_answer, score_answer, stemmed_tokens
-from memlab.index.text import STOP_WORDS
+from memlab.index.text import stop_words
 from memlab.trace import Traces, _as_list, load
+
+__all__ = ["ATTRIBUTION_COLUMNS", "COVERAGE", "DATE_SLACK_DAYS", "F1_THRESHOLD", "LABELS", "EvidenceTurn",
+           "QuestionEvidence", "answer_kind", "attribute", "attribution_table", "coverage", "date_contradiction",
+           "failed", "label_question", "parse_date", "speaker_contradiction"]
 
 LABELS = ("label-issue", "judge-error", "abstain-error", "reconcile-loss", "write-miss", "retrieval-miss",
           "partial-retrieval", "reading-miss")
 F1_THRESHOLD = 0.5
 COVERAGE = 0.5
-#: How far a gold date may sit from the date its evidence turn implies, by the gold's precision.
-DATE_SLACK_DAYS = {"day": 10, "month": 31}
 ATTRIBUTION_COLUMNS = ("qid", "conversation_id", "category", "label", "reason", "f1", "ceiling", "bearing",
                        "question", "answer", "prediction", "provenance")
 
@@ -131,16 +141,6 @@ def failed(row: Mapping[str, Any], threshold: float = F1_THRESHOLD, judged: bool
 
 
 @dataclass
-class EvidenceTurn:
-    """One evidence turn as the dataset has it: who said it, when (its session's date), what."""
-
-    id: str
-    speaker: str
-    text: str
-    date: datetime | None = None
-
-
-@dataclass
 class QuestionEvidence:
     """Everything the rule reads about one question (built from a run's traces, or by hand in tests)."""
 
@@ -166,6 +166,10 @@ class QuestionEvidence:
     """The evidence turns with speaker and date (the gold-versus-evidence checks need them)."""
     speakers: Sequence[str] = ()
     """The conversation's two speakers."""
+    ceiling: float | None = None
+    bearing: float | None = None
+    """The run's own answer ceiling and answer-bearing share of the context (computed while answering,
+    `memlab.eval.ceiling`); None: computed here from the context."""
 
 
 def _where(ev: QuestionEvidence, ids: Sequence[str]) -> str:
@@ -178,122 +182,15 @@ def _where(ev: QuestionEvidence, ids: Sequence[str]) -> str:
     return ", ".join(out)
 
 
-_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-           "november", "december")
-_MON = "|".join(_MONTHS)
-_DAY_RE = re.compile(rf"\b(\d{{1,2}})\s+({_MON}),?\s+(\d{{4}})\b", re.IGNORECASE)
-_MONTH_RE = re.compile(rf"\b({_MON}),?\s+(\d{{4}})\b", re.IGNORECASE)
-_YEAR_RE = re.compile(r"\b(19\d\d|20\d\d)\b")
-_MONTH_WORD = re.compile(rf"\b({_MON}|monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend)\b",
-                         re.IGNORECASE)
-#: Words that tie a turn to a time of its own, so its session's date says nothing about the gold.
-_OWN_TIME = re.compile(rf"\b({_MON}|\d+|since|ago|years?|months?|weeks?|when i was|once|used to|back then|"
-                       r"a while|ages|recently|lately|few|couple|before|after|until|ago|next|tomorrow|summer|"
-                       r"winter|spring|fall|autumn|christmas|thanksgiving|halloween|birthday)\b", re.IGNORECASE)
-
-
-def parse_date(text: str) -> tuple[datetime, str] | None:
-    """The first date in ``text`` with its precision: ``7 May 2023`` (day), ``May 2023`` (month), ``2022``."""
-    m = _DAY_RE.search(text)
-    if m:
-        return datetime(int(m.group(3)), _MONTHS.index(m.group(2).lower()) + 1, int(m.group(1))), "day"
-    m = _MONTH_RE.search(text)
-    if m:
-        return datetime(int(m.group(2)), _MONTHS.index(m.group(1).lower()) + 1, 1), "month"
-    m = _YEAR_RE.search(text)
-    return (datetime(int(m.group(1)), 1, 1), "year") if m else None
-
-
-def _dates_agree(a: tuple[datetime, str], b: tuple[datetime, str]) -> bool:
-    prec = {"day": 0, "month": 1, "year": 2}
-    coarse = max(a[1], b[1], key=prec.__getitem__)
-    if coarse == "year":
-        return a[0].year == b[0].year
-    if coarse == "month":
-        ma, mb = a[0].year * 12 + a[0].month, b[0].year * 12 + b[0].month
-        return abs(ma - mb) <= 1
-    return abs((a[0] - b[0]).days) <= DATE_SLACK_DAYS["day"]
-
-
-def date_contradiction(answer: str, turns: Sequence[EvidenceTurn]) -> str | None:
-    """Why a dated gold answer contradicts every evidence turn, or None (no date, or one turn agrees).
-
-    A turn implies its session's date and, for each sentence with a relative phrase, that date moved
-    by it (`memlab.answer.temporal.resolve`: "yesterday", "last year", "two weeks ago"); the gold agrees
-    with a turn when it agrees with any of these (LoCoMo writes "the week before <session date>"). A
-    turn with no relative phrase but time words of its own ("since 2016", "in June", "years") implies
-    nothing and the check stays silent.
-    """
-    gold = parse_date(str(answer))
-    if gold is None or not turns or any(t.date is None for t in turns):
-        return None
-    implied = []
-    for t in turns:
-        said = [resolve(x, t.date) for x in re.split(r"(?<=[.!?])\s+", t.text)]  # type: ignore[arg-type]
-        phrases = [(a, p) for a, p in said if p is not None]
-        if not phrases and _OWN_TIME.search(t.text):
-            return None
-        dates = [parse_date(a) for a, _ in phrases] + [(t.date, "day")]
-        if any(d is None or _dates_agree(gold, d) for d in dates):
-            return None
-        implied.append(f"{t.id} said {format_day(t.date)}"  # type: ignore[arg-type]
-                       + "".join(f" ({p!r} -> {a})" for a, p in phrases))
-    return f"gold date {answer!r} contradicts its evidence: " + "; ".join(implied)
-
-
-_YOU = re.compile(r"\b(you|your|yours|you're|you've|you'd|you'll|ya)\b", re.IGNORECASE)
-
-
-def speaker_contradiction(question: str, turns: Sequence[EvidenceTurn], speakers: Sequence[str]) -> str | None:
-    """Why the evidence was spoken by the other person than the one the question asks about, or None."""
-    if len(speakers) != 2 or not turns:
-        return None
-    first = {s: s.split()[0].lower() for s in speakers}
-    words = {w.lower() for w in re.findall(r"\b[A-Z][a-z]+", question)}  # names and short forms: Deb, Mel, Jo
-    named = [s for s in speakers if any(len(w) >= 2 and first[s].startswith(w) for w in words)]
-    if len(named) != 1:
-        return None
-    asked = named[0]
-    other = next(s for s in speakers if s != asked)
-    for t in turns:
-        if t.speaker != other or _YOU.search(t.text) or re.search(rf"\b{re.escape(first[asked])}\b", t.text,
-                                                                  re.IGNORECASE):
-            return None
-    return (f"the question asks about {asked}, but every evidence turn ({', '.join(t.id for t in turns)}) is "
-            f"{other} speaking about themself")
-
-
-_INFERRED = re.compile(r"^\s*(likely|probably|maybe|possibly|yes|no|not|unlikely|somewhat)\b", re.IGNORECASE)
-
-
-_COUNT = re.compile(r"\W*(\d+|one|two|three|four|five|six|seven|eight|nine|ten|once|twice)\b.*", re.IGNORECASE)
-
-
-def answer_kind(answer: str, category: int) -> str:
-    """How a gold answer relates to its evidence text: ``count`` (a number: every evidence turn is one
-    instance, all are needed), ``date`` (computed from a turn's date), ``inferred`` (open-domain, yes/no,
-    likely: any sufficient part of the evidence supports it) or ``literal`` (words read off a turn)."""
-    if parse_date(answer) is not None or _MONTH_WORD.search(answer):
-        return "date"
-    if _COUNT.fullmatch(answer.strip()):
-        return "count"
-    if category == 3 or _INFERRED.search(answer):
-        return "inferred"
-    return "literal"
-
-
 def _content(answer: str) -> set[str]:
     """Gold tokens without stop words ("with", "it" ...), which any text holds."""
-    kept = " ".join(w for w in normalize_answer(answer).split() if w not in STOP_WORDS)
+    stops = stop_words()
+    kept = " ".join(w for w in normalize_answer(answer).split() if w not in stops)
     return set(stemmed_tokens(kept)) or set(stemmed_tokens(answer))
 
 
 def _holds_gold(gold: set[str], text: str) -> bool:
     return bool(gold & set(stemmed_tokens(text)))
-
-
-_RELATIVE_ONLY = re.compile(r"^\W*(the\s+)?(yesterday|today|tomorrow|recently|(last|next|this)\s+(week|weekend|month|"
-                            r"year|summer|winter|spring|fall|night|\w+day))\W*$", re.IGNORECASE)
 
 
 def label_question(ev: QuestionEvidence) -> tuple[str, str]:
@@ -313,7 +210,7 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     if unusable:
         return "label-issue", f"evidence ids that name no turn {sorted(unusable)}"
     if cat != 5:
-        if _RELATIVE_ONLY.match(answer):
+        if relative_time_only(answer):
             return "label-issue", f"the gold {answer!r} is a relative time with no date: it depends on when it was said"
         why = date_contradiction(answer, ev.turns) or \
             speaker_contradiction(str(row.get("question") or ""), ev.turns, ev.speakers)
@@ -329,8 +226,10 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
         return "abstain-error", "adversarial question answered instead of abstained"
     lines = list(ev.context) if ev.context is not None else \
         [str(m["text"]) for m in ev.memories if m["id"] in ev.context_ids]
-    bearing = answer_bearing(answer, cat, lines) == 1.0
-    ceiling = answer_ceiling(answer, cat, lines)
+    if ev.ceiling is not None and ev.bearing is not None:
+        ceiling, bearing = ev.ceiling, ev.bearing == 1.0
+    else:
+        ceiling, bearing = answer_ceiling(answer, cat, lines), answer_bearing(answer, cat, lines) == 1.0
     f1 = _num(row.get("f1"))
     ctx = f"ceiling {ceiling:.2f}"
     evs = set(evidence)
@@ -409,6 +308,16 @@ def _run_judged(tr: Traces) -> bool:
     return "j" in tr.questions and tr.questions["j"].notna().any()
 
 
+def run_ceiling(row: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """(answer ceiling, answer-bearing) the run computed while answering (`memlab.eval.ceiling`: the reader's
+    context against the dataset's gold); (None, None) where it has none (category 5, a run from before them)
+    or errata corrected the gold since."""
+    c, b = _num(row.get("answer_ceiling")), _num(row.get("answer_bearing"))
+    if math.isnan(c) or math.isnan(b) or row.get("errata") == "corrected":
+        return None, None
+    return c, b
+
+
 def _with_errata(qs: pd.DataFrame, errata: Errata | str | Path | None) -> pd.DataFrame:
     if errata is None:
         return qs
@@ -455,17 +364,20 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
         ev_text = " ".join(t.text for t in turns)
         ev_mems = [m for m in mems_by_conv.get(row["conversation_id"], []) if set(m["source_ids"]) & evidence]
         props = [o for o in ops_by_conv.get(row["conversation_id"], []) if set(o.get("source_ids") or []) & evidence]
+        ceiling, bearing = run_ceiling(row)
         ev = QuestionEvidence(row=row, memories=ev_mems, context_ids=contexts.get(row["qid"], set()),
                               turn_text=ev_text, proposals=props, memory_text=text_of, judged=judged,
                               ranks=tr.best_ranks(row["qid"]), depth=tr.rank_depth.get(row["qid"]),
                               context=[line_of[i] for i in tr.contexts.get(row["qid"], []) if i in line_of],
-                              turns=turns, speakers=conv.speakers)
+                              turns=turns, speakers=conv.speakers, ceiling=ceiling, bearing=bearing)
         label, reason = label_question(ev)
         cat = int(row["category"])
+        context = ev.context or []
         rows.append({"qid": row["qid"], "conversation_id": row["conversation_id"], "category": cat,
                      "label": label, "reason": reason, "f1": row["f1"],
-                     "ceiling": answer_ceiling(row["answer"], cat, ev.context or []),
-                     "bearing": answer_bearing(row["answer"], cat, ev.context or []), "question": row["question"],
+                     "ceiling": ceiling if ceiling is not None else answer_ceiling(row["answer"], cat, context),
+                     "bearing": bearing if bearing is not None else answer_bearing(row["answer"], cat, context),
+                     "question": row["question"],
                      "answer": row["answer"], "prediction": row["prediction"],
                      # a black-box system's memories got their dialog ids by alignment (memlab.systems)
                      "provenance": "recovered" if any(m.get("provenance") == "recovered"

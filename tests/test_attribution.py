@@ -3,6 +3,7 @@ precedence between them, and one real run checked against facts computed indepen
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
 
@@ -270,6 +271,11 @@ def test_attribution_on_a_real_run(locomo_path, locomo, warm_results):
                     assert rank == hit_ids.index(mid) + 1 or not exact
                 elif exact:  # nothing deduped: the reader saw exactly the top k of the full ranking
                     assert rank is None or rank > min(k, len(hit_ids))
+    # the ceiling and bearing are the run's own (its predictions carry them), read rather than recomputed
+    qid = next(r["qid"] for r in att.to_dict("records") if r["category"] != 5)
+    qs = tr.questions.copy()
+    qs.loc[qs.qid == qid, ["answer_ceiling", "answer_bearing"]] = [0.4321, 0.0]
+    assert attribute(dataclasses.replace(tr, questions=qs), locomo).set_index("qid").loc[qid, "ceiling"] == 0.4321
     qid = att.qid.iloc[0]
     text = tr.show(qid)
     assert "1. extractor layer" in text and "2. retrieval layer" in text and "3. answer layer" in text

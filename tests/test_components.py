@@ -43,19 +43,33 @@ def test_registry_rules():
 
 
 def test_config_names_come_from_the_registries():
-    """A name is allowed while a class is registered under it, and only then (scoped: no order dependence on
-    which test files registered the example components first)."""
-    from tests.example_components.sentence_extractor import FirstSentenceExtractor
-    from tests.example_components.top_memory_answerer import TopMemoryAnswerer
+    """A name is valid exactly while a class is registered under it. The registrations are scoped, so nothing
+    leaks into other tests and the outcome does not depend on which tests ran before in this worker."""
 
+    class Lone(Extractor):
+        name = "scoped-extractor"
+
+        def extract(self, request):
+            raise AssertionError("never run")
+
+    class LoneArm(Answerer):
+        name = "scoped-arm"
+
+        def answer(self, question, ctx):
+            raise AssertionError("never run")
+
+    both = {"extraction": {"extractor": "scoped-extractor"}, "answer": {"arm": "scoped-arm"}}
     with EXTRACTORS.scoped(), ANSWERERS.scoped():
-        EXTRACTORS.register("example-scoped")(FirstSentenceExtractor)
-        ANSWERERS.register("example-scoped-arm")(TopMemoryAnswerer)
-        cfg = ExperimentConfig.from_dict({"extraction": {"extractor": "example-scoped"},
-                                          "answer": {"arm": "example-scoped-arm"}})
-        assert cfg.extraction.extractor in EXTRACTORS.names() and cfg.answer.arm in ANSWERERS.names()
-    with pytest.raises(ConfigError, match="extraction.extractor = 'example-scoped'"):
-        ExperimentConfig.from_dict({"extraction": {"extractor": "example-scoped"}})
+        with pytest.raises(ConfigError, match="extraction.extractor = 'scoped-extractor'"):
+            ExperimentConfig.from_dict({"extraction": both["extraction"]})
+        with pytest.raises(ConfigError, match="answer.arm = 'scoped-arm'"):
+            ExperimentConfig.from_dict({"answer": both["answer"]})
+        EXTRACTORS.register("scoped-extractor")(Lone)
+        ANSWERERS.register("scoped-arm")(LoneArm)
+        cfg = ExperimentConfig.from_dict(both)
+        assert (cfg.extraction.extractor, cfg.answer.arm) == ("scoped-extractor", "scoped-arm")
+    with pytest.raises(ConfigError, match="extraction.extractor = 'scoped-extractor'"):
+        ExperimentConfig.from_dict({"extraction": both["extraction"]})  # gone with the scope
 
 
 def test_one_file_extractor_and_answerer_run_end_to_end(synthetic_path, tmp_path):

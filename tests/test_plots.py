@@ -169,7 +169,7 @@ def test_reconcile_thresholds_panels_legend_and_file(tmp_path):
     near-duplicates beside hundreds of ops were invisible, nothing was saved."""
     fig = plots.reconcile_thresholds(sweep_table(), save_to=tmp_path)
     axes = np.array(fig.axes).reshape(3, 2)
-    assert [a.get_title() for a in axes[0]] == ["merge-similar", "append-only"] and fig._suptitle.get_text()
+    assert [a.get_title() for a in axes[0]] == ["merge-similar", "append-only"] and fig.get_suptitle()
     assert axes[0, 0].get_ylabel() and axes[1, 0].get_ylabel() and "n=1,540" in axes[2, 0].get_ylabel()
     dup = [round(p.get_height()) for p in axes[1, 0].patches]
     assert dup == [3, 2, 1] and axes[1, 0].get_ylim()[1] < 10  # its own scale, not the ops' hundreds

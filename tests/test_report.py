@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import shutil
 
 import numpy as np
@@ -97,6 +98,46 @@ def test_intervals_computed_here_use_the_stats_bootstrap(sweep):
     lo, hi = percentile_ci(cluster_bootstrap(p.context_tokens.to_numpy(float), p.conversation_id.tolist(), 2000,
                                              run.config.run.seed))
     assert (got.context_tokens_qa_lo, got.context_tokens_qa_hi) == (float(lo), float(hi)) and lo < hi
+
+
+def test_intervals_computed_here_cover_the_summary_groups_own_categories():
+    """An overall row's bounds come from the questions that row counts: LongMemEval's categories 6 and 7 are in
+    both overall groups of its summary (`memlab.eval.summary.OVERALL_GROUPS`), so they are in the bootstrap too;
+    a summary keyed by int category numbers (an older folder) reads the same."""
+    from types import SimpleNamespace
+
+    from memlab.eval.stats import OVERALL_GROUPS, cluster_bootstrap, percentile_ci
+    from memlab.run.report import ci_frame
+
+    pred = pd.DataFrame({"category": [1, 2, 6, 7, 5, 1, 6, 7] * 3, "conversation_id": [f"q{i}" for i in range(24)],
+                         "context_tokens": [float(10 * i % 37) for i in range(24)]})
+    summary = pd.DataFrame({"n": [6, 3, 3, 6, 6, 21, 24]}, index=[1, 2, 5, 6, 7, "overall 1-4", "overall 1-5"])
+    run = SimpleNamespace(summary=summary, predictions=pred, config=SimpleNamespace(run=SimpleNamespace(seed=3)))
+    got = ci_frame(run, ["context_tokens_qa"], n_boot=200)
+    for group, cats in OVERALL_GROUPS.items():
+        rows = pred[pred.category.isin(cats)]
+        lo, hi = percentile_ci(cluster_bootstrap(rows.context_tokens.to_numpy(float), rows.conversation_id.tolist(),
+                                                 200, 3))
+        assert (got.loc[group, "context_tokens_qa_lo"], got.loc[group, "context_tokens_qa_hi"]) == (lo, hi)
+    assert got.loc[6].notna().all() and list(got.index) == list(summary.index)
+
+
+def test_report_and_compare_do_not_import_the_stemmer_or_scikit_learn(sweep):
+    """Reading finished runs stems nothing: nltk and scikit-learn (seconds of CPU each to import) stay unloaded."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    dirs = [str(sweep["k"][k].run_dir) for k in (5, 10)]
+    code = ("import sys, contextlib, io\nimport memlab.cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    assert memlab.cli.main(['report', *{dirs!r}]) == 0\n"
+            f"    assert memlab.cli.main(['compare', *{dirs!r}]) == 0\n"
+            "print(sorted(m for m in ('nltk', 'sklearn') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_unfinished_runs_are_skipped_with_a_warning(sweep, tmp_path):

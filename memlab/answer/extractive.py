@@ -46,7 +46,7 @@ from memlab.answer.base import ABSTAIN, ANSWERERS, Answer, AnswerContext, Answer
 from memlab.answer.reader_weights import WEIGHTS
 from memlab.answer.temporal import is_temporal_question, resolve
 from memlab.data.locomo import Question
-from memlab.index.text import STOP_WORDS, analyze, stem, words
+from memlab.index.text import analyze, stem, stop_words, words
 from memlab.llm import count_tokens
 from memlab.memory.entry import MemoryEntry
 from memlab.params import settings
@@ -226,8 +226,9 @@ class ExtractiveAnswerer(Answerer):
                          for f in FEATURES])
 
     def _novel(self, clause: str, qstems: set[str]) -> list[str]:
+        stops = stop_words()
         return [w for w in clause.split() if (core := w.strip(".,!?;:\"'()").lower())
-                and core not in STOP_WORDS and stem(core.split("'")[0]) not in qstems
+                and core not in stops and stem(core.split("'")[0]) not in qstems
                 and not (self.drop_filler and core in FILLER)]
 
     # ------------------------------------------------------------------ reading: context -> candidates

@@ -32,7 +32,7 @@ import pandas as pd
 
 from memlab.data.locomo import LoCoMo
 from memlab.data.longmemeval import ABSTENTION, LONGMEMEVAL_LABELS, QUESTION_TYPES
-from memlab.eval.stats import N_BOOT, mean_ci
+from memlab.eval.bootstrap import N_BOOT, cluster_bootstrap, percentile_ci
 from memlab.eval.summary import category_summary
 
 TURN_KS = (5, 10, 50)
@@ -141,7 +141,8 @@ def type_accuracy(predictions: pd.DataFrame, data: LoCoMo, metrics: Sequence[str
             if np.isnan(vals).all():
                 row[m], row[f"{m}_lo"], row[f"{m}_hi"] = math.nan, math.nan, math.nan
                 continue
-            row[m], row[f"{m}_lo"], row[f"{m}_hi"] = mean_ci(vals, g["qid"].tolist(), n_boot=n_boot, seed=seed)
+            lo, hi = percentile_ci(cluster_bootstrap(vals, g["qid"].tolist(), n_boot=n_boot, seed=seed))
+            row[m], row[f"{m}_lo"], row[f"{m}_hi"] = float(np.nanmean(vals)), float(lo), float(hi)
         rows.append(row)
     out = pd.DataFrame(rows).set_index("group")
     rename = {}

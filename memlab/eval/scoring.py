@@ -17,12 +17,11 @@ import math
 import string
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
+from functools import cache, lru_cache
+from typing import Any
 
 import regex
-from nltk.stem.porter import PorterStemmer
 
-_STEMMER = PorterStemmer()
 _PUNCT = frozenset(string.punctuation)
 _ARTICLES = regex.compile(r"\b(a|an|the|and)\b")
 ABSTAIN_PHRASES = ("no information available", "not mentioned")
@@ -35,9 +34,18 @@ def normalize_answer(s: str) -> str:
     return " ".join(s.split())
 
 
+@cache
+def _porter() -> Any:
+    """nltk's Porter stemmer, made on first use (importing nltk costs seconds of CPU: scipy.stats, scikit-learn),
+    so reading or comparing scored runs does not pay for it."""
+    from nltk.stem.porter import PorterStemmer
+
+    return PorterStemmer()
+
+
 @lru_cache(maxsize=200_000)
 def _stem(word: str) -> str:
-    return _STEMMER.stem(word)
+    return _porter().stem(word)
 
 
 @lru_cache(maxsize=200_000)

@@ -9,14 +9,8 @@ import numpy as np
 import pandas as pd
 
 from memlab.data.locomo import CATEGORY_LABELS
+from memlab.eval.bootstrap import N_BOOT, OVERALL_GROUPS, ci_columns
 from memlab.eval.scoring import bleu1, evidence_recall, exact_match, score_answer
-from memlab.eval.stats import N_BOOT, ci_columns
-
-#: The two overall figures: 1-4 is what most papers report (1,540 questions on LoCoMo-10); 1-5
-#: adds the adversarial questions, whose abstention rule rewards a system that says little.
-#: LongMemEval's categories 6 and 7 (memlab.data.longmemeval) count in both: "1-4" is every question but
-#: the abstention ones (category 5), "1-5" every question; on LoCoMo (no 6, 7) the groups are unchanged.
-OVERALL_GROUPS: dict[str, tuple[int, ...]] = {"overall 1-4": (1, 2, 3, 4, 6, 7), "overall 1-5": (1, 2, 3, 4, 5, 6, 7)}
 
 
 def score_frame(

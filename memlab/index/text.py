@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 import re
-from functools import lru_cache
-
-from nltk.stem.porter import PorterStemmer
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+from functools import cache, lru_cache
+from typing import Any
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-_STEMMER = PorterStemmer()
-STOP_WORDS = frozenset(ENGLISH_STOP_WORDS)
+
+
+@cache
+def stop_words() -> frozenset[str]:
+    """scikit-learn's English stop words, read on first use (importing scikit-learn costs seconds of CPU)."""
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    return frozenset(ENGLISH_STOP_WORDS)
+
+
+@cache
+def _porter() -> Any:
+    """nltk's Porter stemmer, made on first use: importing nltk costs seconds of CPU (it imports scipy.stats and
+    scikit-learn's classifiers), which a command that never stems should not pay."""
+    from nltk.stem.porter import PorterStemmer
+
+    return PorterStemmer()
 
 
 @lru_cache(maxsize=500_000)
 def stem(word: str) -> str:
-    return _STEMMER.stem(word)
+    return _porter().stem(word)
 
 
 def words(text: str) -> list[str]:
@@ -26,7 +39,8 @@ def words(text: str) -> list[str]:
 @lru_cache(maxsize=200_000)
 def analyze(text: str) -> tuple[str, ...]:
     """Stemmed content words: stop words dropped, Porter stems (the keyword scorers' vocabulary)."""
-    return tuple(stem(w) for w in words(text) if w not in STOP_WORDS and w)
+    stops = stop_words()
+    return tuple(stem(w) for w in words(text) if w not in stops and w)
 
 
 def word_set(text: str) -> frozenset[str]:
