@@ -113,11 +113,15 @@ def log_build_usage(build_log: Path, conversation: str, results: list[Any], date
         _jsonl(build_log, [costs.build_usage(conversation, results, date_in_text)], mode="a")
 
 
+def index_file(cfg: ExperimentConfig) -> str:
+    """The file name of the configured index in a conversation store's cache folder (one per index section)."""
+    section = {k: v for k, v in asdict(cfg.index).items() if k not in LATER_SETTINGS or v}  # older indexes stay
+    return f"index-{hashlib.sha256(json.dumps(section, sort_keys=True).encode()).hexdigest()[:10]}.npz"
+
+
 def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Clients) -> MemoryService:
     """The configured store and index, at ``cdir`` for a durable backend."""
     idx = cfg.index
-    section = {k: v for k, v in asdict(idx).items() if k not in LATER_SETTINGS or v}  # older saved indexes stay
-    index_id = hashlib.sha256(json.dumps(section, sort_keys=True).encode()).hexdigest()[:10]
     emb_params: dict[str, Any] = {}
     if idx.embedder.startswith("litellm:"):
         ep = clients.endpoint("embedder")
@@ -125,7 +129,7 @@ def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Cli
     common = {**idx.service_params(), "embedder_params": emb_params}
     if cfg.store.backend == "sqlite":
         return open_service("sqlite", path=cdir / "store.db", embedding_cache=cache_root / "embeddings.sqlite",
-                            index_path=cdir / f"index-{index_id}.npz", on_corrupt="rebuild", **common)
+                            index_path=cdir / index_file(cfg), on_corrupt="rebuild", **common)
     return open_service("memory", **common)
 
 

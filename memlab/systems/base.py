@@ -96,6 +96,10 @@ class MemorySystem(ABC):
     def features(self) -> dict[str, Any]:
         return {}
 
+    def store_bytes(self) -> int | None:
+        """What the system's store takes on disk after ingest (None: in memory, or it cannot say)."""
+        return None
+
     def cache_id(self) -> str:
         return self.name
 

@@ -209,6 +209,11 @@ class Mem0System(MemorySystem):
                 "bm25_hybrid": bool(keyword), "reranker": m.reranker is not None,
                 "graph": bool(getattr(m, "enable_graph", False)), "infer": self.infer}
 
+    def store_bytes(self) -> int | None:
+        """The FAISS index, its docstore and mem0's history database, all under ``store_dir``."""
+        return sum(p.stat().st_size for p in self.store_dir.rglob("*") if p.is_file()) if self.store_dir.exists() \
+            else None
+
     def cache_id(self) -> str:
         return f"mem0:infer={self.infer}" + (f":{self.model}" if self.infer else "")
 
