@@ -156,7 +156,8 @@ def test_mem0_offline_runs_with_exact_provenance_and_no_network(synthetic_path, 
     info = json.loads((run.run_dir / "run.json").read_text())
     s = info["system"]
     assert s["name"] == "mem0" and s["provenance"] == "exact" and s["memories"] == 7
-    assert s["features"] == {"vector_store": "faiss", "embedder": "huggingface:all-MiniLM-L6-v2", "semantic": True,
+    assert s["features"] == {"vector_store": "faiss", "faiss_saved": "per session",
+                             "embedder": "huggingface:all-MiniLM-L6-v2", "semantic": True,
                              "bm25_hybrid": False, "reranker": False, "graph": False, "infer": False}
     assert (run.run_dir / "mem0" / "faiss").exists()  # the store lives in the run folder
     assert run.predictions["error"].isna().all()
@@ -247,6 +248,27 @@ def test_mem0_search_and_memories_are_not_capped_at_its_default_20(tmp_path, no_
     # the speaker reaches the reader (its abstain rule checks the top memory is the named person's)
     entries = SystemService(sysm).search(key, SearchOptions(query="painting", max_results=2)).entries
     assert [e.participants for e in entries] == [("Alice",), ("Alice",)]
+
+
+@needs_mem0
+def test_mem0_writes_its_faiss_files_once_per_session_and_they_reopen(tmp_path, no_network, monkeypatch):
+    from mem0.vector_stores.faiss import FAISS
+
+    from memlab.systems.mem0 import Mem0System
+
+    saves = []
+    real = FAISS._save
+    monkeypatch.setattr(FAISS, "_save", lambda self: (saves.append(self.index.ntotal), real(self))[1])
+    sysm = Mem0System(tmp_path / "m0")
+    key = UserKey("t", "u")
+    sysm.ingest(key, "c:S1", [Message(f"D1:{i}", "Alice", f"fact number {i} about painting") for i in range(1, 6)])
+    sysm.ingest(key, "c:S2", [Message("D2:1", "Bob", "I adopted a dog named Rex")])
+    assert saves[-2:] == [5, 6] and len(saves) <= 3  # once per session (the store's creation may save too)
+    assert FAISS._save is not real and "_save" not in vars(sysm._memory().vector_store)  # the class's own again
+    again = Mem0System(tmp_path / "m0")  # the files on disk hold every memory
+    assert {m.source_ids for m in again.memories(key)} == {(f"D1:{i}",) for i in range(1, 6)} | {("D2:1",)}
+    assert again.search(key, "dog", 1)[0].source_ids == ("D2:1",)
+    assert sysm.store_bytes() > 0 and Mem0System(tmp_path / "none").store_bytes() is None
 
 
 def _mem0_model(body: dict):
