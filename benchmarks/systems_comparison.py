@@ -9,7 +9,7 @@ category 5, ingest seconds per conversation (a system: the median and mean of it
 first conversation also loads the embedder; a memlab run: extraction + indexing over all conversations / their
 number, marked when the extraction came from the cache), the per-question latency p50 (search plus the reader:
 the extractive reader's share is small but not nil), memories stored and the store's size on disk. Then the
-paired comparison (`memlab.compare`) of every run against the baseline, on F1, context recall and Recall@10.
+paired comparison (`memlab.compare`) of every run against the baseline, on F1 and Recall@10.
 Wall times are whatever the machine gave the run: compare them only between runs measured side by side.
 """
 
@@ -113,13 +113,13 @@ def main(argv: list[str] | None = None) -> None:
     others = [r for r in runs if r is not base]
     if not others:
         return
-    cmp = memlab.compare(base, *others, metrics=("f1", "context_recall", "recall@10"),
+    cmp = memlab.compare(base, *others, metrics=("f1", "recall@10"),
                          names=[r.config.name for r in (base, *others)])
     t = cmp.table
     t = t[t["group"].astype(str).isin(["1", "2", "3", "4", "5", "overall 1-4"])]
     cols = ["run", "group", "metric", "n", "a", "b", "delta", "lo", "hi", "p_perm_holm", "p_mcnemar_holm", "wins",
             "losses", "ties"]
-    print(f"\nPaired, every delta is {cmp.direction()} (A = {args.baseline}):")
+    print(f"\nPaired, every delta is {'; '.join(cmp.direction(r) for r in cmp.runs)} (A = {args.baseline}):")
     print(show(t[[c for c in cols if c in t.columns]].round(3)))
     print("\n".join(cmp.legend()))
     print(f"\nrun folders: {', '.join(str(d) for d in dirs)}", file=sys.stderr)

@@ -367,3 +367,23 @@ def test_mem0_config_runs_end_to_end_against_the_scripted_server(synthetic_path,
     rex = next(m for t, m in mems.items() if "adopted a dog named Rex" in t)
     assert rex["provenance"] == "recovered" and rex["source_ids"][0] == "D1:2" and rex["session"] == "syn-1:S1"
     assert run.predictions["error"].isna().all()
+
+
+@needs_mem0
+def test_systems_comparison_script_prints_the_readme_table_from_the_run_folders(mem0_and_offline, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "systems_comparison", Path(__file__).resolve().parents[1] / "benchmarks" / "systems_comparison.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a, b = mem0_and_offline["offline"], mem0_and_offline["mem0-offline"]
+    mod.main([str(b.run_dir), str(a.run_dir), "--md"])
+    out = capsys.readouterr().out
+    f1 = b.summary.loc["overall 1-4"]
+    row = next(ln for ln in out.splitlines() if ln.startswith("| mem0-offline | mem0 |"))
+    assert f"{f1['f1']:.3f} [{f1['f1_lo']:.3f}, {f1['f1_hi']:.3f}]" in row and "| 6 |" in row
+    assert "every delta is mem0-offline \u2212 offline" in out and "| mem0-offline | overall 1-4 | f1 |" in out
+    with pytest.raises(SystemExit, match="--baseline 'nope'"):
+        mod.main([str(b.run_dir), "--baseline", "nope"])
