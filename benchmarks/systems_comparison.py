@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     t = t[t["group"].astype(str).isin(["1", "2", "3", "4", "5", "overall 1-4"])]
     cols = ["run", "group", "metric", "n", "a", "b", "delta", "lo", "hi", "p_perm_holm", "p_mcnemar_holm", "wins",
             "losses", "ties"]
-    print(f"\nPaired, every delta is {'; '.join(cmp.direction(r) for r in cmp.runs)} (A = {args.baseline}):")
+    print(f"\nPaired, every delta is {'; '.join(cmp.direction(r) for r in cmp.runs)} (A = {args.baseline}):\n")
     print(show(t[[c for c in cols if c in t.columns]].round(3)))
     print("\n".join(cmp.legend()))
     print(f"\nrun folders: {', '.join(str(d) for d in dirs)}", file=sys.stderr)
