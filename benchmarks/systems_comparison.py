@@ -113,15 +113,15 @@ def main(argv: list[str] | None = None) -> None:
     others = [r for r in runs if r is not base]
     if not others:
         return
-    cmp = memlab.compare(base, *others, metrics=("f1", "recall@10"),
-                         names=[r.config.name for r in (base, *others)])
-    t = cmp.table
-    t = t[t["group"].astype(str).isin(["1", "2", "3", "4", "5", "overall 1-4"])]
-    cols = ["run", "group", "metric", "n", "a", "b", "delta", "lo", "hi", "p_perm_holm", "p_mcnemar_holm", "wins",
-            "losses", "ties"]
-    print(f"\nPaired, every delta is {'; '.join(cmp.direction(r) for r in cmp.runs)} (A = {args.baseline}):\n")
-    print(show(t[[c for c in cols if c in t.columns]].round(3)))
-    print("\n".join(cmp.legend()))
+    for other in others:  # each pair its own Holm family: the README asks one question per pair
+        cmp = memlab.compare(base, other, metrics=("f1", "recall@10"), names=[base.config.name, other.config.name])
+        t = cmp.table
+        t = t[t["group"].astype(str).isin(["1", "2", "3", "4", "5", "overall 1-4"])]
+        cols = ["run", "group", "metric", "n", "a", "b", "delta", "lo", "hi", "p_perm_holm", "p_mcnemar_holm", "wins",
+                "losses", "ties"]
+        print(f"\nPaired, every delta is {cmp.direction(other.config.name)} (A = {args.baseline}):\n")
+        print(show(t[[c for c in cols if c in t.columns]].round(3)))
+        print("\n".join(cmp.legend()))
     print(f"\nrun folders: {', '.join(str(d) for d in dirs)}", file=sys.stderr)
 
 
