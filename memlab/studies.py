@@ -11,6 +11,7 @@ import pandas as pd
 from memlab.attribution import LABELS, attribute
 from memlab.index.text import jaccard, word_set
 from memlab.run import ExperimentConfig, run_experiment
+from memlab.run.extraction import index_file
 from memlab.run.report import ci_frame
 from memlab.trace import load
 
@@ -95,24 +96,43 @@ def label_shift(run_a: Any, run_b: Any, data: Any = None) -> tuple[pd.DataFrame,
     return counts, trans
 
 
+def store_bytes(run: Any) -> int | None:
+    """What a run's memory store takes on disk: a system's own figure (its folder in the run folder for a run
+    that predates it); a memlab run's SQLite store and its index files in the extraction cache (None in memory)."""
+    sysinfo = run.info.get("system")
+    if sysinfo:
+        if sysinfo.get("store_bytes") is not None:
+            return int(sysinfo["store_bytes"])
+        folder = run.run_dir / sysinfo["name"]
+        return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else None
+    cache = (run.info.get("extraction") or {}).get("cache_dir")
+    if run.config.store.backend != "sqlite" or not cache or not (Path(cache) / "store.db").is_file():
+        return None
+    stem = index_file(run.config).removesuffix(".npz")
+    return sum(p.stat().st_size for p in Path(cache).iterdir() if p.name == "store.db" or p.name.startswith(stem))
+
+
 def system_table(runs: Sequence[Any]) -> pd.DataFrame:
     """Per run and conversation: the memory system, how its provenance is known, memories stored and ingest
-    seconds (a memlab run: its extraction stage's memories and seconds for all its conversations together)."""
+    seconds (a memlab run: its extraction stage's memories and seconds for all its conversations together), and
+    the store's size on disk for the whole run (`store_bytes`)."""
     rows = []
     for run in runs:
         info = run.info
         sysinfo = info.get("system")
+        size = store_bytes(run)
         if sysinfo:
             for c in sysinfo.get("per_conversation", []):
                 rows.append({"run": run.run_dir.name, "system": sysinfo["name"], "provenance": sysinfo["provenance"],
                              "features": ", ".join(k for k, v in sysinfo.get("features", {}).items() if v is True),
                              "conversation": c["conversation"], "memories": c["memories"],
-                             "ingest_s": c["ingest_s"]})
+                             "ingest_s": c["ingest_s"], "store_bytes": size})
         else:
             ext = info.get("extraction") or {}
             t = info.get("timings", {})
             rows.append({"run": run.run_dir.name, "system": "memlab", "provenance": "exact",
                          "features": "hybrid" if run.config.retrieval.hybrid else "dense",
                          "conversation": "(all)", "memories": ext.get("memories"),
-                         "ingest_s": (t.get("extraction_s") or 0.0) + (t.get("indexing_s") or 0.0)})
+                         "ingest_s": (t.get("extraction_s") or 0.0) + (t.get("indexing_s") or 0.0),
+                         "store_bytes": size})
     return pd.DataFrame(rows)

@@ -24,6 +24,7 @@ import pandas as pd
 
 from memlab.memory.search_types import HIT_COLUMNS, HitRecord
 from memlab.run.records import ExtractionTraceRecord, MemoryRecord, PredictionRecord, read_frame, read_jsonl
+from memlab.run.results import read_run_json
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -62,6 +63,9 @@ class Traces:
     """Per question, the evidence-sourced memories at answering time (id, source_ids, in_context)."""
     rank_depth: dict[str, int] = field(default_factory=dict)
     """Per question, how deep the trace-only full ranking went."""
+    system: str | None = None
+    """The memory system of a run on one other than memlab's pipeline (it has no extractor ops: its extractor
+    layer is what it stored from the evidence turns, `memories.jsonl`, with how the turn ids are known)."""
 
     def best_ranks(self, qid: str) -> dict[str, int | None]:
         """Best rank of each evidence dialog id over the question's queries (None: not within the depth).
@@ -97,6 +101,12 @@ class Traces:
         mems = self.memories
         if len(mems):
             mems = mems[(mems.conversation == conv) & mems.source_ids.apply(lambda s: bool(set(s) & evidence))]
+        if self.system is not None and not len(ops):  # a system's stores, as ops (a memory stored, no op log)
+            ops = pd.DataFrame([{"conversation": conv, "job_status": "ran", "action": "store", "text": m["text"],
+                                 "kind": m.get("kind"), "source_ids": list(m["source_ids"]), "memory_id": m["id"],
+                                 "result": f"{self.system}:{m.get('provenance') or 'exact'}", "error": None,
+                                 "reconcile": None, "final_text": m["text"]} for m in mems.to_dict("records")],
+                               columns=[*ops.columns, "final_text"])
         hits = self.retrieval[self.retrieval.qid == qid] if len(self.retrieval) else self.retrieval
         ans = self.answers[self.answers.qid == qid].iloc[0].to_dict() if len(self.answers) else {}
         return {"question": q.to_dict() | {"qid": qid}, "extractor": ops, "evidence_memories": mems,
@@ -227,9 +237,11 @@ def load(run_dir: str | Path) -> Traces:
     mems = pd.DataFrame([m.to_dict() for m in read_jsonl(mem_path, MemoryRecord)] if mem_path.is_file() else [])
     if not len(mems):
         mems = pd.DataFrame(columns=["conversation", "id", "text", "kind", "event_time", "source_ids"])
+    info = read_run_json(d / "run.json") if (d / "run.json").is_file() else {}
     return Traces(run_dir=d, questions=qs, retrieval=retrieval, queries=pd.DataFrame(qrows),
                   answers=pd.DataFrame(_read_jsonl(d / "traces" / "answers.jsonl")), extraction=extraction,
-                  memories=mems, contexts=contexts, evidence_memories=ev_mems, rank_depth=depth)
+                  memories=mems, contexts=contexts, evidence_memories=ev_mems, rank_depth=depth,
+                  system=(info.get("system") or {}).get("name"))
 
 
 def trace_size_mb(run_dir: str | Path) -> float:

@@ -53,7 +53,8 @@ def test_run_takes_an_embedder_object(synthetic_path, tmp_path):
         pass
 
     run = run_experiment(syn_cfg(synthetic_path), results=tmp_path, progress=False, embedder=Tagged())
-    assert run.info["status"] == "complete" and run.info["components"]["embedder"].split("(")[0].endswith("Tagged")  # class, then its settings
+    label = run.info["components"]["embedder"]  # the class, then its settings
+    assert run.info["status"] == "complete" and label.split("(")[0].endswith("Tagged")
     same = run_experiment(syn_cfg(synthetic_path), results=tmp_path, progress=False)
     assert list(run.predictions["prediction"]) == list(same.predictions["prediction"])  # the same fit, objects or names
 

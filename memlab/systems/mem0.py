@@ -14,6 +14,8 @@ import json
 import os
 import shutil
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -150,6 +152,27 @@ class Mem0System(MemorySystem):
 
     # ----------------------------------------------------------------------------- the interface
     def ingest(self, key: UserKey, session: str, messages: list[Message]) -> None:
+        """One session; its FAISS files are written once at its end (see `_saved_once`)."""
+        with self._saved_once(self._memory().vector_store):
+            self._ingest(key, session, messages)
+
+    @contextmanager
+    def _saved_once(self, store: Any) -> Iterator[None]:
+        """mem0's FAISS store rewrites its whole index and docstore files after every insert, so ingesting
+        one memory per turn costs time quadratic in the store (LoCoMo-10's 5,882 turns: hours); here the files are
+        written once per session instead, the same files and the same in-memory index."""
+        save = getattr(store, "_save", None)
+        if save is None:
+            yield
+            return
+        store._save = lambda: None
+        try:
+            yield
+        finally:
+            del store._save  # the class's own method again
+            save()
+
+    def _ingest(self, key: UserKey, session: str, messages: list[Message]) -> None:
         m = self._memory()
         uid = self._uid(key)
         self._cache.pop(key, None)
@@ -205,9 +228,14 @@ class Mem0System(MemorySystem):
         from mem0.vector_stores.base import VectorStoreBase
 
         keyword = getattr(type(m.vector_store), "keyword_search", None) is not VectorStoreBase.keyword_search
-        return {"vector_store": "faiss", "embedder": "huggingface:all-MiniLM-L6-v2", "semantic": True,
-                "bm25_hybrid": bool(keyword), "reranker": m.reranker is not None,
+        return {"vector_store": "faiss", "faiss_saved": "per session", "embedder": "huggingface:all-MiniLM-L6-v2",
+                "semantic": True, "bm25_hybrid": bool(keyword), "reranker": m.reranker is not None,
                 "graph": bool(getattr(m, "enable_graph", False)), "infer": self.infer}
+
+    def store_bytes(self) -> int | None:
+        """The FAISS index, its docstore and mem0's history database, all under ``store_dir``."""
+        return sum(p.stat().st_size for p in self.store_dir.rglob("*") if p.is_file()) if self.store_dir.exists() \
+            else None
 
     def cache_id(self) -> str:
         return f"mem0:infer={self.infer}" + (f":{self.model}" if self.infer else "")
