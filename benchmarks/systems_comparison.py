@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 import memlab
-from memlab.run.report import _markdown
+from memlab.run.report_format import markdown_table
 from memlab.run.results import Run, load_run
 from memlab.studies import store_bytes
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     names = [r.config.name for r in runs]
     if args.baseline not in names:
         raise SystemExit(f"--baseline {args.baseline!r} is none of the runs' configs: {names}")
-    show = (lambda t: _markdown(t.astype(str))) if args.md else (lambda t: t.to_string(index=False))
+    show = (lambda t: markdown_table(t.astype(str))) if args.md else (lambda t: t.to_string(index=False))
     print(show(system_rows(runs)))
     print()
     print(show(f1_by_category(runs)))

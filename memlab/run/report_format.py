@@ -91,7 +91,7 @@ def comparison_heading(cmp: Comparison) -> str:
             "run \u2212 A (positive: the run higher).")
 
 
-def _markdown(df: pd.DataFrame) -> str:
+def markdown_table(df: pd.DataFrame) -> str:
     def cell(x: Any) -> str:
         return str(x).replace("|", "\\|")
 
@@ -152,7 +152,7 @@ def format_report(table: pd.DataFrame, fmt: str = "text") -> str:
     if fmt == "text":
         out = df.to_string(index=False) + "\n\n" + "\n".join(notes)
     elif fmt == "md":
-        out = _markdown(df) + "\n\n" + "\n".join(f"_{n}_" if i == 0 else n for i, n in enumerate(notes))
+        out = markdown_table(df) + "\n\n" + "\n".join(f"_{n}_" if i == 0 else n for i, n in enumerate(notes))
     else:
         out = _latex(df, " ".join(notes))
     if isinstance(cmp, str):
@@ -165,7 +165,7 @@ def format_report(table: pd.DataFrame, fmt: str = "text") -> str:
     if fmt == "text":
         return out + "\n\n" + legend[0] + "\n" + cdf.to_string(index=False) + "\n\n" + "\n".join(legend[1:])
     if fmt == "md":
-        return out + "\n\n" + legend[0] + "\n\n" + _markdown(cdf) + "\n\n" + "\n".join(legend[1:])
+        return out + "\n\n" + legend[0] + "\n\n" + markdown_table(cdf) + "\n\n" + "\n".join(legend[1:])
     return out + "\n\n" + _latex(cdf, " ".join(legend))
 
 
