@@ -23,6 +23,7 @@ from memlab.rundir import environment
 
 #: What ``environment`` records that changes results: the interpreter, package versions, memlab's own files.
 SAME_ENVIRONMENT = ("python", "packages", "memlab_source_sha256")
+CONFIG_DIFFERS = "config differs: "
 
 
 def _plain(d: Any) -> Any:
@@ -71,7 +72,7 @@ def why_not(run_dir: Path, p: Prepared, env: dict[str, Any] | None = None) -> st
         return "built with the caller's own component objects"
     diff = config_differences(info.get("config") or {}, p.cfg.to_dict())
     if diff:
-        return f"config differs: {', '.join(diff[:5])}{' ...' if len(diff) > 5 else ''}"
+        return f"{CONFIG_DIFFERS}{', '.join(diff[:5])}{' ...' if len(diff) > 5 else ''}"
     if info.get("dataset_sha256") != p.dataset_sha:
         return f"dataset changed (sha256 {str(info.get('dataset_sha256'))[:12]}…, now {p.dataset_sha[:12]}…)"
     env = env if env is not None else environment()
@@ -83,12 +84,15 @@ def why_not(run_dir: Path, p: Prepared, env: dict[str, Any] | None = None) -> st
 
 
 def reusable_run(root: Path, p: Prepared) -> tuple[Run | None, str | None]:
-    """The newest complete run of ``p`` under ``root``, loaded, or None with why the newest run of that name was
-    not reused (None when there was none)."""
+    """The newest complete run of ``p`` under ``root``, loaded; else None with why the newest run of the same
+    config was not reused (None when no run had that config: runs of other configs under one name, such as the
+    cells of a sweep, are not worth a word)."""
     env = environment()
     first: str | None = None
     for d in candidates(root, p.cfg.name):
         why = why_not(d, p, env)
+        if why is not None and why.startswith(CONFIG_DIFFERS):
+            continue
         if why is None:
             try:
                 run = load_run(d)
