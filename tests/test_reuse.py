@@ -154,3 +154,14 @@ def test_grid_and_cli_reuse(synthetic_path, tmp_path, capsys):
     assert main(["run", str(cfg_file), "--results", str(root)]) == 0  # without the flag: a fresh run
     assert len(folders(root)) == 2
     assert ExperimentConfig.from_yaml(cfg_file).name == "f"
+
+
+def test_an_edited_file_the_config_names_is_not_reused(synthetic_path, tmp_path, capsys):
+    errata = tmp_path / "errata.csv"
+    errata.write_text("qid,answer\nsyn-1/q3,Rex\n")
+    cfg = syn(synthetic_path, **{"scoring.errata": str(errata)})
+    first = run_experiment(cfg, results=tmp_path, progress=False)
+    assert reusable_run(tmp_path, prepare(cfg, {}, None))[0].run_dir == first.run_dir
+    errata.write_text("qid,answer\nsyn-1/q3,invalid\n")  # same path, same config: other scores
+    run, why = reusable_run(tmp_path, prepare(cfg, {}, None))
+    assert run is None and "scoring.errata" in why
