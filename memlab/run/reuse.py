@@ -4,9 +4,10 @@ so notebooks that need the same arm share one run.
 
 A run folder is reused only when everything that decides its results is the same: the whole resolved config (the
 dataset's scoring profile applied; the run name included, since reports label runs by it), the dataset file's
-sha256, the questions selected, memlab's own files (`memlab.rundir.source_sha256`), the Python and package
-versions; and only a run that finished in one session with status ``complete`` (not one that errored, failed, was
-interrupted or resumed) and was built from the config alone (no caller's extractor / answerer / system objects).
+sha256, the questions selected, the content of any other file the config names (``input_files`` in run.json),
+memlab's own files (`memlab.rundir.source_sha256`), the Python and package versions; and only a run that finished
+in one session with status ``complete`` (not one that errored, failed, was interrupted or resumed) and was built
+from the config alone (no caller's extractor / answerer / system objects).
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from memlab.data import sha256_file
 from memlab.run.records import RunStatus
 from memlab.run.results import Run, RunFileError, load_run, read_run_json
-from memlab.run.steps import Prepared
 from memlab.rundir import environment
+
+if TYPE_CHECKING:  # memlab.run.steps records input_files through this module
+    from memlab.run.steps import Prepared
 
 #: What ``environment`` records that changes results: the interpreter, package versions, memlab's own files.
 SAME_ENVIRONMENT = ("python", "packages", "memlab_source_sha256")
@@ -57,6 +61,23 @@ def candidates(root: Path, name: str) -> list[Path]:
     return [d for _, d in sorted(found, reverse=True)]
 
 
+def input_files(cfg: dict[str, Any]) -> dict[str, str]:
+    """sha256 of each file a config value names (a prompt, errata or price file; the dataset has its own
+    ``dataset_sha256``): a file edited after a run changes its results while its config stays the same. A path
+    is read as the process sees it (relative to its working directory)."""
+    out = {}
+    for key, value in _flat(_plain(cfg)).items():
+        if key == "dataset.path" or not isinstance(value, str) or not value or "://" in value:
+            continue
+        try:
+            path = Path(value).expanduser()
+            if path.is_file():
+                out[key] = sha256_file(path)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def why_not(run_dir: Path, p: Prepared, env: dict[str, Any] | None = None) -> str | None:
     """Why ``run_dir`` cannot stand for a run of ``p`` (None: it can)."""
     try:
@@ -75,6 +96,11 @@ def why_not(run_dir: Path, p: Prepared, env: dict[str, Any] | None = None) -> st
         return f"{CONFIG_DIFFERS}{', '.join(diff[:5])}{' ...' if len(diff) > 5 else ''}"
     if info.get("dataset_sha256") != p.dataset_sha:
         return f"dataset changed (sha256 {str(info.get('dataset_sha256'))[:12]}…, now {p.dataset_sha[:12]}…)"
+    files = input_files(p.cfg.to_dict())
+    if (info.get("input_files") or {}) != files:
+        changed = sorted(set(files) ^ set(info.get("input_files") or {}) |
+                         {k for k in files if (info.get("input_files") or {}).get(k) not in (None, files[k])})
+        return f"a file the config names changed or was not recorded ({', '.join(changed)})"
     env = env if env is not None else environment()
     recorded = info.get("environment") or {}
     changed = [k for k in SAME_ENVIRONMENT if recorded.get(k) is None or recorded.get(k) != env.get(k)]
