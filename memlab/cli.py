@@ -70,6 +70,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.resume:
         if args.config:
             raise SystemExit("memlab run: give either a CONFIG or --resume RUN_DIR, not both")
+        if args.reuse:
+            raise SystemExit("memlab run: --reuse starts from a CONFIG; --resume finishes its own folder")
         if args.executor == "ray":
             from memlab.run.executors import run_grid
 
@@ -87,9 +89,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if (args.executor or cfg.run.executor) == "ray":
             from memlab.run.executors import run_grid
 
+            if args.reuse:
+                raise SystemExit("memlab run: --reuse works with the local executor only")
             runs = run_grid(cfg, results=args.results, executor="ray", address=args.address)
         else:
-            runs = [run_experiment(c, results=args.results) for c in cfg.expand()]
+            runs = [run_experiment(c, results=args.results, reuse=args.reuse) for c in cfg.expand()]
     rc = 0
     for run in runs:
         judged = ("j", "j_lo", "j_hi", "j_sd", "judge_errors") if run.config.judge.model else ()
@@ -235,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "config.yaml that you did not start the run with (refused by default: a folder from "
                         "elsewhere could send your keys or files to its own server)")
     r.add_argument("--results", help="results root (default ./results or $MEMLAB_RESULTS)")
+    r.add_argument("--reuse", action="store_true",
+                   help="return the newest complete run of the same config, data and code under the results root "
+                        "instead of running it again (each grid point on its own)")
     r.add_argument("--executor", choices=("local", "ray"),
                    help="where the runs execute (default: the config's run.executor, local): ray = (grid cell x "
                         "conversation) tasks on a Ray cluster (pip install 'memlab[ray]')")

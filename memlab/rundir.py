@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -91,6 +92,19 @@ def git_commit(path: str | os.PathLike[str] | None = None) -> str | None:
     return head + ("+dirty" if dirty else "")
 
 
+@functools.lru_cache(maxsize=1)
+def source_sha256() -> str:
+    """sha256 over memlab's own files (code, prompts, shipped configs) as this process loaded them: what a run's
+    results depend on beyond its config and data (the commit alone misses uncommitted edits), so a finished run
+    is reused only by the same code (`memlab.run.reuse`)."""
+    pkg = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for p in sorted(pkg.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc":
+            h.update(p.relative_to(pkg).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def environment() -> dict[str, Any]:
     """What a run was made with: Python, platform, package versions, the memlab commit."""
     versions = {}
@@ -105,6 +119,7 @@ def environment() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "packages": versions,
         "memlab_commit": git_commit(),
+        "memlab_source_sha256": source_sha256(),
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 

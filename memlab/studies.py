@@ -32,11 +32,12 @@ def near_duplicates(texts: Sequence[str], threshold: float = NEAR_DUPLICATE) -> 
 
 def reconcile_sweep(base: ExperimentConfig, settings: Sequence[tuple[float, float, float, float]],
                     results: str | Path | None = None, include_off: bool = True,
-                    policies: Sequence[str] | None = None) -> pd.DataFrame:
+                    policies: Sequence[str] | None = None, reuse: bool = False) -> pd.DataFrame:
     """One row per reconcile setting (skip score, skip Jaccard, update score, update Jaccard) and update
     policy (``policies``; default: the base config's): ops proposed / rewritten to updates / skipped,
     memories stored (all, and current = not superseded), near-duplicate pairs left, recall and F1 over
-    categories 1-4 with their 95 % clustered-bootstrap intervals (``_lo`` / ``_hi``)."""
+    categories 1-4 with their 95 % clustered-bootstrap intervals (``_lo`` / ``_hi``). ``reuse``: a setting already
+    run with the same config, data and code under ``results`` is read back, not run again (`run_experiment`)."""
     rows = []
     grid: list[tuple[str, dict]] = []
     if include_off:
@@ -50,7 +51,7 @@ def reconcile_sweep(base: ExperimentConfig, settings: Sequence[tuple[float, floa
         for label, over in grid:
             run = run_experiment(base.with_overrides({**over, "extraction.policy": policy,
                                                       "name": f"{base.name}-reconcile"}),
-                                 results=results, progress=False)
+                                 results=results, progress=False, reuse=reuse)
             tr = load(run.run_dir)
             ext = tr.extraction
             rec = ext["reconcile"].apply(lambda r: r or {})

@@ -4,25 +4,32 @@ no outputs, and keep their logic in the package."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import nbformat
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+#: Small parameters. The notebooks share one results root (`notebook_results`) and reuse a complete run of the same
+#: config (``reuse = True``), so the arms several notebooks need (``offline``, ``offline-observations`` on conv-26,
+#: 60 questions) run once: keep their conversations and question_limit equal.
+SHARED = 'conversations = ["conv-26"]\nquestion_limit = 60'
 SMALL = {
-    "01_quickstart.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 30',
+    "01_quickstart.ipynb": SHARED,
     "02_topk_ablation.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 20\nks = [5, 10]',
-    "03_f1_vs_tokens.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 20',
-    "04_multihop_failures.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 60',
+    "03_f1_vs_tokens.ipynb": SHARED,
+    "04_multihop_failures.ipynb": SHARED,
     "05_reconcile_thresholds.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 20\n'
                                      'settings = [(0.90, 0.70, 0.60, 0.40)]',
-    "06_compare_runs.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 40',
+    "06_compare_runs.ipynb": SHARED,
     # mem0-offline ingests a whole conversation one turn at a time (minutes on 2 cores) and retrieval-best builds
     # minilm and SPLADE indexes (~45 s): tests/test_systems.py runs mem0; here two arms on the warm tf-idf caches
-    "07_compare_systems.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 20\n'
-                                'configs = ["offline", "session-recall"]',
+    "07_compare_systems.ipynb": SHARED + '\nconfigs = ["offline", "session-recall"]',
 }
+#: Runs each notebook reads back from an earlier one in the shared root (when every notebook runs, in order).
+REUSED = {"03_f1_vs_tokens.ipynb": 1, "04_multihop_failures.ipynb": 1, "06_compare_runs.ipynb": 2,
+          "07_compare_systems.ipynb": 1}
 #: tqdm's text bar (``45%|████▌     | 9/20 [00:01<00:01, 7.9it/s]``): what floods an output as a pink block.
 TQDM_TEXT = re.compile(r"\d+%\|.*\|\s*\d+/\d+")
 WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -72,14 +79,29 @@ def test_output_check_catches_floods():
     assert output_problems(nb) == []
 
 
+@pytest.fixture(scope="module")
+def notebook_results(tmp_path_factory, warm_cache) -> Path:
+    """One results root for every notebook of the session, its caches a copy of `warm_cache`: a notebook reads back
+    the complete runs an earlier one made (``reuse = True``), as the notebooks do under ``../results``."""
+    root = tmp_path_factory.mktemp("notebook-results")
+    shutil.copytree(warm_cache / "extract", root / ".cache" / "extract")
+    if (warm_cache / "embeddings.sqlite").exists():
+        shutil.copy2(warm_cache / "embeddings.sqlite", root / ".cache" / "embeddings.sqlite")
+    return root
+
+
+#: notebook name -> the "memlab: reusing" lines it printed (filled as the notebooks execute)
+REUSE_LINES: dict[str, int] = {}
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_executes(path, locomo_path, warm_results, tmp_path, monkeypatch):
+def test_notebook_executes(path, locomo_path, notebook_results, tmp_path, monkeypatch):
     from nbclient import NotebookClient
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(path, as_version=4)
     i = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
-    nb.cells.insert(i + 1, nbformat.v4.new_code_cell(SMALL[path.name] + f'\nresults = r"{warm_results}"'))
+    nb.cells.insert(i + 1, nbformat.v4.new_code_cell(SMALL[path.name] + f'\nresults = r"{notebook_results}"'))
     monkeypatch.setenv("MEMLAB_LOCOMO", str(locomo_path))
     monkeypatch.setenv("MPLBACKEND", "Agg")
     # execute() raises CellExecutionError (naming the cell and its traceback) at the first cell that fails
@@ -89,7 +111,18 @@ def test_notebook_executes(path, locomo_path, warm_results, tmp_path, monkeypatc
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
     assert output_problems(nb) == []  # no stderr, no warnings, no progress-bar text
+    REUSE_LINES[path.name] = sum(o.get("text", "").count("memlab: reusing ") for c in nb.cells
+                                 if c.cell_type == "code" for o in c.outputs if o.output_type == "stream")
     html, _ = HTMLExporter().from_notebook_node(nb)
     (tmp_path / path.with_suffix(".html").name).write_text(html, encoding="utf-8")
     assert not re.search(r"<div[^>]*data-mime-type=\"application/vnd\.jupyter\.stderr\"", html)
     assert not TQDM_TEXT.search(html) and "TqdmWarning" not in html
+
+
+def test_notebooks_share_their_runs(notebook_results):
+    """After every notebook ran in one root, each arm that several need ran once and the others read it back."""
+    if set(REUSE_LINES) != set(SMALL):
+        pytest.skip("needs every notebook executed in this session (test_notebook_executes, all of them)")
+    assert {k: v for k, v in REUSE_LINES.items() if v} == REUSED
+    for name in ("offline", "offline-observations"):
+        assert len(list(notebook_results.glob(f"{name}-2*"))) == 1, name

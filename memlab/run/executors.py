@@ -17,9 +17,10 @@ from memlab.run.runner import _resolve, run_experiment
 def run_grid(config: ExperimentConfig | str | Path | None = None, results: str | Path | None = None,
              progress: bool = True, *, executor: str | None = None, address: str | None = None,
              resume: str | Path | None = None, overrides: dict[str, Any] | list[str] | None = None,
-             force_config: bool = False, trust_run_config: bool = False) -> list[Run]:
+             force_config: bool = False, trust_run_config: bool = False, reuse: bool = False) -> list[Run]:
     """Every run of a config (each grid point; a config without a grid is one run), or ``resume`` one run,
-    on the chosen executor (default: the config's ``run.executor``); ``trust_run_config`` as in `run_experiment`."""
+    on the chosen executor (default: the config's ``run.executor``); ``trust_run_config`` and ``reuse`` (local
+    executor only) as in `run_experiment`."""
     if resume is not None:
         cfg, _ = _resolve(None, resume, overrides, force_config, trust_run_config)
     else:
@@ -34,6 +35,9 @@ def run_grid(config: ExperimentConfig | str | Path | None = None, results: str |
     if kind == "ray":
         from memlab.run.ray_executor import run_grid_ray
 
+        if reuse:
+            raise ConfigError("reuse: the local executor only (the ray executor runs every grid point)")
+
         if resume is not None:
             return run_grid_ray(resume=resume, progress=progress, address=address, overrides=overrides,
                                 force_config=force_config, trust_run_config=trust_run_config)
@@ -41,4 +45,4 @@ def run_grid(config: ExperimentConfig | str | Path | None = None, results: str |
     if resume is not None:
         return [run_experiment(None, resume=resume, progress=progress, overrides=overrides,
                                force_config=force_config, trust_run_config=trust_run_config)]
-    return [run_experiment(c, results=results, progress=progress) for c in cfg.expand()]
+    return [run_experiment(c, results=results, progress=progress, reuse=reuse) for c in cfg.expand()]

@@ -222,6 +222,8 @@ class RunInfo(Record):
     dataset: str | None = None
     dataset_format: str | None = None
     dataset_sha256: str | None = None
+    input_files: dict[str, str] | None = None
+    """sha256 of each other file the config names (prompt, errata, prices): what `memlab.run.reuse` compares."""
     questions: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)

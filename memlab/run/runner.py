@@ -31,7 +31,9 @@ from memlab.run.components import component_label
 from memlab.run.config import ConfigError, ExperimentConfig, parse_sets
 from memlab.run.extraction import run_extraction
 from memlab.run.results import Run, load_run, read_config, read_run_json
+from memlab.run.reuse import reusable_run
 from memlab.run.steps import (  # noqa: F401 - RunStorageError, is_storage_error, storage_message: public here too
+    Prepared,
     RunStorageError,
     build_components,
     close_session,
@@ -104,7 +106,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
                    overrides: dict[str, Any] | list[str] | None = None, force_config: bool = False,
                    trust_run_config: bool = False, extractor: Extractor | None = None,
                    answerer: Answerer | None = None, system: MemorySystem | None = None, judge: Judge | None = None,
-                   searcher: Searcher | None = None, embedder: Embedder | None = None) -> Run:
+                   searcher: Searcher | None = None, embedder: Embedder | None = None, reuse: bool = False) -> Run:
     """Run one experiment (a config without a grid) and return its `Run`.
 
     ``resume`` finishes a killed or errored run (its errored questions are answered again) while holding the
@@ -115,30 +117,55 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
     (a `memlab.answer.Judge`) scores instead of ``judge.kind``; ``searcher`` (any `memlab.memory.Searcher`) replaces
     the configured index, or ``embedder`` (a `memlab.index.Embedder`) its embedder. Ctrl-C and
     SIGTERM stop the run as ``interrupted``; a storage error (disk full, read-only folder) marks it ``failed``
-    and is raised as `RunStorageError` naming the path.
+    and is raised as `RunStorageError` naming the path. ``reuse`` returns the newest complete run of the same
+    config, data and code under the results root instead of running it again (`memlab.run.reuse`), and says so.
     """
     t_start = time.perf_counter()
     cfg, prev = _resolve(config, resume, overrides, force_config, trust_run_config)
+    if reuse and resume is not None:
+        raise ConfigError("run_experiment: reuse=True with resume=RUN_DIR: a resume finishes its own folder; "
+                          "give one of them")
+    if reuse and any(x is not None for x in (extractor, answerer, system, judge, searcher, embedder)):
+        raise ConfigError("run_experiment: reuse=True with your own component objects (extractor, answerer, "
+                          "system, judge, searcher, embedder): a run "
+                          "folder cannot tell whether it used the same objects; drop reuse or the objects")
     with contextlib.ExitStack() as held:
         if resume is not None:  # before any work: a second resume of this folder stops here
             held.enter_context(RunLock(resume))
         stop = held.enter_context(remembered_interrupts())
         given = {"extractor": extractor, "answerer": answerer, "system": system, "judge": judge,
                  "searcher": searcher, "embedder": embedder}
-        return _run(cfg, prev, results, resume, progress, given, held, stop, t_start)
+        p = None
+        if reuse:
+            p = prepare(cfg, prev, resume)
+            root = _root(results, resume)
+            found, why = reusable_run(root, p)
+            if found is not None:
+                print(f"memlab: reusing {found.run_dir} (complete; same config, data and code; reuse=False runs "
+                      f"it again)")
+                return found
+            if why:
+                print(f"memlab: not reusing {why}")
+        return _run(cfg, prev, results, resume, progress, given, held, stop, t_start, p)
+
+
+def _root(results: str | Path | None, resume: str | Path | None) -> Path:
+    """The results root: a resumed run's parent, else ``results``, else the default (`results_root`)."""
+    root = Path(resume).parent if resume is not None else Path(results) if results is not None else results_root()
+    return root.resolve()
 
 
 def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None, resume: str | Path | None,
-         progress: bool, given: dict[str, Any], held: contextlib.ExitStack, stop: StopFlag, t_start: float) -> Run:
+         progress: bool, given: dict[str, Any], held: contextlib.ExitStack, stop: StopFlag, t_start: float,
+         prepared: Prepared | None = None) -> Run:
     """`run_experiment`'s body; ``given``: the caller's component objects by name (None: configured)."""
     system = given["system"]
     # -- 1. validate everything before a run folder exists
-    p = prepare(cfg, prev, resume)
+    p = prepared if prepared is not None else prepare(cfg, prev, resume)
     cfg = p.cfg  # with the dataset's scoring profile
     threads = set_threads(cfg.run.threads)  # every native pool sized before a model or index is built
     # -- 2. components
-    root = Path(resume).parent if resume is not None else Path(results) if results is not None else results_root()
-    root = root.resolve()
+    root = _root(results, resume)
     cache_root = root / ".cache"
     cache_root.mkdir(parents=True, exist_ok=True)
     integrity_mark = cache_integrity.mark()
@@ -230,7 +257,8 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
 
 
 def run_ablation(config: ExperimentConfig | str | Path, results: str | Path | None = None,
-                 progress: bool = True) -> list[Run]:
-    """Every run of an ablation grid, in order (each its own folder, sharing the caches)."""
+                 progress: bool = True, *, reuse: bool = False) -> list[Run]:
+    """Every run of an ablation grid, in order (each its own folder, sharing the caches; ``reuse`` as in
+    `run_experiment`, per grid point)."""
     cfg = config if isinstance(config, ExperimentConfig) else ExperimentConfig.from_yaml(config)
-    return [run_experiment(c, results=results, progress=progress) for c in cfg.expand()]
+    return [run_experiment(c, results=results, progress=progress, reuse=reuse) for c in cfg.expand()]

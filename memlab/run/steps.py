@@ -27,6 +27,7 @@ from memlab.run.components import build_answerer, build_extractor, build_judge, 
 from memlab.run.config import ConfigError, ExperimentConfig
 from memlab.run.records import RunInfo, RunStatus
 from memlab.run.results import RECALL_KS, Run, add_costs, score_records, summarize, write_results
+from memlab.run.reuse import input_files
 from memlab.run.selection import run_profile, select_questions
 from memlab.rundir import environment
 
@@ -139,7 +140,7 @@ def open_info(p: Prepared, run_dir: Path, comps: Components, executor: dict[str,
                        "custom": comps.custom,
                        "params": component_params(p.cfg, comps.extractor, comps.answerer)},
         "sessions": p.prev.get("sessions", []), "notes": inert_knobs(p.cfg, RECALL_KS) + p.notes,
-        "executor": executor,
+        "executor": executor, "input_files": input_files(p.cfg.to_dict()),  # what reuse compares beyond the config
     }
     return info
 

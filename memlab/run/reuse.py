@@ -1,0 +1,133 @@
+"""Reusing a finished run: ``run_experiment(cfg, reuse=True)`` (``memlab run --reuse``) returns the newest run under
+the results root that already answered this exact question set by this exact recipe, instead of running it again,
+so notebooks that need the same arm share one run.
+
+A run folder is reused only when everything that decides its results is the same: the whole resolved config (the
+dataset's scoring profile applied; the run name included, since reports label runs by it), the dataset file's
+sha256, the questions selected, the content of any other file the config names (``input_files`` in run.json),
+memlab's own files (`memlab.rundir.source_sha256`), the Python and package versions; and only a run that finished
+in one session with status ``complete`` (not one that errored, failed, was interrupted or resumed) and was built
+from the config alone (no caller's extractor / answerer / system objects).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memlab.data import sha256_file
+from memlab.run.records import RunStatus
+from memlab.run.results import Run, RunFileError, load_run, read_run_json
+from memlab.rundir import environment
+
+if TYPE_CHECKING:  # memlab.run.steps records input_files through this module
+    from memlab.run.steps import Prepared
+
+#: What ``environment`` records that changes results: the interpreter, package versions, memlab's own files.
+SAME_ENVIRONMENT = ("python", "packages", "memlab_source_sha256")
+CONFIG_DIFFERS = "config differs: "
+
+
+def _plain(d: Any) -> Any:
+    """A config as run.json holds it (JSON types: tuples become lists), so the two compare equal."""
+    return json.loads(json.dumps(d, default=str))
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+def config_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Dotted keys whose values differ between two config dicts."""
+    fa, fb = _flat(_plain(a)), _flat(_plain(b))
+    return sorted(k for k in fa.keys() | fb.keys() if fa.get(k, ...) != fb.get(k, ...))
+
+
+def candidates(root: Path, name: str) -> list[Path]:
+    """Run folders of ``name`` under ``root`` (``<name>-<UTC stamp>[-n]``), newest first."""
+    pat = re.compile(re.escape(name) + r"-(\d{8}-\d{6})(?:-(\d+))?")
+    found = []
+    for d in root.glob(f"{name}-*") if root.is_dir() else ():
+        m = pat.fullmatch(d.name)
+        if m and d.is_dir():
+            found.append(((m.group(1), int(m.group(2) or 1)), d))
+    return [d for _, d in sorted(found, reverse=True)]
+
+
+def input_files(cfg: dict[str, Any]) -> dict[str, str]:
+    """sha256 of each file a config value names (a prompt, errata or price file; the dataset has its own
+    ``dataset_sha256``): a file edited after a run changes its results while its config stays the same. A path
+    is read as the process sees it (relative to its working directory)."""
+    out = {}
+    for key, value in _flat(_plain(cfg)).items():
+        if key == "dataset.path" or not isinstance(value, str) or not value or "://" in value:
+            continue
+        try:
+            path = Path(value).expanduser()
+            if path.is_file():
+                out[key] = sha256_file(path)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def why_not(run_dir: Path, p: Prepared, env: dict[str, Any] | None = None) -> str | None:
+    """Why ``run_dir`` cannot stand for a run of ``p`` (None: it can)."""
+    try:
+        info = read_run_json(run_dir / "run.json")
+    except (OSError, RunFileError) as e:
+        return f"no readable run.json ({e})"
+    sessions = info.get("sessions") or []
+    if info.get("status") != RunStatus.COMPLETE.value or info.get("errors"):
+        return f"status {info.get('status')!r}, errors {info.get('errors')}"
+    if len(sessions) != 1 or sessions[0].get("status") != RunStatus.COMPLETE.value:
+        return f"finished over {len(sessions)} sessions (interrupted or resumed)"
+    if any((info.get("components") or {}).get("custom", {}).values()):
+        return "built with the caller's own component objects"
+    diff = config_differences(info.get("config") or {}, p.cfg.to_dict())
+    if diff:
+        return f"{CONFIG_DIFFERS}{', '.join(diff[:5])}{' ...' if len(diff) > 5 else ''}"
+    if info.get("dataset_sha256") != p.dataset_sha:
+        return f"dataset changed (sha256 {str(info.get('dataset_sha256'))[:12]}…, now {p.dataset_sha[:12]}…)"
+    files = input_files(p.cfg.to_dict())
+    if (info.get("input_files") or {}) != files:
+        changed = sorted(set(files) ^ set(info.get("input_files") or {}) |
+                         {k for k in files if (info.get("input_files") or {}).get(k) not in (None, files[k])})
+        return f"a file the config names changed or was not recorded ({', '.join(changed)})"
+    env = env if env is not None else environment()
+    recorded = info.get("environment") or {}
+    changed = [k for k in SAME_ENVIRONMENT if recorded.get(k) is None or recorded.get(k) != env.get(k)]
+    if changed:
+        return f"made by other code or packages ({', '.join(changed)})"
+    return None
+
+
+def reusable_run(root: Path, p: Prepared) -> tuple[Run | None, str | None]:
+    """The newest complete run of ``p`` under ``root``, loaded; else None with why the newest run of the same
+    config was not reused (None when no run had that config: runs of other configs under one name, such as the
+    cells of a sweep, are not worth a word)."""
+    env = environment()
+    first: str | None = None
+    for d in candidates(root, p.cfg.name):
+        why = why_not(d, p, env)
+        if why is not None and why.startswith(CONFIG_DIFFERS):
+            continue
+        if why is None:
+            try:
+                run = load_run(d)
+            except (OSError, RunFileError, ValueError) as e:
+                why = f"cannot be read back ({e})"
+            else:
+                if run.predictions["qid"].tolist() == [q.qid for _, q in p.picks]:
+                    run.info["reused"] = True  # in memory only: run.json stays as the run wrote it
+                    return run, None
+                why = "its questions differ from the ones selected now"
+        first = first or f"{d.name}: {why}"
+    return None, first
