@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from memlab.cli import main
+from memlab.index.embedders import TfidfLSAEmbedder
 from memlab.run import ConfigError, ExperimentConfig, run_ablation, run_experiment
 from memlab.run.reuse import reusable_run, why_not
 from memlab.run.steps import prepare
@@ -133,9 +134,12 @@ def test_reuse_refuses_resume_and_own_objects(synthetic_path, tmp_path):
     first = run_experiment(syn(synthetic_path), results=tmp_path, progress=False)
     with pytest.raises(ConfigError, match="resume"):
         run_experiment(None, resume=first.run_dir, progress=False, reuse=True)
-    with pytest.raises(ConfigError, match="own extractor / answerer / system"):
+    with pytest.raises(ConfigError, match="own component objects"):
         run_experiment(syn(synthetic_path), results=tmp_path, progress=False, reuse=True,
                        answerer=FlakyAnswerer(set()))
+    with pytest.raises(ConfigError, match="own component objects"):  # every object run_experiment takes
+        run_experiment(syn(synthetic_path), results=tmp_path, progress=False, reuse=True,
+                       embedder=TfidfLSAEmbedder())
 
 
 def test_grid_and_cli_reuse(synthetic_path, tmp_path, capsys):
