@@ -34,23 +34,16 @@ from memlab.cache_integrity import quarantine, report
 from memlab.index.dense import DenseIndex
 from memlab.index.embedders import EMBEDDERS, CachedEmbedder, Embedder, make_embedder, parse_embedder_spec
 from memlab.index.keyword import TfidfScorer, make_keyword_scorer
-from memlab.index.persist import (  # noqa: F401 - re-exported: the saved-index format's names
-    INDEX_FORMAT,
-    LATER_SETTINGS,
+from memlab.index.persist import (
     BadIndexFile,
     SavedKey,
     entries_fingerprint,
     index_settings,
     read_index,
-    read_index_file,
     saved_key,
     write_index,
 )
-from memlab.index.ranking import (  # noqa: F401 - re-exported: the ranking's names
-    DEPTH_FACTOR,
-    DEPTH_MIN,
-    FEEDBACK_WEIGHT,
-    FULL_RANK_LIMIT,
+from memlab.index.ranking import (
     PRODUCERS,
     KeyState,
     Producer,

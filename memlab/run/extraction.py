@@ -24,7 +24,7 @@ from memlab.extract.extractors import Extractor
 from memlab.extract.pipeline import conversation_key, extract_dataset
 from memlab.index import open_service
 from memlab.index.embedders import Embedder
-from memlab.index.hybrid import LATER_SETTINGS
+from memlab.index.persist import LATER_SETTINGS
 from memlab.memory import MemoryService
 from memlab.memory.search_types import Searcher
 from memlab.run.clients import Clients
