@@ -107,7 +107,9 @@ def test_endpoint_down_stops_at_once_naming_it(synthetic_path, tmp_path):
     assert info["status"] == "failed" and info["resume"].endswith(str(run_dir))
     assert not (run_dir / "predictions.parquet").exists()  # nothing scored
     # without the up-front check, the first question's connection error stops the run, not 7 errors
-    with pytest.raises(ConnectionError, match="could not be reached"):
+    from memlab.llm import EndpointUnreachable  # one class: the client's failed call and the run stopping on it
+
+    with pytest.raises(EndpointUnreachable, match="could not be reached"):
         run_experiment(model(synthetic_path, base, **{"run.check_endpoint": False}), results=tmp_path,
                        progress=False)
 

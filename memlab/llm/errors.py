@@ -58,8 +58,9 @@ class ModelCallError(ModelError):
     """A model call failed after its retries (the message says which model and why)."""
 
 
-class EndpointUnreachable(ModelCallError):
-    """Nothing answers at the endpoint (connection refused, closed port, wrong host)."""
+class EndpointUnreachable(ModelCallError, ConnectionError):
+    """Nothing answers at the endpoint (connection refused, closed port, wrong host). The one such error: a
+    client's failed call, and the run stopping on it (a `ConnectionError`, never a question's error)."""
 
 
 class EmptyReply(ModelError):

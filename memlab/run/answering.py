@@ -25,7 +25,7 @@ from memlab.atomic import write_text
 from memlab.data import Conversation, Question
 from memlab.eval.ceiling import answer_bearing, answer_ceiling, context_lines
 from memlab.extract.pipeline import conversation_key
-from memlab.llm import redact
+from memlab.llm import EndpointUnreachable, redact
 from memlab.memory import MemoryService
 from memlab.progress import progress_bar
 from memlab.run.config import ExperimentConfig
@@ -35,10 +35,6 @@ log = logging.getLogger(__name__)
 
 PREDICTIONS_LOG = "predictions.jsonl"
 TRACE_FILES = ("retrieval", "answers")
-
-
-class EndpointUnreachable(ConnectionError):
-    """A model endpoint refused or dropped the connection: the run stops (resume it later)."""
 
 
 def error_text(e: BaseException) -> str:
