@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from memlab.data import load_locomo
+from memlab.eval.bootstrap import cluster_bootstrap, percentile_ci
 from memlab.eval.scoring import evidence_recall
 from memlab.eval.summary import OVERALL_GROUPS
 from memlab.extract.memory_sets import observation_memories, turn_memories
@@ -153,21 +154,17 @@ def run_recall(
 
 def cluster_bootstrap_ci(values: pd.Series, clusters: pd.Series, n_boot: int = 2000, level: float = 0.95,
                          seed: int = 0) -> tuple[float, float]:
-    """Percentile CI of the mean, resampling whole clusters (conversations) with replacement."""
+    """Percentile CI of the mean, resampling whole clusters (conversations) with replacement: the one clustered
+    bootstrap (`memlab.eval.bootstrap`), over the questions that have a value, clusters numbered in sorted order."""
     v = np.asarray(values, dtype=float)
     c = np.asarray(clusters)
     ok = ~np.isnan(v)
     v, c = v[ok], c[ok]
     if len(v) == 0:
         return (np.nan, np.nan)
-    names, inv = np.unique(c, return_inverse=True)
-    sums = np.bincount(inv, weights=v, minlength=len(names))
-    counts = np.bincount(inv, minlength=len(names)).astype(float)
-    rng = np.random.default_rng(seed)
-    draw = rng.integers(0, len(names), size=(n_boot, len(names)))
-    means = sums[draw].sum(axis=1) / counts[draw].sum(axis=1)
-    a = (1 - level) / 2
-    return float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
+    order = np.argsort(c, kind="stable")
+    lo, hi = percentile_ci(cluster_bootstrap(v[order], list(c[order]), n_boot=n_boot, seed=seed, inner=False), level)
+    return float(lo), float(hi)
 
 
 def recall_table(per_question: pd.DataFrame, ks: Sequence[int] = (1, 5, 10, 20), ci_k: int | None = 10,
