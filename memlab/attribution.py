@@ -94,7 +94,7 @@ from memlab.eval.gold_checks import (
 )
 from memlab.eval.scoring import is_abstention, normalize_answer, score_answer, stemmed_tokens
 from memlab.index.text import stop_words
-from memlab.trace import Traces, _as_list, load
+from memlab.trace import Traces, as_list, load
 
 __all__ = ["ATTRIBUTION_COLUMNS", "COVERAGE", "DATE_SLACK_DAYS", "F1_THRESHOLD", "LABELS", "EvidenceTurn",
            "QuestionEvidence", "answer_kind", "attribute", "attribution_table", "coverage", "date_contradiction",
@@ -196,8 +196,8 @@ def _holds_gold(gold: set[str], text: str) -> bool:
 def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     """(label, reason) for one failed question, by the ordered rules of the module doc."""
     row = ev.row
-    evidence = _as_list(row.get("evidence"))
-    raw = _as_list(row.get("evidence_raw")) or evidence
+    evidence = as_list(row.get("evidence"))
+    raw = as_list(row.get("evidence_raw")) or evidence
     cat = int(row["category"])
     answer = str(row.get("answer") or "")
     abstained = is_abstention(str(row.get("prediction") or ""))
@@ -356,11 +356,11 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
     for row in qs.to_dict("records"):
         if row.get("errata") != INVALID and not failed(row, threshold, judged):
             continue
-        evidence = set(_as_list(row.get("evidence")))
+        evidence = set(as_list(row.get("evidence")))
         conv = data[row["conversation_id"]]
         turns = [EvidenceTurn(e, conv.turn_index[e].speaker, conv.turn_index[e].searchable_text,
                               conv.session_by_index[conv.turn_index[e].session_index].date_time)
-                 for e in _as_list(row.get("evidence")) if e in conv.turn_index]
+                 for e in as_list(row.get("evidence")) if e in conv.turn_index]
         ev_text = " ".join(t.text for t in turns)
         ev_mems = [m for m in mems_by_conv.get(row["conversation_id"], []) if set(m["source_ids"]) & evidence]
         props = [o for o in ops_by_conv.get(row["conversation_id"], []) if set(o.get("source_ids") or []) & evidence]

@@ -136,7 +136,7 @@ class QuestionTraces:
     def question(self, qid: str) -> dict[str, Any]:
         row = self.q.loc[[qid]]
         conv = row.conversation_id.iloc[0]
-        evidence = trace._as_list(row.evidence.iloc[0])
+        evidence = trace.as_list(row.evidence.iloc[0])
         ops = sorted({p for e in evidence for p in self.ops.get((conv, e), ())})
         ex = self.tr.extraction.iloc[ops] if len(self.tr.extraction) else self.tr.extraction
         mems = {p for e in evidence for p in self.mems.get((conv, e), ())}
@@ -276,7 +276,7 @@ def pack_runs(runs: Sequence[Run], attributions: Sequence[pd.DataFrame], flipped
         ref = next(qs.loc[qid] for _, qs, _ in per_run if qid in qs.index)
         questions.append({"qid": qid, "cat": int(ref["category"]), "catName": category_name(int(ref["category"])),
                           "conv": ref["conversation_id"], "q": str(ref["question"]), "gold": _short(ref["answer"], 500),
-                          "ev": ", ".join(map(str, trace._as_list(ref["evidence"]))), "flip": int(qid in flipped)})
+                          "ev": ", ".join(map(str, trace.as_list(ref["evidence"]))), "flip": int(qid in flipped)})
     mems: list[dict[str, Any]] = []
     mem_ids: dict[tuple[Any, Any], int] = {}
     out_runs = []

@@ -39,7 +39,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _as_list(v: Any) -> list[Any]:
+def as_list(v: Any) -> list[Any]:
     return list(v) if isinstance(v, (list, tuple)) else []
 
 
@@ -91,7 +91,7 @@ class Traces:
         if qid not in set(self.questions.qid):
             raise KeyError(f"{qid!r} is not a question of {self.run_dir}")
         q = self.questions.set_index("qid").loc[qid]
-        evidence = set(_as_list(q["evidence"]))
+        evidence = set(as_list(q["evidence"]))
         conv = q["conversation_id"]
         ops = self.extraction
         if len(ops):
@@ -123,7 +123,7 @@ class Traces:
             head += f"  answer ceiling {ceiling:.2f}  answer-bearing {'yes' if q.get('answer_bearing') else 'no'}"
         lines = [head,
                  f"Q: {q['question']}", f"gold: {q['answer']}   prediction: {q['prediction']}",
-                 f"evidence: {', '.join(_as_list(q['evidence'])) or '(none)'}", "",
+                 f"evidence: {', '.join(as_list(q['evidence'])) or '(none)'}", "",
                  "-- 1. extractor layer (ops touching memories sourced from the evidence)"]
         ops = v["extractor"]
         if ops is None or not len(ops):
@@ -140,7 +140,7 @@ class Traces:
             mem_text = self.memories.set_index("id")["text"].to_dict() if len(self.memories) else {}
             ranks = {} if v["queries"] is None or not len(v["queries"]) else \
                 v["queries"].set_index("query_index").to_dict("index")
-            evidence = _as_list(q["evidence"])
+            evidence = as_list(q["evidence"])
             for qi, g in hits.groupby("query_index"):
                 lines.append(f"   query {qi}: {g.iloc[0]['query']!r}")
                 er = ranks.get(qi, {}).get("evidence_ranks")

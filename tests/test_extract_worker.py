@@ -266,8 +266,8 @@ def test_queue_full_or_not_started_runs_sync_unless_cancelled():
     assert r.ran_sync  # not started: synchronous
     w.start()
     busy = w.submit(ChatSession("s1", K, msgs("a")))  # taken by the worker, blocks on gate
-    until, q = time.monotonic() + 10, w._queues[worker_index(K, w.workers)]
-    while not q.empty() and time.monotonic() < until:  # until the worker has taken it
+    until = time.monotonic() + 10
+    while w.pending(K) and time.monotonic() < until:  # until the worker has taken it
         time.sleep(0.01)
     queued = w.submit(ChatSession("s2", K, msgs("b")))  # fills the queue (capacity 1)
     cancelled = threading.Event()

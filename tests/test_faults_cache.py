@@ -157,7 +157,7 @@ def test_zeroed_cached_embeddings_are_detected_and_recomputed(tmp_path):
     texts = ["Alice likes pottery", "Bob adopted a dog", "Carol plays the violin", "Dan runs marathons"]
     e1 = make_embedder("tfidf-lsa", cache_path=cache).fit(texts)
     want = e1.embed(texts)
-    e1._conn.close()
+    e1.close()
     con = sqlite3.connect(cache)
     con.execute("UPDATE emb SET v = zeroblob(length(v))")
     con.commit()
@@ -213,7 +213,7 @@ def test_unreadable_response_cache_is_rebuilt(tmp_path, fault):
     with ScriptedServer(default=Reply(text="ok")) as srv:
         c1 = ModelClient("openai/scripted", api_base=srv.api_base, api_key="x", cache_path=cache)
         c1.complete([{"role": "user", "content": "q"}])
-        c1.cache._conn.close()
+        c1.cache.close()
         for side in ("-wal", "-shm"):
             Path(str(cache) + side).unlink(missing_ok=True)
         cache.write_bytes(b"" if fault == "zero-bytes" else cache.read_bytes()[:1000])

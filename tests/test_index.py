@@ -168,7 +168,7 @@ def test_tfidf_lsa_fast_path_matches_sklearn():
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     emb = TfidfLSAEmbedder(n_components=4).fit(CORPUS)
-    vec = TfidfVectorizer(analyzer=emb._terms, sublinear_tf=True).fit(CORPUS)
+    vec = TfidfVectorizer(analyzer=emb.terms, sublinear_tf=True).fit(CORPUS)
     X = vec.transform(["Caroline support group", "Melanie race"])
     assert np.allclose(emb.tfidf(["Caroline support group", "Melanie race"]).toarray(), X.toarray(), atol=1e-6)
     svd = TruncatedSVD(n_components=4, random_state=0, n_iter=5).fit(vec.transform(CORPUS))

@@ -335,9 +335,9 @@ def test_twin_keeps_every_index_setting(tmp_path):
     settings = [p for p in inspect.signature(HybridIndex).parameters if p != "persist_path"]
     twin = idx.twin()
     assert {p: getattr(twin, p) for p in settings} == {p: getattr(idx, p) for p in settings}
-    assert twin._config() == idx._config() and twin.persist_path is None
+    assert twin.settings() == idx.settings() and twin.persist_path is None
     # settings added later are written only when set, so an index saved before them still matches
-    assert "sparse" not in HybridIndex()._config() and idx._config()["session_text"] is True
+    assert "sparse" not in HybridIndex().settings() and idx.settings()["session_text"] is True
     with pytest.raises(ValueError, match="notes_only"):
         SearchOptions(query="x", notes_only=True, unit="turn")
 
@@ -359,8 +359,8 @@ def test_splade_scorer_expands_and_caches(monkeypatch):
     assert bm[2] > bm[0] > 0 and bm[1] == 0
     assert s[0] > s[2] > 0
     calls = []
-    real = keyword_splade._encode_uncached
-    monkeypatch.setattr(keyword_splade, "_encode_uncached", lambda texts: calls.append(len(texts)) or real(texts))
+    real = keyword_splade.encode_uncached
+    monkeypatch.setattr(keyword_splade, "encode_uncached", lambda texts: calls.append(len(texts)) or real(texts))
     again = make_keyword_scorer("splade").fit([*docs, "Melanie: I paint landscapes."])
     assert calls == [1]  # only the new text went through the model
     assert np.allclose(again.score("Which gay community event did Caroline attend?")[:3], s, atol=1e-5)
@@ -399,12 +399,12 @@ def test_splade_vectors_persist_on_disk_and_a_bad_row_is_encoded_again(tmp_path,
     idx = HybridIndex(embedder="tfidf-lsa", keyword="bm25", sparse="splade",
                       cache_path=str(tmp_path / "embeddings.sqlite"))
     db_path = tmp_path / "sparse-vectors.sqlite"
-    assert idx._sparse_cache() == str(db_path)
+    assert idx.sparse_cache_path() == str(db_path)
     first = make_keyword_scorer("splade", str(db_path)).fit(docs)
     monkeypatch.setattr(keyword_splade, "_cache", type(keyword_splade._cache)())  # a new process: nothing in memory
     calls = []
-    real = keyword_splade._encode_uncached
-    monkeypatch.setattr(keyword_splade, "_encode_uncached", lambda texts: calls.append(len(texts)) or real(texts))
+    real = keyword_splade.encode_uncached
+    monkeypatch.setattr(keyword_splade, "encode_uncached", lambda texts: calls.append(len(texts)) or real(texts))
     again = make_keyword_scorer("splade", str(db_path)).fit(docs)
     assert calls == [] and (again.matrix_ != first.matrix_).nnz == 0  # read back from disk, bit for bit
     with sqlite3.connect(db_path) as conn:  # damage one stored vector

@@ -158,7 +158,7 @@ def test_splade_passes_never_hold_more_than_the_token_budget_and_match_one_by_on
     ok, why = ks.available()
     if not ok:
         pytest.skip(why)
-    tok, model = ks._load()
+    tok, model = ks.load_model()
     shapes: list[tuple[int, int]] = []
 
     def spy(**kw):
@@ -167,10 +167,10 @@ def test_splade_passes_never_hold_more_than_the_token_budget_and_match_one_by_on
 
     texts = [f"Caroline: I went to support group number {i} and talked about " + "adoption " * (i % 9)
              for i in range(300)]
-    batched = ks._encode_batches(texts, tok, spy)
+    batched = ks.encode_batches(texts, tok, spy)
     assert len(shapes) > 1 and max(b * n for b, n in shapes) <= ks.TOKENS_PER_BATCH <= 1024
     for i in (0, 7, 299):
-        ids, w = ks._encode_batches([texts[i]], tok, model)[0]
+        ids, w = ks.encode_batches([texts[i]], tok, model)[0]
         assert np.array_equal(ids, batched[i][0]) and np.allclose(w, batched[i][1], atol=1e-5)
 
 

@@ -183,6 +183,10 @@ class AutoMemoryWorker:
             self._threads.append(t)
         return self
 
+    def pending(self, key: Any) -> int:
+        """Jobs waiting in the queue that serves ``key`` (0 when the worker is not started)."""
+        return self._queues[worker_index(key, self.workers)].qsize() if self._queues else 0
+
     def stop(self, wait: bool = True) -> None:
         for q in self._queues:
             q.put(None)

@@ -148,7 +148,7 @@ class TfidfLSAEmbedder(Embedder):
         self.corpus_fingerprint_ = meta["corpus_fingerprint"]
         return self
 
-    def _terms(self, text: str) -> list[str]:
+    def terms(self, text: str) -> list[str]:
         toks = list(analyze(text))
         out = list(toks)
         for n in range(2, self.ngram_max + 1):
@@ -167,7 +167,7 @@ class TfidfLSAEmbedder(Embedder):
         from sklearn.decomposition import TruncatedSVD
         from sklearn.feature_extraction.text import TfidfVectorizer
 
-        vec = TfidfVectorizer(analyzer=self._terms, sublinear_tf=self.sublinear_tf)
+        vec = TfidfVectorizer(analyzer=self.terms, sublinear_tf=self.sublinear_tf)
         docs = list(corpus) or [""]
         try:
             X = vec.fit_transform(docs)
@@ -196,7 +196,7 @@ class TfidfLSAEmbedder(Embedder):
         rows, cols, vals = [], [], []
         for i, t in enumerate(texts):
             counts: dict[int, int] = {}
-            for term in self._terms(t):
+            for term in self.terms(t):
                 j = vocab.get(term)
                 if j is not None:
                     counts[j] = counts.get(j, 0) + 1
@@ -216,7 +216,7 @@ class TfidfLSAEmbedder(Embedder):
     def _one(self, text: str) -> np.ndarray:
         """Fast path for a single query: the same arithmetic as ``tfidf`` without building a sparse matrix."""
         counts: dict[int, int] = {}
-        for term in self._terms(text):
+        for term in self.terms(text):
             j = self.vocabulary_.get(term)
             if j is not None:
                 counts[j] = counts.get(j, 0) + 1

@@ -46,6 +46,12 @@ class CachedEmbedder(Embedder):
         self._db()
         return self
 
+    def close(self) -> None:
+        """Close the cache file (a later call opens it again)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
             self._conn = open_sqlite_cache(self.cache_path, "embedding-cache", _check_embedding_db)

@@ -114,7 +114,7 @@ class HybridIndex:
                            ef_construction=self.ef_construction, sparse=self.sparse,
                            session_text=self.session_text)
 
-    def _sparse_cache(self) -> str | None:
+    def sparse_cache_path(self) -> str | None:
         """A model-encoded sparse scorer keeps its vectors beside the embedding cache (none without one)."""
         return None if not self.cache_path else str(Path(self.cache_path).with_name(SPARSE_CACHE_NAME))
 
@@ -233,11 +233,12 @@ class HybridIndex:
             st.matrix = mat
             st.dense = DenseIndex(self.index, ef_search=self.ef_search,
                                   ef_construction=self.ef_construction).build(mat)
-            st.keyword = make_keyword_scorer(self.keyword, self._sparse_cache()).fit(kw_texts)
+            st.keyword = make_keyword_scorer(self.keyword, self.sparse_cache_path()).fit(kw_texts)
             # the bounded lexical score reconcile reads compares the memory's own text, never appended notes
             same = kw_texts is texts and isinstance(st.keyword, TfidfScorer)
             st.tfidf = st.keyword if same else TfidfScorer().fit(texts)
-            st.sparse = make_keyword_scorer(self.sparse, self._sparse_cache()).fit(kw_texts) if self.sparse else None
+            st.sparse = (make_keyword_scorer(self.sparse, self.sparse_cache_path()).fit(kw_texts)
+                         if self.sparse else None)
             st.session_kw, st.session_of = None, None
             if self.session_text:
                 st.session_of, docs = session_documents(rows, st.is_record, kw_texts)
@@ -362,9 +363,9 @@ class HybridIndex:
             sk = saved_key(st)
             if sk is not None:
                 saved[key] = sk
-        return write_index(target, self._config(), saved)
+        return write_index(target, self.settings(), saved)
 
-    def _config(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, Any]:
         return index_settings(self)
 
     def load(self, path: str | os.PathLike[str]) -> bool:
@@ -372,7 +373,7 @@ class HybridIndex:
         unreadable, truncated, of another format version or fails a checksum is reported (by path),
         moved aside and rebuilt from the store -- never used."""
         try:
-            keys = read_index(path, self._config())
+            keys = read_index(path, self.settings())
         except BadIndexFile as e:
             moved = quarantine(path)
             report("index", path, str(e), "rebuilt from the store", moved)
@@ -426,7 +427,7 @@ class HybridIndex:
             return None
         sk = saved_key(st)
         with tempfile.TemporaryDirectory(prefix="memlab-index-") as d:
-            return write_index(Path(d) / "key.npz", self._config(), {} if sk is None else {key: sk}).read_bytes()
+            return write_index(Path(d) / "key.npz", self.settings(), {} if sk is None else {key: sk}).read_bytes()
 
     def import_key(self, key: UserKey, blob: bytes, entries: list[MemoryEntry]) -> bool:
         with tempfile.TemporaryDirectory(prefix="memlab-index-") as d:

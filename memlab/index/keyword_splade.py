@@ -96,7 +96,7 @@ def available() -> tuple[bool, str]:
     return True, ""
 
 
-def _load() -> tuple[Any, Any]:
+def load_model() -> tuple[Any, Any]:
     global _model
     with _model_lock:
         if _model is None:
@@ -133,7 +133,7 @@ def encode(texts: list[str], cached: bool = True,
                 _disk_put(str(cache_path), {k: found[k] for k in in_memory if k not in stored})
     todo = {k: t for k, t in zip(keys, texts) if k not in found}
     if todo:
-        fresh = dict(zip(todo, _encode_uncached(list(todo.values()))))
+        fresh = dict(zip(todo, encode_uncached(list(todo.values()))))
         found.update(fresh)
         with _cache_lock:
             if cache_path is not None:
@@ -201,13 +201,13 @@ def _disk_put(path: str, vecs: dict[str, tuple[np.ndarray, np.ndarray]]) -> None
         db.executemany("INSERT OR REPLACE INTO vec VALUES (?,?,?,?,?)", rows)
 
 
-def _encode_uncached(texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-    tok, model = _load()
+def encode_uncached(texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+    tok, model = load_model()
     with _encode_lock:  # a fast tokenizer refuses two threads at once ("Already borrowed")
-        return _encode_batches(texts, tok, model)
+        return encode_batches(texts, tok, model)
 
 
-def _encode_batches(texts: list[str], tok: Any, model: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+def encode_batches(texts: list[str], tok: Any, model: Any) -> list[tuple[np.ndarray, np.ndarray]]:
     import torch
 
     lengths = [len(ids) for ids in tok(texts, truncation=True, max_length=MAX_LENGTH)["input_ids"]]
@@ -250,7 +250,7 @@ class SpladeScorer(KeywordScorer):
 
     def fit(self, docs: list[str]) -> SpladeScorer:
         vecs = encode(list(docs), cache_path=self.cache_path)
-        tok, _ = _load()
+        tok, _ = load_model()
         vocab = len(tok)
         indptr = np.cumsum([0] + [len(ids) for ids, _ in vecs])
         indices = np.concatenate([ids for ids, _ in vecs]) if vecs else np.zeros(0, dtype=np.int64)
