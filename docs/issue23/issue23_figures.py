@@ -24,7 +24,7 @@ sub = dict(conversations=["conv-26"])
 
 def save(fig, name):
     fig = getattr(fig, "figure", fig)
-    fig.savefig(out / f"{name}-{suffix}.png", dpi=100)
+    fig.savefig(out / f"{name}-{suffix}.png", dpi=100, bbox_inches="tight")  # as memlab saves its plots
     plt.close(fig)
 
 
