@@ -101,6 +101,16 @@ class ExperimentConfig:
         return cfg
 
     @classmethod
+    def of(cls, config: ExperimentConfig | str | Path | None,
+           overrides: dict[str, Any] | list[str] | None = None, caller: str = "run_experiment") -> ExperimentConfig:
+        """A config given as an object, a file or a name (`from_yaml`), with ``overrides`` applied: what every
+        entry point (a run, a grid, either executor) accepts."""
+        if config is None:
+            raise ConfigError(f"{caller}: give a config (or resume=RUN_DIR)")
+        cfg = config if isinstance(config, cls) else cls.from_yaml(config)
+        return cfg.with_overrides(overrides) if overrides else cfg
+
+    @classmethod
     def from_yaml(cls, path: str | Path) -> ExperimentConfig:
         """A config file, or a name: ``./configs/<name>.yaml`` first, then the shipped configs."""
         p = Path(path)

@@ -24,11 +24,7 @@ def run_grid(config: ExperimentConfig | str | Path | None = None, results: str |
     if resume is not None:
         cfg, _ = _resolve(None, resume, overrides, force_config, trust_run_config)
     else:
-        if config is None:
-            raise ConfigError("run_grid: give a config (or resume=RUN_DIR)")
-        cfg = config if isinstance(config, ExperimentConfig) else ExperimentConfig.from_yaml(config)
-        if overrides:
-            cfg = cfg.with_overrides(overrides)
+        cfg = ExperimentConfig.of(config, overrides, caller="run_grid")
     kind = executor or cfg.run.executor
     if kind not in EXECUTORS:
         raise ConfigError(f"executor = {kind!r}; allowed: {', '.join(EXECUTORS)}")

@@ -49,7 +49,7 @@ from memlab.run.components import (
     import_component_modules,
     user_component_modules,
 )
-from memlab.run.config import ConfigError, ExperimentConfig
+from memlab.run.config import ExperimentConfig
 from memlab.run.extraction import (
     BUILD_LOG,
     ExtractionFailed,
@@ -193,12 +193,7 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
             cfgs, prevs = [cfg0], [prev0]
             root = Path(resume).parent
         else:
-            if config is None:
-                raise ConfigError("run_grid_ray: give a config (or resume=RUN_DIR)")
-            base = config if isinstance(config, ExperimentConfig) else ExperimentConfig.from_yaml(config)
-            if overrides:
-                base = base.with_overrides(overrides)
-            cfgs = base.expand()
+            cfgs = ExperimentConfig.of(config, overrides, caller="run_grid_ray").expand()
             prevs = [{} for _ in cfgs]
             root = Path(results) if results is not None else results_root()
         stop = held.enter_context(remembered_interrupts())

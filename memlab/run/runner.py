@@ -61,11 +61,7 @@ def _resolve(config: ExperimentConfig | str | Path | None, resume: str | Path | 
     """The run's config, and for a resume the run.json it left (refusing silent config changes, and endpoints,
     key variables or prompt files the user did not start the run with)."""
     if resume is None:
-        if config is None:
-            raise ConfigError("run_experiment: give a config (or resume=RUN_DIR)")
-        cfg = config if isinstance(config, ExperimentConfig) else ExperimentConfig.from_yaml(config)
-        if overrides:
-            cfg = cfg.with_overrides(overrides)
+        cfg = ExperimentConfig.of(config, overrides)
         if cfg.grid:
             raise ConfigError("this config is an ablation (it has a grid): use run_ablation, or expand() it")
         return cfg, {}
@@ -260,5 +256,5 @@ def run_ablation(config: ExperimentConfig | str | Path, results: str | Path | No
                  progress: bool = True, *, reuse: bool = False) -> list[Run]:
     """Every run of an ablation grid, in order (each its own folder, sharing the caches; ``reuse`` as in
     `run_experiment`, per grid point)."""
-    cfg = config if isinstance(config, ExperimentConfig) else ExperimentConfig.from_yaml(config)
+    cfg = ExperimentConfig.of(config, caller="run_ablation")
     return [run_experiment(c, results=results, progress=progress, reuse=reuse) for c in cfg.expand()]
