@@ -173,7 +173,7 @@ class ExperimentConfig:
 
     def _validate_settings(self, where: str) -> None:
         """Each component's settings (``extraction.params``, ``answer.params``, ``index.embedder_params``,
-        ``index.keyword_params``, ``system.params``) against its class's declared parameters
+        ``index.keyword_params``, ``system.params``, ``judge.params``) against its class's declared parameters
         (`memlab.params.check_params`)."""
         idx = self.index
         named = (("extraction.params", EXTRACTORS, self.extraction.extractor, self.extraction.params),
@@ -181,7 +181,8 @@ class ExperimentConfig:
                  ("index.keyword_params", KEYWORD_SCORERS, idx.keyword, idx.keyword_params),
                  ("index.embedder_params", None, idx.embedder, idx.embedder_params),
                  ("system.params", SYSTEMS, self.system.name,
-                  {} if self.system.params is None else self.system.params))
+                  {} if self.system.params is None else self.system.params),
+                 ("judge.params", JUDGES, self.judge.kind, self.judge.params))
         for key, registry, name, params in named:
             if not isinstance(params, dict):
                 raise ConfigError(f"{where}: {key} = {params!r}; expected a mapping of setting names to values")

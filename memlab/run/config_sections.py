@@ -292,9 +292,17 @@ class JudgeConfig:
     repeats: int = 1
     """Ask the judge this many times per question (each repeat cached apart); J = the mean verdict."""
     temperature: float = 0.0
+    params: dict[str, Any] = field(default_factory=dict)
+    """The judge's constructor settings by name (`memlab.params`); ``prompt``, ``repeats`` and ``temperature`` are
+    given by the fields above (each is the setting of its name), never here."""
 
     def check(self, where: str) -> None:
         integer(where, "judge.repeats", self.repeats, 1)
+        if isinstance(self.params, dict):
+            own = [k for k in self.params if k in {f.name for f in dataclasses.fields(self)}]
+            if own:
+                raise ConfigError(f"{where}: judge.params.{own[0]} = {self.params[own[0]]!r}; set judge.{own[0]} "
+                                  f"instead (that field is this setting)")
 
 
 @dataclass
