@@ -81,8 +81,8 @@ def describe_components() -> str:
                 ("answer.arm", "answer.params", ANSWERERS),
                 ("index.embedder", "index.embedder_params", EMBEDDERS),
                 ("index.keyword", "index.keyword_params", KEYWORD_SCORERS),
-                ("judge.kind", "judge.params; judge.prompt, judge.repeats, judge.temperature are the settings of those names",
-                 JUDGES), ("system.name", "system.params", SYSTEMS))
+                ("judge.kind", "judge.params; judge.prompt, judge.repeats, judge.temperature are the settings of "
+                 "those names", JUDGES), ("system.name", "system.params", SYSTEMS))
     lines = []
     for key, params_key, registry in families:
         lines.append(f"{key}" + (f" (settings under {params_key})" if params_key else "") + ":")

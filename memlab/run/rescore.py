@@ -17,9 +17,9 @@ from typing import Any
 
 import pandas as pd
 
+from memlab.answer import JUDGES
 from memlab.atomic import write_table
 from memlab.eval import category_summary
-from memlab.answer import JUDGES
 from memlab.eval.errata import Errata, errata_columns, errata_counts, load_errata
 from memlab.eval.profiles import PROFILES, ProfileJudge, apply_scoring, get_profile
 from memlab.llm import BadReply, ModelClient
