@@ -61,9 +61,11 @@ def test_settings_reach_the_cache_keys_and_run_json(synthetic_path, tmp_path):
                                   index__embedder_params={"dim": 32}, index__keyword_params={"min_chars": 4}),
                          results=tmp_path, progress=False)
     assert one.info["components"]["params"] == {"extractor": {"sentences": 1}, "answerer": {"rank": 1},
-                                                "judge": None, "embedder": {"dim": 64}, "keyword": {"min_chars": 1}}
+                                                "judge": None, "embedder": {"dim": 64}, "keyword": {"min_chars": 1},
+                                                "sparse": None}
     assert two.info["components"]["params"] == {"extractor": {"sentences": 2}, "answerer": {"rank": 2},
-                                                "judge": None, "embedder": {"dim": 32}, "keyword": {"min_chars": 4}}
+                                                "judge": None, "embedder": {"dim": 32}, "keyword": {"min_chars": 4},
+                                                "sparse": None}
     assert two.info["config"]["index"]["keyword_params"] == {"min_chars": 4}
     assert one.info["extraction"]["cache_key"] != two.info["extraction"]["cache_key"]
     assert two.info["extraction"]["extractor"] == "example-first-sentence(2)"
@@ -77,6 +79,30 @@ def test_settings_reach_the_cache_keys_and_run_json(synthetic_path, tmp_path):
     texts = {json.loads(x)["text"] for x in open(two.run_dir / "traces" / "memories.jsonl")}
     assert any(t.count(".") + t.count("!") + t.count("?") >= 2 for t in texts)
     assert set(two.predictions.rule) == {"memory at rank 2"}
+
+
+def test_sparse_settings_reach_validation_the_index_and_run_json(synthetic_path, tmp_path):
+    """``index.sparse_params`` are the sparse scorer's constructor settings: checked against its declaration, in the
+    index's spec (so in the saved index's file name and manifest) and in run.json."""
+    from memlab.index.persist import read_index_file
+
+    with pytest.raises(ConfigError, match=r"index\.sparse_params\.min_chars = 0; expected an integer >= 1 and <= 40"):
+        cfg_with(index__sparse="example-overlap", index__sparse_params={"min_chars": 0})
+    with pytest.raises(ConfigError, match=r"index\.sparse_params = \{'min_chars': 2\} without index\.sparse"):
+        cfg_with(index__sparse_params={"min_chars": 2})
+    with pytest.raises(ConfigError, match=r"index\.sparse_params\.k1 = -1; expected a number > 0"):
+        cfg_with(index__sparse="bm25", index__sparse_params={"k1": -1})
+    with pytest.raises(ConfigError, match=r"index\.sparse_params\.cache_path = 'x'; not a setting of keyword scorer "
+                                          r"'splade': the run gives it from the results root"):
+        cfg_with(index__sparse="splade", index__sparse_params={"cache_path": "x"})
+    one = run_experiment(cfg_with(synthetic_path, index__sparse="example-overlap"), results=tmp_path, progress=False)
+    five = run_experiment(cfg_with(synthetic_path, index__sparse="example-overlap",
+                                   index__sparse_params={"min_chars": 5}), results=tmp_path, progress=False)
+    assert one.info["components"]["params"]["sparse"] == {"min_chars": 1}
+    assert five.info["components"]["params"]["sparse"] == {"min_chars": 5}
+    assert five.config.index.service_params()["sparse"] == "example-overlap(min_chars=5)"
+    indexes = {p.name: read_index_file(p)[0]["config"].get("sparse") for p in tmp_path.rglob("index-*.npz")}
+    assert sorted(indexes.values()) == ["example-overlap", "example-overlap(min_chars=5)"], indexes
 
 
 def test_param_specs_read_the_constructor():

@@ -68,7 +68,8 @@ def component_params(cfg: ExperimentConfig, extractor: Any, answerer: Any, judge
         "judge": None if judge is None else _held(judge, resolved_params(JUDGES.get(cfg.judge.kind), {
             **section_settings(JUDGES.get(cfg.judge.kind), cfg.judge), **cfg.judge.params})),
         "embedder": {k: v for k, v in resolved_params(EMBEDDERS.get(name), emb).items() if k != "api_key"},
-        "keyword": resolved_params(KEYWORD_SCORERS.get(idx.keyword), idx.keyword_params)}
+        "keyword": resolved_params(KEYWORD_SCORERS.get(idx.keyword), idx.keyword_params),
+        "sparse": None if idx.sparse is None else resolved_params(KEYWORD_SCORERS.get(idx.sparse), idx.sparse_params)}
     return out
 
 
@@ -80,7 +81,7 @@ def describe_components() -> str:
     families = (("extraction.extractor", "extraction.params", EXTRACTORS),
                 ("answer.arm", "answer.params", ANSWERERS),
                 ("index.embedder", "index.embedder_params", EMBEDDERS),
-                ("index.keyword", "index.keyword_params", KEYWORD_SCORERS),
+                ("index.keyword, index.sparse", "index.keyword_params, index.sparse_params", KEYWORD_SCORERS),
                 ("judge.kind", "judge.params; judge.prompt, judge.repeats, judge.temperature are the settings of "
                  "those names", JUDGES), ("system.name", "system.params", SYSTEMS))
     lines = []
