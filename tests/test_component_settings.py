@@ -90,7 +90,7 @@ def test_sparse_settings_reach_validation_the_index_and_run_json(synthetic_path,
         cfg_with(index__sparse="example-overlap", index__sparse_params={"min_chars": 0})
     with pytest.raises(ConfigError, match=r"index\.sparse_params = \{'min_chars': 2\} without index\.sparse"):
         cfg_with(index__sparse_params={"min_chars": 2})
-    with pytest.raises(ConfigError, match=r"index\.sparse_params\.k1 = -1; expected a number > 0"):
+    with pytest.raises(ConfigError, match=r"index\.sparse_params\.k1 = -1; expected a number >= 0"):
         cfg_with(index__sparse="bm25", index__sparse_params={"k1": -1})
     with pytest.raises(ConfigError, match=r"index\.sparse_params\.cache_path = 'x'; not a setting of keyword scorer "
                                           r"'splade': the run gives it from the results root"):
