@@ -191,13 +191,12 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
             cfg0, prev0 = _resolve(None, resume, overrides, force_config, trust_run_config)
             held.enter_context(RunLock(resume))  # before any work: a second resume of this folder stops here
             cfgs, prevs = [cfg0], [prev0]
-            root = Path(resume).parent
         else:
             cfgs = ExperimentConfig.of(config, overrides, caller="run_grid_ray").expand()
             prevs = [{} for _ in cfgs]
-            root = Path(results) if results is not None else results_root()
         stop = held.enter_context(remembered_interrupts())
-        return _run_grid(cfgs, prevs, root.resolve(), resume, progress, address, unit_hook, held, stop)
+        return _run_grid(cfgs, prevs, results_root(results, resume), resume, progress, address, unit_hook, held,
+                         stop)
 
 
 def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: Path, resume: str | Path | None,

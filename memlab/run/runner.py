@@ -134,7 +134,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
         p = None
         if reuse:
             p = prepare(cfg, prev, resume)
-            root = _root(results, resume)
+            root = results_root(results, resume)
             found, why = reusable_run(root, p)
             if found is not None:
                 print(f"memlab: reusing {found.run_dir} (complete; same config, data and code; reuse=False runs "
@@ -143,12 +143,6 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
             if why:
                 print(f"memlab: not reusing {why}")
         return _run(cfg, prev, results, resume, progress, given, held, stop, t_start, p)
-
-
-def _root(results: str | Path | None, resume: str | Path | None) -> Path:
-    """The results root: a resumed run's parent, else ``results``, else the default (`results_root`)."""
-    root = Path(resume).parent if resume is not None else Path(results) if results is not None else results_root()
-    return root.resolve()
 
 
 def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None, resume: str | Path | None,
@@ -161,7 +155,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
     cfg = p.cfg  # with the dataset's scoring profile
     threads = set_threads(cfg.run.threads)  # every native pool sized before a model or index is built
     # -- 2. components
-    root = _root(results, resume)
+    root = results_root(results, resume)
     cache_root = root / ".cache"
     cache_root.mkdir(parents=True, exist_ok=True)
     integrity_mark = cache_integrity.mark()
