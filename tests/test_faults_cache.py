@@ -251,6 +251,10 @@ def test_caches_live_under_the_results_root_whatever_the_working_directory(tmp_p
     assert results_root() == tmp_path.resolve() / "results"
     monkeypatch.setenv("MEMLAB_RESULTS", "elsewhere")
     assert results_root() == (tmp_path / "notebooks" / "elsewhere").resolve() and results_root().is_absolute()
+    # a run's root, as both executors place it: a resumed run's parent, else the results given, else the default
+    assert results_root("mine", resume=tmp_path / "r" / "offline-20261203-000000") == (tmp_path / "r").resolve()
+    assert results_root("mine") == (tmp_path / "notebooks" / "mine").resolve()
+    assert results_root(None) == results_root()
 
 
 # ------------------------------------------------------------------------------ first open, concurrently
