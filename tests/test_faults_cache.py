@@ -264,19 +264,21 @@ def test_a_new_cache_opened_by_many_at_once_is_never_set_aside(tmp_path, artefac
     as an 'older memlab' file and move aside the file the others already write to (rows were lost so)."""
     import threading
 
-    from memlab.index.embedding_cache import _check_embedding_db
-    from memlab.llm.cache import ResponseCache, _check_response_db
+    from memlab.index import CachedEmbedder, TfidfLSAEmbedder
+    from memlab.llm.cache import ResponseCache
 
-    check = _check_response_db if artefact == "response-cache" else _check_embedding_db
+    def open_cache(path: Path):  # each cache's public way in: constructing a ResponseCache, CachedEmbedder.open()
+        return ResponseCache(path) if artefact == "response-cache" else CachedEmbedder(TfidfLSAEmbedder(), path).open()
+
     for trial in range(20):
         path = tmp_path / f"{trial}.sqlite"
         mark = cache_integrity.mark()
         gate = threading.Barrier(8)
-        conns: list[sqlite3.Connection] = []
+        conns: list = []
 
         def opener(path: Path = path, gate: threading.Barrier = gate, conns: list = conns) -> None:
             gate.wait()
-            conns.append(cache_integrity.open_sqlite_cache(path, artefact, check))
+            conns.append(open_cache(path))
 
         threads = [threading.Thread(target=opener) for _ in range(8)]
         for t in threads:
