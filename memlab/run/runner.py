@@ -55,11 +55,11 @@ from memlab.threads import peak_rss_mb, set_threads
 __all__ = ["Run", "RunStorageError", "load_run", "run_ablation", "run_experiment"]
 
 
-def _resolve(config: ExperimentConfig | str | Path | None, resume: str | Path | None,
-             overrides: dict[str, Any] | list[str] | None, force_config: bool,
-             trust_run_config: bool = False) -> tuple[ExperimentConfig, dict]:
+def resolve_run_config(config: ExperimentConfig | str | Path | None, resume: str | Path | None,
+                       overrides: dict[str, Any] | list[str] | None, force_config: bool,
+                       trust_run_config: bool = False) -> tuple[ExperimentConfig, dict]:
     """The run's config, and for a resume the run.json it left (refusing silent config changes, and endpoints,
-    key variables or prompt files the user did not start the run with)."""
+    key variables or prompt files the user did not start the run with); every executor starts with it."""
     if resume is None:
         cfg = ExperimentConfig.of(config, overrides)
         if cfg.grid:
@@ -117,7 +117,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
     config, data and code under the results root instead of running it again (`memlab.run.reuse`), and says so.
     """
     t_start = time.perf_counter()
-    cfg, prev = _resolve(config, resume, overrides, force_config, trust_run_config)
+    cfg, prev = resolve_run_config(config, resume, overrides, force_config, trust_run_config)
     if reuse and resume is not None:
         raise ConfigError("run_experiment: reuse=True with resume=RUN_DIR: a resume finishes its own folder; "
                           "give one of them")
