@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 
 class _Required:
@@ -192,6 +192,19 @@ def param_specs(cls: type) -> dict[str, ParamSpec]:
     return dict(_specs(cls))
 
 
+def fixed_params(cls: type) -> dict[str, str]:
+    """The constructor parameters ``cls`` declares the run decides (`Component.fixed_params`: name -> the config
+    key that decides it)."""
+    return dict(getattr(cls, "fixed_params", None) or {})
+
+
+def settable_specs(cls: type) -> dict[str, ParamSpec]:
+    """The parameters a config's settings may give: plain values (`ParamSpec.settable`) the run does not decide
+    (`fixed_params`)."""
+    fixed = fixed_params(cls)
+    return {n: s for n, s in _specs(cls).items() if s.settable and n not in fixed}
+
+
 def get_params(obj: Any, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
     """The constructor's arguments as ``obj`` holds them (each stored under its own name), less ``exclude``;
     raises TypeError naming one that is not stored."""
@@ -212,8 +225,13 @@ def check_params(cls: type, params: Mapping[str, Any] | None, what: str = "compo
     value (returned as the constructor gets it); raises `ParamError` naming the setting, the value and what is
     expected, or the unknown names with the allowed ones."""
     specs = param_specs(cls)
-    settable = [n for n, s in specs.items() if s.settable]
+    settable = list(settable_specs(cls))
     params = dict(params or {})
+    fixed = fixed_params(cls)
+    for k in params:
+        if k in fixed:
+            raise ParamError(f"{k} = {params[k]!r}; not a setting of {what}: the run gives it from {fixed[k]} "
+                             f"(set that instead)", key=k)
     unknown = [k for k in params if k not in settable]
     if unknown:
         raise ParamError(f"unknown setting(s) {', '.join(map(repr, unknown))} for {what}; "
@@ -229,14 +247,14 @@ def check_params(cls: type, params: Mapping[str, Any] | None, what: str = "compo
 
 def resolved_params(cls: type, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The settings a config gives ``cls`` with every other settable parameter's default (what run.json records)."""
-    out = {n: s.default for n, s in param_specs(cls).items() if s.settable and not s.required}
+    out = {n: s.default for n, s in settable_specs(cls).items() if not s.required}
     out.update(params or {})
     return out
 
 
 def describe_params(cls: type) -> str:
     """The settable parameters in one line, for the CLI's help (empty when there is none)."""
-    return "; ".join(s.describe() for s in param_specs(cls).values() if s.settable)
+    return "; ".join(s.describe() for s in settable_specs(cls).values())
 
 
 def settings(section: Any, **from_fields: Any) -> dict[str, Any]:
@@ -312,6 +330,10 @@ class Component:
 
     #: Constructor arguments that do not decide the output (a key, a timeout): left out of `cache_id`.
     cache_exclude: tuple[str, ...] = ()
+    #: Constructor arguments the run decides from another config key (name -> that key, e.g. a judge's
+    #: ``profile`` -> ``scoring.profile``): never a setting (`check_params` says where to set it instead); the
+    #: builder passes the key's value.
+    fixed_params: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def param_specs(cls) -> dict[str, ParamSpec]:

@@ -1,4 +1,4 @@
-"""Dataclass records as plain dicts, without `dataclasses.asdict`'s deep copies.
+"""Dataclass records as plain dicts, without `dataclasses.asdict`'s deep copies, and back (`from_fields`).
 
 `asdict` deep-copies every leaf value; a run writes four records per question (predictions and trace lines
 holding lists of hit dicts), and those copies were the largest single cost of an offline LoCoMo-10 run
@@ -9,7 +9,10 @@ containers are rebuilt (nested dataclasses become dicts, as with `asdict`) but l
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def plain(value: Any) -> Any:
@@ -24,3 +27,17 @@ def plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
     return value
+
+
+def from_fields(cls: type[T], d: Mapping[str, Any], where: str, error: type[Exception] = ValueError) -> T:
+    """``cls(**d)`` for a dataclass read back from a file, strictly: a key that is not one of its fields or a
+    missing required field raises ``error`` naming ``where`` (the file, line or record), the class and the
+    fields, never a bare TypeError."""
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    unknown = sorted(set(d) - set(names))
+    if unknown:
+        raise error(f"{where}: unknown field(s) {unknown} for {cls.__name__}; its fields: {', '.join(names)}")
+    try:
+        return cls(**d)
+    except TypeError as e:
+        raise error(f"{where}: {cls.__name__}: {e}") from None

@@ -28,10 +28,15 @@ TRACKED_PACKAGES = (
 )
 
 
-def results_root() -> Path:
-    """The results folder, absolute: ``$MEMLAB_RESULTS``, else ``results/`` of the project the working
-    directory is in (the nearest folder above it holding ``pyproject.toml`` or ``.git``, so a notebook
-    in ``notebooks/`` writes to the same place as the CLI), else ``./results``."""
+def results_root(results: str | os.PathLike[str] | None = None, resume: str | os.PathLike[str] | None = None) -> Path:
+    """The results folder of a run, absolute: a resumed run's (``resume``, its folder) parent, else ``results``,
+    else ``$MEMLAB_RESULTS``, else ``results/`` of the project the working directory is in (the nearest folder
+    above it holding ``pyproject.toml`` or ``.git``, so a notebook in ``notebooks/`` writes to the same place as
+    the CLI), else ``./results``. Both executors place a run with it."""
+    if resume is not None:
+        return Path(resume).parent.resolve()
+    if results is not None:
+        return Path(results).resolve()
     env = os.environ.get("MEMLAB_RESULTS")
     if env:
         return Path(env).expanduser().resolve()

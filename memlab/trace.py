@@ -129,9 +129,7 @@ class Traces:
         if ops is None or not len(ops):
             lines.append("   no op touched the evidence turns: nothing was written from them")
         else:
-            for _, o in ops.iterrows():
-                lines.append(f"   {o.get('action', '?'):6s} -> {o.get('result', '?'):11s}{_reconcile_note(o)}"
-                             f"  [{','.join(o.source_ids)}]  {_op_text(o)}")
+            lines += [op_line(o) for _, o in ops.iterrows()]
         lines += ["", "-- 2. retrieval layer"]
         hits = v["retrieval"]
         if hits is None or not len(hits):
@@ -260,6 +258,13 @@ def format_ranks(evidence: list[str], ranks: dict[str, int | None]) -> str:
         else:
             out.append(f"{e} at rank {ranks[e]}")
     return ", ".join(out) if out else "(no evidence)"
+
+
+def op_line(op: Any) -> str:
+    """One extractor op as `Traces.show` prints it: action, result, the reconcile decision, the dialog ids it
+    came from and the memory's text (for a skipped proposal, its own text and the memory kept instead)."""
+    return (f"   {op.get('action', '?'):6s} -> {op.get('result', '?'):11s}{_reconcile_note(op)}"
+            f"  [{','.join(op.get('source_ids', ()))}]  {_op_text(op)}")
 
 
 def _reconcile_note(op: Any) -> str:

@@ -318,14 +318,16 @@ def test_evidence_ranks_per_query_to_a_depth():
 
 
 def test_a_skipped_proposal_shows_its_own_text_and_the_memory_kept_instead():
-    from memlab.trace import _op_text, _reconcile_note
+    from memlab.trace import op_line
 
-    op = {"result": "skipped", "text": "Melanie plans camping in June", "final_text": "Melanie went swimming",
+    op = {"action": "add", "result": "skipped", "source_ids": ["D1:2"], "text": "Melanie plans camping in June",
+          "final_text": "Melanie went swimming",
           "reconcile": {"tier": "skip", "score": 0.68, "jaccard": 0.15, "candidate_id": "m9"}}
-    assert _op_text(op) == "'Melanie plans camping in June' (kept instead: 'Melanie went swimming')"
-    assert _reconcile_note(op) == " reconcile skip score 0.68 Jaccard 0.15 vs m9"
-    assert _reconcile_note({"reconcile": {"tier": "disabled", "score": None, "jaccard": None}}) == ""
-    assert _op_text({"result": "added", "text": "raw", "final_text": "final"}) == "final"
+    assert op_line(op) == ("   add    -> skipped     reconcile skip score 0.68 Jaccard 0.15 vs m9  [D1:2]  "
+                           "'Melanie plans camping in June' (kept instead: 'Melanie went swimming')")
+    added = {"action": "add", "result": "added", "source_ids": ["D1:3", "D1:4"], "text": "raw", "final_text": "final",
+             "reconcile": {"tier": "disabled", "score": None, "jaccard": None}}
+    assert op_line(added) == "   add    -> added        [D1:3,D1:4]  final"  # reconcile decided nothing: no note
 
 
 def _agreement_script():

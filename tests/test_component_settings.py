@@ -11,6 +11,7 @@ import pytest
 
 import tests.example_components.hashing_embedder  # noqa: F401  (each import registers one component)
 import tests.example_components.overlap_scorer  # noqa: F401
+import tests.example_components.rating_judge  # noqa: F401
 import tests.example_components.sentence_extractor  # noqa: F401
 import tests.example_components.top_memory_answerer  # noqa: F401
 from memlab.extract.extractors import LLMExtractor, TurnsAndObservations
@@ -60,9 +61,11 @@ def test_settings_reach_the_cache_keys_and_run_json(synthetic_path, tmp_path):
                                   index__embedder_params={"dim": 32}, index__keyword_params={"min_chars": 4}),
                          results=tmp_path, progress=False)
     assert one.info["components"]["params"] == {"extractor": {"sentences": 1}, "answerer": {"rank": 1},
-                                                "embedder": {"dim": 64}, "keyword": {"min_chars": 1}}
+                                                "judge": None, "embedder": {"dim": 64}, "keyword": {"min_chars": 1},
+                                                "sparse": None}
     assert two.info["components"]["params"] == {"extractor": {"sentences": 2}, "answerer": {"rank": 2},
-                                                "embedder": {"dim": 32}, "keyword": {"min_chars": 4}}
+                                                "judge": None, "embedder": {"dim": 32}, "keyword": {"min_chars": 4},
+                                                "sparse": None}
     assert two.info["config"]["index"]["keyword_params"] == {"min_chars": 4}
     assert one.info["extraction"]["cache_key"] != two.info["extraction"]["cache_key"]
     assert two.info["extraction"]["extractor"] == "example-first-sentence(2)"
@@ -76,6 +79,30 @@ def test_settings_reach_the_cache_keys_and_run_json(synthetic_path, tmp_path):
     texts = {json.loads(x)["text"] for x in open(two.run_dir / "traces" / "memories.jsonl")}
     assert any(t.count(".") + t.count("!") + t.count("?") >= 2 for t in texts)
     assert set(two.predictions.rule) == {"memory at rank 2"}
+
+
+def test_sparse_settings_reach_validation_the_index_and_run_json(synthetic_path, tmp_path):
+    """``index.sparse_params`` are the sparse scorer's constructor settings: checked against its declaration, in the
+    index's spec (so in the saved index's file name and manifest) and in run.json."""
+    from memlab.index.persist import read_index_file
+
+    with pytest.raises(ConfigError, match=r"index\.sparse_params\.min_chars = 0; expected an integer >= 1 and <= 40"):
+        cfg_with(index__sparse="example-overlap", index__sparse_params={"min_chars": 0})
+    with pytest.raises(ConfigError, match=r"index\.sparse_params = \{'min_chars': 2\} without index\.sparse"):
+        cfg_with(index__sparse_params={"min_chars": 2})
+    with pytest.raises(ConfigError, match=r"index\.sparse_params\.k1 = -1; expected a number >= 0"):
+        cfg_with(index__sparse="bm25", index__sparse_params={"k1": -1})
+    with pytest.raises(ConfigError, match=r"index\.sparse_params\.cache_path = 'x'; not a setting of keyword scorer "
+                                          r"'splade': the run gives it from the results root"):
+        cfg_with(index__sparse="splade", index__sparse_params={"cache_path": "x"})
+    one = run_experiment(cfg_with(synthetic_path, index__sparse="example-overlap"), results=tmp_path, progress=False)
+    five = run_experiment(cfg_with(synthetic_path, index__sparse="example-overlap",
+                                   index__sparse_params={"min_chars": 5}), results=tmp_path, progress=False)
+    assert one.info["components"]["params"]["sparse"] == {"min_chars": 1}
+    assert five.info["components"]["params"]["sparse"] == {"min_chars": 5}
+    assert five.config.index.service_params()["sparse"] == "example-overlap(min_chars=5)"
+    indexes = {p.name: read_index_file(p)[0]["config"].get("sparse") for p in tmp_path.rglob("index-*.npz")}
+    assert sorted(indexes.values()) == ["example-overlap", "example-overlap(min_chars=5)"], indexes
 
 
 def test_param_specs_read_the_constructor():
@@ -188,3 +215,61 @@ def test_a_setting_can_be_set_and_swept_by_its_dotted_name():
     grid = ExperimentConfig.from_dict({"name": "g", "answer": {"arm": "example-top-memory"},
                                        "grid": {"answer.params.rank": [1, 2]}}).expand()
     assert [c.answer.params for c in grid] == [{"rank": 1}, {"rank": 2}] and grid[1].name == "g-rank2"
+
+
+def judged(path, srv, **judge) -> ExperimentConfig:
+    """The example arms, judged by ``judge`` (a judge section) with the scripted server as the judge model."""
+    return ExperimentConfig.from_dict({**EXAMPLES, "name": "judged", "dataset": {"path": str(path)},
+                                       "judge": {"model": "openai/scripted", **judge},
+                                       "models": {"api_base": srv.api_base, "max_retries": 0, "timeout": 5.0}})
+
+
+@pytest.mark.parametrize("judge, message", [
+    ({"kind": "example-rating", "params": {"pass_mark": 11}},
+     r"judge\.params\.pass_mark = 11; expected an integer >= 0 and <= 10"),
+    ({"kind": "example-rating", "params": {"pass": 1}},
+     r"judge\.params: unknown setting\(s\) 'pass' for judge 'example-rating'; settings: pass_mark"),
+    ({"params": {"profile": "longmemeval"}},  # decided by scoring.profile: never a judge setting
+     r"judge\.params\.profile = 'longmemeval'; not a setting of judge 'llm': the run gives it from scoring\.profile"),
+    ({"params": {"repeats": 3}}, r"judge\.params\.repeats = 3; set judge\.repeats instead"),
+    ({"params": {"temperature": -1}}, r"judge\.params\.temperature = -1; set judge\.temperature instead"),
+    ({"params": "strict"}, r"judge\.params = 'strict'; expected a mapping"),
+])
+def test_a_bad_judge_setting_is_a_config_error_naming_it(judge, message):
+    with pytest.raises(ConfigError, match=message):
+        ExperimentConfig.from_dict({"judge": {"model": "m", **judge}})
+
+
+def test_judge_settings_are_listed_and_its_fields_are_its_settings():
+    from memlab.run.components import describe_components
+
+    text = describe_components()
+    assert "judge.kind (settings under judge.params;" in text
+    assert "  example-rating: pass_mark = 5 (an integer >= 0 and <= 10)" in text
+    assert "  llm: prompt = null (a string or null); repeats = 1 (an integer >= 1); temperature = null" in text
+    assert "profile" not in text.split("judge.kind", 1)[1].split("system.name")[0]  # the run decides it
+
+
+def test_judge_settings_reach_the_judge_its_label_and_run_json(synthetic_path, tmp_path):
+    """The judge model rates every answer 7: a pass mark of 5 makes each correct, of 8 each wrong. The second run's
+    verdicts come from the response cache (the request does not carry the pass mark), yet J follows the setting;
+    run.json names the judge with its settings (its cache id) and records them with defaults filled in."""
+    from memlab.testing import Reply, ScriptedServer
+
+    with ScriptedServer(responder=lambda body: Reply(text="7")) as srv:
+        five = run_experiment(judged(synthetic_path, srv, kind="example-rating"), results=tmp_path, progress=False)
+        calls = len(srv.requests)
+        eight = run_experiment(judged(synthetic_path, srv, kind="example-rating", params={"pass_mark": 8}),
+                               results=tmp_path, progress=False)
+        assert len(srv.requests) == calls  # served from the response cache
+        llm = run_experiment(judged(synthetic_path, srv, repeats=2, temperature=0.5), results=tmp_path,
+                             progress=False)
+        endpoint = f"openai/scripted@{srv.api_base.rstrip('/')}"
+    assert five.predictions.j.eq(1.0).all() and eight.predictions.j.eq(0.0).all()
+    assert five.info["components"]["params"]["judge"] == {"pass_mark": 5}
+    assert eight.info["components"]["params"]["judge"] == {"pass_mark": 8}
+    assert eight.info["components"]["judge"] == f"example-rating({endpoint},8)"
+    assert five.info["components"]["judge"] == f"example-rating({endpoint},5)"
+    # the llm judge: judge.repeats / judge.temperature are its settings repeats / temperature
+    assert llm.info["components"]["params"]["judge"] == {"prompt": "default", "repeats": 2, "temperature": 0.5}
+    assert llm.info["components"]["judge"] == f"llm({endpoint},locomo,default,2,0.5)"

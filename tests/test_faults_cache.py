@@ -251,6 +251,10 @@ def test_caches_live_under_the_results_root_whatever_the_working_directory(tmp_p
     assert results_root() == tmp_path.resolve() / "results"
     monkeypatch.setenv("MEMLAB_RESULTS", "elsewhere")
     assert results_root() == (tmp_path / "notebooks" / "elsewhere").resolve() and results_root().is_absolute()
+    # a run's root, as both executors place it: a resumed run's parent, else the results given, else the default
+    assert results_root("mine", resume=tmp_path / "r" / "offline-20261203-000000") == (tmp_path / "r").resolve()
+    assert results_root("mine") == (tmp_path / "notebooks" / "mine").resolve()
+    assert results_root(None) == results_root()
 
 
 # ------------------------------------------------------------------------------ first open, concurrently
@@ -260,19 +264,21 @@ def test_a_new_cache_opened_by_many_at_once_is_never_set_aside(tmp_path, artefac
     as an 'older memlab' file and move aside the file the others already write to (rows were lost so)."""
     import threading
 
-    from memlab.index.embedding_cache import _check_embedding_db
-    from memlab.llm.cache import ResponseCache, _check_response_db
+    from memlab.index import CachedEmbedder, TfidfLSAEmbedder
+    from memlab.llm.cache import ResponseCache
 
-    check = _check_response_db if artefact == "response-cache" else _check_embedding_db
+    def open_cache(path: Path):  # each cache's public way in: constructing a ResponseCache, CachedEmbedder.open()
+        return ResponseCache(path) if artefact == "response-cache" else CachedEmbedder(TfidfLSAEmbedder(), path).open()
+
     for trial in range(20):
         path = tmp_path / f"{trial}.sqlite"
         mark = cache_integrity.mark()
         gate = threading.Barrier(8)
-        conns: list[sqlite3.Connection] = []
+        conns: list = []
 
         def opener(path: Path = path, gate: threading.Barrier = gate, conns: list = conns) -> None:
             gate.wait()
-            conns.append(cache_integrity.open_sqlite_cache(path, artefact, check))
+            conns.append(open_cache(path))
 
         threads = [threading.Thread(target=opener) for _ in range(8)]
         for t in threads:

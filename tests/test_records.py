@@ -77,3 +77,16 @@ def test_an_extraction_trace_line_with_an_unknown_field_is_an_error_naming_the_f
     path.write_text(path.read_text().replace('"job_status"', '"jobstatus"', 1))
     with pytest.raises(RecordSchemaError, match=f"{path}:1"):
         load(run.run_dir)
+
+
+def test_strict_fields_are_one_rule_each_stage_raising_its_own_error():
+    """A hit (memory stage: ValueError) and a trace record (run stage: RecordSchemaError) are read by one strict rule
+    (`memlab.plain.from_fields`): an unknown or missing field names where it was read and the class's fields."""
+    with pytest.raises(ValueError, match=r"^f\.jsonl:3: unknown field\(s\) \[.rnak.\] for HitRecord; its fields: rank"):
+        HitRecord.from_dict({"rnak": 1}, where="f.jsonl:3")
+    with pytest.raises(ValueError, match=r"^h: HitRecord: .*missing 4 required"):
+        HitRecord.from_dict({}, where="h")
+    with pytest.raises(RecordSchemaError, match=r"^t:2: unknown field\(s\) \['x'\] for MemoryRecord; its fields: "):
+        MemoryRecord.from_dict({"x": 1}, where="t:2")
+    with pytest.raises(RecordSchemaError, match=r"^t:2: MemoryRecord: .*missing 4 required"):
+        MemoryRecord.from_dict({}, where="t:2")

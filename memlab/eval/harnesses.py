@@ -105,6 +105,10 @@ class ScoringProfile:
     def scored(self, category: int) -> bool:
         return category not in self.excluded_categories
 
+    def cache_id(self) -> str:
+        """The harness's name: what a judge's `cache_id` records of the profile it applies."""
+        return self.name
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 import pandas as pd
 
@@ -36,6 +36,7 @@ from memlab.eval.harnesses import (
 from memlab.eval.summary import score_frame
 from memlab.eval.verdicts import parse_yes_no
 from memlab.llm import Usage
+from memlab.params import Range
 
 __all__ = ["LOCOMO10_CATEGORY_COUNTS", "LONGMEMEVAL_CATEGORY_BOUNDS", "PROFILES", "LocomoProfile",
            "LongMemEvalProfile", "Mem0Profile", "ProfileError", "ProfileJudge", "ScoringProfile",
@@ -132,14 +133,12 @@ class ProfileJudge(Judge):
     `memlab.llm.BadReply` (the question's ``judge_error``) and is never cached, so a rerun asks again.
     """
 
-    @classmethod
-    def from_config(cls, section: Any, client_for: Callable[[str], Any], profile: str | ScoringProfile = "locomo"
-                    ) -> ProfileJudge:
-        return cls(client_for("judge"), profile, section.prompt, repeats=getattr(section, "repeats", 1),
-                   temperature=getattr(section, "temperature", None))
+    name = "llm"
+    fixed_params = {"profile": "scoring.profile"}  # the run's scoring profile, whose verdict rule it applies
 
     def __init__(self, client: Any, profile: str | ScoringProfile = "locomo", prompt: str | None = None,
-                 errata: Errata | None = None, repeats: int = 1, temperature: float | None = None):
+                 errata: Errata | None = None, repeats: Annotated[int, Range(1, None)] = 1,
+                 temperature: Annotated[float | None, Range(0, None)] = None):
         if repeats < 1:
             raise ValueError(f"judge repeats: expected an integer >= 1, got {repeats!r}")
         self.client = client

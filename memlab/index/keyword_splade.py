@@ -112,6 +112,18 @@ def load_model() -> tuple[Any, Any]:
         return _model
 
 
+def clear_cache(model: bool = False) -> None:
+    """Forget the vectors this process holds in memory (the disk cache at ``cache_path`` stays), and with ``model``
+    the loaded model too: what a fresh process starts from (the next `encode` reads the disk cache or encodes,
+    the next `load_model` reads the files again). Frees their memory after a run that used SPLADE."""
+    global _model
+    with _cache_lock:
+        _cache.clear()
+    if model:
+        with _model_lock:
+            _model = None
+
+
 def encode(texts: list[str], cached: bool = True,
            cache_path: str | os.PathLike[str] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each text's SPLADE vector as (vocabulary ids, weights > 0), from the process cache or the SQLite file
@@ -244,6 +256,7 @@ class SpladeScorer(KeywordScorer):
 
     name = "splade"
     uses_cache = True
+    fixed_params = {"cache_path": "the results root (.cache/sparse-vectors.sqlite, beside the embedding cache)"}
 
     def __init__(self, cache_path: str | os.PathLike[str] | None = None):
         self.cache_path = cache_path

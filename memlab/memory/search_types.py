@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from memlab.plain import plain
+from memlab.plain import from_fields, plain
 
 if TYPE_CHECKING:
     from memlab.memory.entry import MemoryEntry, UserKey
@@ -150,13 +150,8 @@ class HitRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "hit") -> HitRecord:
-        unknown = sorted(set(d) - set(HIT_COLUMNS))
-        if unknown:
-            raise ValueError(f"{where}: unknown hit field(s) {unknown}; a hit has {', '.join(HIT_COLUMNS)}")
-        try:
-            return cls(**d)
-        except TypeError as e:
-            raise ValueError(f"{where}: {e}") from None
+        """A hit read back (strict: `memlab.plain.from_fields`; ValueError naming ``where`` and the fields)."""
+        return from_fields(cls, d, where)
 
 
 HIT_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(HitRecord))

@@ -6,18 +6,18 @@ objects instead of the configured names; everything else (caching, traces, scori
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Any
 
 import memlab.eval.profiles  # noqa: F401 - registers the llm judge (ProfileJudge) in JUDGES
 from memlab.answer import ANSWERERS, JUDGES, Answerer
+from memlab.answer.base import section_settings
 from memlab.extract.extractors import EXTRACTORS, Extractor
 from memlab.index.embedders import EMBEDDERS, parse_embedder_spec
 from memlab.index.keyword import KEYWORD_SCORERS
-from memlab.params import describe_params, get_params, param_specs, resolved_params
+from memlab.params import describe_params, fixed_params, get_params, resolved_params, settable_specs
 from memlab.run.clients import Clients
-from memlab.run.config import ExperimentConfig
+from memlab.run.config import ExperimentConfig, get_dotted
 
 
 def build_extractor(cfg: ExperimentConfig, clients: Clients) -> Extractor:
@@ -35,37 +35,41 @@ def build_answerer(cfg: ExperimentConfig, clients: Clients) -> Answerer:
 
 
 def build_judge(cfg: ExperimentConfig, clients: Clients) -> Any | None:
-    """The registered judge ``judge.kind``; one whose ``from_config`` takes ``profile`` (the ``llm`` judge,
-    `memlab.eval.profiles.ProfileJudge`) gets the run's scoring profile, whose verdict rule it applies."""
+    """The registered judge ``judge.kind`` with ``judge.params``; each parameter it declares the run decides
+    (`memlab.params.Component.fixed_params`, e.g. the ``llm`` judge's ``profile`` from ``scoring.profile``,
+    whose verdict rule it applies) gets that config key's value."""
     if not cfg.judge.model:
         return None
     cls = JUDGES.get(cfg.judge.kind)
-    kw = {"profile": cfg.scoring.profile} if "profile" in inspect.signature(cls.from_config).parameters else {}
-    return cls.from_config(cfg.judge, clients.for_role, **kw)
+    fixed = {name: get_dotted(cfg, key) for name, key in fixed_params(cls).items()}
+    return cls.from_config(cfg.judge, clients.for_role, **fixed)
 
 
 def _held(obj: Any, fallback: dict[str, Any]) -> dict[str, Any]:
     """The settings (config-settable parameters) an object holds, as run.json records them; ``fallback`` (the
     config's, defaults included) for an object that does not store its arguments under their own names."""
-    specs = param_specs(type(obj))
+    specs = settable_specs(type(obj))
     try:
         held = get_params(obj)
     except TypeError:
         return fallback
-    return {k: v for k, v in held.items() if specs[k].settable and k != "api_key"}
+    return {k: v for k, v in held.items() if k in specs and k != "api_key"}
 
 
-def component_params(cfg: ExperimentConfig, extractor: Any, answerer: Any) -> dict[str, Any]:
-    """Each component's settings with every default filled in (run.json ``components.params``): the extractor
-    and answer arm as built, the embedder and keyword scorer as the index builds them."""
+def component_params(cfg: ExperimentConfig, extractor: Any, answerer: Any, judge: Any = None) -> dict[str, Any]:
+    """Each component's settings with every default filled in (run.json ``components.params``): the extractor,
+    answer arm and judge as built, the embedder and keyword scorer as the index builds them."""
     idx = cfg.index
     name, emb = parse_embedder_spec(idx.embedder, idx.embedder_params)
     out: dict[str, Any] = {
         "extractor": None if extractor is None else _held(extractor, resolved_params(
             EXTRACTORS.get(cfg.extraction.extractor), cfg.extraction.params)),
         "answerer": _held(answerer, resolved_params(ANSWERERS.get(cfg.answer.arm), cfg.answer.params)),
+        "judge": None if judge is None else _held(judge, resolved_params(JUDGES.get(cfg.judge.kind), {
+            **section_settings(JUDGES.get(cfg.judge.kind), cfg.judge), **cfg.judge.params})),
         "embedder": {k: v for k, v in resolved_params(EMBEDDERS.get(name), emb).items() if k != "api_key"},
-        "keyword": resolved_params(KEYWORD_SCORERS.get(idx.keyword), idx.keyword_params)}
+        "keyword": resolved_params(KEYWORD_SCORERS.get(idx.keyword), idx.keyword_params),
+        "sparse": None if idx.sparse is None else resolved_params(KEYWORD_SCORERS.get(idx.sparse), idx.sparse_params)}
     return out
 
 
@@ -77,8 +81,9 @@ def describe_components() -> str:
     families = (("extraction.extractor", "extraction.params", EXTRACTORS),
                 ("answer.arm", "answer.params", ANSWERERS),
                 ("index.embedder", "index.embedder_params", EMBEDDERS),
-                ("index.keyword", "index.keyword_params", KEYWORD_SCORERS),
-                ("judge.kind", None, JUDGES), ("system.name", "system.params", SYSTEMS))
+                ("index.keyword, index.sparse", "index.keyword_params, index.sparse_params", KEYWORD_SCORERS),
+                ("judge.kind", "judge.params; judge.prompt, judge.repeats, judge.temperature are the settings of "
+                 "those names", JUDGES), ("system.name", "system.params", SYSTEMS))
     lines = []
     for key, params_key, registry in families:
         lines.append(f"{key}" + (f" (settings under {params_key})" if params_key else "") + ":")

@@ -173,18 +173,22 @@ class ExperimentConfig:
 
     def _validate_settings(self, where: str) -> None:
         """Each component's settings (``extraction.params``, ``answer.params``, ``index.embedder_params``,
-        ``index.keyword_params``, ``system.params``) against its class's declared parameters
-        (`memlab.params.check_params`)."""
+        ``index.keyword_params``, ``index.sparse_params``, ``system.params``, ``judge.params``) against its class's
+        declared parameters (`memlab.params.check_params`)."""
         idx = self.index
         named = (("extraction.params", EXTRACTORS, self.extraction.extractor, self.extraction.params),
                  ("answer.params", ANSWERERS, self.answer.arm, self.answer.params),
                  ("index.keyword_params", KEYWORD_SCORERS, idx.keyword, idx.keyword_params),
+                 ("index.sparse_params", KEYWORD_SCORERS, idx.sparse, idx.sparse_params),
                  ("index.embedder_params", None, idx.embedder, idx.embedder_params),
                  ("system.params", SYSTEMS, self.system.name,
-                  {} if self.system.params is None else self.system.params))
+                  {} if self.system.params is None else self.system.params),
+                 ("judge.params", JUDGES, self.judge.kind, self.judge.params))
         for key, registry, name, params in named:
             if not isinstance(params, dict):
                 raise ConfigError(f"{where}: {key} = {params!r}; expected a mapping of setting names to values")
+            if name is None:  # no sparse scorer (IndexConfig.check refuses its settings alone)
+                continue
             try:
                 if registry is None:
                     checked = parse_embedder_spec(name, params, complete=True)[1]
@@ -388,7 +392,7 @@ def _check_scalar(value: Any, default: Any, key: str, where: str, annotation: An
 
 #: Fields holding a component's settings by name: ``--set answer.params.rank=2`` and a grid over
 #: ``answer.params.rank`` may name a setting the section does not list yet.
-SETTINGS_KEYS = ("params", "embedder_params", "keyword_params")
+SETTINGS_KEYS = ("params", "embedder_params", "keyword_params", "sparse_params")
 
 
 def get_dotted(cfg: Any, key: str, where: str = "config") -> Any:

@@ -166,8 +166,13 @@ class IndexConfig:
     """The embedder's constructor settings by name (`memlab.params`; ``litellm:<model>`` is its ``model``)."""
     keyword_params: dict[str, Any] = field(default_factory=dict)
     """The keyword scorer's constructor settings by name (the index names it ``bm25(k1=1.5)``)."""
+    sparse_params: dict[str, Any] = field(default_factory=dict)
+    """The ``sparse`` scorer's constructor settings by name, as ``keyword_params`` (needs ``sparse``)."""
 
     def check(self, where: str) -> None:
+        if self.sparse is None and self.sparse_params:
+            raise ConfigError(f"{where}: index.sparse_params = {self.sparse_params!r} without index.sparse; name the "
+                              f"sparse scorer (index.sparse) these settings are for")
         if not _FACTORY.match(self.factory):
             raise ConfigError(f"{where}: index.factory = {self.factory!r}; expected a FAISS factory string "
                               f"memlab builds: Flat, HNSW<M> (M >= 1), IVF<n>,Flat, IVF<n>,PQ<m>, PQ<m> or LSH")
@@ -183,7 +188,8 @@ class IndexConfig:
         the embedder's settings travel apart (`memlab.run.clients.Clients.embedder_params`)."""
         return {"embedder": self.embedder, "index": self.factory, "keyword": spec_text(self.keyword,
                                                                                        self.keyword_params),
-                "date_in_text": self.date_in_text, "append_citing": self.append_citing, "sparse": self.sparse,
+                "date_in_text": self.date_in_text, "append_citing": self.append_citing,
+                "sparse": None if self.sparse is None else spec_text(self.sparse, self.sparse_params),
                 "session_text": self.session_text, "ef_search": self.ef_search, "ef_construction": self.ef_construction}
 
 
@@ -292,9 +298,17 @@ class JudgeConfig:
     repeats: int = 1
     """Ask the judge this many times per question (each repeat cached apart); J = the mean verdict."""
     temperature: float = 0.0
+    params: dict[str, Any] = field(default_factory=dict)
+    """The judge's constructor settings by name (`memlab.params`); ``prompt``, ``repeats`` and ``temperature`` are
+    given by the fields above (each is the setting of its name), never here."""
 
     def check(self, where: str) -> None:
         integer(where, "judge.repeats", self.repeats, 1)
+        if isinstance(self.params, dict):
+            own = [k for k in self.params if k in {f.name for f in dataclasses.fields(self)}]
+            if own:
+                raise ConfigError(f"{where}: judge.params.{own[0]} = {self.params[own[0]]!r}; set judge.{own[0]} "
+                                  f"instead (that field is this setting)")
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Any
 
 from memlab.run.config import EXECUTORS, ConfigError, ExperimentConfig
 from memlab.run.results import Run
-from memlab.run.runner import _resolve, run_experiment
+from memlab.run.runner import resolve_run_config, run_experiment
 
 
 def run_grid(config: ExperimentConfig | str | Path | None = None, results: str | Path | None = None,
@@ -22,7 +22,7 @@ def run_grid(config: ExperimentConfig | str | Path | None = None, results: str |
     on the chosen executor (default: the config's ``run.executor``); ``trust_run_config`` and ``reuse`` (local
     executor only) as in `run_experiment`."""
     if resume is not None:
-        cfg, _ = _resolve(None, resume, overrides, force_config, trust_run_config)
+        cfg, _ = resolve_run_config(None, resume, overrides, force_config, trust_run_config)
     else:
         cfg = ExperimentConfig.of(config, overrides, caller="run_grid")
     kind = executor or cfg.run.executor

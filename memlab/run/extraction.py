@@ -118,7 +118,7 @@ def log_build_usage(build_log: Path, conversation: str, results: list[Any], date
 def index_file(cfg: ExperimentConfig, embedder: Embedder | None = None) -> str:
     """The file name of the configured index in a conversation store's cache folder (one per index section;
     a caller's ``embedder`` object stands in for the configured one)."""
-    later = (*LATER_SETTINGS, "embedder_params", "keyword_params")
+    later = (*LATER_SETTINGS, "embedder_params", "keyword_params", "sparse_params")
     section = {k: v for k, v in asdict(cfg.index).items() if k not in later or v}  # older saved indexes stay
     if embedder is not None:
         section["embedder"] = embedder.embedder_id

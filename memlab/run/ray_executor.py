@@ -184,20 +184,19 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
     (`memlab.run.steps`), holds its folder's lock, and stops as ``interrupted`` on Ctrl-C or SIGTERM.
     ``unit_hook`` is called on the worker with the unit's name before each task (fault injection in
     tests, instrumentation)."""
-    from memlab.run.runner import _resolve
+    from memlab.run.runner import resolve_run_config
 
     with contextlib.ExitStack() as held:
         if resume is not None:
-            cfg0, prev0 = _resolve(None, resume, overrides, force_config, trust_run_config)
+            cfg0, prev0 = resolve_run_config(None, resume, overrides, force_config, trust_run_config)
             held.enter_context(RunLock(resume))  # before any work: a second resume of this folder stops here
             cfgs, prevs = [cfg0], [prev0]
-            root = Path(resume).parent
         else:
             cfgs = ExperimentConfig.of(config, overrides, caller="run_grid_ray").expand()
             prevs = [{} for _ in cfgs]
-            root = Path(results) if results is not None else results_root()
         stop = held.enter_context(remembered_interrupts())
-        return _run_grid(cfgs, prevs, root.resolve(), resume, progress, address, unit_hook, held, stop)
+        return _run_grid(cfgs, prevs, results_root(results, resume), resume, progress, address, unit_hook, held,
+                         stop)
 
 
 def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: Path, resume: str | Path | None,

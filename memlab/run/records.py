@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import pandas as pd
 
 from memlab.atomic import write_table
-from memlab.plain import plain
+from memlab.plain import from_fields, plain
 
 SCHEMA_VERSION = 1
 
@@ -41,6 +41,13 @@ class RecordSchemaError(ValueError):
     """A saved record of another schema version, or with unknown or missing fields."""
 
 
+def check_schema(d: dict[str, Any], where: str) -> None:
+    """A saved record of another schema version is an error naming ``where`` (no version: the current one)."""
+    version = d.get("schema", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise RecordSchemaError(f"{where}: schema version {version}; this memlab reads version {SCHEMA_VERSION}")
+
+
 class Record:
     """JSON round trip shared by the records (strict: unknown fields and other versions are errors)."""
 
@@ -52,17 +59,8 @@ class Record:
 
     @classmethod
     def from_dict(cls: type[R], d: dict[str, Any], where: str = "record") -> R:
-        version = d.get("schema", SCHEMA_VERSION)
-        if version != SCHEMA_VERSION:
-            raise RecordSchemaError(f"{where}: schema version {version}; this memlab reads version {SCHEMA_VERSION}")
-        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise RecordSchemaError(f"{where}: unknown field(s) {unknown} for {cls.__name__}")
-        try:
-            return cls(**d)
-        except TypeError as e:
-            raise RecordSchemaError(f"{where}: {cls.__name__}: {e}") from None
+        check_schema(d, where)
+        return from_fields(cls, d, where, RecordSchemaError)
 
 
 @dataclass
@@ -258,9 +256,7 @@ class RunInfo(Record):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "run.json") -> RunInfo:  # type: ignore[override]
-        version = d.get("schema", SCHEMA_VERSION)
-        if version != SCHEMA_VERSION:
-            raise RecordSchemaError(f"{where}: schema version {version}; this memlab reads version {SCHEMA_VERSION}")
+        check_schema(d, where)
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         missing = [k for k in ("run_id", "status") if k not in d]
         if missing:

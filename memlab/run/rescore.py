@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from memlab.answer import JUDGES
 from memlab.atomic import write_table
 from memlab.eval import category_summary
 from memlab.eval.errata import Errata, errata_columns, errata_counts, load_errata
@@ -73,7 +74,11 @@ def rescore(run: Run | str | Path, profile: str = "locomo", allow_model_calls: b
     client = _judge_client(r, allow_model_calls)
     metrics = ["f1", "bleu1", "em"]
     if client is not None:
-        judge = ProfileJudge(client, prof, r.config.judge.prompt)
+        kind = r.config.judge.kind
+        if not issubclass(JUDGES.get(kind), ProfileJudge):
+            raise ValueError(f"{r.run_dir}: rescore re-reads the llm judge's verdicts under another profile; this "
+                             f"run's judge is judge.kind = {kind!r}")
+        judge = ProfileJudge.from_config(r.config.judge, lambda role: client, profile=prof)  # the run's settings
         j, misses, failures = [], 0, 0
         for row in scores.to_dict("records"):
             if not row["scored"]:

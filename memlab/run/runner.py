@@ -55,11 +55,11 @@ from memlab.threads import peak_rss_mb, set_threads
 __all__ = ["Run", "RunStorageError", "load_run", "run_ablation", "run_experiment"]
 
 
-def _resolve(config: ExperimentConfig | str | Path | None, resume: str | Path | None,
-             overrides: dict[str, Any] | list[str] | None, force_config: bool,
-             trust_run_config: bool = False) -> tuple[ExperimentConfig, dict]:
+def resolve_run_config(config: ExperimentConfig | str | Path | None, resume: str | Path | None,
+                       overrides: dict[str, Any] | list[str] | None, force_config: bool,
+                       trust_run_config: bool = False) -> tuple[ExperimentConfig, dict]:
     """The run's config, and for a resume the run.json it left (refusing silent config changes, and endpoints,
-    key variables or prompt files the user did not start the run with)."""
+    key variables or prompt files the user did not start the run with); every executor starts with it."""
     if resume is None:
         cfg = ExperimentConfig.of(config, overrides)
         if cfg.grid:
@@ -117,7 +117,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
     config, data and code under the results root instead of running it again (`memlab.run.reuse`), and says so.
     """
     t_start = time.perf_counter()
-    cfg, prev = _resolve(config, resume, overrides, force_config, trust_run_config)
+    cfg, prev = resolve_run_config(config, resume, overrides, force_config, trust_run_config)
     if reuse and resume is not None:
         raise ConfigError("run_experiment: reuse=True with resume=RUN_DIR: a resume finishes its own folder; "
                           "give one of them")
@@ -134,7 +134,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
         p = None
         if reuse:
             p = prepare(cfg, prev, resume)
-            root = _root(results, resume)
+            root = results_root(results, resume)
             found, why = reusable_run(root, p)
             if found is not None:
                 print(f"memlab: reusing {found.run_dir} (complete; same config, data and code; reuse=False runs "
@@ -143,12 +143,6 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
             if why:
                 print(f"memlab: not reusing {why}")
         return _run(cfg, prev, results, resume, progress, given, held, stop, t_start, p)
-
-
-def _root(results: str | Path | None, resume: str | Path | None) -> Path:
-    """The results root: a resumed run's parent, else ``results``, else the default (`results_root`)."""
-    root = Path(resume).parent if resume is not None else Path(results) if results is not None else results_root()
-    return root.resolve()
 
 
 def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None, resume: str | Path | None,
@@ -161,7 +155,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
     cfg = p.cfg  # with the dataset's scoring profile
     threads = set_threads(cfg.run.threads)  # every native pool sized before a model or index is built
     # -- 2. components
-    root = _root(results, resume)
+    root = results_root(results, resume)
     cache_root = root / ".cache"
     cache_root.mkdir(parents=True, exist_ok=True)
     integrity_mark = cache_integrity.mark()

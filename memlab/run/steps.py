@@ -136,9 +136,9 @@ def open_info(p: Prepared, run_dir: Path, comps: Components, executor: dict[str,
         "components": {"answerer": component_label(comps.answerer),
                        "extractor": component_label(comps.extractor) if comps.extractor is not None else None,
                        **{name: component_label(getattr(comps, name)) for name in ("judge", "searcher", "embedder")
-                          if comps.custom[name]},
+                          if comps.custom[name] or (name == "judge" and comps.judge is not None)},
                        "custom": comps.custom,
-                       "params": component_params(p.cfg, comps.extractor, comps.answerer)},
+                       "params": component_params(p.cfg, comps.extractor, comps.answerer, comps.judge)},
         "sessions": p.prev.get("sessions", []), "notes": inert_knobs(p.cfg, RECALL_KS) + p.notes,
         "executor": executor, "input_files": input_files(p.cfg.to_dict()),  # what reuse compares beyond the config
     }
