@@ -49,7 +49,11 @@ reached.
 6. ``retrieval-miss`` — evidence memories exist, no evidence id was reached, and no comma part of
    a multi-hop gold reached the reader through another turn (coverage of its content tokens >= 0.5);
 7. ``partial-retrieval`` — some written evidence ids (or gold parts) were reached, others not (the
-   typical multi-hop failure: one hop found, the other not);
+   typical multi-hop failure: one hop found, the other not), and a missed one could have added what the
+   answer needs: for a count, every instance; otherwise a gold content token the context lacks, or, for a
+   turn that holds none of the gold's words (a bridge hop, a photo, a paraphrase), no evidence turn of its
+   session (its date) reached the reader. A missed turn whose gold words were all in the context through
+   other memories, or a wordless one beside a reached turn of its session, is redundant: the rules go on;
 8. ``abstain-error`` — a non-adversarial question abstained although the context was
    answer-bearing or every written evidence id was reached;
 9. ``reading-miss`` — the context could have given a better answer: it was answer-bearing, or
@@ -193,6 +197,16 @@ def _holds_gold(gold: set[str], text: str) -> bool:
     return bool(gold & set(stemmed_tokens(text)))
 
 
+def _adds(gold: set[str], have: set[str], turn: str, same_session: bool) -> bool:
+    """Whether a missed evidence turn could have added what the answer needs: a gold content token the
+    context lacks; a turn with none of the gold's words adds nothing by content when an evidence turn of
+    its session (its date) reached the reader, and may otherwise (a bridge hop, a photo, a paraphrase)."""
+    carried = gold & set(stemmed_tokens(turn))
+    if carried:
+        return bool(carried - have)
+    return not same_session
+
+
 def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     """(label, reason) for one failed question, by the ordered rules of the module doc."""
     row = ev.row
@@ -235,6 +249,8 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     evs = set(evidence)
     gold = _content(answer)
     turn_of = {t.id: t.text for t in ev.turns}
+    date_of = {t.id: t.date for t in ev.turns}
+    redundant: list[str] = []
     written = sorted({s for m in ev.memories for s in m["source_ids"] if s in evs})
     reached = sorted({s for m in ev.memories if m["id"] in ev.context_ids for s in m["source_ids"] if s in evs
                       and (_holds_gold(gold, str(m["text"])) or
@@ -274,13 +290,19 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
         if not reached:
             return "retrieval-miss", (f"{len(ev.memories)} evidence memories stored, none that holds the answer "
                                       f"given to the reader ({ctx}); {_where(ev, written)}")
-        # 7. partial-retrieval
+        # 7. partial-retrieval, when a missed evidence turn could have added what the answer needs
         missed = [s for s in written if s not in reached]
-        if missed:
-            return "partial-retrieval", f"reached {', '.join(reached)}; missed {_where(ev, missed)} ({ctx})"
+        reached_dates = {t.date for t in ev.turns if t.id in reached and t.date is not None}
+        needed = [s for s in missed if kind == "count" or s not in turn_of  # no turn text: it may have
+                  or _adds(gold, have, turn_of[s], date_of.get(s) in reached_dates)]
+        if needed:
+            return "partial-retrieval", f"reached {', '.join(reached)}; missed {_where(ev, needed)} ({ctx})"
+        redundant = missed
     # 8. abstain-error (non-adversarial)
     where = ("the context held every answer word" if bearing else
              f"evidence {', '.join(reached)} reached the reader and the answer is inferred" if supported else
+             f"evidence {', '.join(reached)} reached the reader; missed {', '.join(redundant)} carry nothing the "
+             f"context lacks" if redundant else
              "every written evidence id reached the reader")
     if abstained:
         return "abstain-error", f"abstained although {where} ({ctx})"

@@ -10,7 +10,7 @@ from memlab.answer import ABSTAIN, AnswerContext, ExtractiveAnswerer
 from memlab.answer.temporal import is_temporal_question, resolve
 from memlab.data import load_locomo
 from memlab.index import open_service
-from memlab.memory import SearchOptions, UserKey
+from memlab.memory import MemoryEntry, SearchOptions, UserKey
 
 D = datetime(2023, 5, 8, 13, 56)
 
@@ -73,6 +73,27 @@ def test_abstains_when_named_person_is_not_the_speaker(ctx):
     assert a.prediction == ABSTAIN and "outscores Alice's best" in a.rule
     b = ExtractiveAnswerer(abstain=False).answer(q("What is the name of Alice's dog Rex adopted?"), ctx)
     assert b.prediction != ABSTAIN
+
+
+def test_an_observation_is_owned_by_the_person_it_is_about():
+    # issue 21's observations-only arm never abstained on category 5 (conv-26: 0 of 47). Not an ownership fault:
+    # each observation is owned by its one speaker, and the test abstains once the other person's matching
+    # observation is in the context; the participant boost had left only the named person's observations there
+    # (Their name in an observation also counts as a question term for them, which a turn's stripped "Name: "
+    # does not: with Melanie's line at rank 3 the reader answers. Left as it is; see the issue 21 report.)
+    key = UserKey("locomo", "c")
+    car = [MemoryEntry(id=str(i), key=key, text=t, participants=("Caroline",), source_ids=(f"D1:{i}",))
+           for i, t in ((1, "Caroline expresses appreciation for her friendship with Melanie."),
+                        (2, "Caroline loves horses."))]
+    mel = MemoryEntry(id="3", key=key, text="Melanie realized after her charity race that self-care is important.",
+                      participants=("Melanie",), source_ids=("D2:3",))
+    reader, question = ExtractiveAnswerer(), "What did Caroline realize after her charity race?"
+    r = reader.read(question, [(1, mel), (2, car[0]), (3, car[1])], ["Caroline", "Melanie"])
+    assert {c.owners for c in r.candidates} == {frozenset({"Caroline"}), frozenset({"Melanie"})}
+    pred, rule, _ = reader.choose(r)
+    assert pred == ABSTAIN and "rank 1, Melanie's" in rule
+    pred, _, _ = reader.choose(reader.read(question, [(1, car[0]), (2, car[1])], ["Caroline", "Melanie"]))
+    assert pred != ABSTAIN  # a context of the named person's memories alone cannot show the premise is wrong
 
 
 def test_span_keeps_the_new_words_of_the_best_sentence(ctx):

@@ -195,6 +195,42 @@ def test_reading_miss_only_when_the_context_could_do_better():
     assert label == "reading-miss" and "a span scores 0.67, the answer 0.00" in reason
 
 
+def test_a_missed_hop_counts_only_when_it_could_add_what_the_answer_needs():
+    # issue 21, pattern C: the rules said partial-retrieval for any missed listed id (conv-50/q63, conv-47/q62)
+    row = {**MULTI, "answer": "Rex, Milo, Luna", "prediction": "a cat"}
+    d1, d3 = datetime(2023, 5, 1), datetime(2023, 6, 2)
+    turns = [EvidenceTurn("D1:2", "Bob", "I adopted a dog named Rex", d1),
+             EvidenceTurn("D3:4", "Bob", "my second dog is Milo", d3)]
+    # Milo reached the reader through another memory (m8); Luna is nowhere, so the context is not answer-bearing
+    lines = [MEM_OK["text"], "Milo the second dog sleeps a lot"]
+    label, reason = label_question(ev(row, mems=(MEM_OK, MEM_MILO), context=("m1", "m8"), context_lines=lines,
+                                      evidence_turns=turns))
+    assert label == "reading-miss" and "missed D3:4 carry nothing the context lacks" in reason, reason
+    # the missed turn carries a gold word the context lacks: a retrieval part
+    label, _ = label_question(ev(row, mems=(MEM_OK, MEM_MILO), context=("m1",), context_lines=[MEM_OK["text"]],
+                                 evidence_turns=turns))
+    assert label == "partial-retrieval"
+    # a missed turn with none of the gold's words: redundant beside a reached turn of its session, not otherwise
+    wordless = {"id": "m3", "text": "Bob: they get along", "source_ids": ["D3:4"]}
+    for d, want in ((d1, "reading-miss"), (d3, "partial-retrieval")):
+        ts = [turns[0], EvidenceTurn("D3:4", "Bob", "they get along", d)]
+        label, reason = label_question(ev({**row, "answer": "Rex Smith"}, mems=(MEM_OK, wordless), context=("m1",),
+                                          context_lines=[MEM_OK["text"]], evidence_turns=ts))
+        assert label == want, reason
+    # a count needs every instance, whatever the missed turn says
+    label, _ = label_question(ev({**row, "answer": "two"}, mems=(MEM_OK, wordless), context=("m1",),
+                                 context_lines=[MEM_OK["text"]],
+                                 evidence_turns=[turns[0], EvidenceTurn("D3:4", "Bob", "they get along", d1)]))
+    assert label == "partial-retrieval"
+
+
+def test_a_duration_is_computed_from_dates():
+    # conv-47/q62 'nearly three months' was a literal answer, so with both dated turns reached it fell to label-issue
+    for a in ("nearly three months", "about 2 years", "a couple of weeks", "three months"):
+        assert answer_kind(a, 2) == "date", a
+    assert answer_kind("three times", 1) == "count" and answer_kind("Rex", 2) == "literal"
+
+
 def test_partial_retrieval_reason_quotes_the_full_ranking():
     label, reason = label_question(ev(MULTI, mems=(MEM_OK, MEM_MILO), context=("m1",),
                                       ranks={"D1:2": 2, "D3:4": 41}, depth=100))

@@ -118,11 +118,18 @@ _INFERRED = re.compile(r"^\s*(likely|probably|maybe|possibly|yes|no|not|unlikely
 _COUNT = re.compile(r"\W*(\d+|one|two|three|four|five|six|seven|eight|nine|ten|once|twice)\b.*", re.IGNORECASE)
 
 
+#: A duration, maybe hedged ("nearly three months", "about 2 years"): computed from the evidence turns' dates.
+_DURATION = re.compile(r"\W*(?:(?:about|around|nearly|almost|over|roughly|approximately|just|more than|less than)\s+)*"
+                       r"(?:an?\s+)?(?:\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|few|several|couple)"
+                       r"(?:\s+of)?\s+(?:days?|weeks?|months?|years?)\W*", re.IGNORECASE)
+
+
 def answer_kind(answer: str, category: int) -> str:
     """How a gold answer relates to its evidence text: ``count`` (a number: every evidence turn is one
-    instance, all are needed), ``date`` (computed from a turn's date), ``inferred`` (open-domain, yes/no,
-    likely: any sufficient part of the evidence supports it) or ``literal`` (words read off a turn)."""
-    if parse_date(answer) is not None or _MONTH_WORD.search(answer):
+    instance, all are needed), ``date`` (computed from a turn's date; a duration from two), ``inferred``
+    (open-domain, yes/no, likely: any sufficient part of the evidence supports it) or ``literal`` (words
+    read off a turn)."""
+    if parse_date(answer) is not None or _MONTH_WORD.search(answer) or _DURATION.fullmatch(answer.strip()):
         return "date"
     if _COUNT.fullmatch(answer.strip()):
         return "count"
