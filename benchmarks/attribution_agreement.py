@@ -46,7 +46,7 @@ SEED = 21
 EXCLUDED_CONVERSATION = "conv-26"
 #: The samples in the order they were drawn, each excluding the earlier ones: (per category, seed).
 SAMPLES = {"dev": (PER_CATEGORY, SEED), "holdout": (5, 22), "holdout2": (5, 23), "holdout3": (6, 24),
-           "holdout4": (8, 25)}
+           "holdout4": (8, 25), "holdout5": (8, 26)}
 
 
 def draw(att: pd.DataFrame, per_category: int = PER_CATEGORY, seed: int = SEED,
