@@ -10,7 +10,9 @@ and labelled the same way after the last change to the rules: that is the out-of
 the rules unchanged. Rule 7's redundant-hop check came after those four samples, designed on their
 disagreements, so for it they are not out of sample; ``holdout4`` (8 per category, seed 25, 40 questions)
 was drawn and labelled blind (without looking at the rules or their labels) on the run of commit 42aa9b4's
-reader, before rule 7 was merged, and is out of sample for every rule. Labels and reasons
+reader, before rule 7 was merged, and is out of sample for every rule. ``holdout5`` (8 per category, seed
+26, 40 questions) was drawn and labelled blind the same way on the run of commit 42aa9b4's reader, after
+rule 7 was merged, so it is out of sample for rule 7 too. Labels and reasons
 are in ``benchmarks/attribution_handcheck.csv`` (qid, category, hand_label, reason, sample, prediction:
 the prediction the label judged). This script recomputes the rules' labels on a run and prints Cohen's
 kappa (with a 95 % bootstrap interval over questions) and the confusion table (rows: hand, columns: rules).

@@ -402,10 +402,11 @@ def test_handcheck_agreement_script():
     assert cols <= set(hand.columns) and hand.qid.is_unique
     assert set(hand.hand_label) <= set(LABELS) and hand.reason.str.len().min() > 10
     assert not hand.qid.str.startswith("conv-26/").any() and hand.prediction.notna().all()
-    # 110 drawn on the old reader's run; 20 the shipped reader no longer fails were dropped; holdout4: 8 x 5, blind
+    # 110 drawn on the old reader's run; 20 the shipped reader no longer fails were dropped; holdout4/5: 8 x 5, blind
     assert hand.groupby("sample").size().to_dict() == {"dev": 49, "holdout": 21, "holdout2": 20, "holdout3": 30,
-                                                       "holdout4": 40}
-    assert (hand[hand["sample"] == "holdout4"].groupby("category").size() == 8).all()
+                                                       "holdout4": 40, "holdout5": 40}
+    for name in ("holdout4", "holdout5"):
+        assert (hand[hand["sample"] == name].groupby("category").size() == 8).all()
 
 
 def test_handcheck_samples_skip_questions_labelled_for_earlier_samples(monkeypatch):
