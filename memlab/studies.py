@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,11 @@ import pandas as pd
 from memlab.attribution import LABELS, attribute
 from memlab.index.text import jaccard, word_set
 from memlab.run import ExperimentConfig, run_experiment
-from memlab.run.extraction import index_file
+from memlab.run.clients import Clients
+from memlab.run.components import build_extractor
+from memlab.run.extraction import extraction_cache_key, index_file
 from memlab.run.report import ci_frame
-from memlab.trace import load
+from memlab.trace import load, load_extraction, load_memories
 
 NEAR_DUPLICATE = 0.80
 
@@ -37,7 +40,9 @@ def reconcile_sweep(base: ExperimentConfig, settings: Sequence[tuple[float, floa
     policy (``policies``; default: the base config's): ops proposed / rewritten to updates / skipped,
     memories stored (all, and current = not superseded), near-duplicate pairs left, recall and F1 over
     categories 1-4 with their 95 % clustered-bootstrap intervals (``_lo`` / ``_hi``). ``reuse``: a setting already
-    run with the same config, data and code under ``results`` is read back, not run again (`run_experiment`)."""
+    run with the same config, data and code under ``results`` is read back, not run again (`run_experiment`). A
+    cell that stores the same memories as an earlier one (`same_memories_key`: e.g. every policy with reconcile
+    off, and append-only at every setting, for an add-only extractor) gets that cell's measures without a run."""
     rows = []
     grid: list[tuple[str, dict]] = []
     if include_off:
@@ -47,29 +52,43 @@ def reconcile_sweep(base: ExperimentConfig, settings: Sequence[tuple[float, floa
             "extraction.reconcile.enabled": True, "extraction.reconcile.skip_score": s[0],
             "extraction.reconcile.skip_jaccard": s[1], "extraction.reconcile.update_score": s[2],
             "extraction.reconcile.update_jaccard": s[3]}))
+    done: dict[str, dict[str, Any]] = {}  # extraction key -> the row of the cell that ran with it
     for policy in policies or [base.extraction.policy]:
         for label, over in grid:
-            run = run_experiment(base.with_overrides({**over, "extraction.policy": policy,
-                                                      "name": f"{base.name}-reconcile"}),
-                                 results=results, progress=False, reuse=reuse)
-            tr = load(run.run_dir)
-            ext = tr.extraction
-            rec = ext["reconcile"].apply(lambda r: r or {})
-            mems = tr.memories
-            sup = mems["superseded_at"].notna() if "superseded_at" in mems else pd.Series(False, index=mems.index)
-            dups = sum(near_duplicates(g.text.tolist()) for _, g in mems[~sup].groupby("conversation"))
-            s = run.summary.loc["overall 1-4"]
-            ci = ci_frame(run, ["recall@10", "f1"]).loc["overall 1-4"]
-            rows.append({"policy": policy, "setting": label, "proposed": len(ext), "rewritten": int(rec.apply(
-                lambda r: r.get("tier") == "update" and r.get("rewritten", False)).sum()),
-                "skipped": int((ext.result == "skipped").sum()), "memories": len(mems),
-                "current": int((~sup).sum()), "superseded": int(sup.sum()), "near_duplicates": dups,
-                "n": int(s["n"]), "recall@10": float(s["recall@10"]),
-                "recall@10_lo": float(ci.get("recall@10_lo", float("nan"))),
-                "recall@10_hi": float(ci.get("recall@10_hi", float("nan"))),
-                "context_recall": float(s["context_recall"]), "f1": float(s["f1"]),
-                "f1_lo": float(ci.get("f1_lo", float("nan"))), "f1_hi": float(ci.get("f1_hi", float("nan")))})
+            cfg = base.with_overrides({**over, "extraction.policy": policy, "name": f"{base.name}-reconcile"})
+            same = same_memories_key(cfg)  # cells storing the same memories answer alike: one run for them
+            if same not in done:
+                done[same] = _sweep_row(run_experiment(cfg, results=results, progress=False, reuse=reuse))
+            rows.append({"policy": policy, "setting": label, **done[same]})
     return pd.DataFrame(rows)
+
+
+def same_memories_key(cfg: ExperimentConfig) -> str:
+    """The extraction cache key of ``cfg`` without its dataset (`memlab.run.extraction.extraction_cache_key`):
+    two configs of one dataset with the same key store the same memories, e.g. the update policies of an
+    add-only extractor with reconcile off. The extractor is built as a run builds it; no model is called."""
+    extractor = build_extractor(cfg, Clients(cfg, Path(os.devnull)))
+    return extraction_cache_key(cfg, "", extractor.cache_id(), extractor)
+
+
+def _sweep_row(run: Any) -> dict[str, Any]:
+    """A reconcile-sweep cell's measures from its run (`reconcile_sweep`); reads only the extraction and memory
+    traces, not the retrieval trace."""
+    ext, mems = load_extraction(run.run_dir), load_memories(run.run_dir)
+    rec = ext["reconcile"].apply(lambda r: r or {})
+    sup = mems["superseded_at"].notna() if "superseded_at" in mems else pd.Series(False, index=mems.index)
+    dups = sum(near_duplicates(g.text.tolist()) for _, g in mems[~sup].groupby("conversation"))
+    s = run.summary.loc["overall 1-4"]
+    ci = ci_frame(run, ["recall@10", "f1"]).loc["overall 1-4"]
+    return {"proposed": len(ext), "rewritten": int(rec.apply(
+        lambda r: r.get("tier") == "update" and r.get("rewritten", False)).sum()),
+        "skipped": int((ext.result == "skipped").sum()), "memories": len(mems),
+        "current": int((~sup).sum()), "superseded": int(sup.sum()), "near_duplicates": dups,
+        "n": int(s["n"]), "recall@10": float(s["recall@10"]),
+        "recall@10_lo": float(ci.get("recall@10_lo", float("nan"))),
+        "recall@10_hi": float(ci.get("recall@10_hi", float("nan"))),
+        "context_recall": float(s["context_recall"]), "f1": float(s["f1"]),
+        "f1_lo": float(ci.get("f1_lo", float("nan"))), "f1_hi": float(ci.get("f1_hi", float("nan")))}
 
 
 def label_shift(run_a: Any, run_b: Any, data: Any = None) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -14,7 +14,6 @@ Layers, joined by question id and memory id:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,12 +214,22 @@ def load(run_dir: str | Path) -> Traces:
                           "evidence_ranks": qt.get("evidence_ranks"), "memory_ranks": qt.get("memory_ranks")})
             for i, h in enumerate(qt["hits"]):
                 hit = HitRecord.from_dict(h, where=f"{d / 'traces' / 'retrieval.jsonl'}: {r['qid']} query {qi} hit {i}")
-                rows.append({"qid": r["qid"], "query_index": qi, "query": qt["query"], **dataclasses.asdict(hit)})
+                rows.append({"qid": r["qid"], "query_index": qi, "query": qt["query"], **vars(hit)})  # flat fields
     retrieval = pd.DataFrame(rows, columns=["qid", "query_index", "query", *HIT_COLUMNS])  # every field, always
     for col in ("rank", "dense_rank", "keyword_rank", "fused_rank"):
         retrieval[col] = retrieval[col].astype("Int64")
+    extraction, mems = load_extraction(d), load_memories(d)
+    info = read_run_json(d / "run.json") if (d / "run.json").is_file() else {}
+    return Traces(run_dir=d, questions=qs, retrieval=retrieval, queries=pd.DataFrame(qrows),
+                  answers=pd.DataFrame(_read_jsonl(d / "traces" / "answers.jsonl")), extraction=extraction,
+                  memories=mems, contexts=contexts, evidence_memories=ev_mems, rank_depth=depth,
+                  system=(info.get("system") or {}).get("name"))
+
+
+def load_extraction(run_dir: str | Path) -> pd.DataFrame:
+    """A run folder's extraction trace (`Traces.extraction`): one row per proposed op or job without ops."""
     ext = []
-    ext_path = d / "traces" / "extraction.jsonl"
+    ext_path = Path(run_dir) / "traces" / "extraction.jsonl"
     for x in read_jsonl(ext_path, ExtractionTraceRecord) if ext_path.is_file() else []:
         op = x.op or {}
         ext.append({"conversation": x.conversation, "job_status": x.job_status,
@@ -228,18 +237,17 @@ def load(run_dir: str | Path) -> Traces:
                     "source_ids": op.get("source_ids") or [], "memory_id": x.memory_id,
                     "result": x.result or ("dropped" if x.dropped is not None else x.job_status),
                     "error": x.error or x.dropped or x.reason, "reconcile": x.reconcile})
-    extraction = pd.DataFrame(ext, columns=None if ext else ["conversation", "job_status", "action", "text", "kind",
-                                                              "source_ids", "memory_id", "result", "error",
-                                                              "reconcile"])
-    mem_path = d / "traces" / "memories.jsonl"
+    return pd.DataFrame(ext, columns=None if ext else ["conversation", "job_status", "action", "text", "kind",
+                                                        "source_ids", "memory_id", "result", "error", "reconcile"])
+
+
+def load_memories(run_dir: str | Path) -> pd.DataFrame:
+    """A run folder's memories trace (`Traces.memories`): what the store held when answering began."""
+    mem_path = Path(run_dir) / "traces" / "memories.jsonl"
     mems = pd.DataFrame([m.to_dict() for m in read_jsonl(mem_path, MemoryRecord)] if mem_path.is_file() else [])
     if not len(mems):
         mems = pd.DataFrame(columns=["conversation", "id", "text", "kind", "event_time", "source_ids"])
-    info = read_run_json(d / "run.json") if (d / "run.json").is_file() else {}
-    return Traces(run_dir=d, questions=qs, retrieval=retrieval, queries=pd.DataFrame(qrows),
-                  answers=pd.DataFrame(_read_jsonl(d / "traces" / "answers.jsonl")), extraction=extraction,
-                  memories=mems, contexts=contexts, evidence_memories=ev_mems, rank_depth=depth,
-                  system=(info.get("system") or {}).get("name"))
+    return mems
 
 
 def trace_size_mb(run_dir: str | Path) -> float:

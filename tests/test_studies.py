@@ -8,7 +8,7 @@ import pytest
 
 from memlab.data import load_locomo
 from memlab.eval.retrieval import run_recall
-from memlab.run import ExperimentConfig
+from memlab.run import ExperimentConfig, run_experiment
 from memlab.studies import reconcile_sweep
 
 
@@ -64,3 +64,27 @@ def test_reconcile_sweep_keeps_fewer_memories_as_the_skip_threshold_drops(synthe
     for m in ("f1", "recall@10"):  # each row with its interval
         assert (t[f"{m}_lo"] <= t[m] + 1e-12).all() and (t[m] <= t[f"{m}_hi"] + 1e-12).all()
     assert len(list(tmp_path.glob("sweep-reconcile-*"))) == len(settings) + 1  # one run folder per setting
+
+
+def test_reconcile_sweep_runs_once_per_distinct_store(synthetic_path, tmp_path):
+    """Before: every (policy, setting) cell ran, six runs here; cells whose memories cannot differ (the observations
+    extractor only adds: reconcile off under any policy, and append-only, which switches reconcile off) now share
+    one run, and their rows are what running each cell gives."""
+    base = ExperimentConfig.from_dict({"name": "pol", "dataset": {"path": str(synthetic_path),
+                                                                   "conversations": ["syn-1"]},
+                                       "extraction": {"extractor": "observations"}})
+    policies = ["merge-similar", "preserve-history", "append-only"]
+    t = reconcile_sweep(base, [(0.5, 0.3, 0.2, 0.1)], results=tmp_path, policies=policies)
+    assert list(zip(t.policy, t.setting)) == [(p, s) for p in policies for s in ("off", "0.50/0.30/0.20/0.10")]
+    assert len(list(tmp_path.glob("pol-reconcile-*"))) == 3  # off (shared), merge-similar and preserve-history on
+    measures = [c for c in t.columns if c not in ("policy", "setting")]
+    off = t[measures].iloc[0].to_dict()
+    assert all(t[measures].iloc[i].to_dict() == off for i in (2, 4, 5))
+    from memlab.studies import _sweep_row, same_memories_key
+
+    cfg = base.with_overrides({"extraction.policy": "append-only", "name": "pol-check",
+                               "extraction.reconcile.skip_score": 0.5, "extraction.reconcile.skip_jaccard": 0.3,
+                               "extraction.reconcile.update_score": 0.2, "extraction.reconcile.update_jaccard": 0.1})
+    assert _sweep_row(run_experiment(cfg, results=tmp_path / "alone", progress=False)) == off  # as if it ran
+    on = base.with_overrides({"extraction.reconcile.update_jaccard": 0.1})
+    assert same_memories_key(on) != same_memories_key(on.with_overrides({"extraction.policy": "preserve-history"}))

@@ -12,10 +12,15 @@ from memlab.extract import (
     ChatSession,
     ExtractionResult,
     Extractor,
+    LLMExtractor,
     MemoryOp,
     Message,
+    ObservationsExtractor,
     ReconcileConfig,
+    TurnsAndLLM,
+    TurnsExtractor,
 )
+from memlab.extract.extractors import TurnsAndObservations
 from memlab.index import open_service
 from memlab.memory import SearchOptions, UserKey
 from memlab.memory.entry import content_id
@@ -160,5 +165,73 @@ def test_policy_is_validated_and_part_of_the_extraction_cache_key():
     cfg = ExperimentConfig()
     keys = {p: extraction_cache_key(replace(cfg, extraction=replace(cfg.extraction, policy=p)), "sha", "obs")
             for p in ("merge-similar", "preserve-history", "append-only")}
-    assert len(set(keys.values())) == 3
+    assert len(set(keys.values())) == 3  # without the extractor object: counted as configured
     assert extraction_cache_key(cfg, "sha", "obs") == keys["merge-similar"]
+
+
+POLICY_NAMES = ("merge-similar", "preserve-history", "append-only")
+
+
+def _key(extractor, policy, **reconcile):
+    cfg = ExperimentConfig()
+    ex = replace(cfg.extraction, policy=policy, reconcile=replace(cfg.extraction.reconcile, **reconcile))
+    return extraction_cache_key(replace(cfg, extraction=ex), "sha", extractor.cache_id(), extractor)
+
+
+def test_the_policy_counts_in_the_extraction_key_only_where_it_can_change_the_store():
+    """An add-only extractor whose adds reconcile cannot rewrite into updates writes the same store under every
+    policy (and append-only switches reconcile off, whatever its thresholds); an extractor that may propose
+    updates or deletes, or reconcile that may rewrite adds, keeps the policy in the key."""
+    obs, turns = ObservationsExtractor(), TurnsExtractor()
+    llm = LLMExtractor(model="openai/scripted")
+    off = {_key(obs, p, enabled=False) for p in POLICY_NAMES}
+    off |= {_key(obs, "append-only", enabled=True, skip_score=s, update_jaccard=j) for s, j in ((.9, .4), (.8, .3))}
+    assert len(off) == 1
+    assert len({_key(obs, p) for p in POLICY_NAMES} | off) == 3  # reconcile on: merge, preserve, (append = off)
+    assert len({_key(obs, p, updates_enabled=False) for p in POLICY_NAMES[:2]}) == 1  # reconcile only skips
+    assert len({_key(turns, p, skip_score=s) for p in POLICY_NAMES for s in (.9, .8)}) == 1  # turns: no reconcile
+    assert len({_key(llm, p, enabled=False) for p in POLICY_NAMES}) == 3  # the model may update and delete
+    assert len({_key(TurnsAndLLM(llm), p, enabled=False) for p in POLICY_NAMES}) == 3
+    assert _key(TurnsAndObservations(), "append-only") == _key(TurnsAndObservations(), "merge-similar")
+
+
+def _policy_run(path, root, policy, srv=None, **over):
+    from memlab.run import run_experiment
+
+    cfg = ExperimentConfig.from_dict({"name": "policy", "dataset": {"path": str(path), "conversations": ["syn-1"]},
+                                      "extraction": {"extractor": "observations", "policy": policy}})
+    if srv is not None:
+        over.update({"extraction.extractor": "llm", "extraction.model": "openai/scripted",
+                     "models.api_base": srv.api_base, "models.max_retries": 0})
+    run = run_experiment(cfg.with_overrides(over), results=root, progress=False)
+    return run.info["extraction"], (run.run_dir / "traces" / "memories.jsonl").read_text()
+
+
+def test_a_policy_sweep_of_an_add_only_extractor_extracts_once(synthetic_path, tmp_path):
+    """Before: each policy re-extracted the same store (notebook 05's reconcile-off column, three times)."""
+    first, mems = _policy_run(synthetic_path, tmp_path, "merge-similar", **{"extraction.reconcile.enabled": False})
+    assert first["from_cache"] is False and first["jobs_run"] > 0
+    for policy, over in (("preserve-history", {"extraction.reconcile.enabled": False}),
+                         ("append-only", {"extraction.reconcile.skip_score": 0.5})):  # append-only: reconcile off
+        info, again = _policy_run(synthetic_path, tmp_path, policy, **over)
+        assert (info["from_cache"], info["jobs_run"], info["cache_key"]) == (True, 0, first["cache_key"]), policy
+        assert again == mems
+    # reconcile on may rewrite an add into an update, which the policy then applies its own way: extracted anew
+    on = [_policy_run(synthetic_path, tmp_path, p)[0] for p in ("merge-similar", "preserve-history")]
+    assert [i["from_cache"] for i in on] == [False, False] and on[0]["cache_key"] != on[1]["cache_key"]
+
+
+def test_a_policy_that_changes_what_the_extractor_reads_misses_the_cache(synthetic_path, tmp_path):
+    """A model extractor may propose updates and deletes, and reads the old memories the policy left: each
+    policy extracts on its own (the model is asked again when the response cache does not hold the request)."""
+    from memlab.testing import ScriptedServer
+    from tests.scripted_model import responder
+
+    with ScriptedServer(responder=responder) as srv:
+        off = {"extraction.reconcile.enabled": False}
+        a, _ = _policy_run(synthetic_path, tmp_path, "merge-similar", srv, **off)
+        b, _ = _policy_run(synthetic_path, tmp_path, "preserve-history", srv, **off)
+        c, _ = _policy_run(synthetic_path, tmp_path, "merge-similar", srv, **off)
+    assert a["jobs_run"] > 0 and a["model_calls"] > 0
+    assert b["from_cache"] is False and b["jobs_run"] == a["jobs_run"] and b["cache_key"] != a["cache_key"]
+    assert c["from_cache"] is True and c["cache_key"] == a["cache_key"]

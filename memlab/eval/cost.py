@@ -201,15 +201,16 @@ def amortize(pred: pd.DataFrame, build: pd.DataFrame, questions_per_conversation
     never a silent 0."""
     out = pred.copy()
     sums = build.groupby("conversation")[[c for c in BUILD_COLS if c in build]].sum() if len(build) else None
+    by_conv = sums.to_dict("index") if sums is not None else {}  # one lookup per question, not a .loc per cell
     for c in BUILD_COLS:
         share = []
         for conv in out.conversation_id:
             n = questions_per_conversation.get(conv, 0)
-            known = sums is not None and conv in sums.index
-            if not known and expect_build:
+            row = by_conv.get(conv)
+            if row is None and expect_build:
                 share.append(float("nan"))
                 continue
-            v = float(sums.loc[conv, c]) if known and c in sums else 0.0
+            v = float(row[c]) if row is not None and c in row else 0.0
             share.append(v / n if n else 0.0)
         out[c] = share
     return out

@@ -23,7 +23,7 @@ from typing import Any
 from memlab.data.locomo import Conversation
 from memlab.extract.memory_sets import observation_memories, turn_memories
 from memlab.extract.messages import Message
-from memlab.extract.ops import ExtractionResult, MemoryOp
+from memlab.extract.ops import ACTIONS, ExtractionResult, MemoryOp
 from memlab.extract.tool_calls import (  # noqa: F401  (re-exported: they were defined here)
     UnreadableArguments,
     extraction_tools,
@@ -73,6 +73,10 @@ class Extractor(Component, ABC):
     #: Whether the extractor writes the verbatim turns beside its own memories (`ExtractionResult.verbatim`);
     #: the worker's old-memory lookup and reconcile then search its own memories only.
     keeps_turns: bool = False
+    #: The op actions the extractor can propose (`memlab.extract.ops.ACTIONS`). One that only adds leaves the
+    #: update policy nothing to decide unless reconcile rewrites its adds (`memlab.extract.policy`), so its
+    #: extraction cache is shared across policies. Default: every action (a new extractor is assumed to edit).
+    proposes: frozenset[str] = frozenset(ACTIONS)
 
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
@@ -121,6 +125,7 @@ class TurnsExtractor(ConversationExtractor):
     name = "turns"
     reconciles = False
     reads_old_memories = False
+    proposes = frozenset({"add"})
 
     def __init__(self, style: str = "speaker-context"):
         super().__init__()
@@ -154,6 +159,7 @@ class ObservationsExtractor(ConversationExtractor):
 
     name = "observations"
     reads_old_memories = False
+    proposes = frozenset({"add"})
 
     def __init__(self) -> None:
         super().__init__()
@@ -311,6 +317,7 @@ class CombinedExtractor(Extractor):
         self.parts = parts
         self.name = "+".join(p.name for p in parts)
         self.reads_old_memories = any(p.reads_old_memories for p in parts)
+        self.proposes = frozenset().union(*(p.proposes for p in parts))
 
     def bind(self, conversation: Conversation) -> Extractor:
         return CombinedExtractor([p.bind(conversation) for p in self.parts])
@@ -360,6 +367,7 @@ class TurnsAndLLM(Extractor):
         self.llm = llm
         self.style = style
         self.turns = TurnsExtractor(style=style)
+        self.proposes = llm.proposes | self.turns.proposes
 
     @classmethod
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:

@@ -34,7 +34,7 @@ from memlab.extract.checkers import CheckContext, Checker, should_extract
 from memlab.extract.extractors import ExtractionRequest, Extractor
 from memlab.extract.messages import ChatSession
 from memlab.extract.ops import MemoryOp
-from memlab.extract.policy import DEFAULT_POLICY, check_policy
+from memlab.extract.policy import DEFAULT_POLICY, applied_reconcile, check_policy
 from memlab.extract.reconcile import Decision, ReconcileConfig, reconcile
 from memlab.index.hybrid import is_turn_record
 from memlab.llm import redact
@@ -324,9 +324,7 @@ class AutoMemoryWorker:
                                                           kind_fallback=False, include_superseded=False,
                                                           notes_only=notes_only)).hits
 
-        cfg = self.reconcile_config
-        if not self.extractor.reconciles or self.policy == "append-only":
-            cfg = ReconcileConfig(**{**asdict(cfg), "enabled": False})
+        cfg = applied_reconcile(self.reconcile_config, self.extractor.reconciles, self.policy)
         searcher = self.service.searcher
         signal = searcher.reconcile_signal if searcher is not None else "dense"
         decisions = [Decision("verbatim", op, proposed=op) for op in out.verbatim]

@@ -2,8 +2,9 @@
 cached store, its trace, and the per-key indexes built before answering.
 
 The cache (``<results>/.cache/extract/<key>/``) is keyed by what decides the memories: dataset
-sha256, extractor (and its prompt and model), turn style, reconcile parameters, checkers and store
-backend, so an ablation over retrieval or answering re-extracts nothing. A failed job or a
+sha256, extractor (and its prompt and model), turn style, the reconcile applied, checkers, store
+backend and the update policy where it can change the store (`extraction_cache_key`), so an ablation
+over retrieval, answering or the policy of an add-only extractor re-extracts nothing. A failed job or a
 conversation with text that got no memory stops the run before answering (`ExtractionFailed`)
 unless ``run.allow_failed_extraction`` says otherwise.
 """
@@ -22,6 +23,7 @@ from memlab.eval import cost as costs
 from memlab.extract.checkers import Checker, checks_all, checks_any, message_threshold, time_interval
 from memlab.extract.extractors import Extractor
 from memlab.extract.pipeline import conversation_key, extract_dataset
+from memlab.extract.policy import DEFAULT_POLICY, applied_reconcile, policy_decides_store
 from memlab.index import open_service
 from memlab.index.embedders import Embedder
 from memlab.index.persist import LATER_SETTINGS
@@ -66,16 +68,25 @@ def build_checkers(cfg: ExperimentConfig) -> list[Checker]:
     return [checks_all(*parts) if c.combine == "all" else checks_any(*parts)]
 
 
-def extraction_cache_key(cfg: ExperimentConfig, dataset_sha: str, extractor_id: str) -> str:
+def extraction_cache_key(cfg: ExperimentConfig, dataset_sha: str, extractor_id: str,
+                         extractor: Extractor | None = None) -> str:
+    """The extraction cache's key: what decides the stored memories. Reconcile counts as applied
+    (`memlab.extract.policy.applied_reconcile`: thresholds out when it is off) and the update policy only where
+    it can change the store (`policy_decides_store`, from ``extractor.proposes``); without the ``extractor``
+    object both count as configured."""
     ex = cfg.extraction
     llm = cfg.role_in_use("extractor")  # llm, turns+llm: the prompt and the model decide the ops
+    reconcile, policy_counts = ex.reconcile, True
+    if extractor is not None:
+        reconcile = applied_reconcile(ex.reconcile, extractor.reconciles, ex.policy)
+        policy_counts = policy_decides_store(extractor.proposes, reconcile)
     payload: dict[str, Any] = {"dataset": dataset_sha, "extractor": extractor_id, "prompt": ex.prompt if llm else None,
-                               "model": ex.model if llm else None, "reconcile": asdict(ex.reconcile),
+                               "model": ex.model if llm else None, "reconcile": asdict(reconcile),
                                "turn_style": ex.turn_style, "backend": cfg.store.backend, "version": CACHE_VERSION}
     checkers = asdict(ex.checkers)
     if checkers != {"message_threshold": None, "time_interval_s": None, "combine": "all"}:
         payload["checkers"] = checkers  # only when set, so the default keeps existing caches valid
-    if ex.policy != "merge-similar":
+    if policy_counts and ex.policy != DEFAULT_POLICY:
         payload["policy"] = ex.policy  # likewise: only when not the default update policy
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -174,7 +185,7 @@ def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation
     t0 = time.perf_counter()
     ex = cfg.extraction
     extractor_id = extractor_id or extractor.cache_id()
-    key = extraction_cache_key(cfg, dataset_sha, extractor_id)
+    key = extraction_cache_key(cfg, dataset_sha, extractor_id, extractor)
     cdir = cache_root / "extract" / key
     cdir.mkdir(parents=True, exist_ok=True)
     svc = open_store(cfg, cdir, cache_root, clients, searcher, embedder)

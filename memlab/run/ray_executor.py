@@ -274,7 +274,8 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
             if not cell.comps.answerer.needs_memory or not cell.todo:
                 continue
             assert cell.comps.extractor_id is not None
-            key = extraction_cache_key(cell.cfg, cell.p.dataset_sha, cell.comps.extractor_id)
+            key = extraction_cache_key(cell.cfg, cell.p.dataset_sha, cell.comps.extractor_id,
+                                       cell.comps.extractor)
             cell.ext_key = key
             if key not in stores:
                 cdir = cache_root / "extract" / key

@@ -93,7 +93,7 @@ def run_streamed(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation],
     ``info["max_resident_keys"]`` says how many keys the index held at once; ``searcher`` / ``embedder``: the
     caller's own objects, as `memlab.run.extraction.run_extraction` takes them."""
     ex = cfg.extraction
-    key = extraction_cache_key(cfg, dataset_sha, extractor_id)
+    key = extraction_cache_key(cfg, dataset_sha, extractor_id, extractor)
     cdir = cache_root / "extract" / key
     cdir.mkdir(parents=True, exist_ok=True)
     durable = cfg.store.backend == "sqlite"
