@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from memlab import cache_integrity
-from memlab.data import Conversation, Question, load_dataset, sha256_file
+from memlab.data import Conversation, Question, dataset_sha256, load_dataset
 from memlab.extract.pipeline import conversation_key
 from memlab.memory import MemoryService
 from memlab.progress import progress_bar
@@ -214,7 +214,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
         path = cfg.dataset.path or ""
         if path not in datasets:
             data = load_dataset(cfg.dataset.path)  # LoCoMo or LongMemEval
-            datasets[path] = (data, sha256_file(data.report.path))
+            datasets[path] = (data, dataset_sha256(data))
         p = prepare(cfg, prev, resume, loaded=datasets[path])
         cfg = p.cfg  # with the dataset's scoring profile
         clients = Clients(cfg, cache_root / "responses.sqlite")
