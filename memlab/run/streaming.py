@@ -61,6 +61,13 @@ def key_index_path(cdir: Path, key: Any) -> Path:
     return cdir / KEY_INDEX_DIR / f"{digest}.npz"
 
 
+def save_key_index(cdir: Path, key: Any, blob: bytes) -> None:
+    """Keep a key's fitted index state (`MemoryService.export_index`) in its file (`key_index_path`)."""
+    saved = key_index_path(cdir, key)
+    saved.parent.mkdir(exist_ok=True)
+    write_with(saved, lambda f: f.write(blob), binary=True)
+
+
 def key_index_blob(svc: MemoryService, cdir: Path, key: Any) -> bytes | None:
     """A key's fitted index state: what a streamed run saved for it (the fit its extraction built), else the live
     one (None: neither). Whoever imports it checks it against the store's rows (`MemoryService.import_index`), so
@@ -151,8 +158,7 @@ def run_streamed(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation],
             if durable and (worked or not saved.is_file()):
                 blob = svc.export_index(ck)  # None where the key was not built (nothing trustworthy to keep)
                 if blob is not None:
-                    saved.parent.mkdir(exist_ok=True)
-                    write_with(saved, lambda f, b=blob: f.write(b), binary=True)
+                    save_key_index(cdir, ck, blob)
             timings["indexing_s"] += time.perf_counter() - t1
             if mine_todo:
                 t2 = time.perf_counter()
