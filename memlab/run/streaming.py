@@ -44,7 +44,7 @@ from memlab.run.extraction import (
     write_jsonl,
 )
 from memlab.run.records import ExtractionTraceRecord, MemoryRecord
-from memlab.threads import peak_rss_mb
+from memlab.threads import peak_rss_mb, return_free_memory
 
 KEY_INDEX_DIR = "index-keys"
 
@@ -79,10 +79,12 @@ def key_index_blob(svc: MemoryService, cdir: Path, key: Any) -> bytes | None:
 def release_key(svc: MemoryService, key: Any) -> None:
     """Drop a key's index state from memory (its rows stay in the store), and empty the stemming cache
     (`memlab.index.text.analyze` keeps up to 200,000 analysed texts: a released key's texts are not seen again,
-    and an M question's 5,000 would otherwise stay, ~20 MB a question until the cache is full)."""
+    and an M question's 5,000 would otherwise stay, ~20 MB a question until the cache is full); the freed heap
+    goes back to the system (`return_free_memory`)."""
     if svc.searcher is not None:
         svc.searcher.release(key)
     analyze.cache_clear()
+    return_free_memory()
 
 
 def resident_keys(svc: MemoryService) -> int:
