@@ -462,6 +462,7 @@ def _parsed_haystacks(ids: set[str], besides: list | None = None) -> int:
     from memlab.data import Conversation
 
     mine = {id(o) for o in besides or ()}
+    gc.collect()
     return sum(1 for o in gc.get_objects() if type(o) is Conversation and o.sample_id in ids and id(o) not in mine)
 
 
@@ -472,8 +473,9 @@ def test_loader_keeps_questions_not_haystacks(lme_path, tmp_path):
     import pickle
 
     from memlab.data import Conversation, sha256_file
-    from memlab.data.longmemeval import _parse_item
+    from memlab.data.longmemeval import _parse_item, haystack
 
+    haystack.cache_clear()  # the last haystack an earlier test read (the same question ids)
     items = lme_items()
     ids = {it["question_id"] for it in items}
     data = load_longmemeval(lme_path)
@@ -488,8 +490,6 @@ def test_loader_keeps_questions_not_haystacks(lme_path, tmp_path):
     copied = pickle.loads(pickle.dumps(data["q-ku"]))  # what a Ray task gets: the parsed conversation itself
     assert type(copied) is Conversation and copied.sessions == full[4].sessions
     lme_path.write_text(lme_path.read_text().replace("Denver", "Dallas"))  # same size, other content
-    from memlab.data.longmemeval import haystack
-
     haystack.cache_clear()
     with pytest.raises(LongMemEvalFormatError, match="q-ku .*changed since the file was loaded"):
         data["q-ku"].load()
@@ -505,9 +505,10 @@ def test_a_streamed_run_holds_one_parsed_haystack_at_a_time(tmp_path):
     import warnings
 
     from memlab.answer.extractive import ExtractiveAnswerer
-    from memlab.data.longmemeval import write_synthetic
+    from memlab.data.longmemeval import haystack, write_synthetic
     from memlab.run import ExperimentConfig, run_experiment
 
+    haystack.cache_clear()  # the last haystack an earlier test read
     path = tmp_path / "lme.json"
     write_synthetic(path, questions=5, sessions=6, turns=4, words=10)
     ids = {it["question_id"] for it in iter_items(path)}
