@@ -419,6 +419,12 @@ def haystack(span: ItemSpan) -> Conversation:
     return _parse_item(item, span.pos, span.path, LongMemEvalReport(path=span.path))
 
 
+def forget_haystack() -> None:
+    """Drop the haystack `haystack` keeps (a streamed run, done with a question, before it reads the next: the
+    next one is then parsed with no other alive)."""
+    haystack.cache_clear()
+
+
 def load_longmemeval(path: str | Path) -> LongMemEval:
     """Load and validate a LongMemEval-format file (S, M or oracle; the cleaned release or the original).
 

@@ -21,6 +21,7 @@ import pandas as pd
 
 from memlab.atomic import write_with
 from memlab.data import Conversation, LoCoMo, Question, dataset_name
+from memlab.data.longmemeval import forget_haystack
 from memlab.extract.extractors import Extractor
 from memlab.extract.pipeline import conversation_key, extract_dataset
 from memlab.index.embedders import Embedder
@@ -79,11 +80,13 @@ def key_index_blob(svc: MemoryService, cdir: Path, key: Any) -> bytes | None:
 def release_key(svc: MemoryService, key: Any) -> None:
     """Drop a key's index state from memory (its rows stay in the store), and empty the stemming cache
     (`memlab.index.text.analyze` keeps up to 200,000 analysed texts: a released key's texts are not seen again,
-    and an M question's 5,000 would otherwise stay, ~20 MB a question until the cache is full); the freed heap
-    goes back to the system (`return_free_memory`)."""
+    and an M question's 5,000 would otherwise stay, ~20 MB a question until the cache is full) and the parsed
+    haystack the dataset keeps (`forget_haystack`: the next is parsed with none alive); the freed heap goes back
+    to the system (`return_free_memory`)."""
     if svc.searcher is not None:
         svc.searcher.release(key)
     analyze.cache_clear()
+    forget_haystack()
     return_free_memory()
 
 
