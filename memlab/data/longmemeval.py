@@ -21,7 +21,9 @@ Category numbers (stable; the one place they are defined; scoring and reports ke
 ==  ========================== ===========================================================
 
 Structure errors are fatal, one message naming file, question id, session and turn; data-quality
-facts (a question without evidence turns, sessions moved seconds apart) go to the load report.
+facts (a question without evidence turns, sessions moved seconds apart) go to the load report. Loading
+validates every item in one pass but keeps of each only its question and its place in the file
+(`Haystack`): an M file's haystacks are parsed again one at a time when a run reaches them.
 """
 
 from __future__ import annotations
