@@ -120,3 +120,19 @@ def peak_rss_mb() -> float:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)  # bytes on macOS, KiB on Linux
+
+
+def return_free_memory() -> bool:
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim``): a run that releases one key's
+    index and haystack before the next would otherwise keep the freed arenas resident, and its resident size
+    would grow by a part of every key. False where the C library has no such call (not glibc)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True

@@ -452,3 +452,77 @@ def test_run_streams_one_haystack_at_a_time_with_the_staged_results(lme_path, tm
         a = (streamed.run_dir / "traces" / f"{name}.jsonl").read_text().splitlines()
         b = (staged.run_dir / "traces" / f"{name}.jsonl").read_text().splitlines()
         assert len(a) == len(b) > 0
+
+
+def _parsed_haystacks(ids: set[str], besides: list | None = None) -> int:
+    """Parsed conversations of these question ids alive in the process (not the loader's `Haystack` refs), but
+    those ``besides``."""
+    import gc
+
+    from memlab.data import Conversation
+
+    mine = {id(o) for o in besides or ()}
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o) is Conversation and o.sample_id in ids and id(o) not in mine)
+
+
+def test_loader_keeps_questions_not_haystacks(lme_path, tmp_path):
+    """One validating pass keeps each question and its haystack's place in the file: no parsed haystack stays
+    (the old loader held all seven); counts, the sha256 and every haystack are as a full parse gives them; a
+    haystack read after the file changed is refused, never silently different."""
+    import pickle
+
+    from memlab.data import Conversation, sha256_file
+    from memlab.data.longmemeval import _parse_item, haystack
+
+    haystack.cache_clear()  # the last haystack an earlier test read (the same question ids)
+    items = lme_items()
+    ids = {it["question_id"] for it in items}
+    data = load_longmemeval(lme_path)
+    assert _parsed_haystacks(ids) == 0
+    assert data.sha256 == sha256_file(lme_path)
+    full = [_parse_item(it, i, str(lme_path), type(data.report)(path=str(lme_path))) for i, it in enumerate(items)]
+    assert data.counts() == {"conversations": 7, "sessions": sum(len(c.sessions) for c in full),
+                             "turns": sum(len(c.turns) for c in full), "questions": 7, "observations": 0}
+    for ref, c in zip(data, full, strict=True):
+        assert ref.sessions == c.sessions and ref.turns == c.turns and ref.questions == c.questions
+        assert _parsed_haystacks(ids, full) == 1  # the last one read, no more
+    copied = pickle.loads(pickle.dumps(data["q-ku"]))  # what a Ray task gets: the parsed conversation itself
+    assert type(copied) is Conversation and copied.sessions == full[4].sessions
+    lme_path.write_text(lme_path.read_text().replace("Denver", "Dallas"))  # same size, other content
+    haystack.cache_clear()
+    with pytest.raises(LongMemEvalFormatError, match="q-ku .*changed since the file was loaded"):
+        data["q-ku"].load()
+    bad = tmp_path / "extra.json"
+    bad.write_text(json.dumps(items) + " []")
+    with pytest.raises(LongMemEvalFormatError, match="extra data after the list"):
+        load_longmemeval(bad)
+
+
+def test_a_streamed_run_holds_one_parsed_haystack_at_a_time(tmp_path):
+    """While each question is answered, the process holds that question's parsed haystack and no other (the
+    whole file's were loaded before the run started)."""
+    import warnings
+
+    from memlab.answer.extractive import ExtractiveAnswerer
+    from memlab.data.longmemeval import haystack, write_synthetic
+    from memlab.run import ExperimentConfig, run_experiment
+
+    haystack.cache_clear()  # the last haystack an earlier test read
+    path = tmp_path / "lme.json"
+    write_synthetic(path, questions=5, sessions=6, turns=4, words=10)
+    ids = {it["question_id"] for it in iter_items(path)}
+
+    class Probe(ExtractiveAnswerer):
+        seen: list[int] = []
+
+        def answer(self, question, ctx):
+            Probe.seen.append(_parsed_haystacks(ids))
+            return super().answer(question, ctx)
+
+    cfg = ExperimentConfig.from_yaml("offline").with_overrides({"dataset.path": str(path)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        run = run_experiment(cfg, results=tmp_path / "r", progress=False, answerer=Probe())
+    assert run.info["extraction"]["streamed"] and len(run.predictions) == 5
+    assert Probe.seen == [1] * 5, Probe.seen

@@ -280,3 +280,25 @@ def test_longmemeval_m_like_grid_on_ray_equals_local_streamed_run(ray_local, tmp
     assert {k: v for k, v in ja["extraction"].items() if k not in where} == \
         {k: v for k, v in jb["extraction"].items() if k not in where}
     assert ja["dataset_sha256"] == jb["dataset_sha256"] and ja["dataset_format"] == "longmemeval"
+    # the driver writes each key's extracted fit to its file (what a streamed run reads back), not into its index
+    assert len(list((tmp_path / "ray" / ".cache" / "extract").glob("*/index-keys/*.npz"))) == 2
+
+
+def test_tasks_are_submitted_in_a_window():
+    """At most ``window`` tasks are in flight (their arguments, one conversation each, in the object store), every
+    job runs once, and a finished task lets the next one in."""
+    from memlab.run.ray_executor import in_window
+
+    class FakeRay:
+        def wait(self, refs, num_returns):
+            return refs[:num_returns], refs[num_returns:]
+
+    submitted: list[int] = []
+    pending: list = []
+    jobs = [(lambda i=i: submitted.append(i) or f"ref{i}", i) for i in range(7)]
+    most, got = 0, []
+    for ref, i in in_window(FakeRay(), jobs, 3, pending):
+        most = max(most, len(pending) + 1)
+        got.append((ref, i))
+        assert len(submitted) <= len(got) + 3
+    assert got == [(f"ref{i}", i) for i in range(7)] and submitted == list(range(7)) and most == 3

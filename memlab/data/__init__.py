@@ -1,6 +1,6 @@
 """Data layer: LoCoMo-10 and LongMemEval records, validating loaders, format detection, verified downloads."""
 
-from memlab.data.dataset import FORMATS, dataset_name, detect_format, load_dataset
+from memlab.data.dataset import FORMATS, dataset_name, dataset_sha256, detect_format, load_dataset
 from memlab.data.fetch import (
     HOW_TO_GET,
     LOCOMO_SHA256,
@@ -46,7 +46,8 @@ __all__ = [
     "Question", "Session", "Turn", "default_cache_path", "fetch_locomo", "format_day", "load_locomo",
     "parse_session_date",
     "recover_evidence_ids", "resolve_locomo_path", "sha256_file",
-    "FORMATS", "dataset_name", "detect_format", "load_dataset", "LONGMEMEVAL_FILES", "ChecksumNotPinnedError",
+    "FORMATS", "dataset_name", "dataset_sha256", "detect_format", "load_dataset", "LONGMEMEVAL_FILES",
+    "ChecksumNotPinnedError",
     "fetch_longmemeval", "LONGMEMEVAL_LABELS", "QUESTION_TYPES", "LongMemEval", "LongMemEvalFormatError",
     "LongMemEvalQuestion", "load_longmemeval",
 ]

@@ -48,3 +48,11 @@ def load_dataset(path: str | os.PathLike[str] | None = None) -> LoCoMo:
 def dataset_name(data: LoCoMo) -> str:
     """The benchmark a loaded dataset came from."""
     return getattr(data, "name", "locomo")
+
+
+def dataset_sha256(data: LoCoMo) -> str:
+    """The sha256 of the file a dataset was loaded from: the one its loading pass computed (LongMemEval), else
+    read now."""
+    from memlab.data.fetch import sha256_file
+
+    return getattr(data, "sha256", None) or sha256_file(data.report.path)

@@ -21,15 +21,21 @@ Category numbers (stable; the one place they are defined; scoring and reports ke
 ==  ========================== ===========================================================
 
 Structure errors are fatal, one message naming file, question id, session and turn; data-quality
-facts (a question without evidence turns, sessions moved seconds apart) go to the load report.
+facts (a question without evidence turns, sessions moved seconds apart) go to the load report. Loading
+validates every item in one pass but keeps of each only its question and its place in the file
+(`Haystack`): an M file's haystacks are parsed again one at a time when a run reaches them.
 """
 
 from __future__ import annotations
 
+import codecs
+import hashlib
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +115,15 @@ class LongMemEval(LoCoMo):
     """A loaded LongMemEval file: one conversation (haystack) per question."""
 
     name: str = "longmemeval"
+    sha256: str | None = None
+    """The file's sha256, computed by the loading pass (no second read of a gigabytes file)."""
+
+    def counts(self) -> dict[str, int]:
+        """`LoCoMo.counts` from what the loading pass noted per question (no haystack read again)."""
+        convs = self.conversations
+        return {"conversations": len(convs), "sessions": sum(c.n_sessions for c in convs),  # type: ignore[attr-defined]
+                "turns": sum(c.n_turns for c in convs), "questions": sum(len(c.questions) for c in convs),  # type: ignore[attr-defined]
+                "observations": 0}
 
     def type_counts(self) -> dict[str, int]:
         """Questions per published type (abstention questions counted in their type) plus ``abstention``."""
@@ -158,21 +173,27 @@ def _date(raw: Any, path: str, where: str, key: str) -> datetime:
         raise _fail(path, where, key, "a date like '2023/05/20 (Sat) 02:21'", raw) from None
 
 
-def iter_items(path: str | Path, chunk_size: int = 1 << 20) -> Iterator[Any]:
-    """The items of a top-level JSON list, decoded one at a time (memory: one item plus a chunk), so a
-    multi-gigabyte LongMemEval-M file is never held whole."""
+def scan_items(path: str | Path, chunk_size: int = 1 << 20, digest: Any = None) -> Iterator[tuple[Any, int, int]]:
+    """Each item of a top-level JSON list with its byte span in the file (first byte, end), decoded one at a
+    time (memory: one item plus a chunk), so a multi-gigabyte LongMemEval-M file is never held whole; every
+    byte read is fed to ``digest`` (a ``hashlib`` object: the file's sha256 from this one pass)."""
     dec = json.JSONDecoder()
+    utf8 = codecs.getincrementaldecoder("utf-8")()
     spath = str(path)
-    with open(path, encoding="utf-8") as f:
-        buf, pos, started, eof = "", 0, False, False
+    with open(path, "rb") as f:
+        buf, pos, base, started, eof = "", 0, 0, False, False  # base: the byte offset of buf[0]
 
         def more() -> bool:
-            nonlocal buf, pos, eof
-            chunk = f.read(chunk_size)
-            if not chunk:
+            nonlocal buf, pos, base, eof
+            raw = f.read(chunk_size)
+            if digest is not None:
+                digest.update(raw)
+            text = utf8.decode(raw, final=not raw)
+            if not raw:
                 eof = True
                 return False
-            buf = buf[pos:] + chunk
+            base += _nbytes(buf[:pos])
+            buf = buf[pos:] + text
             pos = 0
             return True
 
@@ -184,6 +205,9 @@ def iter_items(path: str | Path, chunk_size: int = 1 << 20) -> Iterator[Any]:
                 if pos < len(buf) or not more():
                     return
 
+        def at(i: int) -> int:
+            return base + _nbytes(buf[:i])
+
         more()
         skip_ws()
         if pos >= len(buf) or buf[pos] != "[":
@@ -193,6 +217,11 @@ def iter_items(path: str | Path, chunk_size: int = 1 << 20) -> Iterator[Any]:
         while True:
             skip_ws()
             if pos < len(buf) and buf[pos] == "]":
+                pos += 1
+                skip_ws()  # reads the rest of the file (into the digest too)
+                if pos < len(buf):
+                    raise LongMemEvalFormatError(f"{spath}: not valid JSON (extra data after the list at byte "
+                                                 f"{at(pos):,}: {buf[pos:pos + 20]!r})")
                 return
             if started:
                 if pos >= len(buf) or buf[pos] != ",":
@@ -206,9 +235,21 @@ def iter_items(path: str | Path, chunk_size: int = 1 << 20) -> Iterator[Any]:
                 except json.JSONDecodeError as e:
                     if eof or not more():
                         raise LongMemEvalFormatError(f"{spath}: not valid JSON ({e.msg})") from None
+            start = at(pos)
+            yield item, start, start + _nbytes(buf[pos:end])
             pos = end
             started = True
-            yield item
+
+
+def _nbytes(text: str) -> int:
+    """The UTF-8 length of ``text`` (its length when ASCII, as JSON files mostly are)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+def iter_items(path: str | Path, chunk_size: int = 1 << 20) -> Iterator[Any]:
+    """The items of a top-level JSON list, one at a time (`scan_items` without the spans)."""
+    for item, _, _ in scan_items(path, chunk_size):
+        yield item
 
 
 def _parse_item(item: Any, pos: int, path: str, report: LongMemEvalReport) -> Conversation:
@@ -304,30 +345,120 @@ def _apart(sessions: list[Session], qid: str, report: LongMemEvalReport) -> list
     return [out[s.index] for s in sessions]
 
 
+@dataclass(frozen=True)
+class ItemSpan:
+    """Where one validated question lies in its file: byte span, position in the list, the file's size."""
+
+    path: str
+    start: int
+    end: int
+    pos: int
+    file_size: int
+
+
+class Haystack(Conversation):
+    """A question's `Conversation` whose haystack stays in the file until used.
+
+    The loader validates every item, then keeps of each only its question, counts and byte span: ``sessions``
+    and the turn tables are parsed again from the file when read (`haystack`: the last one read is kept, so
+    memory holds one question's haystack at a time, however many questions a run selects). A copy or pickle
+    (a Ray task's argument) is the plain parsed `Conversation`, so a worker needs no access to the file.
+    """
+
+    span: ItemSpan
+    n_sessions: int
+    n_turns: int
+
+    def __init__(self, conv: Conversation, span: ItemSpan) -> None:
+        for name in ("sample_id", "speakers", "questions", "observations", "session_summaries"):
+            object.__setattr__(self, name, getattr(conv, name))
+        object.__setattr__(self, "span", span)
+        object.__setattr__(self, "n_sessions", len(conv.sessions))
+        object.__setattr__(self, "n_turns", sum(len(s.turns) for s in conv.sessions))
+
+    def load(self) -> Conversation:
+        """The parsed conversation (read from the file unless it is the last one read)."""
+        conv = haystack(self.span)
+        if conv.sample_id != self.sample_id or conv.questions != self.questions:
+            raise LongMemEvalFormatError(f"{self.span.path}: question {self.sample_id} (#{self.span.pos}) changed "
+                                         f"since the file was loaded; load it again")
+        return conv
+
+    sessions = property(lambda self: self.load().sessions)  # type: ignore[assignment]
+    turns = property(lambda self: self.load().turns)  # type: ignore[assignment]
+    turn_index = property(lambda self: self.load().turn_index)  # type: ignore[assignment]
+    session_by_index = property(lambda self: self.load().session_by_index)  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        return self.span == other.span if isinstance(other, Haystack) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.span)
+
+    def __repr__(self) -> str:
+        return f"Haystack({self.sample_id!r}, {self.span.path!r} #{self.span.pos})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        c = self.load()
+        return Conversation, (c.sample_id, c.speakers, c.sessions, c.questions, c.observations, c.session_summaries)
+
+
+@lru_cache(maxsize=1)
+def haystack(span: ItemSpan) -> Conversation:
+    """One question's conversation parsed again from its span (validated when the file was loaded). The last
+    one is kept (`lru_cache` of one): a question's stages read it once between them."""
+    what = f"{span.path}: question #{span.pos} changed since the file was loaded ({{}}); load it again"
+    try:
+        if os.path.getsize(span.path) != span.file_size:
+            raise LongMemEvalFormatError(what.format("its size differs"))
+        with open(span.path, "rb") as f:
+            f.seek(span.start)
+            item = json.loads(f.read(span.end - span.start))
+    except (OSError, ValueError) as e:
+        if isinstance(e, LongMemEvalFormatError):
+            raise
+        raise LongMemEvalFormatError(what.format(e)) from e
+    return _parse_item(item, span.pos, span.path, LongMemEvalReport(path=span.path))
+
+
+def forget_haystack() -> None:
+    """Drop the haystack `haystack` keeps (a streamed run, done with a question, before it reads the next: the
+    next one is then parsed with no other alive)."""
+    haystack.cache_clear()
+
+
 def load_longmemeval(path: str | Path) -> LongMemEval:
-    """Load and validate a LongMemEval-format file (S, M or oracle; the cleaned release or the original)."""
+    """Load and validate a LongMemEval-format file (S, M or oracle; the cleaned release or the original).
+
+    One pass over the file validates every item (the first defect stops it, named by question, session and
+    turn) and computes the file's sha256; the dataset then holds each question and its haystack's place in the
+    file (`Haystack`), not the haystacks."""
     p = Path(path)
     if not p.is_file():
         from memlab.data.fetch import DataNotFoundError
 
         raise DataNotFoundError(f"no LongMemEval file at {p}; `memlab data fetch longmemeval-s` gets one")
     spath = str(p)
+    size = p.stat().st_size
     report = LongMemEvalReport(path=spath)
     convs: list[Conversation] = []
     ids: dict[str, int] = {}
+    digest = hashlib.sha256()
     try:
-        for pos, item in enumerate(iter_items(p)):
+        for pos, (item, start, end) in enumerate(scan_items(p, digest=digest)):
             conv = _parse_item(item, pos, spath, report)
             if conv.sample_id in ids:
                 raise LongMemEvalFormatError(f"{spath}: question {conv.sample_id} (#{pos}): key 'question_id': "
                                              f"expected unique ids (also #{ids[conv.sample_id]})")
             ids[conv.sample_id] = pos
-            convs.append(conv)
+            convs.append(Haystack(conv, ItemSpan(spath, start, end, pos, size)))
+            del item, conv
     except UnicodeDecodeError as e:
         raise LongMemEvalFormatError(f"{spath}: not UTF-8 text ({e})") from e
     if not convs:
         raise LongMemEvalFormatError(f"{spath}: expected at least one question, the list is empty")
-    return LongMemEval(conversations=tuple(convs), report=report, category_labels=dict(LONGMEMEVAL_LABELS))
+    return LongMemEval(conversations=tuple(convs), report=report, category_labels=dict(LONGMEMEVAL_LABELS),
+                       sha256=digest.hexdigest())
 
 
 # ------------------------------------------------------------------------------ synthetic files

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from memlab import cache_integrity
-from memlab.data import Conversation, Question, load_dataset, sha256_file
+from memlab.data import Conversation, Question, dataset_sha256, load_dataset
 from memlab.extract.pipeline import conversation_key
 from memlab.memory import MemoryService
 from memlab.progress import progress_bar
@@ -85,7 +86,7 @@ from memlab.run.steps import (
     storage_message,
     write_run_json,
 )
-from memlab.run.streaming import key_index_blob
+from memlab.run.streaming import key_index_blob, release_key, save_key_index, streams
 from memlab.rundir import RunLock, open_run_dir, results_root
 from memlab.threads import peak_rss_mb
 
@@ -146,6 +147,33 @@ def _task_error(e: BaseException, retries: int) -> str:
     first = str(e).strip().splitlines()
     reason = next((ln for ln in reversed(first) if ln.strip()), type(e).__name__)[:300]
     return f"RayTaskFailed: the task failed after {retries + 1} attempt(s): {type(e).__name__}: {reason}"
+
+
+def _window(ray: Any) -> int:
+    """Tasks kept in flight: twice the cluster's CPUs, so every worker has a next task ready while the object
+    store holds the arguments (a conversation, its rows and index) of those tasks only."""
+    return max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+
+
+def in_window(ray: Any, jobs: list[tuple[Any, Any]], window: int, pending: list[Any]) -> Iterator[tuple[Any, Any]]:
+    """Submit ``jobs`` ((submit function, what it is) pairs, in order) keeping at most ``window`` in flight;
+    yields (ref, what) as each finishes. ``pending`` is the caller's list of the refs in flight (what Ctrl-C
+    cancels)."""
+    todo = iter(jobs)
+    what: dict[Any, Any] = {}
+
+    def fill() -> None:
+        while len(pending) < window and (job := next(todo, None)) is not None:
+            ref = job[0]()
+            what[ref] = job[1]
+            pending.append(ref)
+
+    fill()
+    while pending:
+        ready, rest = ray.wait(pending, num_returns=1)
+        pending[:] = rest
+        yield ready[0], what.pop(ready[0])
+        fill()
 
 
 def connect(address: str | None) -> Any:
@@ -213,7 +241,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
         path = cfg.dataset.path or ""
         if path not in datasets:
             data = load_dataset(cfg.dataset.path)  # LoCoMo or LongMemEval
-            datasets[path] = (data, sha256_file(data.report.path))
+            datasets[path] = (data, dataset_sha256(data))
         p = prepare(cfg, prev, resume, loaded=datasets[path])
         cfg = p.cfg  # with the dataset's scoring profile
         clients = Clients(cfg, cache_root / "responses.sqlite")
@@ -262,12 +290,15 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
     remote_extract = ray.remote(extract_unit)
     remote_answer = ray.remote(answer_unit)
     stores: dict[str, tuple[MemoryService, Path]] = {}
+    per_key: dict[str, bool] = {}  # extraction key -> its dataset streams (one key's index in memory at a time)
     pending: list[Any] = []
     bar = progress_bar(total=0, desc=f"grid ({len(cells)} run(s), ray)", disable=not progress)
     try:
         # -- 2. extraction: one task per (cache key, conversation) the cache lacks
         t0 = time.perf_counter()
-        ext_units: dict[Any, tuple[str, Conversation, _Cell]] = {}
+        window = _window(ray)
+        ext_jobs: list[tuple[Any, tuple[str, Conversation, _Cell]]] = []
+        ext_seen: set[tuple[str, str]] = set()
         ext_results: dict[tuple[str, str], dict[str, Any]] = {}
         ext_failed: dict[tuple[str, str], str] = {}
         for cell in cells:
@@ -284,29 +315,34 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                     (cdir / BUILD_LOG).unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
                 svc = open_store(cell.cfg, cdir, cache_root, Clients(cell.cfg, cache_root / "responses.sqlite"))
                 stores[key] = (svc, cdir)
+                per_key[key] = streams(cell.p.data)
             svc, cdir = stores[key]
             durable = cell.cfg.store.backend == "sqlite"
             for conv in cell.p.convs:
-                if any(u[0] == key and u[1].sample_id == conv.sample_id for u in ext_units.values()):
+                if (key, conv.sample_id) in ext_seen:
                     continue
                 st = svc.extraction_state(conv.sample_id) if durable else None
                 if durable and extraction_done(conv, st) and svc.count(conversation_key(conv)) > 0:
                     continue
-                ck = conversation_key(conv)
-                rows = svc.export_rows(ck) if durable else None
-                blob = svc.export_index(ck) if rows else None
-                unit = f"extract {conv.sample_id} [{key[:8]}] for {cell.cfg.name}"
-                ref = remote_extract.options(name=f"memlab {unit}", **opts).remote(
-                    cell.cfg, conv, rows, st if durable else None, blob, snapshot, unit, unit_hook, modules)
-                ext_units[ref] = (key, conv, cell)
-        bar.total += len(ext_units)
+                ext_seen.add((key, conv.sample_id))
+
+                def submit(cell: _Cell = cell, conv: Conversation = conv, key: str = key, st: Any = st,
+                           durable: bool = durable) -> Any:  # called when the window has room
+                    svc, cdir = stores[key]
+                    ck = conversation_key(conv)
+                    rows = svc.export_rows(ck) if durable else None
+                    blob = key_index_blob(svc, cdir, ck) if rows else None
+                    if per_key[key]:
+                        release_key(svc, ck)
+                    unit = f"extract {conv.sample_id} [{key[:8]}] for {cell.cfg.name}"
+                    return remote_extract.options(name=f"memlab {unit}", **opts).remote(
+                        cell.cfg, conv, rows, st if durable else None, blob, snapshot, unit, unit_hook, modules)
+                ext_jobs.append((submit, (key, conv, cell)))
+        bar.total += len(ext_jobs)
         bar.refresh()
-        pending = list(ext_units)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            key, conv, owner = ext_units[ready[0]]
+        for ref, (key, conv, owner) in in_window(ray, ext_jobs, window, pending):
             try:
-                res = ray.get(ready[0])
+                res = ray.get(ref)
             except Exception as e:  # retries exhausted: this conversation's questions become errors
                 ext_failed[(key, conv.sample_id)] = _task_error(e, retries)
                 owner.units.append({"unit": f"extract {conv.sample_id}", "error": ext_failed[(key, conv.sample_id)]})
@@ -315,23 +351,30 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
             svc, cdir = stores[key]
             ck = conversation_key(conv)
             svc.import_rows(ck, res["rows"])
-            svc.import_index(ck, res["index"])
+            if per_key[key]:  # a streamed dataset: the key's fit goes to its file, not into the driver's memory
+                if res["index"] is not None:
+                    save_key_index(cdir, ck, res["index"])
+                release_key(svc, ck)
+            else:
+                svc.import_index(ck, res["index"])
             svc.save_extraction(conv.sample_id, res["state"] or {}, [tuple(t) for t in res["trace"]])
             if res.get("build"):
                 with open(cdir / BUILD_LOG, "a", encoding="utf-8") as f:
                     f.write(res["build"])
             store_cache_rows(cache_root, res["cache"])
-            ext_results[(key, conv.sample_id)] = {**res, "owner": owner.index}
+            # only what the extraction tables use is kept (the rows and index are in the store and its files now)
+            ext_results[(key, conv.sample_id)] = {"table": res["table"], "failures": res.get("failures", []),
+                                                  "owner": owner.index}
             _add_models(owner, res["models"])  # the first cell using an extraction pays for it, as locally
             owner.units.append({"unit": f"extract {conv.sample_id}", **res["where"], "seconds": res["seconds"]})
+            del res
             bar.update()
         for svc, _ in stores.values():  # persist the merged index now: a killed driver keeps the extraction
             svc.searcher.close()
         ext_s = time.perf_counter() - t0
         stop.stop()  # a signal swallowed during extraction still stops the run here
         # -- 3. per cell: traces of the extraction, the failure rule, then answering tasks
-        shared: dict[tuple[str, str], tuple[Any, Any]] = {}
-        ans_units: dict[Any, tuple[_Cell, Conversation, list[Question]]] = {}
+        ans_jobs: list[tuple[Any, tuple[_Cell, Conversation, list[Question]]]] = []
         for cell in cells:
             ext_info: dict[str, Any] = {}
             lost: set[str] = set()
@@ -361,34 +404,45 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
             cell.timings["extraction_s"] = ext_s
             if cell.failed is not None:
                 continue
+            by_id = {c.sample_id: c for c in cell.p.convs}
             for conv_id, qs in cell.todo.items():
-                conv = next(c for c in cell.p.convs if c.sample_id == conv_id)
+                conv = by_id[conv_id]
                 if conv_id in lost:
                     _append_records(cell.run_dir, [error_records(q, ext_failed[(cell.ext_key, conv_id)]) for q in qs])
                     continue
-                rows_ref = blob_ref = None
-                if cell.comps.answerer.needs_memory:
-                    sk = (cell.ext_key or "", conv_id)
-                    if sk not in shared:
-                        svc, _ = stores[cell.ext_key or ""]
-                        ck = conversation_key(conv)
-                        blob = key_index_blob(svc, stores[cell.ext_key or ""][1], ck)  # a streamed run's too
-                        shared[sk] = (ray.put(svc.export_rows(ck)), ray.put(blob))
-                    rows_ref, blob_ref = shared[sk]
-                unit = f"answer {conv_id} ({len(qs)} q) run {cell.index + 1}/{len(cells)} {cell.cfg.name}"
-                ref = remote_answer.options(name=f"memlab {unit}", **opts).remote(
-                    cell.cfg, conv, qs, rows_ref, blob_ref, snapshot, unit, unit_hook, cell.p.errata, modules)
-                ans_units[ref] = (cell, conv, qs)
-        bar.total += len(ans_units)
+                ans_jobs.append((None, (cell, conv, qs)))
+        # a key's rows and index are put in the object store once for every cell answering it, while one of its
+        # tasks is in flight (jobs ordered key by key, so the cells sharing an extraction share them)
+        order = {c.sample_id: i for cell in cells for i, c in enumerate(cell.p.convs)}
+        ans_jobs.sort(key=lambda j: (order[j[1][1].sample_id], j[1][0].index))
+        shared: dict[tuple[str, str], list[Any]] = {}  # (key, conversation) -> [rows ref, index ref, tasks left]
+        for _, (cell, conv, _qs) in ans_jobs:
+            if cell.comps.answerer.needs_memory:
+                shared.setdefault((cell.ext_key or "", conv.sample_id), [None, None, 0])[2] += 1
+
+        def submit_answer(cell: _Cell, conv: Conversation, qs: list[Question]) -> Any:
+            rows_ref = blob_ref = None
+            if cell.comps.answerer.needs_memory:
+                sk = (cell.ext_key or "", conv.sample_id)
+                if shared[sk][0] is None:
+                    svc, cdir = stores[cell.ext_key or ""]
+                    ck = conversation_key(conv)
+                    blob = key_index_blob(svc, cdir, ck)  # a streamed run's too
+                    shared[sk][:2] = [ray.put(svc.export_rows(ck)), ray.put(blob)]
+                    if per_key[cell.ext_key or ""]:
+                        release_key(svc, ck)
+                rows_ref, blob_ref = shared[sk][:2]
+            unit = f"answer {conv.sample_id} ({len(qs)} q) run {cell.index + 1}/{len(cells)} {cell.cfg.name}"
+            return remote_answer.options(name=f"memlab {unit}", **opts).remote(
+                cell.cfg, conv, qs, rows_ref, blob_ref, snapshot, unit, unit_hook, cell.p.errata, modules)
+        ans_jobs = [(lambda w=what: submit_answer(*w), what) for _, what in ans_jobs]
+        bar.total += len(ans_jobs)
         bar.refresh()
         # -- 4. collect the answers, each unit written to its run's resume log as it arrives
         t0 = time.perf_counter()
-        pending = list(ans_units)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            cell, conv, qs = ans_units[ready[0]]
+        for ref, (cell, conv, qs) in in_window(ray, ans_jobs, window, pending):
             try:
-                res = ray.get(ready[0])
+                res = ray.get(ref)
             except Exception as e:
                 msg = _task_error(e, retries)
                 _append_records(cell.run_dir, [error_records(q, msg) for q in qs])
@@ -399,6 +453,11 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                 _add_models(cell, res["models"])
                 cell.units.append({"unit": f"answer {conv.sample_id}", "questions": len(qs), **res["where"],
                                    "seconds": res["seconds"]})
+            sk = (cell.ext_key or "", conv.sample_id)
+            if sk in shared:
+                shared[sk][2] -= 1
+                if shared[sk][2] == 0:  # no task left for this key: its refs go, and the object store frees them
+                    del shared[sk]
             cell.answered += len(qs)
             bar.update()
             stop.stop()

@@ -15,7 +15,7 @@ from typing import Any
 
 from memlab import __version__
 from memlab.atomic import write_json, write_text
-from memlab.data import Conversation, LoCoMo, Question, dataset_name, load_dataset, sha256_file
+from memlab.data import Conversation, LoCoMo, Question, dataset_name, dataset_sha256, load_dataset
 from memlab.eval import cost as costs
 from memlab.eval.errata import errata_columns, errata_counts, load_errata
 from memlab.eval.profiles import apply_scoring
@@ -56,7 +56,7 @@ def prepare(cfg: ExperimentConfig, prev: dict[str, Any], resume: str | Path | No
     t0 = time.perf_counter()
     if loaded is None:
         data = load_dataset(cfg.dataset.path)  # LoCoMo or LongMemEval, told by the file's fields
-        loaded = (data, sha256_file(data.report.path))
+        loaded = (data, dataset_sha256(data))
     data, dataset_sha = loaded
     cfg, notes = run_profile(cfg, data)  # the dataset's scoring profile
     if prev.get("dataset_sha256") and prev["dataset_sha256"] != dataset_sha:

@@ -21,6 +21,7 @@ import pandas as pd
 
 from memlab.atomic import write_with
 from memlab.data import Conversation, LoCoMo, Question, dataset_name
+from memlab.data.longmemeval import forget_haystack
 from memlab.extract.extractors import Extractor
 from memlab.extract.pipeline import conversation_key, extract_dataset
 from memlab.index.embedders import Embedder
@@ -44,7 +45,7 @@ from memlab.run.extraction import (
     write_jsonl,
 )
 from memlab.run.records import ExtractionTraceRecord, MemoryRecord
-from memlab.threads import peak_rss_mb
+from memlab.threads import peak_rss_mb, return_free_memory
 
 KEY_INDEX_DIR = "index-keys"
 
@@ -61,6 +62,13 @@ def key_index_path(cdir: Path, key: Any) -> Path:
     return cdir / KEY_INDEX_DIR / f"{digest}.npz"
 
 
+def save_key_index(cdir: Path, key: Any, blob: bytes) -> None:
+    """Keep a key's fitted index state (`MemoryService.export_index`) in its file (`key_index_path`)."""
+    saved = key_index_path(cdir, key)
+    saved.parent.mkdir(exist_ok=True)
+    write_with(saved, lambda f: f.write(blob), binary=True)
+
+
 def key_index_blob(svc: MemoryService, cdir: Path, key: Any) -> bytes | None:
     """A key's fitted index state: what a streamed run saved for it (the fit its extraction built), else the live
     one (None: neither). Whoever imports it checks it against the store's rows (`MemoryService.import_index`), so
@@ -72,10 +80,14 @@ def key_index_blob(svc: MemoryService, cdir: Path, key: Any) -> bytes | None:
 def release_key(svc: MemoryService, key: Any) -> None:
     """Drop a key's index state from memory (its rows stay in the store), and empty the stemming cache
     (`memlab.index.text.analyze` keeps up to 200,000 analysed texts: a released key's texts are not seen again,
-    and an M question's 5,000 would otherwise stay, ~20 MB a question until the cache is full)."""
+    and an M question's 5,000 would otherwise stay, ~20 MB a question until the cache is full) and the parsed
+    haystack the dataset keeps (`forget_haystack`: the next is parsed with none alive); the freed heap goes back
+    to the system (`return_free_memory`)."""
     if svc.searcher is not None:
         svc.searcher.release(key)
     analyze.cache_clear()
+    forget_haystack()
+    return_free_memory()
 
 
 def resident_keys(svc: MemoryService) -> int:
@@ -151,8 +163,7 @@ def run_streamed(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation],
             if durable and (worked or not saved.is_file()):
                 blob = svc.export_index(ck)  # None where the key was not built (nothing trustworthy to keep)
                 if blob is not None:
-                    saved.parent.mkdir(exist_ok=True)
-                    write_with(saved, lambda f, b=blob: f.write(b), binary=True)
+                    save_key_index(cdir, ck, blob)
             timings["indexing_s"] += time.perf_counter() - t1
             if mine_todo:
                 t2 = time.perf_counter()
