@@ -38,6 +38,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -100,6 +101,32 @@ def segments(entry: MemoryEntry) -> list[tuple[str, frozenset[str]]]:
     if quoted is not None and quoted[0]:
         out.append(quoted)
     return out
+
+
+@lru_cache(maxsize=200_000)
+def _word_stems(clause: str) -> tuple[tuple[str, str | None, bool], ...]:
+    """Each whitespace word of a clause with the stem `ExtractiveAnswerer._novel` compares with the question
+    (None: no content, or a stop word: never novel) and whether it is filler. The same memory clauses are read
+    for many questions, so this is worked out once per clause text."""
+    stops = stop_words()
+    out = []
+    for w in clause.split():
+        core = w.strip(".,!?;:\"'()").lower()
+        st = stem(core.split("'")[0]) if core and core not in stops else None
+        out.append((w, st, core in FILLER))
+    return tuple(out)
+
+
+@lru_cache(maxsize=200_000)
+def _stem_set(text: str) -> frozenset[str]:
+    """The set of `analyze` stems of a text (a memory's, read for every question it is retrieved for)."""
+    return frozenset(analyze(text))
+
+
+@lru_cache(maxsize=200_000)
+def _split(text: str, splitter: re.Pattern[str]) -> tuple[str, ...]:
+    """A segment cut into sentences or clauses, each stripped of edge punctuation (cached per segment text)."""
+    return tuple(c.strip(" .!?;,") for c in splitter.split(text))
 
 
 def named_people(question: str, people: Sequence[str]) -> set[str]:
@@ -226,10 +253,8 @@ class ExtractiveAnswerer(Answerer):
                          for f in FEATURES])
 
     def _novel(self, clause: str, qstems: set[str]) -> list[str]:
-        stops = stop_words()
-        return [w for w in clause.split() if (core := w.strip(".,!?;:\"'()").lower())
-                and core not in stops and stem(core.split("'")[0]) not in qstems
-                and not (self.drop_filler and core in FILLER)]
+        return [w for w, st, filler in _word_stems(clause)
+                if st is not None and st not in qstems and not (self.drop_filler and filler)]
 
     # ------------------------------------------------------------------ reading: context -> candidates
     def read(self, question: str, hits: Sequence[tuple[int, MemoryEntry]], speakers: Sequence[str]) -> Reading:
@@ -252,7 +277,7 @@ class ExtractiveAnswerer(Answerer):
     def _candidates(self, question: str, hits: list[tuple[int, MemoryEntry]], r: Reading,
                     temporal: bool) -> list[Candidate]:
         qstems = set(analyze(question))
-        mem_stems = [set(analyze(_PHOTO.sub("", " ".join(t for t, _ in segments(e))))) for _, e in hits]
+        mem_stems = [_stem_set(_PHOTO.sub("", " ".join(t for t, _ in segments(e)))) for _, e in hits]
         mem_q = [len(qstems & s) for s in mem_stems]
         nq = max(len(qstems), 1)
         holders: dict[str, list[int]] = {}  # stem -> the memories (sharing a question term) that carry it
@@ -273,13 +298,12 @@ class ExtractiveAnswerer(Answerer):
                     answer, phrase = resolve(seg, e.event_time)
                     parts = [(seg, answer, phrase)]
                 else:
-                    parts = [(c.strip(" .!?;,"), "", None) for c in splitter.split(seg)]
+                    parts = [(c, "", None) for c in _split(seg, splitter)]
                 for text, answer, phrase in parts:
                     novel = self._novel(text, qstems) if text else []
                     if not temporal and not novel:
                         continue
-                    stems = set(analyze(text))
-                    overlap = len(qstems & stems)
+                    overlap = len(qstems & _stem_set(text))
                     nstems = {stem(w.strip(".,!?;:\"'()").lower().split("'")[0]) for w in novel}
                     others = sorted({j for t in nstems for j in holders.get(t, ()) if j != i})
                     agree = sum(mem_q[j] / nq for j in others)
