@@ -277,7 +277,8 @@ class ExtractiveAnswerer(Answerer):
     def _candidates(self, question: str, hits: list[tuple[int, MemoryEntry]], r: Reading,
                     temporal: bool) -> list[Candidate]:
         qstems = set(analyze(question))
-        mem_stems = [_stem_set(_PHOTO.sub("", " ".join(t for t, _ in segments(e)))) for _, e in hits]
+        segs = [segments(e) for _, e in hits]
+        mem_stems = [_stem_set(_PHOTO.sub("", " ".join(t for t, _ in sg))) for sg in segs]
         mem_q = [len(qstems & s) for s in mem_stems]
         nq = max(len(qstems), 1)
         holders: dict[str, list[int]] = {}  # stem -> the memories (sharing a question term) that carry it
@@ -290,7 +291,7 @@ class ExtractiveAnswerer(Answerer):
         out: list[Candidate] = []
         for i, (rank, e) in enumerate(hits):
             date = _date_fit(named, e.event_time)
-            for seg, owners in segments(e):
+            for seg, owners in segs[i]:
                 seg = _PHOTO.sub("", seg)
                 if temporal:
                     if e.event_time is None:
