@@ -253,8 +253,13 @@ class ExtractiveAnswerer(Answerer):
                          for f in FEATURES])
 
     def _novel(self, clause: str, qstems: set[str]) -> list[str]:
-        return [w for w, st, filler in _word_stems(clause)
+        return self._novel_stems(clause, qstems)[0]
+
+    def _novel_stems(self, clause: str, qstems: set[str]) -> tuple[list[str], set[str]]:
+        """`_novel`'s words and their stems (the stems the ``agreement`` feature looks up)."""
+        kept = [(w, st) for w, st, filler in _word_stems(clause)
                 if st is not None and st not in qstems and not (self.drop_filler and filler)]
+        return [w for w, _ in kept], {st for _, st in kept}
 
     # ------------------------------------------------------------------ reading: context -> candidates
     def read(self, question: str, hits: Sequence[tuple[int, MemoryEntry]], speakers: Sequence[str]) -> Reading:
@@ -301,11 +306,10 @@ class ExtractiveAnswerer(Answerer):
                 else:
                     parts = [(c, "", None) for c in _split(seg, splitter)]
                 for text, answer, phrase in parts:
-                    novel = self._novel(text, qstems) if text else []
+                    novel, nstems = self._novel_stems(text, qstems) if text else ([], set())
                     if not temporal and not novel:
                         continue
                     overlap = len(qstems & _stem_set(text))
-                    nstems = {stem(w.strip(".,!?;:\"'()").lower().split("'")[0]) for w in novel}
                     others = sorted({j for t in nstems for j in holders.get(t, ()) if j != i})
                     agree = sum(mem_q[j] / nq for j in others)
                     feats = np.array([overlap, mem_q[i] - overlap, agree,

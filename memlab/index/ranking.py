@@ -78,6 +78,7 @@ class KeyState:
     cite_record: np.ndarray | None = None
     stale: bool = False  # another process may have changed the store: re-read the rows before use
     last_fused: FusedRanking | None = None  # the last search's fused order (`_fused_ranking`)
+    live: tuple[list[MemoryEntry], np.ndarray] | None = None  # (rows, which of them are not superseded)
 
 
 @dataclass
@@ -116,6 +117,12 @@ class RankRequest:
                 keep &= D >= self.options.similarity_threshold
             self._dense = (D, Ids, keep)
         return self._dense
+
+
+def _nan_to(x: np.ndarray, value: float) -> np.ndarray:
+    """``np.nan_to_num(x, nan=value)`` in one pass for scores (no infinity; with one, nan_to_num itself)."""
+    out = np.where(np.isnan(x), x.dtype.type(value), x)
+    return np.nan_to_num(x, nan=value) if np.isinf(out).any() else out
 
 
 def lexical_list(name: str, scores: np.ndarray, mask: np.ndarray, depth: int) -> RankedList:
@@ -195,7 +202,9 @@ def filter_mask(st: KeyState, options: SearchOptions, kind: str | None) -> np.nd
     """The rows the kind, time-window, superseded and notes-only filters allow."""
     mask = np.ones(len(st.rows), dtype=bool)
     if not options.include_superseded:
-        mask &= np.array([e.superseded_at is None for e in st.rows], dtype=bool)
+        if st.live is None or st.live[0] is not st.rows:  # worked out once per set of rows, not per search
+            st.live = (st.rows, np.array([e.superseded_at is None for e in st.rows], dtype=bool))
+        mask &= st.live[1]
     if kind is not None:
         mask &= st.is_fact if kind == "fact" else ~st.is_fact
     if options.notes_only:
@@ -238,7 +247,7 @@ def rank(st: KeyState, options: SearchOptions, kind: str | None, query_vector: C
         chosen, dropped = [int(i) for i in ranked[: options.max_results]], []
 
     if options.hybrid and st.tfidf is st.keyword and not np.isnan(k_score).all():
-        text = np.nan_to_num(k_score, nan=0.0)
+        text = _nan_to(k_score, 0.0)
     else:
         text = st.tfidf.score(options.query)
 
@@ -331,7 +340,7 @@ def _fused_ranking(st: KeyState, options: SearchOptions, kind: str | None, mask:
             boosted = True
     if fused is not None or boosted:
         cand = np.flatnonzero(np.isfinite(base))
-        tie = np.nan_to_num(d_score[cand], nan=-9.0)
+        tie = _nan_to(d_score[cand], -9.0)
         ranked = cand[np.lexsort((-tie, -base[cand]))]
     else:
         ranked = lists[0].rows
