@@ -30,7 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_process(args: list[str], env: dict[str, str]) -> tuple[float, float, float, Path]:
-    """(wall s, CPU s = user + sys, peak RSS MB, run folder) of one ``memlab run`` process."""
+    """(wall s, CPU s = user + sys, peak RSS MB, run folder) of one ``memlab run`` process. The peak is the
+    run's own (``run.json``, per stage): RUSAGE_CHILDREN's maxrss is the largest child so far, so a second
+    run would be shown the first one's."""
     t0 = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([sys.executable, "-m", "memlab", "run", *args], env=env, capture_output=True, text=True)
@@ -40,7 +42,8 @@ def run_process(args: list[str], env: dict[str, str]) -> tuple[float, float, flo
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     run_dir = Path(next(line.split()[0] for line in out.stdout.splitlines() if line.startswith("/")))
-    return wall, cpu, max(after.ru_maxrss, before.ru_maxrss) / 1024.0, run_dir
+    peaks = json.loads((run_dir / "run.json").read_text()).get("peak_rss_mb") or {}
+    return wall, cpu, max(peaks.values(), default=float("nan")), run_dir
 
 
 def main(argv: list[str] | None = None) -> int:
