@@ -131,6 +131,7 @@ class HybridIndex:
         keys (LongMemEval: one per question) releases each once answered (`memlab.run.streaming`)."""
         self._states.pop(key, None)
         self._saved.pop(key, None)
+        self._last_fitted_query = None  # it may hold the released key's embedder
 
     def mark_stale(self) -> None:
         """Another writer changed the store: every key re-reads its rows before its next search."""
