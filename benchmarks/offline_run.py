@@ -4,8 +4,11 @@
 
 Cold: a fresh results root (extraction with turns + observations into SQLite, indexing, 1,986
 retrievals, extractive answers, scoring, traces). Cached: the same config again (extraction and
-index served from the cache). Prints wall time, peak RSS of the process and the share of time
-per stage (from run.json). Targets: <= 30 s wall and <= 2 GB peak for the cold run.
+index served from the cache: the store and each key's saved fit are read back, nothing is extracted
+or fitted). Prints, per run: the process's wall time and CPU time (user + sys, what to trust on a
+shared machine), its peak RSS, and each stage's wall seconds and share of the run's own total (from
+run.json; start-up, imports and dataset checks are the difference between the process wall time and
+the stages' sum). Targets (issue 24): the cold run <= 15 s on 2 quiet cores, peak <= 2 GB.
 
 Then a model-backed config (`original`, scripted OpenAI-compatible server on 127.0.0.1) is run
 twice on conversation conv-26: the rerun must make 0 model calls (response cache).
@@ -26,16 +29,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_process(args: list[str], env: dict[str, str]) -> tuple[float, float, Path]:
+def run_process(args: list[str], env: dict[str, str]) -> tuple[float, float, float, Path]:
+    """(wall s, CPU s = user + sys, peak RSS MB, run folder) of one ``memlab run`` process. The peak is the
+    run's own (``run.json``, per stage): RUSAGE_CHILDREN's maxrss is the largest child so far, so a second
+    run would be shown the first one's."""
     t0 = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([sys.executable, "-m", "memlab", "run", *args], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         raise SystemExit(out.stdout[-3000:] + out.stderr[-3000:])
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     run_dir = Path(next(line.split()[0] for line in out.stdout.splitlines() if line.startswith("/")))
-    return wall, max(peak, before) / 1024.0, run_dir
+    peaks = json.loads((run_dir / "run.json").read_text()).get("peak_rss_mb") or {}
+    return wall, cpu, max(peaks.values(), default=float("nan")), run_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,16 +54,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.path:
         env["MEMLAB_LOCOMO"] = str(Path(args.path).resolve())
     with tempfile.TemporaryDirectory() as tmp:
-        print(f"{'run':10s}{'wall s':>9s}{'peak RSS MB':>13s}   stage shares of the run's own total")
+        print(f"load average {os.getloadavg()[0]:.1f} (wall times stretch with it; CPU times much less)")
+        print(f"{'run':10s}{'wall s':>9s}{'CPU s':>8s}{'peak RSS MB':>13s}   stages: wall s (share of the run's total)")
         for label in ("cold", "cached"):
-            wall, peak, run_dir = run_process(["offline", "--results", tmp], env)
-            t = json.loads((run_dir / "run.json").read_text())["timings"]
+            wall, cpu, peak, run_dir = run_process(["offline", "--results", tmp], env)
+            info = json.loads((run_dir / "run.json").read_text())
+            t = info["timings"]
             stages = {k[:-2]: v for k, v in t.items() if k.endswith("_s") and k != "total_s"}
-            shares = ", ".join(f"{k} {v / t['total_s']:.0%} ({v:.1f} s)" for k, v in stages.items())
-            print(f"{label:10s}{wall:9.1f}{peak:13.0f}   {shares}")
+            shares = ", ".join(f"{k} {v:.1f} ({v / t['total_s']:.0%})" for k, v in stages.items())
+            print(f"{label:10s}{wall:9.1f}{cpu:8.1f}{peak:13.0f}   {shares}; "
+                  f"start-up and checks {wall - t['total_s']:.1f}")
             if label == "cold":
-                ok = wall <= 30 and peak <= 2048
-                print(f"{'':10s}targets wall <= 30 s and peak <= 2048 MB: {'MET' if ok else 'NOT MET'}")
+                ok = wall <= 15 and peak <= 2048
+                print(f"{'':10s}targets wall <= 15 s (2 quiet cores) and peak <= 2048 MB: "
+                      f"{'MET' if ok else 'NOT MET'}")
+            else:
+                print(f"{'':10s}cached: extraction from cache {info['extraction']['from_cache']}")
         from memlab.testing import ScriptedServer
 
         sys.path.insert(0, str(ROOT))
@@ -67,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                     "--set", "extraction.model=openai/scripted", "--results", tmp]
             for label in ("model run", "rerun"):
                 n0 = len(srv.requests)
-                wall, _, run_dir = run_process(["original", *sets], env)
+                wall, _, _, run_dir = run_process(["original", *sets], env)
                 m = json.loads((run_dir / "run.json").read_text())["models"]
                 print(f"{label:10s}{wall:9.1f}   server saw {len(srv.requests) - n0} requests; "
                       f"model calls {m['model_calls']}, served from cache {m['cache_hits']}")

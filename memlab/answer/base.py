@@ -267,7 +267,7 @@ def evidence_ranks(ctx: AnswerContext, queries: list[QueryTrace], evidence: set[
     per query, ``memory_ranks`` (memory id -> rank or None = not within ``depth``) and
     ``evidence_ranks`` (evidence dialog id -> best rank of a memory sourced from it, or None).
     """
-    mems = [e for e in _entries(ctx) if set(e.source_ids) & evidence]
+    mems = [e for e in _entries(ctx) if not evidence.isdisjoint(e.source_ids)]
     out: dict[str, Any] = {"depth": depth, "evidence_memories": [
         {"id": e.id, "source_ids": list(e.source_ids), "in_context": e.id in context_ids} for e in mems],
         "queries": []}

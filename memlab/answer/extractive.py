@@ -38,6 +38,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -100,6 +101,32 @@ def segments(entry: MemoryEntry) -> list[tuple[str, frozenset[str]]]:
     if quoted is not None and quoted[0]:
         out.append(quoted)
     return out
+
+
+@lru_cache(maxsize=200_000)
+def _word_stems(clause: str) -> tuple[tuple[str, str | None, bool], ...]:
+    """Each whitespace word of a clause with the stem `ExtractiveAnswerer._novel` compares with the question
+    (None: no content, or a stop word: never novel) and whether it is filler. The same memory clauses are read
+    for many questions, so this is worked out once per clause text."""
+    stops = stop_words()
+    out = []
+    for w in clause.split():
+        core = w.strip(".,!?;:\"'()").lower()
+        st = stem(core.split("'")[0]) if core and core not in stops else None
+        out.append((w, st, core in FILLER))
+    return tuple(out)
+
+
+@lru_cache(maxsize=200_000)
+def _stem_set(text: str) -> frozenset[str]:
+    """The set of `analyze` stems of a text (a memory's, read for every question it is retrieved for)."""
+    return frozenset(analyze(text))
+
+
+@lru_cache(maxsize=200_000)
+def _split(text: str, splitter: re.Pattern[str]) -> tuple[str, ...]:
+    """A segment cut into sentences or clauses, each stripped of edge punctuation (cached per segment text)."""
+    return tuple(c.strip(" .!?;,") for c in splitter.split(text))
 
 
 def named_people(question: str, people: Sequence[str]) -> set[str]:
@@ -226,10 +253,13 @@ class ExtractiveAnswerer(Answerer):
                          for f in FEATURES])
 
     def _novel(self, clause: str, qstems: set[str]) -> list[str]:
-        stops = stop_words()
-        return [w for w in clause.split() if (core := w.strip(".,!?;:\"'()").lower())
-                and core not in stops and stem(core.split("'")[0]) not in qstems
-                and not (self.drop_filler and core in FILLER)]
+        return self._novel_stems(clause, qstems)[0]
+
+    def _novel_stems(self, clause: str, qstems: set[str]) -> tuple[list[str], set[str]]:
+        """`_novel`'s words and their stems (the stems the ``agreement`` feature looks up)."""
+        kept = [(w, st) for w, st, filler in _word_stems(clause)
+                if st is not None and st not in qstems and not (self.drop_filler and filler)]
+        return [w for w, _ in kept], {st for _, st in kept}
 
     # ------------------------------------------------------------------ reading: context -> candidates
     def read(self, question: str, hits: Sequence[tuple[int, MemoryEntry]], speakers: Sequence[str]) -> Reading:
@@ -252,7 +282,8 @@ class ExtractiveAnswerer(Answerer):
     def _candidates(self, question: str, hits: list[tuple[int, MemoryEntry]], r: Reading,
                     temporal: bool) -> list[Candidate]:
         qstems = set(analyze(question))
-        mem_stems = [set(analyze(_PHOTO.sub("", " ".join(t for t, _ in segments(e))))) for _, e in hits]
+        segs = [segments(e) for _, e in hits]
+        mem_stems = [_stem_set(_PHOTO.sub("", " ".join(t for t, _ in sg))) for sg in segs]
         mem_q = [len(qstems & s) for s in mem_stems]
         nq = max(len(qstems), 1)
         holders: dict[str, list[int]] = {}  # stem -> the memories (sharing a question term) that carry it
@@ -265,7 +296,7 @@ class ExtractiveAnswerer(Answerer):
         out: list[Candidate] = []
         for i, (rank, e) in enumerate(hits):
             date = _date_fit(named, e.event_time)
-            for seg, owners in segments(e):
+            for seg, owners in segs[i]:
                 seg = _PHOTO.sub("", seg)
                 if temporal:
                     if e.event_time is None:
@@ -273,14 +304,12 @@ class ExtractiveAnswerer(Answerer):
                     answer, phrase = resolve(seg, e.event_time)
                     parts = [(seg, answer, phrase)]
                 else:
-                    parts = [(c.strip(" .!?;,"), "", None) for c in splitter.split(seg)]
+                    parts = [(c, "", None) for c in _split(seg, splitter)]
                 for text, answer, phrase in parts:
-                    novel = self._novel(text, qstems) if text else []
+                    novel, nstems = self._novel_stems(text, qstems) if text else ([], set())
                     if not temporal and not novel:
                         continue
-                    stems = set(analyze(text))
-                    overlap = len(qstems & stems)
-                    nstems = {stem(w.strip(".,!?;:\"'()").lower().split("'")[0]) for w in novel}
+                    overlap = len(qstems & _stem_set(text))
                     others = sorted({j for t in nstems for j in holders.get(t, ()) if j != i})
                     agree = sum(mem_q[j] / nq for j in others)
                     feats = np.array([overlap, mem_q[i] - overlap, agree,

@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 LOCOMO_URL = "https://raw.githubusercontent.com/snap-research/locomo/main/data/locomo10.json"
@@ -69,6 +67,9 @@ def fetch_locomo(
 
 def _download(url: str, target: Path, sha256: str | None, timeout: float, force: bool, how: str) -> Path:
     """``url`` to ``target`` atomically, checked against ``sha256`` (None: not checked)."""
+    import urllib.error  # here, not at the top: urllib.request pulls in http.client and email (~0.1 s of every
+    import urllib.request  # CLI start-up, which imports this module through memlab.data)
+
     if target.is_file() and not force and sha256 is not None and sha256_file(target) == sha256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

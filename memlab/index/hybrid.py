@@ -101,6 +101,9 @@ class HybridIndex:
         self._saved: dict[UserKey, SavedKey] = {}
         self._shared_embedder: Embedder | None = None
         self._query_vectors: dict[str, np.ndarray] = {}  # `prepare_queries`' vectors of a pretrained embedder
+        # the last query vector a corpus-fitted embedder projected: (embedder, fit version, query, vector); the
+        # answer's search and the trace's deeper search of the same question ask for it twice in a row
+        self._last_fitted_query: tuple[Any, int, str, np.ndarray] | None = None
         self.builds = 0
         if persist_path and Path(persist_path).is_file():
             self.load(persist_path)
@@ -128,6 +131,7 @@ class HybridIndex:
         keys (LongMemEval: one per question) releases each once answered (`memlab.run.streaming`)."""
         self._states.pop(key, None)
         self._saved.pop(key, None)
+        self._last_fitted_query = None  # it may hold the released key's embedder
 
     def mark_stale(self) -> None:
         """Another writer changed the store: every key re-reads its rows before its next search."""
@@ -306,7 +310,15 @@ class HybridIndex:
 
     def _query_vector(self, st: KeyState, query: str) -> np.ndarray:
         """The query's dense vector [1, d]: prepared by `prepare_queries`, else embedded now."""
-        v = None if st.embedder.needs_fit else self._query_vectors.get(query)
+        if st.embedder.needs_fit:
+            last = self._last_fitted_query
+            if last is not None and last[0] is st.embedder and last[1] == st.fit_version and last[2] == query:
+                return last[3]
+            v = st.embedder.embed_query([query])
+            v.flags.writeable = False  # shared by the searches that reuse it
+            self._last_fitted_query = (st.embedder, st.fit_version, query, v)
+            return v
+        v = self._query_vectors.get(query)
         return st.embedder.embed_query([query]) if v is None else v[None, :]
 
     def search(self, key: UserKey, options: SearchOptions,

@@ -68,11 +68,18 @@ class KeywordScorer(Component, ABC):
         """Weights of the query's known terms ``js`` (with counts ``tf``)."""
 
     def score(self, query: str) -> np.ndarray:
-        """One score per document (0 where no query term occurs)."""
+        """One score per document (0 where no query term occurs); read-only, since the last query's scores are
+        kept and given again to the next identical call (an answer's search and the trace's deeper search ask
+        for the same question one after the other); a refit (a new matrix) is never served old scores."""
+        last = self.__dict__.get("_last_scores")
+        if last is not None and last[0] == query and last[1] is self.matrix_:
+            return last[2]
         js, tf = self._query_counts(query)
-        if len(js) == 0:
-            return np.zeros(self.n_docs, dtype=np.float32)
-        return self._accumulate(js, self._query_weights(js, tf))
+        out = (np.zeros(self.n_docs, dtype=np.float32) if len(js) == 0
+               else self._accumulate(js, self._query_weights(js, tf)))
+        out.flags.writeable = False
+        self._last_scores = (query, self.matrix_, out)
+        return out
 
     def _query_counts(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         counts: dict[int, int] = {}

@@ -77,6 +77,8 @@ class KeyState:
     cite_note: np.ndarray | None = None  # (note row, cited record row) pairs, for SearchOptions.unit="turn"
     cite_record: np.ndarray | None = None
     stale: bool = False  # another process may have changed the store: re-read the rows before use
+    last_fused: FusedRanking | None = None  # the last search's fused order (`_fused_ranking`)
+    live: tuple[list[MemoryEntry], np.ndarray] | None = None  # (rows, which of them are not superseded)
 
 
 @dataclass
@@ -115,6 +117,12 @@ class RankRequest:
                 keep &= D >= self.options.similarity_threshold
             self._dense = (D, Ids, keep)
         return self._dense
+
+
+def _nan_to(x: np.ndarray, value: float) -> np.ndarray:
+    """``np.nan_to_num(x, nan=value)`` in one pass for scores (no infinity; with one, nan_to_num itself)."""
+    out = np.where(np.isnan(x), x.dtype.type(value), x)
+    return np.nan_to_num(x, nan=value) if np.isinf(out).any() else out
 
 
 def lexical_list(name: str, scores: np.ndarray, mask: np.ndarray, depth: int) -> RankedList:
@@ -194,7 +202,9 @@ def filter_mask(st: KeyState, options: SearchOptions, kind: str | None) -> np.nd
     """The rows the kind, time-window, superseded and notes-only filters allow."""
     mask = np.ones(len(st.rows), dtype=bool)
     if not options.include_superseded:
-        mask &= np.array([e.superseded_at is None for e in st.rows], dtype=bool)
+        if st.live is None or st.live[0] is not st.rows:  # worked out once per set of rows, not per search
+            st.live = (st.rows, np.array([e.superseded_at is None for e in st.rows], dtype=bool))
+        mask &= st.live[1]
     if kind is not None:
         mask &= st.is_fact if kind == "fact" else ~st.is_fact
     if options.notes_only:
@@ -226,7 +236,85 @@ def rank(st: KeyState, options: SearchOptions, kind: str | None, query_vector: C
     if not mask.any():
         return [], []
     depth = n if n <= FULL_RANK_LIMIT else max(DEPTH_MIN, DEPTH_FACTOR * options.max_results)
-    req = RankRequest(st, options, mask, dense_mask, depth, query_vector)
+    f = _fused_ranking(st, options, kind, mask, dense_mask, depth, query_vector, producers)
+    d_rank, k_rank, d_score, k_score, fused, base, ranked, f_rank = (
+        f.d_rank, f.k_rank, f.d_score, f.k_score, f.fused, f.base, f.ranked, f.f_rank)
+    if options.dedupe:
+        kept, dropped_pos = dedupe_sets((st.word_sets[i] for i in ranked), DEDUPE_JACCARD, options.max_results)
+        chosen = [int(ranked[i]) for i in kept]
+        dropped = [(st.rows[ranked[a]].id, st.rows[ranked[b]].id, j) for a, b, j in dropped_pos]
+    else:
+        chosen, dropped = [int(i) for i in ranked[: options.max_results]], []
+
+    if options.hybrid and st.tfidf is st.keyword and not np.isnan(k_score).all():
+        text = _nan_to(k_score, 0.0)
+    else:
+        text = st.tfidf.score(options.query)
+
+    # every column read once for the chosen rows (a Python loop over per-row numpy scalars cost more than the
+    # ranking itself); .tolist() gives the same Python ints and floats as int()/float() of each element
+    idx = np.asarray(chosen, dtype=np.int64)
+    cols = zip(base[idx].tolist(), d_rank[idx].tolist(), d_score[idx].tolist(), k_rank[idx].tolist(),
+               k_score[idx].tolist(), f_rank[idx].tolist(),
+               [None] * len(chosen) if fused is None else fused[idx].tolist(), text[idx].tolist())
+    hits = [
+        SearchHit(
+            entry=st.rows[i], score=b, rank=r,
+            dense_rank=dr or None, dense_score=None if ds != ds else ds,  # NaN (not in the list) -> None
+            keyword_rank=kr or None, keyword_score=None if ks != ks else ks,
+            fused_rank=fr or None, fused_score=fs, text_score=ts,
+        )
+        for r, (i, (b, dr, ds, kr, ks, fr, fs, ts)) in enumerate(zip(chosen, cols), start=1)
+    ]
+    return hits, dropped
+
+
+@dataclass
+class FusedRanking:
+    """The fused order of one search before dedupe and the cut (what `rank` reads), kept on the `KeyState` for
+    the next identical request: a question's answer search and the trace's deeper search (`evidence_ranks`:
+    ``max_results`` 100, no dedupe, no event-time order) fuse the same lists, which cost half of each search."""
+
+    key: tuple
+    mask: np.ndarray
+    structures: tuple
+    query_vector: np.ndarray | None
+    d_rank: np.ndarray
+    k_rank: np.ndarray
+    d_score: np.ndarray
+    k_score: np.ndarray
+    fused: np.ndarray | None
+    base: np.ndarray
+    ranked: np.ndarray
+    f_rank: np.ndarray
+
+
+def _structures(st: KeyState) -> tuple:
+    """What a fused ranking was computed from (a rebuild replaces every one of them)."""
+    return (st.rows, st.dense, st.keyword, st.sparse, st.session_kw, st.participants, st.cite_note)
+
+
+def _fused_ranking(st: KeyState, options: SearchOptions, kind: str | None, mask: np.ndarray,
+                   dense_mask: np.ndarray, depth: int, query_vector: Callable[[], np.ndarray],
+                   producers: Sequence[Producer]) -> FusedRanking:
+    """Every producer's list fused (``options.fusion``), the participant boost and the order before dedupe; the
+    last one computed is reused when the same rows, options (but for the cut, dedupe and event-time order),
+    filters, depth, producers and query vector ask again."""
+    key = (replace(options, max_results=0, dedupe=False, order_by_event_time=False), kind, depth, tuple(producers))
+    memo = st.last_fused
+    if (memo is not None and memo.key == key and all(a is b for a, b in zip(memo.structures, _structures(st)))
+            and np.array_equal(memo.mask, mask)
+            and (memo.query_vector is None or np.array_equal(memo.query_vector, query_vector()))):
+        return memo
+    used: list[np.ndarray] = []
+
+    def vector() -> np.ndarray:
+        if not used:
+            used.append(query_vector())
+        return used[0]
+
+    n = len(st.rows)
+    req = RankRequest(st, options, mask, dense_mask, depth, vector)
     lists = [lst for lst in (p(req) for p in producers) if lst is not None]
     by_name = {lst.name: lst for lst in lists}
     d_rank, k_rank = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)  # 0 = not in the list
@@ -252,43 +340,16 @@ def rank(st: KeyState, options: SearchOptions, kind: str | None, query_vector: C
             boosted = True
     if fused is not None or boosted:
         cand = np.flatnonzero(np.isfinite(base))
-        tie = np.nan_to_num(d_score[cand], nan=-9.0)
+        tie = _nan_to(d_score[cand], -9.0)
         ranked = cand[np.lexsort((-tie, -base[cand]))]
     else:
         ranked = lists[0].rows
     f_rank = np.zeros(n, dtype=np.int64)
     if fused is not None:
         f_rank[ranked] = np.arange(1, len(ranked) + 1)
-    if options.dedupe:
-        kept, dropped_pos = dedupe_sets((st.word_sets[i] for i in ranked), DEDUPE_JACCARD, options.max_results)
-        chosen = [int(ranked[i]) for i in kept]
-        dropped = [(st.rows[ranked[a]].id, st.rows[ranked[b]].id, j) for a, b, j in dropped_pos]
-    else:
-        chosen, dropped = [int(i) for i in ranked[: options.max_results]], []
-
-    if options.hybrid and st.tfidf is st.keyword and not np.isnan(k_score).all():
-        text = np.nan_to_num(k_score, nan=0.0)
-    else:
-        text = st.tfidf.score(options.query)
-
-    def opt(arr: np.ndarray, i: int) -> int | None:
-        return int(arr[i]) or None
-
-    def optf(arr: np.ndarray, i: int) -> float | None:
-        v = arr[i]
-        return None if np.isnan(v) else float(v)
-
-    hits = [
-        SearchHit(
-            entry=st.rows[i], score=float(base[i]), rank=r,
-            dense_rank=opt(d_rank, i), dense_score=optf(d_score, i),
-            keyword_rank=opt(k_rank, i), keyword_score=optf(k_score, i),
-            fused_rank=opt(f_rank, i), fused_score=None if fused is None else float(fused[i]),
-            text_score=float(text[i]),
-        )
-        for r, i in enumerate(chosen, start=1)
-    ]
-    return hits, dropped
+    st.last_fused = FusedRanking(key, mask, _structures(st), used[0] if used else None, d_rank, k_rank, d_score,
+                                 k_score, fused, base, ranked, f_rank)
+    return st.last_fused
 
 
 def feedback_query(st: KeyState, options: SearchOptions, kind: str | None, q: np.ndarray,

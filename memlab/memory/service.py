@@ -107,6 +107,10 @@ class MemoryService(ABC):
     @abstractmethod
     def _entries(self, key: UserKey) -> list[MemoryEntry]: ...
 
+    def _count(self, key: UserKey) -> int:
+        """How many memories a key holds (a backend that can count without reading them overrides this)."""
+        return len(self._entries(key))
+
     @abstractmethod
     def _append_log(self, rec: OpRecord) -> None: ...
 
@@ -314,7 +318,7 @@ class MemoryService(ABC):
 
     def count(self, key: UserKey) -> int:
         with self._lock:
-            return len(self._entries(key))
+            return self._count(key)
 
     # ------------------------------------------------------------- copying one key to another store
     def export_rows(self, key: UserKey) -> list[dict[str, Any]]:
