@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,7 +86,7 @@ import pandas as pd
 
 from memlab.data import LoCoMo, load_dataset
 from memlab.data.locomo import recover_evidence_ids
-from memlab.eval.ceiling import answer_bearing, answer_ceiling, memory_line
+from memlab.eval.ceiling import answer_bearing, answer_ceiling, gold_parts, memory_line
 from memlab.eval.errata import INVALID, Errata, apply_errata, load_errata
 from memlab.eval.gold_checks import (
     DATE_SLACK_DAYS,
@@ -197,14 +198,32 @@ def _holds_gold(gold: set[str], text: str) -> bool:
     return bool(gold & set(stemmed_tokens(text)))
 
 
-def _adds(gold: set[str], have: set[str], turn: str, same_session: bool) -> bool:
-    """Whether a missed evidence turn could have added what the answer needs: a gold content token the
-    context lacks; a turn with none of the gold's words adds nothing by content when an evidence turn of
-    its session (its date) reached the reader, and may otherwise (a bridge hop, a photo, a paraphrase)."""
+def _uncarried(answer: str, category: int, lines: Sequence[str]) -> set[str]:
+    """Content tokens of the gold parts (`memlab.eval.ceiling.gold_parts`) that no context line carries: a
+    part is carried when one line holds at least `COVERAGE` of its content tokens, so its words scattered
+    over unrelated lines (another person's "class", a "game" of another kind) do not carry it."""
+    lines_tokens = [set(stemmed_tokens(line)) for line in lines]
+    out: set[str] = set()
+    for part in gold_parts(answer, category):
+        need = _content(part)
+        if not any(len(need & toks) >= COVERAGE * len(need) for toks in lines_tokens):
+            out |= need
+    return out
+
+
+def _adds(gold: set[str], short: set[str], turn: str, same_session: bool) -> bool:
+    """Whether a missed evidence turn could have added what the answer needs: a gold content token of a part
+    no context line carries (``short``, `_uncarried`); a turn with none of the gold's words adds nothing by
+    content when an evidence turn of its session (its date) reached the reader, and may otherwise (a bridge
+    hop, a photo, a paraphrase)."""
     carried = gold & set(stemmed_tokens(turn))
     if carried:
-        return bool(carried - have)
+        return bool(carried & short)
     return not same_session
+
+
+#: A leading yes/no: a turn that says "Yes" replies to something else, so the polarity is always inferred.
+_POLARITY = re.compile(r"^\W*(yes|no)\b\W*", re.IGNORECASE)
 
 
 def label_question(ev: QuestionEvidence) -> tuple[str, str]:
@@ -247,7 +266,8 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     f1 = _num(row.get("f1"))
     ctx = f"ceiling {ceiling:.2f}"
     evs = set(evidence)
-    gold = _content(answer)
+    stated = _POLARITY.sub("", answer)  # the answer's words a turn can state ("" for a bare yes/no)
+    gold = _content(stated) if stated.strip() else set()
     turn_of = {t.id: t.text for t in ev.turns}
     date_of = {t.id: t.date for t in ev.turns}
     redundant: list[str] = []
@@ -255,7 +275,7 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     reached = sorted({s for m in ev.memories if m["id"] in ev.context_ids for s in m["source_ids"] if s in evs
                       and (_holds_gold(gold, str(m["text"])) or
                            not _holds_gold(gold, turn_of.get(s, ev.turn_text)))})
-    turn_cov = coverage(answer, ev.turn_text)
+    turn_cov = coverage(stated, ev.turn_text)
     kind = answer_kind(answer, cat)
     # an inferred answer is supported by any sufficient part of its evidence: a reached turn leaves it to the reader
     supported = kind == "inferred" and turn_cov < COVERAGE and bool(reached)
@@ -293,8 +313,9 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
         # 7. partial-retrieval, when a missed evidence turn could have added what the answer needs
         missed = [s for s in written if s not in reached]
         reached_dates = {t.date for t in ev.turns if t.id in reached and t.date is not None}
+        short = _uncarried(answer, cat, lines)
         needed = [s for s in missed if kind == "count" or s not in turn_of  # no turn text: it may have
-                  or _adds(gold, have, turn_of[s], date_of.get(s) in reached_dates)]
+                  or _adds(gold, short, turn_of[s], date_of.get(s) in reached_dates)]
         if needed:
             return "partial-retrieval", f"reached {', '.join(reached)}; missed {_where(ev, needed)} ({ctx})"
         redundant = missed
