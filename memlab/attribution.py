@@ -201,11 +201,12 @@ def _holds_gold(gold: set[str], text: str) -> bool:
 def _uncarried(answer: str, category: int, lines: Sequence[str]) -> set[str]:
     """Content tokens of the gold parts (`memlab.eval.ceiling.gold_parts`) that no context line carries: a
     part is carried when one line holds at least `COVERAGE` of its content tokens, so its words scattered
-    over unrelated lines (another person's "class", a "game" of another kind) do not carry it."""
+    over unrelated lines (another person's "class", a "game" of another kind) do not carry it. A number
+    counts only in a part of numbers: every line starts with its date ("1 February 2023")."""
     lines_tokens = [set(stemmed_tokens(line)) for line in lines]
     out: set[str] = set()
     for part in gold_parts(answer, category):
-        need = _content(part)
+        need = {t for t in _content(part) if not t.isdigit()} or _content(part)
         if not any(len(need & toks) >= COVERAGE * len(need) for toks in lines_tokens):
             out |= need
     return out

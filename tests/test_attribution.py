@@ -224,6 +224,48 @@ def test_a_missed_hop_counts_only_when_it_could_add_what_the_answer_needs():
     assert label == "partial-retrieval"
 
 
+
+def test_a_missed_hop_is_redundant_only_when_one_line_carries_its_part():
+    # conv-47/q27: "game design course, cooking classes"; the missed turn's "course" and "gaming" were in the
+    # context only as scattered words of other lines (John's programming course, a game avatar): not redundant
+    row = {**MULTI, "answer": "game design course, cooking classes", "prediction": "cooking"}
+    d1, d3 = datetime(2023, 5, 1), datetime(2023, 6, 2)
+    cook = {"id": "m1", "text": "James signed up for a cooking class", "source_ids": ["D1:2"]}
+    course = {"id": "m3", "text": "James started a course that combines gaming and coding", "source_ids": ["D3:4"]}
+    turns = [EvidenceTurn("D1:2", "James", "I signed up for a cooking class", d1),
+             EvidenceTurn("D3:4", "James", "I started a course that combines gaming and coding", d3)]
+    scattered = [cook["text"], "John: my programming course starts Monday", "James made a game avatar"]
+    label, reason = label_question(ev(row, mems=(cook, course), context=("m1",), context_lines=scattered,
+                                      evidence_turns=turns))
+    assert label == "partial-retrieval" and "missed D3:4" in reason, reason
+    # one line that holds the part (conv-44/q54: fetch and frisbee, run and meet other dogs): the hop is redundant
+    together = [cook["text"], "James is taking a game course online"]
+    label, reason = label_question(ev(row, mems=(cook, course), context=("m1",), context_lines=together,
+                                      evidence_turns=turns))
+    assert label == "reading-miss" and "carry nothing the context lacks" in reason, reason
+    # a part's number does not count: every line starts with its date ("1 February 2023")
+    row = {**row, "answer": "Battlefield 1, cooking classes"}
+    dated = [cook["text"], "1 February 2023 James plays console games"]
+    turns[1] = EvidenceTurn("D3:4", "James", "we played Battlefield 1", d3)
+    label, _ = label_question(ev(row, mems=(cook, {**course, "text": "James played Battlefield 1"}), context=("m1",),
+                                 context_lines=dated, evidence_turns=turns))
+    assert label == "partial-retrieval"
+
+
+def test_a_leading_yes_or_no_is_inferred_even_when_a_turn_says_it():
+    # conv-48/q64 "Does Deborah like cats?" gold "Yes": the missed turn D22:27 opens with "Yes, I really love
+    # cats" (a reply to something else); the reached D15:25 ("that's why I have cats") supports the inference
+    row = {**MULTI, "category": 4, "answer": "Yes", "prediction": "Luna Max"}
+    d1, d3 = datetime(2023, 7, 9), datetime(2023, 8, 26)
+    turns = [EvidenceTurn("D1:2", "Deborah", "I don't like dogs, that's why I have cats", d1),
+             EvidenceTurn("D3:4", "Deborah", "Yes, I really love cats", d3)]
+    mems = ({"id": "m1", "text": "Deborah: I don't like dogs, that's why I have cats", "source_ids": ["D1:2"]},
+            {"id": "m3", "text": "Deborah: Yes, I really love cats", "source_ids": ["D3:4"]})
+    label, reason = label_question(ev(row, mems=mems, context=("m1",), turns="Deborah: I don't like dogs, that's "
+                                      "why I have cats. Deborah: Yes, I really love cats", context_lines=[mems[0]["text"]],
+                                      evidence_turns=turns))
+    assert label == "reading-miss" and "inferred" in reason, reason
+
 def test_a_duration_is_computed_from_dates():
     # conv-47/q62 'nearly three months' was a literal answer, so with both dated turns reached it fell to label-issue
     for a in ("nearly three months", "about 2 years", "a couple of weeks", "three months"):
