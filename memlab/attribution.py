@@ -36,7 +36,9 @@ reached.
    precision, from the gold date); or the question names one speaker while every evidence turn is
    the other speaker's, about themself (no "you", no name of the person asked about; a short form
    such as "Deb" names Deborah; not category 5, whose questions swap the person on purpose); or the
-   gold is only a relative time ("Last year"), which depends on when it was said;
+   gold is only a relative time ("Last year"), which depends on when it was said; or the official
+   normalisation glues two words of the gold across punctuation into a token no answer can hold
+   (``'April.2023'`` -> ``april2023``) and the prediction passes against the gold read with a space there;
 2. ``judge-error`` — the judge call failed, or the judge said wrong (J = 0) to an exact match
    (EM = 1);
 3. ``abstain-error`` — an adversarial question (category 5) answered instead of abstaining;
@@ -93,6 +95,7 @@ from memlab.eval.gold_checks import (
     EvidenceTurn,
     answer_kind,
     date_contradiction,
+    glued_gold,
     parse_date,
     relative_time_only,
     speaker_contradiction,
@@ -246,7 +249,8 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     if cat != 5:
         if relative_time_only(answer):
             return "label-issue", f"the gold {answer!r} is a relative time with no date: it depends on when it was said"
-        why = date_contradiction(answer, ev.turns) or \
+        why = glued_gold(answer, str(row.get("prediction") or ""), cat, F1_THRESHOLD) or \
+            date_contradiction(answer, ev.turns) or \
             speaker_contradiction(str(row.get("question") or ""), ev.turns, ev.speakers)
         if why:
             return "label-issue", why

@@ -23,6 +23,7 @@ from memlab.attribution import (
     speaker_contradiction,
 )
 from memlab.eval.ceiling import answer_bearing, answer_ceiling, memory_line
+from memlab.eval.gold_checks import glued_gold
 
 ROW = {"category": 4, "evidence": ["D1:2"], "evidence_raw": ["D1:2"], "answer": "Rex", "prediction": "a cat",
        "f1": 0.0, "em": 0.0}
@@ -261,10 +262,20 @@ def test_a_leading_yes_or_no_is_inferred_even_when_a_turn_says_it():
              EvidenceTurn("D3:4", "Deborah", "Yes, I really love cats", d3)]
     mems = ({"id": "m1", "text": "Deborah: I don't like dogs, that's why I have cats", "source_ids": ["D1:2"]},
             {"id": "m3", "text": "Deborah: Yes, I really love cats", "source_ids": ["D3:4"]})
-    label, reason = label_question(ev(row, mems=mems, context=("m1",), turns="Deborah: I don't like dogs, that's "
-                                      "why I have cats. Deborah: Yes, I really love cats", context_lines=[mems[0]["text"]],
+    said = "Deborah: I don't like dogs, that's why I have cats. Deborah: Yes, I really love cats"
+    label, reason = label_question(ev(row, mems=mems, context=("m1",), turns=said, context_lines=[mems[0]["text"]],
                                       evidence_turns=turns))
     assert label == "reading-miss" and "inferred" in reason, reason
+
+
+def test_a_gold_whose_punctuation_glues_two_words():
+    # conv-41/q24: gold 'April.2023' normalises to the one token 'april2023'; the prediction 'April 2023' scored 0
+    row = {**ROW, "category": 2, "answer": "April.2023", "prediction": "April 2023", "f1": 0.0}
+    label, reason = label_question(ev(row, turns="John: I started boot camp last month."))
+    assert label == "label-issue" and "'april2023'" in reason, reason
+    # a wrong prediction is the reader's, whatever the gold's punctuation; a decimal is no glue
+    assert glued_gold("April.2023", "May 2023", 2) is None
+    assert glued_gold("3.5 miles", "3 5 miles", 2) is None
 
 def test_a_duration_is_computed_from_dates():
     # conv-47/q62 'nearly three months' was a literal answer, so with both dated turns reached it fell to label-issue
