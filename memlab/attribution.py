@@ -210,9 +210,15 @@ def _uncarried(answer: str, category: int, lines: Sequence[str]) -> set[str]:
     out: set[str] = set()
     for part in gold_parts(answer, category):
         need = {t for t in _content(part) if not t.isdigit()} or _content(part)
-        if not any(len(need & toks) >= COVERAGE * len(need) for toks in lines_tokens):
+        if not any(len(_held(need, toks)) >= COVERAGE * len(need) for toks in lines_tokens):
             out |= need
     return out
+
+
+def _held(need: set[str], toks: set[str]) -> set[str]:
+    """The tokens of ``need`` a line holds, a word of four letters or more also as the start of a longer one
+    (the stems "aunt" in "aunti", "game" in "gamer": the stemmer leaves such pairs apart)."""
+    return {t for t in need if t in toks or (len(t) >= 4 and any(w.startswith(t) for w in toks))}
 
 
 def _adds(gold: set[str], short: set[str], turn: str, same_session: bool) -> bool:

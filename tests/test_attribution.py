@@ -253,6 +253,20 @@ def test_a_missed_hop_is_redundant_only_when_one_line_carries_its_part():
     assert label == "partial-retrieval"
 
 
+
+def test_a_part_is_carried_by_a_longer_form_of_its_word():
+    # conv-41/q9 gold "Her aunt": the reached line says "auntie" (stem "aunti", not "aunt"), so the missed turn
+    # that says "aunt" adds nothing; the stems of four letters or more match as the start of a longer word
+    row = {**MULTI, "answer": "Her aunt", "prediction": "problems rely help"}
+    d1, d3 = datetime(2023, 2, 5), datetime(2023, 1, 28)
+    turns = [EvidenceTurn("D1:2", "Maria", "we had to rely on help from our auntie", d1),
+             EvidenceTurn("D3:4", "Maria", "my aunt used to help my family", d3)]
+    mems = ({"id": "m1", "text": "Maria's family relied on help from their auntie", "source_ids": ["D1:2"]},
+            {"id": "m3", "text": "Maria: my aunt used to help my family", "source_ids": ["D3:4"]})
+    label, reason = label_question(ev(row, mems=mems, context=("m1",), context_lines=[mems[0]["text"]],
+                                      evidence_turns=turns))
+    assert label == "reading-miss" and "carry nothing the context lacks" in reason, reason
+
 def test_a_leading_yes_or_no_is_inferred_even_when_a_turn_says_it():
     # conv-48/q64 "Does Deborah like cats?" gold "Yes": the missed turn D22:27 opens with "Yes, I really love
     # cats" (a reply to something else); the reached D15:25 ("that's why I have cats") supports the inference
