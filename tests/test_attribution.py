@@ -263,7 +263,8 @@ def test_a_part_is_carried_by_a_longer_form_of_its_word():
              EvidenceTurn("D3:4", "Maria", "my aunt used to help my family", d3)]
     mems = ({"id": "m1", "text": "Maria's family relied on help from their auntie", "source_ids": ["D1:2"]},
             {"id": "m3", "text": "Maria: my aunt used to help my family", "source_ids": ["D3:4"]})
-    label, reason = label_question(ev(row, mems=mems, context=("m1",), context_lines=[mems[0]["text"]],
+    said = "Maria: we had to rely on help from our auntie. Maria: my aunt used to help my family"
+    label, reason = label_question(ev(row, mems=mems, context=("m1",), turns=said, context_lines=[mems[0]["text"]],
                                       evidence_turns=turns))
     assert label == "reading-miss" and "carry nothing the context lacks" in reason, reason
 
