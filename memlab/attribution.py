@@ -15,7 +15,9 @@ The context is *answer-bearing* when every gold token occurs in it, whichever tu
 An evidence id is *reached* by content: a context memory sourced from it holds a gold content token
 (a gold token that is not a stop word: every text holds "with" or "it"), or the evidence turn itself
 holds none (a bridge hop) and a memory sourced from it is in the context; a summary (an observation)
-that dropped the answer's words does not reach its turn. The *answer kind* (`answer_kind`): a
+that dropped the answer's words does not reach its turn. A gold's leading "yes"/"no" is never a word a
+turn states (a turn's "Yes" answers something else): content tokens, coverage of the evidence turns and
+reach leave it out, so a bare "Yes" is inferred from whatever evidence reached the reader. The *answer kind* (`answer_kind`): a
 ``count`` needs every evidence turn (each is one instance), an ``inferred`` answer (open-domain,
 yes/no, likely) is supported by any sufficient part of its evidence, a ``date`` is computed from a
 turn's date, a ``literal`` answer is read off a turn.
@@ -52,10 +54,14 @@ reached.
    a multi-hop gold reached the reader through another turn (coverage of its content tokens >= 0.5);
 7. ``partial-retrieval`` — some written evidence ids (or gold parts) were reached, others not (the
    typical multi-hop failure: one hop found, the other not), and a missed one could have added what the
-   answer needs: for a count, every instance; otherwise a gold content token the context lacks, or, for a
-   turn that holds none of the gold's words (a bridge hop, a photo, a paraphrase), no evidence turn of its
-   session (its date) reached the reader. A missed turn whose gold words were all in the context through
-   other memories, or a wordless one beside a reached turn of its session, is redundant: the rules go on;
+   answer needs: for a count, every instance; otherwise a gold content token of a gold part (the official
+   comma split) that no context line *carries* — one line holds at least half the part's content tokens
+   (numbers aside: every line starts with its date; a word of four letters or more also as the start of a
+   longer one, "aunt" in "auntie") — or, for a turn that holds none of the gold's words (a bridge hop, a
+   photo, a paraphrase), no evidence turn of its session (its date) reached the reader. A missed turn whose
+   parts a context line carries, or a wordless one beside a reached turn of its session, is redundant: the
+   rules go on. Words of a part scattered over unrelated lines (another person's "programming class" for
+   James's "game design course") do not carry it;
 8. ``abstain-error`` — a non-adversarial question abstained although the context was
    answer-bearing or every written evidence id was reached;
 9. ``reading-miss`` — the context could have given a better answer: it was answer-bearing, or
