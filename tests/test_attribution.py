@@ -514,3 +514,25 @@ def test_handcheck_compares_only_the_labelled_prediction():
     assert list(both.qid) == ["a", "c"] and list(both.rule_label) == ["reading-miss", "write-miss"]
     assert left_out == {"prediction changed": ["b"], "question no longer failed": ["d"]}
     assert table.loc["total", "total"] == 2
+
+
+def test_handcheck_markdown_tables():
+    import pandas as pd
+
+    mod = _agreement_script()
+    both = pd.DataFrame({"qid": list("abcdef"), "category": [1, 2, 5, 1, 2, 5],
+                         "sample": ["dev", "dev", "h1", "h1", "h2", "h2"],
+                         "hand_label": ["reading-miss", "retrieval-miss", "abstain-error", "reading-miss",
+                                        "retrieval-miss", "abstain-error"],
+                         "rule_label": ["reading-miss", "reading-miss", "abstain-error", "partial-retrieval",
+                                        "retrieval-miss", "abstain-error"]})
+    out = mod.markdown(both, {"prediction changed": ["x"], "question no longer failed": []}, n_boot=20)
+    lines = out.splitlines()
+    assert "| `dev` (in-sample) | 2 | 0.500 |" in out and "| `h1` | 2 | 0.500 |" in out
+    assert any(x.startswith("| **held out (`h1` + `h2`)** | 4 | 0.750 | **") for x in lines)  # dev is not held out
+    assert "| held out, categories 1–4 (category 5 is always `abstain-error`) | 2 | 0.500 |" in out
+    assert "Confusion on the held-out 4" in out
+    # rows: hand, columns: rules, over the union of both label sets; the diagonal is agreement
+    assert "| reading-miss | 0 | 1 | 0 | 0 | 1 |" in out  # hand reading-miss called partial-retrieval once
+    assert "| total | 2 | 1 | 0 | 1 | 4 |" in out
+    assert out.endswith("Left out of the comparison: prediction changed 1.\n")
