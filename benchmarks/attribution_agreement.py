@@ -131,7 +131,8 @@ def markdown(both: pd.DataFrame, left_out: dict[str, list[str]], n_boot: int = 2
     rows += [_row(f"`{name}`" + (" (in-sample)" if name == "dev" else ""), g, n_boot=n_boot)
              for name, g in both.groupby("sample", sort=False)]
     rows.append(_row(f"**held out ({' + '.join(f'`{n}`' for n in held['sample'].unique())})**", held, True, n_boot))
-    rows.append(_row("held out, categories 1–4 (category 5 is always `abstain-error`)", held[held.category != 5], n_boot=n_boot))
+    rows.append(_row("held out, categories 1–4 (category 5 is always `abstain-error`)", held[held.category != 5],
+                     n_boot=n_boot))
     rows.append(_row("all", both, n_boot=n_boot))
     labels = sorted(set(held.hand_label) | set(held.rule_label))
     table = pd.crosstab(held.hand_label, held.rule_label).reindex(index=labels, columns=labels, fill_value=0)
@@ -139,7 +140,8 @@ def markdown(both: pd.DataFrame, left_out: dict[str, list[str]], n_boot: int = 2
     conf += [f"| {h} | " + " | ".join(str(int(v)) for v in table.loc[h]) + f" | {int(table.loc[h].sum())} |"
              for h in labels]
     conf.append("| total | " + " | ".join(str(int(v)) for v in table.sum()) + f" | {int(table.values.sum())} |")
-    out = "\n".join(rows) + f"\n\nConfusion on the held-out {len(held)} (rows: hand, columns: rules; diagonal: agreement):\n\n"
+    out = "\n".join(rows) + (f"\n\nConfusion on the held-out {len(held)} (rows: hand, columns: rules; diagonal: "
+                             "agreement):\n\n")
     out += "\n".join(conf) + "\n"
     gone = "; ".join(f"{why} {len(q)}" for why, q in left_out.items() if q)
     return out + (f"\nLeft out of the comparison: {gone}.\n" if gone else "")

@@ -17,10 +17,10 @@ An evidence id is *reached* by content: a context memory sourced from it holds a
 holds none (a bridge hop) and a memory sourced from it is in the context; a summary (an observation)
 that dropped the answer's words does not reach its turn. A gold's leading "yes"/"no" is never a word a
 turn states (a turn's "Yes" answers something else): content tokens, coverage of the evidence turns and
-reach leave it out, so a bare "Yes" is inferred from whatever evidence reached the reader. The *answer kind* (`answer_kind`): a
-``count`` needs every evidence turn (each is one instance), an ``inferred`` answer (open-domain,
-yes/no, likely) is supported by any sufficient part of its evidence, a ``date`` is computed from a
-turn's date, a ``literal`` answer is read off a turn.
+reach leave it out, so a bare "Yes" is inferred from whatever evidence reached the reader. The *answer
+kind* (`answer_kind`): a ``count`` needs every evidence turn (each is one instance), an ``inferred``
+answer (open-domain, yes/no, likely) is supported by any sufficient part of its evidence, a ``date`` is
+computed from a turn's date, a ``literal`` answer is read off a turn.
 The evidence memories *lost the answer* when there are none, or when the evidence turns carry the
 answer but the evidence memories together do not.
 
