@@ -25,6 +25,7 @@ sample (add it to `SAMPLES`, then ``--dump NAME``) never repeats one.
     python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --sample holdout3   # one sample's table
     python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --dump dev   # the drawn questions, no labels
     python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --dump stale  # labels to redo
+    python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --markdown    # the README's tables
 
 A label judges one prediction: a question of the CSV whose run prediction differs from the labelled one
 (whitespace normalised; another reader), or that the run does not count as failed, is left out and
