@@ -27,6 +27,7 @@ sample (add it to `SAMPLES`, then ``--dump NAME``) never repeats one.
     python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --sample holdout3   # one sample's table
     python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --dump dev   # the drawn questions, no labels
     python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --dump stale  # labels to redo
+    python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --markdown    # the README's tables
 
 A label judges one prediction: a question of the CSV whose run prediction differs from the labelled one
 (whitespace normalised; another reader), or that the run does not count as failed, is left out and
@@ -119,6 +120,36 @@ def agreement(att: pd.DataFrame, hand: pd.DataFrame, predictions: pd.Series
     return both, table, {"prediction changed": changed, "question no longer failed": not_failed}
 
 
+def _row(name: str, g: pd.DataFrame, bold: bool = False, n_boot: int = 2000) -> str:
+    lo, hi = kappa_interval(g.hand_label, g.rule_label, n_boot)
+    k = f"{cohen_kappa(g.hand_label, g.rule_label):.3f} [{lo:.2f}, {hi:.2f}]"
+    return f"| {name} | {len(g)} | {float((g.hand_label == g.rule_label).mean()):.3f} | {f'**{k}**' if bold else k} |"
+
+
+def markdown(both: pd.DataFrame, left_out: dict[str, list[str]], n_boot: int = 2000) -> str:
+    """The README's hand-check figure: agreement and Cohen's kappa per sample, the held-out samples pooled
+    (every sample but ``dev``, whose labels the rules were revised on), and the held-out confusion table."""
+    held = both[both["sample"] != "dev"]
+    rows = ["| sample | n | agreement | Cohen's κ [95 % CI] |", "|---|---|---|---|"]
+    rows += [_row(f"`{name}`" + (" (in-sample)" if name == "dev" else ""), g, n_boot=n_boot)
+             for name, g in both.groupby("sample", sort=False)]
+    rows.append(_row(f"**held out ({' + '.join(f'`{n}`' for n in held['sample'].unique())})**", held, True, n_boot))
+    rows.append(_row("held out, categories 1–4 (category 5 is always `abstain-error`)", held[held.category != 5],
+                     n_boot=n_boot))
+    rows.append(_row("all", both, n_boot=n_boot))
+    labels = sorted(set(held.hand_label) | set(held.rule_label))
+    table = pd.crosstab(held.hand_label, held.rule_label).reindex(index=labels, columns=labels, fill_value=0)
+    conf = ["| hand \\ rules | " + " | ".join(labels) + " | total |", "|---" * (len(labels) + 2) + "|"]
+    conf += [f"| {h} | " + " | ".join(str(int(v)) for v in table.loc[h]) + f" | {int(table.loc[h].sum())} |"
+             for h in labels]
+    conf.append("| total | " + " | ".join(str(int(v)) for v in table.sum()) + f" | {int(table.values.sum())} |")
+    out = "\n".join(rows) + (f"\n\nConfusion on the held-out {len(held)} (rows: hand, columns: rules; diagonal: "
+                             "agreement):\n\n")
+    out += "\n".join(conf) + "\n"
+    gone = "; ".join(f"{why} {len(q)}" for why, q in left_out.items() if q)
+    return out + (f"\nLeft out of the comparison: {gone}.\n" if gone else "")
+
+
 def dump(tr, att: pd.DataFrame, data, sample: pd.DataFrame) -> str:
     """Everything a hand labeller reads for the drawn questions, without the rule's label."""
     out = []
@@ -148,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="print one sample's drawn questions for labelling, without the rules' labels "
                          f"(per category and seed: {SAMPLES}); 'stale': the CSV's still-failed questions "
                          "whose run prediction is not the labelled one")
+    ap.add_argument("--markdown", action="store_true",
+                    help="print only the README's tables (per sample, held out pooled, held-out confusion)")
     ap.add_argument("--sample", action="append", choices=list(SAMPLES),
                     help="compare only the CSV rows of this sample (repeat to pool several)")
     args = ap.parse_args(argv)
@@ -176,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         print(dump(tr, att, data, att[att.qid.isin(redo)].sort_values(["category", "qid"])))
         return 0
     both, table, left_out = agreement(att, hand, predictions)
+    if args.markdown:
+        print(markdown(both, left_out), end="")
+        return 0
     print(f"{len(hand)} hand labels, {len(both)} compared")
     for why, qids in left_out.items():
         if qids:

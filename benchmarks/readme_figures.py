@@ -54,15 +54,21 @@ def _memlab(args: list[str], log: Path) -> tuple[int, float, float, str]:
     return p.returncode, wall, cpu, p.stdout.decode("utf-8", "replace")
 
 
+def _offline(tmp: str) -> tuple[Path, float, float, Path]:
+    """``memlab run offline`` into a fresh results root under ``tmp``: (run folder, wall s, CPU s, stderr log)."""
+    log = Path(tmp) / "stderr.log"
+    rc, wall, cpu, _ = _memlab(["run", "offline", "--results", f"{tmp}/results"], log)
+    if rc != 0:
+        raise RuntimeError(f"memlab run offline exited {rc}:\n{log.read_text()[-2000:]}")
+    return next(Path(tmp, "results").glob("offline-*")), wall, cpu, log
+
+
 def offline_run() -> str:
     from memlab.run import load_run
 
     with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "stderr.log"
-        rc, wall, cpu, _ = _memlab(["run", "offline", "--results", f"{tmp}/results"], log)
-        if rc != 0:
-            raise RuntimeError(f"memlab run offline exited {rc}:\n{log.read_text()[-2000:]}")
-        run = load_run(next(Path(tmp, "results").glob("offline-*")))
+        run_dir, wall, cpu, log = _offline(tmp)
+        run = load_run(run_dir)
         s, size, lines = run.summary, log.stat().st_size, log.read_text().count("\n")
     o4, o5, c5 = s.loc["overall 1-4"], s.loc["overall 1-5"], s.loc["5"]
     return (f"`memlab run offline` from a fresh results root: F1 (official LoCoMo) **{o4.f1:.3f} "
@@ -135,6 +141,18 @@ def topk() -> str:
             f"The grid took {wall:.0f} s wall, {cpu:.0f} s CPU.\n")
 
 
+def handcheck() -> str:
+    """The attribution rules against the hand labels (`benchmarks/attribution_agreement.py --markdown`) on a
+    fresh offline run: a label judges one prediction, so it needs the shipped reader's own run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir, _, _, _ = _offline(tmp)
+        p = subprocess.run([sys.executable, "benchmarks/attribution_agreement.py", str(run_dir), "--markdown"],
+                           cwd=ROOT, capture_output=True, text=True, check=False)
+    if p.returncode != 0:
+        raise RuntimeError(f"attribution_agreement.py exited {p.returncode}:\n{p.stderr[-2000:]}")
+    return p.stdout
+
+
 def _verbatim(script: str, args: list[str]) -> Callable[[], str]:
     def make() -> str:
         p = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=ROOT, capture_output=True,
@@ -152,6 +170,8 @@ FIGURES: dict[str, Figure] = {
     "offline-run": Figure("memlab run offline", "~2 min on 2 cores", offline_run),
     "dead-endpoint": Figure("memlab run original --set models.api_base=<nothing listening>", "seconds",
                             dead_endpoint),
+    "handcheck": Figure("python benchmarks/attribution_agreement.py <fresh offline run> --markdown",
+                        "~5 min on 2 cores (an offline run, then the rules on its failed questions)", handcheck),
     "topk": Figure("memlab run topk-ablation (k = 5, 10, 20, 40; offline arm)", "~5 min on 2 cores", topk),
     "demo": Figure("memlab demo (twice: cold, cached)", "~4 min", demo),
     "retrieval-recall": Figure(f"python benchmarks/retrieval_recall.py {' '.join(RECALL_ARGS)}",

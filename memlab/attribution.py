@@ -15,10 +15,12 @@ The context is *answer-bearing* when every gold token occurs in it, whichever tu
 An evidence id is *reached* by content: a context memory sourced from it holds a gold content token
 (a gold token that is not a stop word: every text holds "with" or "it"), or the evidence turn itself
 holds none (a bridge hop) and a memory sourced from it is in the context; a summary (an observation)
-that dropped the answer's words does not reach its turn. The *answer kind* (`answer_kind`): a
-``count`` needs every evidence turn (each is one instance), an ``inferred`` answer (open-domain,
-yes/no, likely) is supported by any sufficient part of its evidence, a ``date`` is computed from a
-turn's date, a ``literal`` answer is read off a turn.
+that dropped the answer's words does not reach its turn. A gold's leading "yes"/"no" is never a word a
+turn states (a turn's "Yes" answers something else): content tokens, coverage of the evidence turns and
+reach leave it out, so a bare "Yes" is inferred from whatever evidence reached the reader. The *answer
+kind* (`answer_kind`): a ``count`` needs every evidence turn (each is one instance), an ``inferred``
+answer (open-domain, yes/no, likely) is supported by any sufficient part of its evidence, a ``date`` is
+computed from a turn's date, a ``literal`` answer is read off a turn.
 The evidence memories *lost the answer* when there are none, or when the evidence turns carry the
 answer but the evidence memories together do not.
 
@@ -36,7 +38,9 @@ reached.
    precision, from the gold date); or the question names one speaker while every evidence turn is
    the other speaker's, about themself (no "you", no name of the person asked about; a short form
    such as "Deb" names Deborah; not category 5, whose questions swap the person on purpose); or the
-   gold is only a relative time ("Last year"), which depends on when it was said;
+   gold is only a relative time ("Last year"), which depends on when it was said; or the official
+   normalisation glues two words of the gold across punctuation into a token no answer can hold
+   (``'April.2023'`` -> ``april2023``) and the prediction passes against the gold read with a space there;
 2. ``judge-error`` — the judge call failed, or the judge said wrong (J = 0) to an exact match
    (EM = 1);
 3. ``abstain-error`` — an adversarial question (category 5) answered instead of abstaining;
@@ -50,10 +54,14 @@ reached.
    a multi-hop gold reached the reader through another turn (coverage of its content tokens >= 0.5);
 7. ``partial-retrieval`` — some written evidence ids (or gold parts) were reached, others not (the
    typical multi-hop failure: one hop found, the other not), and a missed one could have added what the
-   answer needs: for a count, every instance; otherwise a gold content token the context lacks, or, for a
-   turn that holds none of the gold's words (a bridge hop, a photo, a paraphrase), no evidence turn of its
-   session (its date) reached the reader. A missed turn whose gold words were all in the context through
-   other memories, or a wordless one beside a reached turn of its session, is redundant: the rules go on;
+   answer needs: for a count, every instance; otherwise a gold content token of a gold part (the official
+   comma split) that no context line *carries* — one line holds at least half the part's content tokens
+   (numbers aside: every line starts with its date; a word of four letters or more also as the start of a
+   longer one, "aunt" in "auntie") — or, for a turn that holds none of the gold's words (a bridge hop, a
+   photo, a paraphrase), no evidence turn of its session (its date) reached the reader. A missed turn whose
+   parts a context line carries, or a wordless one beside a reached turn of its session, is redundant: the
+   rules go on. Words of a part scattered over unrelated lines (another person's "programming class" for
+   James's "game design course") do not carry it;
 8. ``abstain-error`` — a non-adversarial question abstained although the context was
    answer-bearing or every written evidence id was reached;
 9. ``reading-miss`` — the context could have given a better answer: it was answer-bearing, or
@@ -76,6 +84,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,13 +94,14 @@ import pandas as pd
 
 from memlab.data import LoCoMo, load_dataset
 from memlab.data.locomo import recover_evidence_ids
-from memlab.eval.ceiling import answer_bearing, answer_ceiling, memory_line
+from memlab.eval.ceiling import answer_bearing, answer_ceiling, gold_parts, memory_line
 from memlab.eval.errata import INVALID, Errata, apply_errata, load_errata
 from memlab.eval.gold_checks import (
     DATE_SLACK_DAYS,
     EvidenceTurn,
     answer_kind,
     date_contradiction,
+    glued_gold,
     parse_date,
     relative_time_only,
     speaker_contradiction,
@@ -197,14 +207,39 @@ def _holds_gold(gold: set[str], text: str) -> bool:
     return bool(gold & set(stemmed_tokens(text)))
 
 
-def _adds(gold: set[str], have: set[str], turn: str, same_session: bool) -> bool:
-    """Whether a missed evidence turn could have added what the answer needs: a gold content token the
-    context lacks; a turn with none of the gold's words adds nothing by content when an evidence turn of
-    its session (its date) reached the reader, and may otherwise (a bridge hop, a photo, a paraphrase)."""
+def _uncarried(answer: str, category: int, lines: Sequence[str]) -> set[str]:
+    """Content tokens of the gold parts (`memlab.eval.ceiling.gold_parts`) that no context line carries: a
+    part is carried when one line holds at least `COVERAGE` of its content tokens, so its words scattered
+    over unrelated lines (another person's "class", a "game" of another kind) do not carry it. A number
+    counts only in a part of numbers: every line starts with its date ("1 February 2023")."""
+    lines_tokens = [set(stemmed_tokens(line)) for line in lines]
+    out: set[str] = set()
+    for part in gold_parts(answer, category):
+        need = {t for t in _content(part) if not t.isdigit()} or _content(part)
+        if not any(len(_held(need, toks)) >= COVERAGE * len(need) for toks in lines_tokens):
+            out |= need
+    return out
+
+
+def _held(need: set[str], toks: set[str]) -> set[str]:
+    """The tokens of ``need`` a line holds, a word of four letters or more also as the start of a longer one
+    (the stems "aunt" in "aunti", "game" in "gamer": the stemmer leaves such pairs apart)."""
+    return {t for t in need if t in toks or (len(t) >= 4 and any(w.startswith(t) for w in toks))}
+
+
+def _adds(gold: set[str], short: set[str], turn: str, same_session: bool) -> bool:
+    """Whether a missed evidence turn could have added what the answer needs: a gold content token of a part
+    no context line carries (``short``, `_uncarried`); a turn with none of the gold's words adds nothing by
+    content when an evidence turn of its session (its date) reached the reader, and may otherwise (a bridge
+    hop, a photo, a paraphrase)."""
     carried = gold & set(stemmed_tokens(turn))
     if carried:
-        return bool(carried - have)
+        return bool(carried & short)
     return not same_session
+
+
+#: A leading yes/no: a turn that says "Yes" replies to something else, so the polarity is always inferred.
+_POLARITY = re.compile(r"^\W*(yes|no)\b\W*", re.IGNORECASE)
 
 
 def label_question(ev: QuestionEvidence) -> tuple[str, str]:
@@ -226,7 +261,8 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     if cat != 5:
         if relative_time_only(answer):
             return "label-issue", f"the gold {answer!r} is a relative time with no date: it depends on when it was said"
-        why = date_contradiction(answer, ev.turns) or \
+        why = glued_gold(answer, str(row.get("prediction") or ""), cat, F1_THRESHOLD) or \
+            date_contradiction(answer, ev.turns) or \
             speaker_contradiction(str(row.get("question") or ""), ev.turns, ev.speakers)
         if why:
             return "label-issue", why
@@ -247,7 +283,8 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     f1 = _num(row.get("f1"))
     ctx = f"ceiling {ceiling:.2f}"
     evs = set(evidence)
-    gold = _content(answer)
+    stated = _POLARITY.sub("", answer)  # the answer's words a turn can state ("" for a bare yes/no)
+    gold = _content(stated) if stated.strip() else set()
     turn_of = {t.id: t.text for t in ev.turns}
     date_of = {t.id: t.date for t in ev.turns}
     redundant: list[str] = []
@@ -255,7 +292,7 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     reached = sorted({s for m in ev.memories if m["id"] in ev.context_ids for s in m["source_ids"] if s in evs
                       and (_holds_gold(gold, str(m["text"])) or
                            not _holds_gold(gold, turn_of.get(s, ev.turn_text)))})
-    turn_cov = coverage(answer, ev.turn_text)
+    turn_cov = coverage(stated, ev.turn_text)
     kind = answer_kind(answer, cat)
     # an inferred answer is supported by any sufficient part of its evidence: a reached turn leaves it to the reader
     supported = kind == "inferred" and turn_cov < COVERAGE and bool(reached)
@@ -293,8 +330,9 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
         # 7. partial-retrieval, when a missed evidence turn could have added what the answer needs
         missed = [s for s in written if s not in reached]
         reached_dates = {t.date for t in ev.turns if t.id in reached and t.date is not None}
+        short = _uncarried(answer, cat, lines)
         needed = [s for s in missed if kind == "count" or s not in turn_of  # no turn text: it may have
-                  or _adds(gold, have, turn_of[s], date_of.get(s) in reached_dates)]
+                  or _adds(gold, short, turn_of[s], date_of.get(s) in reached_dates)]
         if needed:
             return "partial-retrieval", f"reached {', '.join(reached)}; missed {_where(ev, needed)} ({ctx})"
         redundant = missed

@@ -23,6 +23,7 @@ from memlab.attribution import (
     speaker_contradiction,
 )
 from memlab.eval.ceiling import answer_bearing, answer_ceiling, memory_line
+from memlab.eval.gold_checks import glued_gold
 
 ROW = {"category": 4, "evidence": ["D1:2"], "evidence_raw": ["D1:2"], "answer": "Rex", "prediction": "a cat",
        "f1": 0.0, "em": 0.0}
@@ -223,6 +224,73 @@ def test_a_missed_hop_counts_only_when_it_could_add_what_the_answer_needs():
                                  evidence_turns=[turns[0], EvidenceTurn("D3:4", "Bob", "they get along", d1)]))
     assert label == "partial-retrieval"
 
+
+
+def test_a_missed_hop_is_redundant_only_when_one_line_carries_its_part():
+    # conv-47/q27: "game design course, cooking classes"; the missed turn's "course" and "gaming" were in the
+    # context only as scattered words of other lines (John's programming course, a game avatar): not redundant
+    row = {**MULTI, "answer": "game design course, cooking classes", "prediction": "cooking"}
+    d1, d3 = datetime(2023, 5, 1), datetime(2023, 6, 2)
+    cook = {"id": "m1", "text": "James signed up for a cooking class", "source_ids": ["D1:2"]}
+    course = {"id": "m3", "text": "James started a course that combines gaming and coding", "source_ids": ["D3:4"]}
+    turns = [EvidenceTurn("D1:2", "James", "I signed up for a cooking class", d1),
+             EvidenceTurn("D3:4", "James", "I started a course that combines gaming and coding", d3)]
+    scattered = [cook["text"], "John: my programming course starts Monday", "James made a game avatar"]
+    label, reason = label_question(ev(row, mems=(cook, course), context=("m1",), context_lines=scattered,
+                                      evidence_turns=turns))
+    assert label == "partial-retrieval" and "missed D3:4" in reason, reason
+    # one line that holds the part (conv-44/q54: fetch and frisbee, run and meet other dogs): the hop is redundant
+    together = [cook["text"], "James is taking a game course online"]
+    label, reason = label_question(ev(row, mems=(cook, course), context=("m1",), context_lines=together,
+                                      evidence_turns=turns))
+    assert label == "reading-miss" and "carry nothing the context lacks" in reason, reason
+    # a part's number does not count: every line starts with its date ("1 February 2023")
+    row = {**row, "answer": "Battlefield 1, cooking classes"}
+    dated = [cook["text"], "1 February 2023 James plays console games"]
+    turns[1] = EvidenceTurn("D3:4", "James", "we played Battlefield 1", d3)
+    label, _ = label_question(ev(row, mems=(cook, {**course, "text": "James played Battlefield 1"}), context=("m1",),
+                                 context_lines=dated, evidence_turns=turns))
+    assert label == "partial-retrieval"
+
+
+
+def test_a_part_is_carried_by_a_longer_form_of_its_word():
+    # conv-41/q9 gold "Her aunt": the reached line says "auntie" (stem "aunti", not "aunt"), so the missed turn
+    # that says "aunt" adds nothing; the stems of four letters or more match as the start of a longer word
+    row = {**MULTI, "answer": "Her aunt", "prediction": "problems rely help"}
+    d1, d3 = datetime(2023, 2, 5), datetime(2023, 1, 28)
+    turns = [EvidenceTurn("D1:2", "Maria", "we had to rely on help from our auntie", d1),
+             EvidenceTurn("D3:4", "Maria", "my aunt used to help my family", d3)]
+    mems = ({"id": "m1", "text": "Maria's family relied on help from their auntie", "source_ids": ["D1:2"]},
+            {"id": "m3", "text": "Maria: my aunt used to help my family", "source_ids": ["D3:4"]})
+    said = "Maria: we had to rely on help from our auntie. Maria: my aunt used to help my family"
+    label, reason = label_question(ev(row, mems=mems, context=("m1",), turns=said, context_lines=[mems[0]["text"]],
+                                      evidence_turns=turns))
+    assert label == "reading-miss" and "carry nothing the context lacks" in reason, reason
+
+def test_a_leading_yes_or_no_is_inferred_even_when_a_turn_says_it():
+    # conv-48/q64 "Does Deborah like cats?" gold "Yes": the missed turn D22:27 opens with "Yes, I really love
+    # cats" (a reply to something else); the reached D15:25 ("that's why I have cats") supports the inference
+    row = {**MULTI, "category": 4, "answer": "Yes", "prediction": "Luna Max"}
+    d1, d3 = datetime(2023, 7, 9), datetime(2023, 8, 26)
+    turns = [EvidenceTurn("D1:2", "Deborah", "I don't like dogs, that's why I have cats", d1),
+             EvidenceTurn("D3:4", "Deborah", "Yes, I really love cats", d3)]
+    mems = ({"id": "m1", "text": "Deborah: I don't like dogs, that's why I have cats", "source_ids": ["D1:2"]},
+            {"id": "m3", "text": "Deborah: Yes, I really love cats", "source_ids": ["D3:4"]})
+    said = "Deborah: I don't like dogs, that's why I have cats. Deborah: Yes, I really love cats"
+    label, reason = label_question(ev(row, mems=mems, context=("m1",), turns=said, context_lines=[mems[0]["text"]],
+                                      evidence_turns=turns))
+    assert label == "reading-miss" and "inferred" in reason, reason
+
+
+def test_a_gold_whose_punctuation_glues_two_words():
+    # conv-41/q24: gold 'April.2023' normalises to the one token 'april2023'; the prediction 'April 2023' scored 0
+    row = {**ROW, "category": 2, "answer": "April.2023", "prediction": "April 2023", "f1": 0.0}
+    label, reason = label_question(ev(row, turns="John: I started boot camp last month."))
+    assert label == "label-issue" and "'april2023'" in reason, reason
+    # a wrong prediction is the reader's, whatever the gold's punctuation; a decimal is no glue
+    assert glued_gold("April.2023", "boot camp", 2) is None
+    assert glued_gold("3.5 miles", "3 5 miles", 2) is None
 
 def test_a_duration_is_computed_from_dates():
     # conv-47/q62 'nearly three months' was a literal answer, so with both dated turns reached it fell to label-issue
@@ -447,3 +515,25 @@ def test_handcheck_compares_only_the_labelled_prediction():
     assert list(both.qid) == ["a", "c"] and list(both.rule_label) == ["reading-miss", "write-miss"]
     assert left_out == {"prediction changed": ["b"], "question no longer failed": ["d"]}
     assert table.loc["total", "total"] == 2
+
+
+def test_handcheck_markdown_tables():
+    import pandas as pd
+
+    mod = _agreement_script()
+    both = pd.DataFrame({"qid": list("abcdef"), "category": [1, 2, 5, 1, 2, 5],
+                         "sample": ["dev", "dev", "h1", "h1", "h2", "h2"],
+                         "hand_label": ["reading-miss", "retrieval-miss", "abstain-error", "reading-miss",
+                                        "retrieval-miss", "abstain-error"],
+                         "rule_label": ["reading-miss", "reading-miss", "abstain-error", "partial-retrieval",
+                                        "retrieval-miss", "abstain-error"]})
+    out = mod.markdown(both, {"prediction changed": ["x"], "question no longer failed": []}, n_boot=20)
+    lines = out.splitlines()
+    assert "| `dev` (in-sample) | 2 | 0.500 |" in out and "| `h1` | 2 | 0.500 |" in out
+    assert any(x.startswith("| **held out (`h1` + `h2`)** | 4 | 0.750 | **") for x in lines)  # dev is not held out
+    assert "| held out, categories 1–4 (category 5 is always `abstain-error`) | 2 | 0.500 |" in out
+    assert "Confusion on the held-out 4" in out
+    # rows: hand, columns: rules, over the union of both label sets; the diagonal is agreement
+    assert "| reading-miss | 0 | 1 | 0 | 0 | 1 |" in out  # hand reading-miss called partial-retrieval once
+    assert "| total | 2 | 1 | 0 | 1 | 4 |" in out
+    assert out.endswith("Left out of the comparison: prediction changed 1.\n")

@@ -57,7 +57,8 @@ def context_lines(entries: Iterable[Any]) -> list[str]:
     return [memory_line(e.text, getattr(e, "event_time", None)) for e in entries]
 
 
-def _gold_parts(answer: Any, category: int) -> list[str]:
+def gold_parts(answer: Any, category: int) -> list[str]:
+    """The gold as the official metric splits it: category 1 at commas, category 3 cut at its first ``;``."""
     gold = "" if answer is None else str(answer)
     if category == 3:
         gold = gold.split(";")[0].strip()
@@ -95,7 +96,7 @@ def answer_ceiling(answer: Any, category: int, lines: Sequence[str]) -> float:
     if int(category) == 5:
         return math.nan
     toks = [stemmed_tokens(s) for s in lines]
-    parts = _gold_parts(answer, int(category))
+    parts = gold_parts(answer, int(category))
     return math.fsum(best_span_f1(stemmed_tokens(p), toks) for p in parts) / len(parts)
 
 
@@ -103,7 +104,7 @@ def answer_bearing(answer: Any, category: int, lines: Sequence[str]) -> float:
     """1.0 when every gold token occurs in the context ``lines``, else 0.0; NaN for category 5."""
     if int(category) == 5:
         return math.nan
-    gold = set(stemmed_tokens(" ".join(_gold_parts(answer, int(category)))))
+    gold = set(stemmed_tokens(" ".join(gold_parts(answer, int(category)))))
     if not gold:
         return 0.0
     have = {t for s in lines for t in stemmed_tokens(s)}
@@ -112,5 +113,5 @@ def answer_bearing(answer: Any, category: int, lines: Sequence[str]) -> float:
 
 def bearing_lines(answer: Any, category: int, lines: Sequence[str]) -> list[int]:
     """Indices of the lines that hold at least one gold token (which memories carried the answer)."""
-    gold = set(stemmed_tokens(" ".join(_gold_parts(answer, int(category)))))
+    gold = set(stemmed_tokens(" ".join(gold_parts(answer, int(category)))))
     return [i for i, s in enumerate(lines) if gold & set(stemmed_tokens(s))]

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from memlab.answer.temporal import resolve
 from memlab.data.locomo import format_day
+from memlab.eval.scoring import normalize_answer, score_answer
 
 #: How far a gold date may sit from the date its evidence turn implies, by the gold's precision.
 DATE_SLACK_DAYS = {"day": 10, "month": 31}
@@ -145,3 +146,20 @@ _RELATIVE_ONLY = re.compile(r"^\W*(the\s+)?(yesterday|today|tomorrow|recently|(l
 def relative_time_only(answer: str) -> bool:
     """Whether the gold is only a relative time ("Last year"), which depends on when it was said."""
     return bool(_RELATIVE_ONLY.match(answer))
+
+
+#: Punctuation between a letter and a letter or digit ("April.2023", "S.Lewis"), not in a decimal ("3.5"):
+#: the official normalisation deletes it and glues the two words into one token ("april2023").
+_GLUED = re.compile(r"(?<=[A-Za-z])[.;:/](?=[A-Za-z0-9])|(?<=[0-9])[.;:/](?=[A-Za-z])")
+
+
+def glued_gold(answer: str, prediction: str, category: int, threshold: float = 0.5) -> str | None:
+    """Why the gold's own punctuation failed a right prediction, or None: the official normalisation glues two
+    words of the gold into a token no prediction can hold ("April.2023" -> "april2023"), and the prediction
+    scores ``threshold`` or more against the gold with that punctuation read as a space ("April 2023")."""
+    spaced = _GLUED.sub(" ", answer)
+    if spaced == answer or score_answer(prediction, answer, category) >= threshold \
+            or score_answer(prediction, spaced, category) < threshold:
+        return None
+    return (f"the gold {answer!r} normalises to {normalize_answer(answer)!r}, gluing two words; the prediction "
+            f"matches {spaced!r}")
