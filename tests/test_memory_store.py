@@ -199,3 +199,25 @@ def test_a_key_copied_through_export_and_import_searches_the_same(svc):
         other.import_rows(B, svc.export_rows(A))
     assert [e.text for e in other.list(B)] == ["Bob plays chess"]  # a refused copy leaves the key as it was
     assert other.import_index(A, None) is False
+
+
+def test_a_scopes_extraction_trace_reads_only_that_scope_in_the_order_written(svc):
+    """A streamed run reads one key's trace lines after each key: reading every scope's rows each time made a
+    LongMemEval question's peak memory grow with the keys already extracted (issue 26)."""
+    import tracemalloc
+
+    big = "w" * 20_000
+    for i in range(40):
+        svc.save_extraction(f"s{i}", {}, [("job", n, {"n": n, "scope": f"s{i}", "text": big}) for n in range(5)])
+    svc.save_extraction("s3", {}, [("late", 0, {"n": 9, "scope": "s3", "text": ""})])
+    assert [(r["scope"], r["n"]) for r in svc.extraction_trace(["s7", "s3"])] == \
+        [("s3", n) for n in range(5)] + [("s7", n) for n in range(5)] + [("s3", 9)]
+    assert len(svc.extraction_trace()) == 201
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        assert len(svc.extraction_trace(["s5"])) == 5
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 10 * 5 * len(big), f"reading one scope of 40 peaked at {peak} bytes"

@@ -254,8 +254,15 @@ class SQLiteMemoryService(MemoryService):
                                    (scope, job, line, text, crc(scope, job, line, text)))
 
     def _extraction_trace(self, scopes):
-        rows = self._conn.execute("SELECT scope, row FROM extraction_trace ORDER BY rowid").fetchall()
-        return [json.loads(r) for sc, r in rows if scopes is None or sc in scopes]
+        # only the asked scopes' rows are read (the primary key's index): a streamed run asks for one key's lines
+        # after each key, and reading every scope's rows each time made a question's peak memory grow with the
+        # number of keys already extracted
+        if scopes is None:
+            return [json.loads(r) for (r,) in self._conn.execute("SELECT row FROM extraction_trace ORDER BY rowid")]
+        rows = [r for sc in scopes for r in self._conn.execute(
+            "SELECT rowid, row FROM extraction_trace WHERE scope=?", (sc,))]
+        rows.sort(key=lambda r: r[0])  # the order written, across scopes
+        return [json.loads(r) for _, r in rows]
 
     def keys(self):
         rows = self._conn.execute("SELECT DISTINCT app_name, user_id FROM memories ORDER BY 1, 2").fetchall()
