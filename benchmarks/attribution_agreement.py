@@ -127,15 +127,16 @@ def _row(name: str, g: pd.DataFrame, bold: bool = False, n_boot: int = 2000) -> 
 
 
 def markdown(both: pd.DataFrame, left_out: dict[str, list[str]], n_boot: int = 2000) -> str:
-    """The README's hand-check figure: agreement and Cohen's kappa per sample, the held-out samples pooled
-    (every sample but ``dev``, whose labels the rules were revised on), and the held-out confusion table."""
+    """The README's hand-check figure: agreement and Cohen's kappa per sample, every sample but ``dev`` pooled
+    (``dev`` is the one the rules were first revised on; see `SAMPLES` for the rest), and their confusion table."""
     held = both[both["sample"] != "dev"]
     rows = ["| sample | n | agreement | Cohen's κ [95 % CI] |", "|---|---|---|---|"]
     rows += [_row(f"`{name}`" + (" (in-sample)" if name == "dev" else ""), g, n_boot=n_boot)
              for name, g in both.groupby("sample", sort=False)]
-    rows.append(_row(f"**held out ({' + '.join(f'`{n}`' for n in held['sample'].unique())})**", held, True, n_boot))
-    rows.append(_row("held out, categories 1–4 (category 5 is always `abstain-error`)", held[held.category != 5],
-                     n_boot=n_boot))
+    rows.append(_row(f"**every sample but `dev` ({' + '.join(f'`{n}`' for n in held['sample'].unique())})**", held,
+                     True, n_boot))
+    rows.append(_row("every sample but `dev`, categories 1–4 (category 5 is always `abstain-error`)",
+                     held[held.category != 5], n_boot=n_boot))
     rows.append(_row("all", both, n_boot=n_boot))
     labels = sorted(set(held.hand_label) | set(held.rule_label))
     table = pd.crosstab(held.hand_label, held.rule_label).reindex(index=labels, columns=labels, fill_value=0)
@@ -143,8 +144,8 @@ def markdown(both: pd.DataFrame, left_out: dict[str, list[str]], n_boot: int = 2
     conf += [f"| {h} | " + " | ".join(str(int(v)) for v in table.loc[h]) + f" | {int(table.loc[h].sum())} |"
              for h in labels]
     conf.append("| total | " + " | ".join(str(int(v)) for v in table.sum()) + f" | {int(table.values.sum())} |")
-    out = "\n".join(rows) + (f"\n\nConfusion on the held-out {len(held)} (rows: hand, columns: rules; diagonal: "
-                             "agreement):\n\n")
+    out = "\n".join(rows) + (f"\n\nConfusion on every sample but `dev`, {len(held)} questions (rows: hand, "
+                             "columns: rules; diagonal: agreement):\n\n")
     out += "\n".join(conf) + "\n"
     gone = "; ".join(f"{why} {len(q)}" for why, q in left_out.items() if q)
     return out + (f"\nLeft out of the comparison: {gone}.\n" if gone else "")
@@ -227,8 +228,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  sample {name}: {line(g)}")
         held = both[both["sample"] != "dev"]
         if len(held):
-            print(f"  held out (every sample but dev, labelled after the last rule change): {line(held)}")
-            print(f"  held out, categories 1-4: {line(held[held.category != 5])}")
+            print(f"  every sample but dev (see SAMPLES for which rule each was labelled before): {line(held)}")
+            print(f"  every sample but dev, categories 1-4: {line(held[held.category != 5])}")
     for c, g in both.groupby("category"):
         print(f"  category {c}: n {len(g)}, agree {int((g.hand_label == g.rule_label).sum())}, "
               f"kappa {cohen_kappa(g.hand_label, g.rule_label):.3f}")
