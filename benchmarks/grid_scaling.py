@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     from memlab.data import load_locomo
     from memlab.run import ExperimentConfig
     from memlab.run.executors import run_grid
-    from memlab.run.ray_executor import connect
+    from memlab.run.ray_cluster import connect
     from memlab.testing import Reply, ScriptedServer
     from tests.scripted_model import responder
 

@@ -2,7 +2,7 @@
 
     python benchmarks/longmemeval_demo.py [--questions 36] [--sessions 8]
 
-No LongMemEval copy is reachable here, so the file is synthetic (`memlab.data.longmemeval.write_synthetic`:
+No LongMemEval copy is reachable here, so the file is synthetic (`memlab.data.longmemeval_synthetic.write_synthetic`:
 every published type, abstention questions, one evidence turn per answerable question). The offline run is
 `memlab run offline --set dataset.path=FILE`; the judge run adds ``judge.model`` on a scripted OpenAI-compatible
 server on 127.0.0.1 (`memlab.testing.ScriptedServer`) that says "yes" when the gold answer (reference, rubric
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memlab.data.longmemeval import write_synthetic  # noqa: E402
+from memlab.data.longmemeval_synthetic import write_synthetic  # noqa: E402
 from memlab.eval.longmemeval import format_table, report  # noqa: E402
 
 MALFORMED = {

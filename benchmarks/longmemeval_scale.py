@@ -4,8 +4,8 @@
     python benchmarks/longmemeval_scale.py --compare OLD_CHECKOUT --s-questions 6   # peak RSS, this vs OLD
 
 No LongMemEval copy is reachable here, so the script writes LongMemEval-format files of the published shapes
-(`memlab.data.longmemeval.write_synthetic`: S about 50 sessions x 10 turns, ~115 k tokens per question; M about
-500 sessions per question), runs the `offline` config on a few questions of each as whole processes (fresh
+(`memlab.data.longmemeval_synthetic.write_synthetic`: S about 50 sessions x 10 turns, ~115 k tokens per question;
+M about 500 sessions per question), runs the `offline` config on a few questions of each as whole processes (fresh
 results root each time; CPU seconds of the child, its peak RSS from run.json) and extrapolates linearly from two
 sizes: per question = the difference of the two runs over the difference in questions; a full file (500
 questions) = the smaller run + that slope x the rest. Questions are independent haystacks, so N Ray workers
@@ -30,11 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memlab.data.longmemeval import (  # noqa: E402
-    PUBLISHED_TYPE_COUNTS,
-    SYNTHETIC_SHAPES,
-    write_synthetic,
-)
+from memlab.data.longmemeval import PUBLISHED_TYPE_COUNTS  # noqa: E402
+from memlab.data.longmemeval_synthetic import SYNTHETIC_SHAPES, write_synthetic  # noqa: E402
 
 
 def run_offline(path: Path, results: Path, root: Path = ROOT) -> dict[str, float]:

@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         from memlab.eval.stats import ComparisonError
         from memlab.run import ConfigError
         from memlab.run.extraction import ExtractionFailed
-        from memlab.run.ray_executor import RayNotInstalled
+        from memlab.run.ray_cluster import RayNotInstalled
         from memlab.run.records import RecordSchemaError
         from memlab.run.results import RunFileError
         from memlab.run.runner import RunStorageError

@@ -17,7 +17,7 @@ from memlab.data import (
     load_dataset,
     load_longmemeval,
 )
-from memlab.data.longmemeval import iter_items
+from memlab.data.json_stream import iter_items
 
 
 def _s(*turns: tuple[str, str, bool]) -> list[dict]:
@@ -193,7 +193,7 @@ def test_items_stream_across_chunk_boundaries(lme_path):
     bad = lme_path.with_name("trunc.json")
     bad.write_text(lme_path.read_text()[:-40])
     with pytest.raises(LongMemEvalFormatError, match="not valid JSON"):
-        list(iter_items(bad, chunk_size=64))
+        list(iter_items(bad, chunk_size=64, error=LongMemEvalFormatError))
 
 
 def test_fetch_verifies_the_pinned_digest_and_names_what_to_do(tmp_path, lme_path, capsys):
@@ -505,7 +505,8 @@ def test_a_streamed_run_holds_one_parsed_haystack_at_a_time(tmp_path):
     import warnings
 
     from memlab.answer.extractive import ExtractiveAnswerer
-    from memlab.data.longmemeval import haystack, write_synthetic
+    from memlab.data.longmemeval import haystack
+    from memlab.data.longmemeval_synthetic import write_synthetic
     from memlab.run import ExperimentConfig, run_experiment
 
     haystack.cache_clear()  # the last haystack an earlier test read

@@ -254,7 +254,7 @@ def test_longmemeval_m_like_grid_on_ray_equals_local_streamed_run(ray_local, tmp
     Ray rerun on the local run's cache (each key's fit saved per key by the streamed run) agrees too."""
     import warnings
 
-    from memlab.data.longmemeval import write_synthetic
+    from memlab.data.longmemeval_synthetic import write_synthetic
 
     path = tmp_path / "lme_m_like.json"
     write_synthetic(path, questions=2, sessions=40, turns=4, words=12)
@@ -287,7 +287,7 @@ def test_longmemeval_m_like_grid_on_ray_equals_local_streamed_run(ray_local, tmp
 def test_tasks_are_submitted_in_a_window():
     """At most ``window`` tasks are in flight (their arguments, one conversation each, in the object store), every
     job runs once, and a finished task lets the next one in."""
-    from memlab.run.ray_executor import in_window
+    from memlab.run.ray_cluster import in_window
 
     class FakeRay:
         def wait(self, refs, num_returns):

@@ -28,17 +28,16 @@ validates every item in one pass but keeps of each only its question and its pla
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from memlab.data.json_stream import scan_items
 from memlab.data.locomo import (
     Conversation,
     LoadReport,
@@ -171,85 +170,6 @@ def _date(raw: Any, path: str, where: str, key: str) -> datetime:
         return parse_date(raw)
     except ValueError:
         raise _fail(path, where, key, "a date like '2023/05/20 (Sat) 02:21'", raw) from None
-
-
-def scan_items(path: str | Path, chunk_size: int = 1 << 20, digest: Any = None) -> Iterator[tuple[Any, int, int]]:
-    """Each item of a top-level JSON list with its byte span in the file (first byte, end), decoded one at a
-    time (memory: one item plus a chunk), so a multi-gigabyte LongMemEval-M file is never held whole; every
-    byte read is fed to ``digest`` (a ``hashlib`` object: the file's sha256 from this one pass)."""
-    dec = json.JSONDecoder()
-    utf8 = codecs.getincrementaldecoder("utf-8")()
-    spath = str(path)
-    with open(path, "rb") as f:
-        buf, pos, base, started, eof = "", 0, 0, False, False  # base: the byte offset of buf[0]
-
-        def more() -> bool:
-            nonlocal buf, pos, base, eof
-            raw = f.read(chunk_size)
-            if digest is not None:
-                digest.update(raw)
-            text = utf8.decode(raw, final=not raw)
-            if not raw:
-                eof = True
-                return False
-            base += _nbytes(buf[:pos])
-            buf = buf[pos:] + text
-            pos = 0
-            return True
-
-        def skip_ws() -> None:
-            nonlocal pos
-            while True:
-                while pos < len(buf) and buf[pos] in " \t\r\n":
-                    pos += 1
-                if pos < len(buf) or not more():
-                    return
-
-        def at(i: int) -> int:
-            return base + _nbytes(buf[:i])
-
-        more()
-        skip_ws()
-        if pos >= len(buf) or buf[pos] != "[":
-            got = buf[pos:pos + 20] if pos < len(buf) else "an empty file"
-            raise LongMemEvalFormatError(f"{spath}: expected a JSON list of questions, got {got!r}")
-        pos += 1
-        while True:
-            skip_ws()
-            if pos < len(buf) and buf[pos] == "]":
-                pos += 1
-                skip_ws()  # reads the rest of the file (into the digest too)
-                if pos < len(buf):
-                    raise LongMemEvalFormatError(f"{spath}: not valid JSON (extra data after the list at byte "
-                                                 f"{at(pos):,}: {buf[pos:pos + 20]!r})")
-                return
-            if started:
-                if pos >= len(buf) or buf[pos] != ",":
-                    raise LongMemEvalFormatError(f"{spath}: not valid JSON (expected ',' or ']' after item)")
-                pos += 1
-                skip_ws()
-            while True:
-                try:
-                    item, end = dec.raw_decode(buf, pos)
-                    break
-                except json.JSONDecodeError as e:
-                    if eof or not more():
-                        raise LongMemEvalFormatError(f"{spath}: not valid JSON ({e.msg})") from None
-            start = at(pos)
-            yield item, start, start + _nbytes(buf[pos:end])
-            pos = end
-            started = True
-
-
-def _nbytes(text: str) -> int:
-    """The UTF-8 length of ``text`` (its length when ASCII, as JSON files mostly are)."""
-    return len(text) if text.isascii() else len(text.encode("utf-8"))
-
-
-def iter_items(path: str | Path, chunk_size: int = 1 << 20) -> Iterator[Any]:
-    """The items of a top-level JSON list, one at a time (`scan_items` without the spans)."""
-    for item, _, _ in scan_items(path, chunk_size):
-        yield item
 
 
 def _parse_item(item: Any, pos: int, path: str, report: LongMemEvalReport) -> Conversation:
@@ -445,7 +365,7 @@ def load_longmemeval(path: str | Path) -> LongMemEval:
     ids: dict[str, int] = {}
     digest = hashlib.sha256()
     try:
-        for pos, (item, start, end) in enumerate(scan_items(p, digest=digest)):
+        for pos, (item, start, end) in enumerate(scan_items(p, digest=digest, error=LongMemEvalFormatError)):
             conv = _parse_item(item, pos, spath, report)
             if conv.sample_id in ids:
                 raise LongMemEvalFormatError(f"{spath}: question {conv.sample_id} (#{pos}): key 'question_id': "
@@ -459,59 +379,3 @@ def load_longmemeval(path: str | Path) -> LongMemEval:
         raise LongMemEvalFormatError(f"{spath}: expected at least one question, the list is empty")
     return LongMemEval(conversations=tuple(convs), report=report, category_labels=dict(LONGMEMEVAL_LABELS),
                        sha256=digest.hexdigest())
-
-
-# ------------------------------------------------------------------------------ synthetic files
-#: The published shapes, approximately: S about 50 sessions (~115 k tokens) per question, M about 500.
-SYNTHETIC_SHAPES: dict[str, dict[str, int]] = {"S": {"sessions": 50, "turns": 10, "words": 170},
-                                                "M": {"sessions": 500, "turns": 10, "words": 125}}
-_WORDS = ("garden trip recipe guitar budget marathon python novel coffee museum ticket flight dentist piano "
-          "yoga laptop camera painting soccer birthday wedding hotel salary apartment puppy bicycle jacket "
-          "concert library vaccine kayak pottery tennis cousin manager invoice sunset island market").split()
-
-
-_KEY_WORDS = "amber crimson silver velvet golden hidden quiet rapid".split()
-_KEY_NOUNS = "falcon harbor lantern meadow orchard compass glacier canyon".split()
-
-
-def synthetic_item(i: int, sessions: int, turns: int, words: int, rng: Any) -> dict[str, Any]:
-    """Question ``i`` of a synthetic LongMemEval-format file (no copy of the data is shipped or reachable):
-    filler sessions of random words plus one short evidence turn (``has_answer``) naming a code word;
-    types cycle through every published type, every 17th question is an abstention one (no evidence)."""
-    qtype = QUESTION_TYPES[i % len(QUESTION_TYPES)]
-    abstain = i % 17 == 0
-    key = f"{rng.choice(_KEY_WORDS)} {rng.choice(_KEY_NOUNS)} {i}"
-    ans_s = rng.randrange(sessions)
-    haystack, dates, ids = [], [], []
-    for s in range(sessions):
-        msgs: list[dict[str, Any]] = []
-        for t in range(turns):
-            text = " ".join(rng.choice(_WORDS) for _ in range(words))
-            msg: dict[str, Any] = {"role": USER if t % 2 == 0 else ASSISTANT, "content": text}
-            if s == ans_s and t == 0 and not abstain:
-                msg = {"role": USER, "content": f"My code word is {key}.", "has_answer": True}
-            msgs.append(msg)
-        haystack.append(msgs)
-        day = 1 + s // 24
-        dates.append(f"2023/{1 + day // 28:02d}/{1 + day % 28:02d} (Mon) {s % 24:02d}:00")
-        ids.append(f"q{i}_s{s}")
-    return {"question_id": f"q{i}" + ("_abs" if abstain else ""), "question_type": qtype,
-            "question": "What is my code word?", "answer": key if not abstain else "You never said a code word.",
-            "question_date": "2024/12/31 (Tue) 12:00", "haystack_session_ids": ids, "haystack_dates": dates,
-            "haystack_sessions": haystack, "answer_session_ids": [] if abstain else [ids[ans_s]]}
-
-
-def write_synthetic(path: str | Path, questions: int, sessions: int, turns: int = 10, words: int = 125,
-                    seed: int = 0) -> int:
-    """Stream ``questions`` synthetic items (`synthetic_item`) into ``path`` as one JSON list, never the whole
-    list in memory; returns the file's size in bytes."""
-    import random
-
-    rng = random.Random(seed)
-    p = Path(path)
-    with open(p, "w", encoding="utf-8") as f:
-        f.write("[")
-        for i in range(questions):
-            f.write(("," if i else "") + json.dumps(synthetic_item(i, sessions, turns, words, rng)))
-        f.write("]")
-    return p.stat().st_size

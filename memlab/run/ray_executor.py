@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,8 +45,6 @@ from memlab.run.answering import (
 )
 from memlab.run.clients import Clients, check_endpoints, role_model
 from memlab.run.components import (
-    ComponentNotOnWorkers,
-    import_component_modules,
     user_component_modules,
 )
 from memlab.run.config import ExperimentConfig
@@ -61,6 +58,13 @@ from memlab.run.extraction import (
     extraction_table,
     finish_extraction,
     open_store,
+)
+from memlab.run.ray_cluster import (
+    connect,
+    in_window,
+    task_error,
+    window_size,
+    workers_know,
 )
 from memlab.run.ray_units import (  # noqa: F401 - the worker side; cache_snapshot is public here too
     UnitHook,
@@ -89,18 +93,6 @@ from memlab.run.steps import (
 from memlab.run.streaming import key_index_blob, release_key, save_key_index, streams
 from memlab.rundir import RunLock, open_run_dir, results_root
 from memlab.threads import peak_rss_mb
-
-
-class RayNotInstalled(ImportError):
-    """``run.executor: ray`` without ray installed."""
-
-
-def import_ray() -> Any:
-    try:
-        import ray
-    except ImportError as e:
-        raise RayNotInstalled("run.executor = 'ray' needs ray: pip install 'memlab[ray]' (or 'ray>=2.9,<2.53')") from e
-    return ray
 
 
 # ============================================================================ caches as rows
@@ -141,65 +133,6 @@ def _add_models(cell: _Cell, totals: dict[str, int]) -> None:
 def _append_records(run_dir: Path, recs: list[Records]) -> None:
     with RecordLog(run_dir) as log:
         log.write(recs)
-
-
-def _task_error(e: BaseException, retries: int) -> str:
-    first = str(e).strip().splitlines()
-    reason = next((ln for ln in reversed(first) if ln.strip()), type(e).__name__)[:300]
-    return f"RayTaskFailed: the task failed after {retries + 1} attempt(s): {type(e).__name__}: {reason}"
-
-
-def _window(ray: Any) -> int:
-    """Tasks kept in flight: twice the cluster's CPUs, so every worker has a next task ready while the object
-    store holds the arguments (a conversation, its rows and index) of those tasks only."""
-    return max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
-
-
-def in_window(ray: Any, jobs: list[tuple[Any, Any]], window: int, pending: list[Any]) -> Iterator[tuple[Any, Any]]:
-    """Submit ``jobs`` ((submit function, what it is) pairs, in order) keeping at most ``window`` in flight;
-    yields (ref, what) as each finishes. ``pending`` is the caller's list of the refs in flight (what Ctrl-C
-    cancels)."""
-    todo = iter(jobs)
-    what: dict[Any, Any] = {}
-
-    def fill() -> None:
-        while len(pending) < window and (job := next(todo, None)) is not None:
-            ref = job[0]()
-            what[ref] = job[1]
-            pending.append(ref)
-
-    fill()
-    while pending:
-        ready, rest = ray.wait(pending, num_returns=1)
-        pending[:] = rest
-        yield ready[0], what.pop(ready[0])
-        fill()
-
-
-def connect(address: str | None) -> Any:
-    """Join the Ray cluster at ``address`` (``auto``, ``ray://host:port``), or start a local instance."""
-    ray = import_ray()
-    if not ray.is_initialized():
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(include_dashboard=False, log_to_driver=False)
-    return ray
-
-
-def _workers_know(ray: Any, modules: dict[str, list[str]]) -> None:
-    """Refuse to start unless a worker imports every user module that registered a component of the grid."""
-    if not modules:
-        return
-    import_component_modules({m: w for m, w in modules.items() if m == "__main__"})  # refused without asking
-    try:
-        ray.get(ray.remote(import_component_modules).options(max_retries=0).remote(modules))
-    except Exception as e:
-        cause = getattr(e, "cause", None)
-        if isinstance(cause, ComponentNotOnWorkers):
-            raise ComponentNotOnWorkers(str(cause)) from None
-        raise ComponentNotOnWorkers(f"the Ray workers could not import the modules that register this run's "
-                                    f"components ({', '.join(modules)}): {e}") from None
 
 
 def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: str | Path | None = None,
@@ -254,7 +187,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
         for m, what in user_component_modules(cfg).items():
             modules.setdefault(m, []).extend(w for w in what if w not in modules.get(m, []))
     ray = connect(address or cfgs[0].run.ray_address)
-    _workers_know(ray, modules)
+    workers_know(ray, modules)
     retries = max(cfg.run.ray_max_retries for cfg in cfgs)
     where = address or cfgs[0].run.ray_address
     cells: list[_Cell] = []
@@ -296,7 +229,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
     try:
         # -- 2. extraction: one task per (cache key, conversation) the cache lacks
         t0 = time.perf_counter()
-        window = _window(ray)
+        window = window_size(ray)
         ext_jobs: list[tuple[Any, tuple[str, Conversation, _Cell]]] = []
         ext_seen: set[tuple[str, str]] = set()
         ext_results: dict[tuple[str, str], dict[str, Any]] = {}
@@ -344,7 +277,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
             try:
                 res = ray.get(ref)
             except Exception as e:  # retries exhausted: this conversation's questions become errors
-                ext_failed[(key, conv.sample_id)] = _task_error(e, retries)
+                ext_failed[(key, conv.sample_id)] = task_error(e, retries)
                 owner.units.append({"unit": f"extract {conv.sample_id}", "error": ext_failed[(key, conv.sample_id)]})
                 bar.update()
                 continue
@@ -444,7 +377,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
             try:
                 res = ray.get(ref)
             except Exception as e:
-                msg = _task_error(e, retries)
+                msg = task_error(e, retries)
                 _append_records(cell.run_dir, [error_records(q, msg) for q in qs])
                 cell.units.append({"unit": f"answer {conv.sample_id}", "questions": len(qs), "error": msg})
             else:
