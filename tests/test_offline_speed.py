@@ -43,7 +43,7 @@ def test_a_deeper_search_after_a_search_ranks_as_a_fresh_index_does():
     deep = _hits(svc, max_results=100, dedupe=False)  # served from the first search's fused order
     assert deep == _hits(_fresh(TEXTS), max_results=100, dedupe=False)
     assert first == _hits(_fresh(TEXTS), max_results=3, dedupe=True)
-    assert svc.searcher._states[K].last_fused is not None
+    assert svc.searcher.ensure_built(K, lambda: svc.list(K)).last_fused is not None
 
 
 def test_the_reused_ranking_follows_a_write_and_other_options():
@@ -105,7 +105,7 @@ def test_novel_words_from_the_clause_cache_equal_the_rule(drop_filler):
     for q in ["What did Caroline paint on Sunday?", "Who named the painting?", "What races did Mel run?"]:
         qstems = {stem(w) for w in q.lower().replace("?", "").split() if w not in stop_words()}
         for c in clauses:
-            assert reader._novel(c, qstems) == _novel_as_before(c, qstems, drop_filler)
+            assert reader.novel_words(c, qstems)[0] == _novel_as_before(c, qstems, drop_filler)
 
 
 @dataclasses.dataclass
@@ -145,10 +145,10 @@ def test_a_refit_embedder_projects_the_query_again():
     svc, same = _fresh(TEXTS), _fresh(TEXTS)
     _hits(svc)
     same.search(K, SearchOptions(query="Melanie lake"))
+    st = svc.searcher.ensure_built(K, lambda: svc.list(K))  # built: the adds below make it refit
+    v = st.fit_version
     for s in (svc, same):
         for t in more:  # more than doubles the key: the tfidf-lsa fit is redone (a new query projection)
             s.add(K, t, kind="fact")
-    st = svc.searcher._states[K]
-    v = st.fit_version
     assert _hits(svc) == _hits(same)
     assert st.fit_version > v

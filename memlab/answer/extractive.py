@@ -105,7 +105,7 @@ def segments(entry: MemoryEntry) -> list[tuple[str, frozenset[str]]]:
 
 @lru_cache(maxsize=200_000)
 def _word_stems(clause: str) -> tuple[tuple[str, str | None, bool], ...]:
-    """Each whitespace word of a clause with the stem `ExtractiveAnswerer._novel` compares with the question
+    """Each whitespace word of a clause with the stem `ExtractiveAnswerer.novel_words` compares with the question
     (None: no content, or a stop word: never novel) and whether it is filler. The same memory clauses are read
     for many questions, so this is worked out once per clause text."""
     stops = stop_words()
@@ -252,11 +252,9 @@ class ExtractiveAnswerer(Answerer):
         return np.array([1.0 if f == "overlap" else (-1.0 if f in PENALTIES else 1.0) * getattr(self, WEIGHT_OF[f])
                          for f in FEATURES])
 
-    def _novel(self, clause: str, qstems: set[str]) -> list[str]:
-        return self._novel_stems(clause, qstems)[0]
-
-    def _novel_stems(self, clause: str, qstems: set[str]) -> tuple[list[str], set[str]]:
-        """`_novel`'s words and their stems (the stems the ``agreement`` feature looks up)."""
+    def novel_words(self, clause: str, qstems: set[str]) -> tuple[list[str], set[str]]:
+        """The clause's words the question does not hold (stop words and, with ``drop_filler``, filler out) and
+        their stems (the stems the ``agreement`` feature looks up)."""
         kept = [(w, st) for w, st, filler in _word_stems(clause)
                 if st is not None and st not in qstems and not (self.drop_filler and filler)]
         return [w for w, _ in kept], {st for _, st in kept}
@@ -306,7 +304,7 @@ class ExtractiveAnswerer(Answerer):
                 else:
                     parts = [(c, "", None) for c in _split(seg, splitter)]
                 for text, answer, phrase in parts:
-                    novel, nstems = self._novel_stems(text, qstems) if text else ([], set())
+                    novel, nstems = self.novel_words(text, qstems) if text else ([], set())
                     if not temporal and not novel:
                         continue
                     overlap = len(qstems & _stem_set(text))

@@ -101,9 +101,6 @@ class HybridIndex:
         self._saved: dict[UserKey, SavedKey] = {}
         self._shared_embedder: Embedder | None = None
         self._query_vectors: dict[str, np.ndarray] = {}  # `prepare_queries`' vectors of a pretrained embedder
-        # the last query vector a corpus-fitted embedder projected: (embedder, fit version, query, vector); the
-        # answer's search and the trace's deeper search of the same question ask for it twice in a row
-        self._last_fitted_query: tuple[Any, int, str, np.ndarray] | None = None
         self.builds = 0
         if persist_path and Path(persist_path).is_file():
             self.load(persist_path)
@@ -131,7 +128,6 @@ class HybridIndex:
         keys (LongMemEval: one per question) releases each once answered (`memlab.run.streaming`)."""
         self._states.pop(key, None)
         self._saved.pop(key, None)
-        self._last_fitted_query = None  # it may hold the released key's embedder
 
     def mark_stale(self) -> None:
         """Another writer changed the store: every key re-reads its rows before its next search."""
@@ -311,13 +307,7 @@ class HybridIndex:
     def _query_vector(self, st: KeyState, query: str) -> np.ndarray:
         """The query's dense vector [1, d]: prepared by `prepare_queries`, else embedded now."""
         if st.embedder.needs_fit:
-            last = self._last_fitted_query
-            if last is not None and last[0] is st.embedder and last[1] == st.fit_version and last[2] == query:
-                return last[3]
-            v = st.embedder.embed_query([query])
-            v.flags.writeable = False  # shared by the searches that reuse it
-            self._last_fitted_query = (st.embedder, st.fit_version, query, v)
-            return v
+            return st.fitted_query_vector(query)
         v = self._query_vectors.get(query)
         return st.embedder.embed_query([query]) if v is None else v[None, :]
 
@@ -337,14 +327,14 @@ class HybridIndex:
                 if len(hits) >= options.max_results:
                     break
                 if h.id not in have:
-                    hits.append(_with(h, via="kind-fallback"))
+                    hits.append(replace(h, via="kind-fallback"))
                     result.fallback_added.append(h.id)
                     have.add(h.id)
             dropped += [d for d in more_dropped if d[0] not in have]
         if options.order_by_event_time:
             hits.sort(key=lambda h: (h.entry.event_time is None,
                                      h.entry.event_time.timestamp() if h.entry.event_time else 0.0))
-        result.hits = [h if h.rank == i else _with(h, rank=i) for i, h in enumerate(hits, start=1)]
+        result.hits = [h if h.rank == i else replace(h, rank=i) for i, h in enumerate(hits, start=1)]
         result.dropped_by_dedupe = dropped
         return result
 
@@ -454,7 +444,3 @@ class HybridIndex:
     def close(self) -> None:
         if self.persist_path:
             self.save(self.persist_path)
-
-
-def _with(h: SearchHit, **changes: Any) -> SearchHit:
-    return replace(h, **changes)

@@ -79,6 +79,19 @@ class KeyState:
     stale: bool = False  # another process may have changed the store: re-read the rows before use
     last_fused: FusedRanking | None = None  # the last search's fused order (`_fused_ranking`)
     live: tuple[list[MemoryEntry], np.ndarray] | None = None  # (rows, which of them are not superseded)
+    last_query: tuple[Embedder, int, str, np.ndarray] | None = None  # (embedder, fit version, query, vector)
+
+    def fitted_query_vector(self, query: str) -> np.ndarray:
+        """The query projected by this key's corpus-fitted embedder [1, d], kept for the next call: the answer's
+        search and the trace's deeper search of one question ask for it twice in a row."""
+        last = self.last_query
+        if last is not None and last[0] is self.embedder and last[1] == self.fit_version and last[2] == query:
+            return last[3]
+        assert self.embedder is not None
+        v = self.embedder.embed_query([query])
+        v.flags.writeable = False  # shared by the searches that reuse it
+        self.last_query = (self.embedder, self.fit_version, query, v)
+        return v
 
 
 @dataclass
