@@ -50,7 +50,8 @@ class LineProgress:
         self.step = step
         self.n = 0
         self._shown = -1  # the last tenth (of ``step``) printed
-        self._t0: float | None = None
+        self._t0: float | None = None  # set when the first line is printed
+        self._born = time.perf_counter()  # work starts when the bar is made: the first chunk's time counts
         self._closed = False
 
     def _say(self, text: str) -> None:
@@ -61,7 +62,7 @@ class LineProgress:
 
     def _start(self) -> None:
         if self._t0 is None:
-            self._t0 = time.perf_counter()
+            self._t0 = self._born
             self._say(f"0/{self.total}" if self.total else "started")
             self._shown = 0
 

@@ -63,3 +63,17 @@ def test_a_run_logged_to_a_file_has_no_redraws(synthetic_path, tmp_path, capsys)
     run_experiment(cfg, results=tmp_path)
     err = capsys.readouterr().err
     assert "\r" not in err and "answer (extractive): 7/7 done" in err and "extract (turns): " in err
+
+
+def test_the_time_shown_counts_from_when_the_bar_is_made():
+    """A bar advanced by ``update()`` after each chunk of work must count the first chunk: before, the clock
+    started at the first update, so a 7 s encode said "2.4 s"."""
+    import time
+
+    out = io.StringIO()
+    bar = progress_bar(total=2, desc="encode", file=out)
+    time.sleep(0.3)  # the first chunk's work
+    bar.update(2)
+    bar.close()
+    shown = float(out.getvalue().splitlines()[-1].split(", ")[-1].removesuffix(" s"))
+    assert shown >= 0.3

@@ -418,6 +418,30 @@ def test_splade_vectors_persist_on_disk_and_a_bad_row_is_encoded_again(tmp_path,
     assert np.allclose(third.matrix_.toarray(), first.matrix_.toarray(), atol=1e-5)  # (encoded alone: float noise)
 
 
+def test_a_rerun_whose_splade_vectors_are_all_on_disk_never_loads_the_model(tmp_path, monkeypatch):
+    """Documents and queries are both kept on disk: a warm rerun (a new process) reads them back and never pays
+    the model's load or a query pass."""
+    from memlab.index import keyword_splade
+
+    ok, why = keyword_splade.available()
+    if not ok:
+        pytest.skip(why)
+    db = str(tmp_path / "sparse-vectors.sqlite")
+    docs, queries = ["Caroline: I went to an LGBTQ support group.", "Melanie: I paint sunsets."], ["Who paints?"]
+    first = make_keyword_scorer("splade", db).fit(docs)
+    first.encode_queries(queries)
+    want = first.score(queries[0])
+    keyword_splade.clear_cache(model=True)  # a new process: nothing in memory, the disk cache kept
+
+    def no_model():
+        raise AssertionError("the model was loaded although every vector is cached")
+
+    monkeypatch.setattr(keyword_splade, "load_model", no_model)
+    again = make_keyword_scorer("splade", db).fit(docs)
+    again.encode_queries(queries)
+    assert np.array_equal(again.score(queries[0]), want)
+
+
 def test_splade_without_its_package_is_a_clear_error_not_an_empty_list(monkeypatch):
     from memlab.index import keyword_splade
 

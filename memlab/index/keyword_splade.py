@@ -112,6 +112,15 @@ def load_model() -> tuple[Any, Any]:
         return _model
 
 
+@functools.lru_cache(maxsize=1)
+def vocab_size() -> int:
+    """Width of SPLADE-tiny's output layer (its vectors' dimension), read from the model's config so that a fit
+    whose vectors all come from the cache never loads the model."""
+    import json
+
+    return int(json.loads((model_dir() / "config.json").read_text())["vocab_size"])
+
+
 def clear_cache(model: bool = False) -> None:
     """Forget the vectors this process holds in memory (the disk cache at ``cache_path`` stays), and with ``model``
     the loaded model too: what a fresh process starts from (the next `encode` reads the disk cache or encodes,
@@ -263,8 +272,7 @@ class SpladeScorer(KeywordScorer):
 
     def fit(self, docs: list[str]) -> SpladeScorer:
         vecs = encode(list(docs), cache_path=self.cache_path)
-        tok, _ = load_model()
-        vocab = len(tok)
+        vocab = vocab_size()
         indptr = np.cumsum([0] + [len(ids) for ids, _ in vecs])
         indices = np.concatenate([ids for ids, _ in vecs]) if vecs else np.zeros(0, dtype=np.int64)
         data = np.concatenate([w for _, w in vecs]) if vecs else np.zeros(0, dtype=np.float32)
@@ -273,7 +281,8 @@ class SpladeScorer(KeywordScorer):
         return self
 
     def encode_queries(self, queries: list[str], cached: bool = True) -> None:
-        encode(list(queries), cached=cached)
+        """Queries are kept on disk like documents: a rerun's questions are not encoded again."""
+        encode(list(queries), cached=cached, cache_path=self.cache_path if cached else None)
 
     def score(self, query: str) -> np.ndarray:
         ids, w = encode([query])[0]
