@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -172,4 +173,41 @@ def test_a_kill_between_cursor_and_trace_loses_neither(synthetic_path, tmp_path)
     assert table.loc["syn-1", "jobs_run"] == 0 and table.loc["syn-2", "jobs_run"] > 0
     trace = svc.extraction_trace()
     assert sorted(r["conversation"] for r in trace) == ["syn-1"] * 5 + ["syn-2"] * 2
+    svc.close()
+
+
+def _killed_mid_job(db: str) -> None:
+    """Run one extraction job of three adds and die (SIGKILL-like ``os._exit``) while writing the third."""
+    from memlab.extract import AutoMemoryWorker, ChatSession, ExtractionResult, Extractor, MemoryOp, Message
+    from memlab.extract.reconcile import ReconcileConfig
+
+    class Three(Extractor):
+        name = "three"
+
+        def extract(self, request):
+            return ExtractionResult(ops=[MemoryOp(action="add", text=t, source_ids=("D1:1",))
+                                         for t in ("Alice plays chess", "Alice has a cat", "Alice lives in Paris")])
+
+    svc = SQLiteMemoryService(db)
+    real = svc._put
+
+    def put(entry):
+        if entry.text == "Alice lives in Paris":
+            os._exit(9)
+        real(entry)
+
+    svc._put = put
+    msg = Message("user", "hello", datetime(2023, 5, 8, 13, 0), "D1:1", speaker="Alice")
+    AutoMemoryWorker(svc, Three(), reconcile_config=ReconcileConfig(enabled=False)).run_job(ChatSession("s", A, [msg]))
+    os._exit(0)
+
+
+def test_a_kill_mid_job_keeps_none_of_its_ops(tmp_path):
+    """A job's ops are one transaction: killed at its third add, the store holds neither of the two before it
+    (each op its own transaction kept them: a half-applied job whose cursor never advanced)."""
+    db = str(tmp_path / "store.db")
+    SQLiteMemoryService(db).close()
+    assert _run([(_killed_mid_job, db)]) == [9]
+    svc = SQLiteMemoryService(db)
+    assert svc.count(A) == 0 and svc.op_log() == []
     svc.close()

@@ -280,3 +280,30 @@ def test_queue_full_or_not_started_runs_sync_unless_cancelled():
     assert r_sync.result(5).status == "ran"
     w.stop()
     assert w.counters.jobs_cancelled == 1 and w.counters.jobs_sync >= 1
+
+
+def test_a_jobs_ops_are_one_sqlite_transaction_and_a_failing_op_is_undone_alone(tmp_path):
+    """One commit per job, not one per op (a cold LoCoMo-10 extraction paid ~8,400 commits); an op that
+    fails half-way (its row written, its log line refused) is rolled back alone and the others stay."""
+    from memlab.memory import SQLiteMemoryService
+
+    svc = SQLiteMemoryService(tmp_path / "store.db")
+    statements: list[str] = []
+    svc._conn.set_trace_callback(statements.append)
+    real = svc._append_log
+
+    def refuse_boom(rec):
+        if rec.inputs.get("text") == "Alice said boom":
+            raise RuntimeError("log line refused")
+        real(rec)
+
+    svc._append_log = refuse_boom
+    ops = [add("Alice plays chess"), add("Alice said boom"), add("Alice has a cat named Tom")]
+    w = AutoMemoryWorker(svc, Scripted(ops), reconcile_config=ReconcileConfig(enabled=False))
+    r = w.run_job(ChatSession("s", K, msgs("...")))
+    assert [a.result for a in r.applied] == ["added", "error", "added"] and "log line refused" in r.applied[1].error
+    assert sum(s.startswith("BEGIN") for s in statements) == 1  # before: 3, one per op
+    assert sum(s == "COMMIT" for s in statements) == 1
+    assert {e.text for e in svc.list(K)} == {"Alice plays chess", "Alice has a cat named Tom"}  # boom's row undone
+    assert [rec.inputs["text"] for rec in svc.op_log(K)] == ["Alice plays chess", "Alice has a cat named Tom"]
+    svc.close()

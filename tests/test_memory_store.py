@@ -221,3 +221,19 @@ def test_a_scopes_extraction_trace_reads_only_that_scope_in_the_order_written(sv
     finally:
         tracemalloc.stop()
     assert peak < 10 * 5 * len(big), f"reading one scope of 40 peaked at {peak} bytes"
+
+
+def test_an_atomic_batch_that_fails_leaves_neither_rows_nor_index_entries(tmp_path):
+    """`atomic` undoes every op of a failed batch, and the attached index (told of each write as it happened)
+    re-reads the store, so a search never returns a memory that was rolled back."""
+    svc = open_service("sqlite", path=tmp_path / "store.db")
+    svc.add(A, "Bob likes hiking in the mountains")
+    assert svc.search(A, "hiking").hits
+    with pytest.raises(RuntimeError, match="mid-batch"), svc.atomic():
+        gone = svc.add(A, "Alice adopted a cat named Tom")
+        svc.delete(A, svc.list(A)[0].id)
+        raise RuntimeError("mid-batch")
+    assert [e.text for e in svc.list(A)] == ["Bob likes hiking in the mountains"]
+    assert len(svc.op_log(A)) == 1
+    assert gone.id not in {h.id for h in svc.search(A, "cat named Tom").hits}
+    svc.close()

@@ -112,6 +112,28 @@ def test_bootstrap_handles_nan_and_is_seeded():
     assert {round(v, 9) for v in b1[:, 1][~np.isnan(b1[:, 1])]} <= allowed
 
 
+
+def test_bootstrap_means_count_only_the_drawn_values_that_exist():
+    """Each replicate's mean is the mean of the values it drew, missing ones left out: checked against the same
+    draws taken one by one (a column complete in one conversation and gappy in another, one all-missing)."""
+    rng = np.random.default_rng(1)
+    x = rng.random((40, 3))
+    cl = [i % 3 for i in range(40)]
+    x[[i for i in range(40) if cl[i] == 1 and i % 2], 1] = np.nan  # column 1: gaps in conversation 1 only
+    x[[i for i in range(40) if cl[i] == 2], 2] = np.nan  # column 2: none at all in conversation 2
+    got = cluster_bootstrap(x, cl, n_boot=200, seed=4)
+    draws = np.random.default_rng(4)
+    pick = draws.integers(0, 3, size=(200, 3))
+    drawn: list[list[np.ndarray]] = [[] for _ in range(200)]
+    for c in range(3):
+        rows = np.flatnonzero(np.asarray(cl) == c)
+        reps = np.nonzero(pick == c)[0]
+        for rep, idx in zip(reps, rows[draws.integers(0, len(rows), size=(len(reps), len(rows)))]):
+            drawn[rep].append(x[idx])
+    with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning, match="empty slice"):  # column 2, all missing
+        want = np.array([np.nanmean(np.concatenate(d), axis=0) if d else np.full(3, np.nan) for d in drawn])
+    assert np.allclose(got, want, rtol=1e-12, equal_nan=True)
+
 def test_empty_input_gives_nan_not_a_crash():
     assert np.isnan(cluster_bootstrap(np.empty((0, 3)), [], n_boot=10)).all()
     assert np.isnan(cluster_bootstrap([], [], n_boot=10)).all()

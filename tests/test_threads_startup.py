@@ -48,6 +48,14 @@ def test_data_info_prints_the_statistics_without_pandas(synthetic_path):
     assert _python(code) == "[]"
 
 
+
+def test_the_public_api_loads_neither_scipy_stats_nor_the_index_libraries():
+    """``import memlab.run`` (what ``from memlab import run_experiment`` does) and the statistics module leave
+    scipy.stats (~0.5 s), scikit-learn, nltk and litellm to the stage that uses them."""
+    code = ("import sys\nimport memlab.run, memlab.eval.stats\n"
+            "print(sorted(m for m in ('scipy.stats', 'sklearn', 'nltk', 'litellm') if m in sys.modules))")
+    assert _python(code) == "[]"
+
 def test_idle_openmp_threads_sleep_unless_the_user_said_otherwise():
     code = "import os, memlab; print(os.environ['OMP_WAIT_POLICY'], os.environ['KMP_BLOCKTIME'])"
     assert _python(code) == "PASSIVE 0"

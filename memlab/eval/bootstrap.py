@@ -53,7 +53,11 @@ def cluster_bootstrap(values: np.ndarray | Sequence[float], clusters: Sequence[o
         reps = np.nonzero(slots)[0]  # replicate of each slot (a replicate may hold c twice: two inner draws)
         if inner:
             idx = rows[rng.integers(0, len(rows), size=(m, len(rows)))]
-            s, k = xz[idx].sum(axis=1), valid[idx].sum(axis=1)
+            s = xz[idx].sum(axis=1)
+            gaps = ~valid[rows].all(axis=0)  # only a column with a missing value here needs its draws counted
+            k = np.full((m, x.shape[1]), len(rows))
+            if gaps.any():
+                k[:, gaps] = valid[:, gaps][idx].sum(axis=1)
         else:
             s = np.broadcast_to(xz[rows].sum(axis=0), (m, x.shape[1]))
             k = np.broadcast_to(valid[rows].sum(axis=0), (m, x.shape[1]))

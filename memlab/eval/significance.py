@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 
 def sign_flip_test(diffs: Sequence[float], clusters: Sequence[object] | None = None, n_perm: int = 10000,
@@ -87,6 +86,8 @@ def mcnemar_from_counts(b: int, c: int) -> float:
     m = b + c
     if m == 0:
         return 1.0
+    from scipy import stats as sps  # here, not at the top: scipy.stats costs ~0.5 s of import for every run
+
     return float(min(1.0, 2 * sps.binom.cdf(min(b, c), m, 0.5)))
 
 

@@ -9,7 +9,7 @@ One job = one session's delta after the cursor ``memory:last_extract_at``:
 4. the extractor proposes ops (failure or job timeout: failed, cursor unchanged);
 5. reconcile each add against the store (a failed search keeps the op);
 6. apply ops one by one: update of a missing id becomes an add when adds are enabled; a failing op
-   is logged and counted and the rest go on;
+   is logged and counted and the rest go on; the job's ops are one write (`MemoryService.atomic`);
 7. the cursor advances to the last delta message (even if single writes failed).
 
 Queue: ``workers`` threads, each with a bounded queue (``capacity``); a job goes to the worker chosen
@@ -329,10 +329,11 @@ class AutoMemoryWorker:
         signal = searcher.reconcile_signal if searcher is not None else "dense"
         decisions = [Decision("verbatim", op, proposed=op) for op in out.verbatim]
         decisions += reconcile(out.ops, search, cfg, signal)
-        for d in decisions:
-            res.applied.append(self._apply(key, d, now))
+        with self.service.atomic():  # the job's ops land together (one commit) or, on a kill, not at all
+            for d in decisions:
+                res.applied.append(self._apply(key, d, now))
         if time.monotonic() > deadline:
-            # ops already written stay (each op is its own transaction), but the job did not finish in time
+            # the ops written stay (committed together), but the job did not finish in time
             res.status, res.reason = "failed", f"job timeout after {self.job_timeout:g} s while applying ops"
             return self._finish(res, "jobs_failed")
         session.cursor = delta[-1].timestamp

@@ -7,8 +7,10 @@ before anything is stored, and a failed write is logged with its error.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal, NewType
@@ -125,9 +127,16 @@ class MemoryService(ABC):
 
     def _transaction(self):
         """A context manager making one op atomic (SQLite overrides it)."""
-        import contextlib
-
         return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Several ops as one write (an extraction job's): on a durable backend they land together or not
+        at all (a kill mid-job keeps none of them), and one commit instead of one per op. Each op inside is
+        still all-or-nothing on its own: one that fails is undone alone and the others stay. Other threads'
+        ops on this service wait until the batch ends."""
+        with self._lock, self._transaction():
+            yield
 
     # ----------------------------------------------------------------------------- public API
     def _any_event_time(self, key: UserKey, exclude_id: str | None = None) -> datetime | None:

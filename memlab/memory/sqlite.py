@@ -1,4 +1,5 @@
-"""Durable SQLite backend (standard library): WAL, one write transaction per op, versioned schema.
+"""Durable SQLite backend (standard library): WAL, one write transaction per op or per batch of ops
+(`MemoryService.atomic`: an extraction job's), versioned schema.
 
 Integrity: every memory row carries a CRC-32 of its content and the file is checked on open
 (size, header, ``PRAGMA quick_check``, schema version, row checksums); a bad file raises
@@ -73,7 +74,7 @@ class SQLiteMemoryService(MemoryService):
         super().__init__(searcher)
         self.path = str(path)
         self.on_corrupt = on_corrupt
-        self._in_tx = False
+        self._tx_depth = 0
         self._data_version: int | None = None
         if self.path == ":memory:":
             self._conn = self._connect(timeout)
@@ -142,20 +143,29 @@ class SQLiteMemoryService(MemoryService):
 
     @contextlib.contextmanager
     def _transaction(self):
-        if self._in_tx:
+        """The outermost level is the write transaction; the next one (an op inside `atomic`, or an op's log
+        line) a savepoint, so a failing op is undone alone and the batch goes on; deeper levels join it."""
+        depth = self._tx_depth
+        if depth >= 2:
             yield
             return
-        self._conn.execute("BEGIN IMMEDIATE")
-        self._in_tx = True
+        self._conn.execute("SAVEPOINT op" if depth else "BEGIN IMMEDIATE")
+        self._tx_depth = depth + 1
         try:
             yield
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            if depth:
+                self._conn.execute("ROLLBACK TO op")
+                self._conn.execute("RELEASE op")
+            else:
+                self._conn.execute("ROLLBACK")
+                if self.searcher is not None:
+                    self.searcher.mark_stale()  # it saw the undone writes: re-read the rows before the next search
             raise
         else:
-            self._conn.execute("COMMIT")
+            self._conn.execute("RELEASE op" if depth else "COMMIT")
         finally:
-            self._in_tx = False
+            self._tx_depth = depth
 
     def _row(self, r: tuple) -> MemoryEntry:
         return MemoryEntry(
