@@ -453,6 +453,9 @@ def test_a_model_pass_hands_its_freed_activations_back(monkeypatch):
     trims = []
     monkeypatch.setattr(keyword_splade, "return_free_memory", lambda: trims.append(1) or True)
     keyword_splade.encode(["Melanie: I ran a charity race for mental health."], cached=False)
+    assert trims == []  # a key's few queries: not worth a trim of the whole heap
+    keyword_splade.encode([f"Melanie: I ran race number {i}." for i in range(keyword_splade.PROGRESS_MIN)],
+                          cached=False)
     assert trims == [1]
 
 

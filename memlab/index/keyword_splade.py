@@ -256,7 +256,8 @@ def encode_batches(texts: list[str], tok: Any, model: Any) -> list[tuple[np.ndar
             del logits, vecs  # free the batch x length x vocabulary tensor before the next pass allocates one
             bar.update(j - i)
             i = j
-    return_free_memory()  # the freed logits stay resident otherwise, and the next pass (minilm's) adds to them
+    if len(texts) >= PROGRESS_MIN:  # the freed logits stay resident otherwise, and the next pass adds to them
+        return_free_memory()
     return result  # type: ignore[return-value]
 
 
