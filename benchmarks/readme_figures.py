@@ -179,6 +179,9 @@ FIGURES: dict[str, Figure] = {
                                _verbatim("retrieval_recall.py", RECALL_ARGS)),
     "grid-scaling": Figure(f"python benchmarks/grid_scaling.py {' '.join(GRID_ARGS)}",
                            "~5 min plus Ray's start; needs ray", _verbatim("grid_scaling.py", GRID_ARGS)),
+    "retrieval-best-run": Figure("python benchmarks/offline_run.py --config retrieval-best --no-model-check",
+                                 "~7 min on 2 quiet cores (minilm and SPLADE encode LoCoMo-10 cold)",
+                                 _verbatim("offline_run.py", ["--config", "retrieval-best", "--no-model-check"])),
     "longmemeval-scale": Figure(f"python benchmarks/longmemeval_scale.py {' '.join(LME_ARGS)}",
                                 "~10 min on 2 loaded cores", _verbatim("longmemeval_scale.py", LME_ARGS)),
 }
