@@ -106,7 +106,6 @@ def quiet_model_load() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-@EMBEDDERS.register("tfidf-lsa")
 @functools.lru_cache(maxsize=1)
 def blas_controller() -> Any:
     """One `threadpoolctl.ThreadpoolController` over the BLAS libraries numpy, scipy and scikit-learn load (imported
@@ -118,6 +117,7 @@ def blas_controller() -> Any:
     return ThreadpoolController()
 
 
+@EMBEDDERS.register("tfidf-lsa")
 class TfidfLSAEmbedder(Embedder):
     """TF-IDF (stemmed unigrams + bigrams, sublinear tf) projected by TruncatedSVD to ``n_components``.
 
