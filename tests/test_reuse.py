@@ -192,3 +192,17 @@ def test_a_run_of_another_name_and_the_same_recipe_is_copied_under_this_name(syn
                            progress=False, reuse=True)  # another name and another recipe: it runs
     assert "copied_from" not in other.info and "reusing" not in capsys.readouterr().out
     assert len(folders(tmp_path)) == 3
+
+
+def test_a_failed_copy_leaves_no_folder_and_runs_afresh(synthetic_path, tmp_path, capsys, monkeypatch):
+    import memlab.run.reuse as reuse
+
+    first = run_experiment(syn(synthetic_path), results=tmp_path, progress=False)
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(reuse.shutil, "copytree", full_disk)
+    fresh = run_experiment(syn(synthetic_path, name="g"), results=tmp_path, progress=False, reuse=True)
+    assert f"memlab: not reusing {first.run_dir}: copying it under 'g' failed" in capsys.readouterr().out
+    assert "copied_from" not in fresh.info and folders(tmp_path) == sorted([first.run_dir, fresh.run_dir])

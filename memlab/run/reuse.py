@@ -159,19 +159,23 @@ def copy_as(src: Path, p: Prepared, root: Path) -> Run:
     """A new run folder of ``p``'s name holding ``src``'s results (a complete run of the same recipe under another
     name, `renamed_twin`): every file copied, run.json's id and config name made this run's and ``copied_from``
     naming ``src``. run.json is written last, so a copy cut short is never reused."""
-    info = read_run_json(src / "run.json")
-    run_dir = open_run_dir(p.cfg.name, p.cfg.to_yaml(), root)  # its config.yaml and environment.json
-    keep = {"config.yaml", "environment.json", "run.json", ".memlab.lock"}
-    shutil.copytree(src, run_dir, ignore=lambda d, names: [n for n in names if Path(d) == src and n in keep],
-                    dirs_exist_ok=True)
-    info["run_id"] = run_dir.name
-    info["config"] = {**info["config"], "name": p.cfg.name}
-    info["notes"] = [*info.get("notes", []), f"results copied from {src.name} (the same config but its name, "
-                                              f"data and code; its timings are that run's)"]
-    info["copied_from"] = src.name
     from memlab.run.steps import write_run_json  # lazily: memlab.run.steps imports this module
 
-    write_run_json(run_dir, info)
-    run = load_run(run_dir)
+    info = read_run_json(src / "run.json")
+    run_dir = open_run_dir(p.cfg.name, p.cfg.to_yaml(), root)  # its config.yaml and environment.json
+    own = {"config.yaml", "environment.json", "run.json", ".memlab.lock"}
+    try:
+        shutil.copytree(src, run_dir, ignore=lambda d, names: [n for n in names if Path(d) == src and n in own],
+                        dirs_exist_ok=True)
+        info["run_id"] = run_dir.name
+        info["config"] = {**info["config"], "name": p.cfg.name}
+        info["notes"] = [*info.get("notes", []), f"results copied from {src.name} (the same config but its name, "
+                                                  f"data and code; its timings are that run's)"]
+        info["copied_from"] = src.name
+        write_run_json(run_dir, info)
+        run = load_run(run_dir)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)  # no half copy left behind
+        raise
     run.info["reused"] = True  # in memory only, as for a run reused under its own name
     return run
