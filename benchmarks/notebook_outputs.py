@@ -3,8 +3,9 @@ every table, printed text and figure must be the same, so a change made to run t
 
     python benchmarks/notebook_outputs.py executed-before/ executed-after/
 
-Run folders' time stamps (``offline-20261203-235745``) and the results roots are masked; stderr (progress bars)
-and memlab's ``reusing`` / ``not reusing`` lines are left out (a second execution reuses what the first ran).
+Run folders' time stamps (``offline-20261203-235745``), the results roots and latencies (``latency 0.0041 s``) are
+masked; stderr, progress-bar widgets and memlab's ``reusing`` / ``not reusing`` lines are left out (a second
+execution reuses what the first ran, and shows fewer bars).
 Figures are compared as their PNG bytes. Prints each differing output and exits 1 when any differs.
 """
 
@@ -18,6 +19,8 @@ from pathlib import Path
 
 STAMP = re.compile(r"\d{8}-\d{6}(?:-\d+)?")
 REUSE = re.compile(r"^memlab: (?:not )?reusing .*$", re.M)
+LATENCY = re.compile(r"latency \d+(?:\.\d+)? s")
+WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
 def outputs(cell, root: str) -> list[str]:
@@ -30,12 +33,14 @@ def outputs(cell, root: str) -> list[str]:
             text = REUSE.sub("", o.text)
         elif o.output_type in ("execute_result", "display_data"):
             data = o.get("data", {})
+            if WIDGET in data:
+                continue
             text = data.get("image/png") or data.get("text/html") or data.get("text/plain", "")
         elif o.output_type == "error":
             text = f"ERROR {o.ename}: {o.evalue}"
         else:
             continue
-        text = STAMP.sub("<stamp>", text.replace(root, "<root>")) if root else STAMP.sub("<stamp>", text)
+        text = LATENCY.sub("latency <s>", STAMP.sub("<stamp>", text.replace(root, "<root>") if root else text))
         if text.strip():
             out.append(text)
     return out
