@@ -3,6 +3,7 @@
     MEMLAB_LOCOMO=.../locomo10.json python benchmarks/notebook_times.py                # 01-06, full data, cold
     python benchmarks/notebook_times.py --results results-nb --notebooks 02 05         # some, in a given root
     python benchmarks/notebook_times.py --params 'conversations = ["conv-26"]'         # a subset (a quick check)
+    python benchmarks/notebook_times.py --save executed/                               # keep the executed notebooks
 
 Cold by default: a new, empty results root (so empty extraction, embedding and response caches) shared by the
 notebooks, as ``../results`` is when they are run in order. Each notebook runs as the tests run it (nbclient,
@@ -42,7 +43,7 @@ def cell_seconds(cell) -> float:
             ).total_seconds()
 
 
-def execute(path: Path, results: Path, params: str) -> dict:
+def execute(path: Path, results: Path, params: str, save: Path | None = None) -> dict:
     import nbformat
     from nbclient import NotebookClient
 
@@ -53,6 +54,9 @@ def execute(path: Path, results: Path, params: str) -> dict:
     NotebookClient(nb, kernel_name="python3", timeout=3600, record_timing=True,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     wall, cpu = time.perf_counter() - t0, cpu_s() - c0
+    if save is not None:  # to compare two versions' outputs (`benchmarks/notebook_outputs.py`)
+        save.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, save / path.name)
     code = [(j, c) for j, c in enumerate(nb.cells) if c.cell_type == "code"]
     slow = sorted(((cell_seconds(c), j) for j, c in code), reverse=True)[:3]
     stderr = sum(1 for _, c in code for o in c.outputs if o.output_type == "stream" and o.name == "stderr")
@@ -69,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", help="results root (default: a new empty folder: cold caches)")
     ap.add_argument("--params", default="", help="code run after the parameter cell (e.g. a subset)")
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--save", help="write each executed notebook (with its outputs) into this folder")
     a = ap.parse_args(argv)
     if not os.environ.get("MEMLAB_LOCOMO"):
         print("set MEMLAB_LOCOMO to the LoCoMo-10 json", file=sys.stderr)
@@ -95,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     t0, c0 = time.perf_counter(), cpu_s()
     for p in paths:
-        row = execute(p, root, a.params)
+        row = execute(p, root, a.params, Path(a.save) if a.save else None)
         rows.append(row)
         cells = ", ".join(f"cell {j} {s:.0f} s" for s, j in row["slowest_cells"])
         print(f"{row['notebook']:32s} wall {row['wall_s']:7.1f} s  cpu {row['cpu_s']:7.1f} s  "

@@ -365,6 +365,25 @@ def _with_errata(qs: pd.DataFrame, errata: Errata | str | Path | None) -> pd.Dat
     return out
 
 
+class _SourceIndex:
+    """Per conversation, which of its items (memories, proposed ops) cite each dialog id, so a question's evidence
+    items are found by its evidence ids rather than by a scan of the conversation's items (quadratic over a run)."""
+
+    def __init__(self, by_conv: Mapping[str, list[dict[str, Any]]]):
+        self.by_conv = by_conv
+        self.rows: dict[str, dict[str, list[int]]] = {}
+        for conv, items in by_conv.items():
+            index = self.rows[conv] = {}
+            for i, item in enumerate(items):
+                for sid in dict.fromkeys(item.get("source_ids") or []):
+                    index.setdefault(sid, []).append(i)
+
+    def citing(self, conv: str, evidence: set[str]) -> list[dict[str, Any]]:
+        """The conversation's items citing any of ``evidence``, in their order."""
+        index, items = self.rows.get(conv, {}), self.by_conv.get(conv, [])
+        return [items[i] for i in sorted({i for s in evidence for i in index.get(s, ())})]
+
+
 def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, threshold: float = F1_THRESHOLD,
               errata: Errata | str | Path | None = None) -> pd.DataFrame:
     """One row per failed (or errata-invalid) question: qid, category, label, reason, F1, the context's answer
@@ -379,14 +398,17 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
         data = load_dataset(info.get("dataset"))  # LoCoMo or LongMemEval
     judged = _run_judged(tr)
     qs = _with_errata(tr.questions, errata)
+    memories = tr.memories.to_dict("records")
     mems_by_conv: dict[str, list[dict[str, Any]]] = {}
-    for m in tr.memories.to_dict("records"):
+    for m in memories:
         mems_by_conv.setdefault(m["conversation"], []).append(m)
-    text_of = {m["id"]: m["text"] for m in tr.memories.to_dict("records")}
-    line_of = {m["id"]: memory_line(m["text"], m.get("event_time")) for m in tr.memories.to_dict("records")}
+    text_of = {m["id"]: m["text"] for m in memories}
+    line_of = {m["id"]: memory_line(m["text"], m.get("event_time")) for m in memories}
     ops_by_conv: dict[str, list[dict[str, Any]]] = {}
     for o in tr.extraction.to_dict("records") if len(tr.extraction) else []:
         ops_by_conv.setdefault(o["conversation"], []).append(o)
+    mems_citing, ops_citing = _SourceIndex(mems_by_conv), _SourceIndex(ops_by_conv)
+    recovered = {c for c, ms in mems_by_conv.items() if any(m.get("provenance") == "recovered" for m in ms)}
     contexts = {qid: set(ids) for qid, ids in tr.contexts.items()}
     rows = []
     for row in qs.to_dict("records"):
@@ -398,8 +420,8 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
                               conv.session_by_index[conv.turn_index[e].session_index].date_time)
                  for e in as_list(row.get("evidence")) if e in conv.turn_index]
         ev_text = " ".join(t.text for t in turns)
-        ev_mems = [m for m in mems_by_conv.get(row["conversation_id"], []) if set(m["source_ids"]) & evidence]
-        props = [o for o in ops_by_conv.get(row["conversation_id"], []) if set(o.get("source_ids") or []) & evidence]
+        ev_mems = mems_citing.citing(row["conversation_id"], evidence)
+        props = ops_citing.citing(row["conversation_id"], evidence)
         ceiling, bearing = run_ceiling(row)
         ev = QuestionEvidence(row=row, memories=ev_mems, context_ids=contexts.get(row["qid"], set()),
                               turn_text=ev_text, proposals=props, memory_text=text_of, judged=judged,
@@ -416,9 +438,7 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
                      "question": row["question"],
                      "answer": row["answer"], "prediction": row["prediction"],
                      # a black-box system's memories got their dialog ids by alignment (memlab.systems)
-                     "provenance": "recovered" if any(m.get("provenance") == "recovered"
-                                                      for m in mems_by_conv.get(row["conversation_id"], []))
-                     else "exact"})
+                     "provenance": "recovered" if row["conversation_id"] in recovered else "exact"})
     return pd.DataFrame(rows, columns=list(ATTRIBUTION_COLUMNS))
 
 

@@ -65,6 +65,8 @@ class Traces:
     system: str | None = None
     """The memory system of a run on one other than memlab's pipeline (it has no extractor ops: its extractor
     layer is what it stored from the evidence turns, `memories.jsonl`, with how the turn ids are known)."""
+    _ranks_of: tuple[pd.DataFrame, dict[str, list[Any]]] | None = field(default=None, repr=False, compare=False)
+    """``queries`` and its evidence ranks grouped by question (`best_ranks`)."""
 
     def best_ranks(self, qid: str) -> dict[str, int | None]:
         """Best rank of each evidence dialog id over the question's queries (None: not within the depth).
@@ -73,8 +75,13 @@ class Traces:
         """
         if not len(self.queries) or "evidence_ranks" not in self.queries:
             return {}
+        if self._ranks_of is None or self._ranks_of[0] is not self.queries:  # grouped once, not filtered per question
+            groups: dict[str, list[Any]] = {}
+            for q, er in zip(self.queries.qid.tolist(), self.queries["evidence_ranks"].tolist()):
+                groups.setdefault(q, []).append(er)
+            self._ranks_of = (self.queries, groups)
         best: dict[str, int | None] = {}
-        for er in self.queries.loc[self.queries.qid == qid, "evidence_ranks"]:
+        for er in self._ranks_of[1].get(qid, ()):
             if not isinstance(er, dict):
                 continue
             for s, r in er.items():

@@ -281,3 +281,25 @@ def test_text_score_is_the_bounded_tfidf_cosine_with_any_keyword_scorer():
         best = max(hits, key=lambda h: h.text_score)
         assert best.entry.text == CORPUS[0]
         assert s.searcher.reconcile_signal == "tfidf"
+
+
+def test_tfidf_lsa_fits_on_one_blas_thread_and_restores_the_pools(monkeypatch):
+    """The fit's BLAS limit (one thread for the SVD, every BLAS library numpy, scipy and scikit-learn load) holds
+    with the one shared controller, and the pools are as before once it returns."""
+    import threadpoolctl
+
+    from memlab.index.embedders import TfidfLSAEmbedder
+
+    def blas() -> dict[str, int]:
+        return {p["filepath"]: p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"}
+
+    emb = TfidfLSAEmbedder(n_components=4)
+    emb.fit(["warm the libraries up", "a second text"])
+    before, inside = blas(), []
+    real = TfidfLSAEmbedder._fit
+    monkeypatch.setattr(TfidfLSAEmbedder, "_fit", lambda self, corpus: (inside.append(blas()), real(self, corpus))[1])
+    for _ in range(2):
+        emb.fit(["alice went to the park", "bob cooked dinner", "alice and bob went hiking"])
+    assert len(inside) == 2 and all(set(d) == set(before) and set(d.values()) == {1} for d in inside)
+    assert any("scipy" in path for path in before)  # scipy's BLAS (the SVD's LU and QR) is among them
+    assert blas() == before

@@ -3,6 +3,7 @@ no outputs, and keep their logic in the package."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -13,23 +14,24 @@ import pytest
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 #: Small parameters. The notebooks share one results root (`notebook_results`) and reuse a complete run of the same
 #: config (``reuse = True``), so the arms several notebooks need (``offline``, ``offline-observations`` on conv-26,
-#: 60 questions) run once: keep their conversations and question_limit equal.
+#: 60 questions) run once: keep their conversations and question_limit equal. 02's k = 10 cell is 01's ``offline``
+#: and 05's merge-similar cell at the default thresholds is 03's ``offline-observations``, both under another name
+#: (copied: `memlab.run.reuse.copy_as`).
 SHARED = 'conversations = ["conv-26"]\nquestion_limit = 60'
 SMALL = {
     "01_quickstart.ipynb": SHARED,
-    "02_topk_ablation.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 20\nks = [5, 10]',
+    "02_topk_ablation.ipynb": SHARED + '\nks = [5, 10]',
     "03_f1_vs_tokens.ipynb": SHARED,
     "04_multihop_failures.ipynb": SHARED,
-    "05_reconcile_thresholds.ipynb": 'conversations = ["conv-26"]\nquestion_limit = 20\n'
-                                     'settings = [(0.90, 0.70, 0.60, 0.40)]',
+    "05_reconcile_thresholds.ipynb": SHARED + '\nsettings = [(0.90, 0.70, 0.60, 0.40)]',
     "06_compare_runs.ipynb": SHARED,
     # mem0-offline ingests a whole conversation one turn at a time (minutes on 2 cores) and retrieval-best builds
     # minilm and SPLADE indexes (~45 s): tests/test_systems.py runs mem0; here two arms on the warm tf-idf caches
     "07_compare_systems.ipynb": SHARED + '\nconfigs = ["offline", "session-recall"]',
 }
 #: Runs each notebook reads back from an earlier one in the shared root (when every notebook runs, in order).
-REUSED = {"03_f1_vs_tokens.ipynb": 1, "04_multihop_failures.ipynb": 1, "06_compare_runs.ipynb": 2,
-          "07_compare_systems.ipynb": 1}
+REUSED = {"02_topk_ablation.ipynb": 1, "03_f1_vs_tokens.ipynb": 1, "04_multihop_failures.ipynb": 1,
+          "05_reconcile_thresholds.ipynb": 1, "06_compare_runs.ipynb": 2, "07_compare_systems.ipynb": 1}
 #: tqdm's text bar (``45%|████▌     | 9/20 [00:01<00:01, 7.9it/s]``): what floods an output as a pink block.
 TQDM_TEXT = re.compile(r"\d+%\|.*\|\s*\d+/\d+")
 WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -126,3 +128,6 @@ def test_notebooks_share_their_runs(notebook_results):
     assert {k: v for k, v in REUSE_LINES.items() if v} == REUSED
     for name in ("offline", "offline-observations"):
         assert len(list(notebook_results.glob(f"{name}-2*"))) == 1, name
+    copied = {json.loads((d / "run.json").read_text()).get("copied_from", "").split("-2")[0]: d.name.split("-2")[0]
+              for d in notebook_results.glob("*-2*") if "copied_from" in (d / "run.json").read_text()}
+    assert copied == {"offline": "topk-top_k10", "offline-observations": "offline-reconcile"}

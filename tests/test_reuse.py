@@ -169,3 +169,40 @@ def test_an_edited_file_the_config_names_is_not_reused(synthetic_path, tmp_path,
     errata.write_text("qid,answer\nsyn-1/q3,invalid\n")  # same path, same config: other scores
     run, why = reusable_run(tmp_path, prepare(cfg, {}, None))
     assert run is None and "scoring.errata" in why
+
+
+def test_a_run_of_another_name_and_the_same_recipe_is_copied_under_this_name(synthetic_path, tmp_path, capsys):
+    """A name decides no result: a top-k sweep's k = 10 cell reuses the ``offline`` run, under its own name."""
+    first = run_experiment(syn(synthetic_path), results=tmp_path, progress=False)
+    renamed = syn(synthetic_path, name="g")
+    copied = run_experiment(renamed, results=tmp_path, progress=False, reuse=True)
+    assert copied.run_dir != first.run_dir and copied.run_dir.name.startswith("g-") and copied.config.name == "g"
+    assert f"memlab: reusing {first.run_dir} as {copied.run_dir}" in capsys.readouterr().out
+    info = json.loads((copied.run_dir / "run.json").read_text())
+    assert info["copied_from"] == first.run_dir.name and info["run_id"] == copied.run_dir.name
+    assert info["config"] == {**json.loads((first.run_dir / "run.json").read_text())["config"], "name": "g"}
+    pd.testing.assert_frame_equal(copied.predictions, first.predictions, check_dtype=False)
+    pd.testing.assert_frame_equal(copied.summary, first.summary, check_dtype=False)
+    assert sorted(p.name for p in (copied.run_dir / "traces").iterdir()) == \
+        sorted(p.name for p in (first.run_dir / "traces").iterdir())
+    again = run_experiment(renamed, results=tmp_path, progress=False, reuse=True)  # now reused under its own name
+    assert again.run_dir == copied.run_dir and len(folders(tmp_path)) == 2
+    assert f"memlab: reusing {copied.run_dir} (complete" in capsys.readouterr().out
+    other = run_experiment(syn(synthetic_path, name="h", **{"retrieval.top_k": 3}), results=tmp_path,
+                           progress=False, reuse=True)  # another name and another recipe: it runs
+    assert "copied_from" not in other.info and "reusing" not in capsys.readouterr().out
+    assert len(folders(tmp_path)) == 3
+
+
+def test_a_failed_copy_leaves_no_folder_and_runs_afresh(synthetic_path, tmp_path, capsys, monkeypatch):
+    import memlab.run.reuse as reuse
+
+    first = run_experiment(syn(synthetic_path), results=tmp_path, progress=False)
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(reuse.shutil, "copytree", full_disk)
+    fresh = run_experiment(syn(synthetic_path, name="g"), results=tmp_path, progress=False, reuse=True)
+    assert f"memlab: not reusing {first.run_dir}: copying it under 'g' failed" in capsys.readouterr().out
+    assert "copied_from" not in fresh.info and folders(tmp_path) == sorted([first.run_dir, fresh.run_dir])

@@ -16,6 +16,7 @@ the bottom of this module (``e5-small`` is one); its constructor's arguments are
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 from abc import ABC, abstractmethod
@@ -105,6 +106,17 @@ def quiet_model_load() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+@functools.lru_cache(maxsize=1)
+def blas_controller() -> Any:
+    """One `threadpoolctl.ThreadpoolController` over the BLAS libraries numpy, scipy and scikit-learn load (imported
+    first, so it holds them all): listing the loaded libraries costs ~7 ms, which every fit paid (notebook 05's sweep
+    fits ~700 times: each key is refitted as it grows; `TfidfLSAEmbedder.fit`)."""
+    import sklearn.decomposition  # noqa: F401 - loads scipy's BLAS before the controller lists the libraries
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
 @EMBEDDERS.register("tfidf-lsa")
 class TfidfLSAEmbedder(Embedder):
     """TF-IDF (stemmed unigrams + bigrams, sublinear tf) projected by TruncatedSVD to ``n_components``.
@@ -158,9 +170,7 @@ class TfidfLSAEmbedder(Embedder):
     def fit(self, corpus: list[str]) -> TfidfLSAEmbedder:
         """Fit on one key's texts. The SVD runs on one BLAS thread: its matrices are small (texts x 266), and two
         OpenBLAS threads made it ×7 slower and ×5 the CPU on a loaded 2-core machine (spinning, waiting)."""
-        from threadpoolctl import threadpool_limits
-
-        with threadpool_limits(limits=1, user_api="blas"):
+        with blas_controller().limit(limits=1, user_api="blas"):
             return self._fit(corpus)
 
     def _fit(self, corpus: list[str]) -> TfidfLSAEmbedder:

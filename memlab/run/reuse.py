@@ -8,19 +8,24 @@ sha256, the questions selected, the content of any other file the config names (
 memlab's own files (`memlab.rundir.source_sha256`), the Python and package versions; and only a run that finished
 in one session with status ``complete`` (not one that errored, failed, was interrupted or resumed) and was built
 from the config alone (no caller's extractor / answerer / system objects).
+
+A run's name decides no result, only its label: when no run of this name qualifies but one of another name does
+(the same recipe in every other respect, e.g. a top-k sweep's k = 10 cell and the ``offline`` run), its folder is
+copied under this name (`renamed_twin`, `copy_as`), so the labels, and a later reuse by name, stay this run's.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memlab.data import sha256_file
 from memlab.run.records import RunStatus
 from memlab.run.results import Run, RunFileError, load_run, read_run_json
-from memlab.rundir import environment
+from memlab.rundir import environment, open_run_dir
 
 if TYPE_CHECKING:  # memlab.run.steps records input_files through this module
     from memlab.run.steps import Prepared
@@ -50,11 +55,11 @@ def config_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return sorted(k for k in fa.keys() | fb.keys() if fa.get(k, ...) != fb.get(k, ...))
 
 
-def candidates(root: Path, name: str) -> list[Path]:
-    """Run folders of ``name`` under ``root`` (``<name>-<UTC stamp>[-n]``), newest first."""
-    pat = re.compile(re.escape(name) + r"-(\d{8}-\d{6})(?:-(\d+))?")
+def candidates(root: Path, name: str | None) -> list[Path]:
+    """Run folders of ``name`` (None: of any name) under ``root`` (``<name>-<UTC stamp>[-n]``), newest first."""
+    pat = re.compile((re.escape(name) if name is not None else r".+") + r"-(\d{8}-\d{6})(?:-(\d+))?")
     found = []
-    for d in root.glob(f"{name}-*") if root.is_dir() else ():
+    for d in root.glob(f"{name if name is not None else ''}*-*") if root.is_dir() else ():
         m = pat.fullmatch(d.name)
         if m and d.is_dir():
             found.append(((m.group(1), int(m.group(2) or 1)), d))
@@ -78,8 +83,9 @@ def input_files(cfg: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def why_not(run_dir: Path, p: Prepared, env: dict[str, Any] | None = None) -> str | None:
-    """Why ``run_dir`` cannot stand for a run of ``p`` (None: it can)."""
+def why_not(run_dir: Path, p: Prepared, env: dict[str, Any] | None = None, any_name: bool = False) -> str | None:
+    """Why ``run_dir`` cannot stand for a run of ``p`` (None: it can); ``any_name``: its config may differ in
+    ``name`` (what `renamed_twin` looks for)."""
     try:
         info = read_run_json(run_dir / "run.json")
     except (OSError, RunFileError) as e:
@@ -91,7 +97,7 @@ def why_not(run_dir: Path, p: Prepared, env: dict[str, Any] | None = None) -> st
         return f"finished over {len(sessions)} sessions (interrupted or resumed)"
     if any((info.get("components") or {}).get("custom", {}).values()):
         return "built with the caller's own component objects"
-    diff = config_differences(info.get("config") or {}, p.cfg.to_dict())
+    diff = [k for k in config_differences(info.get("config") or {}, p.cfg.to_dict()) if not (any_name and k == "name")]
     if diff:
         return f"{CONFIG_DIFFERS}{', '.join(diff[:5])}{' ...' if len(diff) > 5 else ''}"
     if info.get("dataset_sha256") != p.dataset_sha:
@@ -131,3 +137,45 @@ def reusable_run(root: Path, p: Prepared) -> tuple[Run | None, str | None]:
                 why = "its questions differ from the ones selected now"
         first = first or f"{d.name}: {why}"
     return None, first
+
+
+def renamed_twin(root: Path, p: Prepared) -> Path | None:
+    """The newest run folder under ``root`` of another name that `why_not` would reuse for ``p`` but for its
+    name, and that holds ``p``'s questions (None: there is none)."""
+    env = environment()
+    for d in candidates(root, None):
+        if why_not(d, p, env, any_name=True) is not None:
+            continue
+        try:
+            run = load_run(d)
+        except (OSError, RunFileError, ValueError):
+            continue
+        if run.predictions["qid"].tolist() == [q.qid for _, q in p.picks]:
+            return d
+    return None
+
+
+def copy_as(src: Path, p: Prepared, root: Path) -> Run:
+    """A new run folder of ``p``'s name holding ``src``'s results (a complete run of the same recipe under another
+    name, `renamed_twin`): every file copied, run.json's id and config name made this run's and ``copied_from``
+    naming ``src``. run.json is written last, so a copy cut short is never reused."""
+    from memlab.run.steps import write_run_json  # lazily: memlab.run.steps imports this module
+
+    info = read_run_json(src / "run.json")
+    run_dir = open_run_dir(p.cfg.name, p.cfg.to_yaml(), root)  # its config.yaml and environment.json
+    own = {"config.yaml", "environment.json", "run.json", ".memlab.lock"}
+    try:
+        shutil.copytree(src, run_dir, ignore=lambda d, names: [n for n in names if Path(d) == src and n in own],
+                        dirs_exist_ok=True)
+        info["run_id"] = run_dir.name
+        info["config"] = {**info["config"], "name": p.cfg.name}
+        info["notes"] = [*info.get("notes", []), f"results copied from {src.name} (the same config but its name, "
+                                                  f"data and code; its timings are that run's)"]
+        info["copied_from"] = src.name
+        write_run_json(run_dir, info)
+        run = load_run(run_dir)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)  # no half copy left behind
+        raise
+    run.info["reused"] = True  # in memory only, as for a run reused under its own name
+    return run

@@ -30,8 +30,8 @@ from memlab.run.clients import Clients, check_endpoints
 from memlab.run.components import component_label
 from memlab.run.config import ConfigError, ExperimentConfig, parse_sets
 from memlab.run.extraction import run_extraction
-from memlab.run.results import Run, load_run, read_config, read_run_json
-from memlab.run.reuse import reusable_run
+from memlab.run.results import Run, RunFileError, load_run, read_config, read_run_json
+from memlab.run.reuse import copy_as, renamed_twin, reusable_run
 from memlab.run.steps import (  # noqa: F401 - RunStorageError, is_storage_error, storage_message: public here too
     Prepared,
     RunStorageError,
@@ -140,6 +140,16 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
                 print(f"memlab: reusing {found.run_dir} (complete; same config, data and code; reuse=False runs "
                       f"it again)")
                 return found
+            twin = renamed_twin(root, p)
+            if twin is not None:
+                try:
+                    found = copy_as(twin, p, root)
+                except (OSError, RunFileError, ValueError) as e:
+                    print(f"memlab: not reusing {twin}: copying it under {cfg.name!r} failed ({e})")
+                else:
+                    print(f"memlab: reusing {twin} as {found.run_dir} (complete; same config but its name, same "
+                          f"data and code; reuse=False runs it again)")
+                    return found
             if why:
                 print(f"memlab: not reusing {why}")
         return _run(cfg, prev, results, resume, progress, given, held, stop, t_start, p)
