@@ -177,7 +177,7 @@ def test_a_kill_between_cursor_and_trace_loses_neither(synthetic_path, tmp_path)
 
 
 def _killed_mid_job(db: str) -> None:
-    """Run one extraction job of three adds and die (SIGKILL-like ``os._exit``) while writing the third."""
+    """Run one extraction job of three adds and die (SIGKILL-like ``os._exit``) at the third."""
     from memlab.extract import AutoMemoryWorker, ChatSession, ExtractionResult, Extractor, MemoryOp, Message
     from memlab.extract.reconcile import ReconcileConfig
 
@@ -189,14 +189,14 @@ def _killed_mid_job(db: str) -> None:
                                          for t in ("Alice plays chess", "Alice has a cat", "Alice lives in Paris")])
 
     svc = SQLiteMemoryService(db)
-    real = svc._put
+    real = svc.add
 
-    def put(entry):
-        if entry.text == "Alice lives in Paris":
-            os._exit(9)
-        real(entry)
+    def add(key, **kw):
+        if kw.get("text") == "Alice lives in Paris":
+            os._exit(9)  # the job's first two adds are written, not yet committed
+        return real(key, **kw)
 
-    svc._put = put
+    svc.add = add
     msg = Message("user", "hello", datetime(2023, 5, 8, 13, 0), "D1:1", speaker="Alice")
     AutoMemoryWorker(svc, Three(), reconcile_config=ReconcileConfig(enabled=False)).run_job(ChatSession("s", A, [msg]))
     os._exit(0)

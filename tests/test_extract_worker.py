@@ -282,22 +282,27 @@ def test_queue_full_or_not_started_runs_sync_unless_cancelled():
     assert w.counters.jobs_cancelled == 1 and w.counters.jobs_sync >= 1
 
 
-def test_a_jobs_ops_are_one_sqlite_transaction_and_a_failing_op_is_undone_alone(tmp_path):
+def test_a_jobs_ops_are_one_sqlite_transaction_and_a_failing_op_is_undone_alone(tmp_path, monkeypatch):
     """One commit per job, not one per op (a cold LoCoMo-10 extraction paid ~8,400 commits); an op that
     fails half-way (its row written, its log line refused) is rolled back alone and the others stay."""
+    import sqlite3
+
     from memlab.memory import SQLiteMemoryService
 
-    svc = SQLiteMemoryService(tmp_path / "store.db")
     statements: list[str] = []
-    svc._conn.set_trace_callback(statements.append)
-    real = svc._append_log
+    connect = sqlite3.connect
 
-    def refuse_boom(rec):
-        if rec.inputs.get("text") == "Alice said boom":
-            raise RuntimeError("log line refused")
-        real(rec)
+    def traced(*a, **k):  # every statement the store sends, through sqlite3's own trace hook
+        conn = connect(*a, **k)
+        conn.set_trace_callback(statements.append)
+        return conn
 
-    svc._append_log = refuse_boom
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    svc = SQLiteMemoryService(tmp_path / "store.db")
+    with connect(tmp_path / "store.db") as db:  # boom's log line is refused by the file itself
+        db.execute("CREATE TRIGGER refuse_boom BEFORE INSERT ON oplog WHEN NEW.inputs LIKE '%Alice said boom%' "
+                   "BEGIN SELECT RAISE(ABORT, 'log line refused'); END")
+    statements.clear()
     ops = [add("Alice plays chess"), add("Alice said boom"), add("Alice has a cat named Tom")]
     w = AutoMemoryWorker(svc, Scripted(ops), reconcile_config=ReconcileConfig(enabled=False))
     r = w.run_job(ChatSession("s", K, msgs("...")))

@@ -1,9 +1,8 @@
 """One `MemoryService` interface, two backends (in-memory and durable SQLite) behind it.
 
-The base class holds every rule (validation, key scoping, content ids, the op log, keeping the
-attached index in step); a backend only stores rows. Writes are all-or-nothing: validation runs
-before anything is stored, and a failed write is logged with its error.
-"""
+The base class holds every rule (validation, key scoping, content ids, the op log, keeping the attached index
+in step); a backend only stores rows. Writes are all-or-nothing: validation runs before anything is stored, and a
+failed write is logged with its error; `MemoryService.atomic` makes a job's ops one write."""
 
 from __future__ import annotations
 
@@ -131,10 +130,8 @@ class MemoryService(ABC):
 
     @contextlib.contextmanager
     def atomic(self) -> Iterator[None]:
-        """Several ops as one write (an extraction job's): on a durable backend they land together or not
-        at all (a kill mid-job keeps none of them), and one commit instead of one per op. Each op inside is
-        still all-or-nothing on its own: one that fails is undone alone and the others stay. Other threads'
-        ops on this service wait until the batch ends."""
+        """An extraction job's ops as one write: durable backends commit them together or not at all (a kill
+        mid-job keeps none), one that fails is undone alone; other threads' ops wait for the batch."""
         with self._lock, self._transaction():
             yield
 
