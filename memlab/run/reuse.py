@@ -126,17 +126,23 @@ def reusable_run(root: Path, p: Prepared) -> tuple[Run | None, str | None]:
         if why is not None and why.startswith(CONFIG_DIFFERS):
             continue
         if why is None:
-            try:
-                run = load_run(d)
-            except (OSError, RunFileError, ValueError) as e:
-                why = f"cannot be read back ({e})"
-            else:
-                if run.predictions["qid"].tolist() == [q.qid for _, q in p.picks]:
-                    run.info["reused"] = True  # in memory only: run.json stays as the run wrote it
-                    return run, None
-                why = "its questions differ from the ones selected now"
+            run, why = _with_picks(d, p)
+            if run is not None:
+                run.info["reused"] = True  # in memory only: run.json stays as the run wrote it
+                return run, None
         first = first or f"{d.name}: {why}"
     return None, first
+
+
+def _with_picks(run_dir: Path, p: Prepared) -> tuple[Run | None, str | None]:
+    """``run_dir`` loaded when it answered exactly ``p``'s questions, in order; else None and why not."""
+    try:
+        run = load_run(run_dir)
+    except (OSError, RunFileError, ValueError) as e:
+        return None, f"cannot be read back ({e})"
+    if run.predictions["qid"].tolist() != [q.qid for _, q in p.picks]:
+        return None, "its questions differ from the ones selected now"
+    return run, None
 
 
 def renamed_twin(root: Path, p: Prepared) -> Path | None:
@@ -144,13 +150,7 @@ def renamed_twin(root: Path, p: Prepared) -> Path | None:
     name, and that holds ``p``'s questions (None: there is none)."""
     env = environment()
     for d in candidates(root, None):
-        if why_not(d, p, env, any_name=True) is not None:
-            continue
-        try:
-            run = load_run(d)
-        except (OSError, RunFileError, ValueError):
-            continue
-        if run.predictions["qid"].tolist() == [q.qid for _, q in p.picks]:
+        if why_not(d, p, env, any_name=True) is None and _with_picks(d, p)[0] is not None:
             return d
     return None
 
