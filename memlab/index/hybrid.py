@@ -33,7 +33,7 @@ import numpy as np
 from memlab.cache_integrity import quarantine, report
 from memlab.index.dense import DenseIndex
 from memlab.index.embedders import EMBEDDERS, CachedEmbedder, Embedder, make_embedder, parse_embedder_spec
-from memlab.index.keyword import TfidfScorer, make_keyword_scorer
+from memlab.index.keyword import KEYWORD_SCORERS, TfidfScorer, make_keyword_scorer
 from memlab.index.persist import (
     BadIndexFile,
     SavedKey,
@@ -54,6 +54,7 @@ from memlab.index.records import index_text, is_turn_record, session_documents  
 from memlab.index.text import word_set
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import KIND_FALLBACK_MIN_HITS, SearchHit, SearchOptions, SearchResult
+from memlab.params import parse_spec
 
 #: File name of the sparse-vector cache, beside the embedding cache (`memlab.index.keyword_splade`).
 SPARSE_CACHE_NAME = "sparse-vectors.sqlite"
@@ -121,6 +122,19 @@ class HybridIndex:
     def keys(self) -> list[UserKey]:
         """Keys this index holds state for (loaded from disk or seen since start-up)."""
         return list(dict.fromkeys([*self._states, *self._saved]))
+
+    @property
+    def model_free(self) -> bool:
+        """Whether building and searching a key is computation on its rows alone (a corpus-fitted embedder,
+        word-count scorers: no model pass, no endpoint): several keys may then build side by side and answer in
+        forked processes (`memlab.run.forked`); a model pass keeps one process, with all its threads."""
+        models = [s for s in (self.keyword, self.sparse) if s and KEYWORD_SCORERS.get(parse_spec(s)[0]).uses_cache]
+        return self._new_embedder().needs_fit and not models
+
+    def needs_build(self, key: UserKey) -> bool:
+        """Whether using the key now would fit or embed: no state in memory and none saved, or rows changed."""
+        st = self._states.get(key)
+        return key not in self._saved if st is None else (st.dirty or st.stale)
 
     def release(self, key: UserKey) -> None:
         """Drop a key's state from memory (fit, vectors, dense and keyword structures); the store keeps its rows

@@ -92,6 +92,11 @@ class MemoryService(ABC):
         self.searcher = searcher
         self._lock = threading.RLock()
 
+    def after_fork(self) -> None:
+        """Called first in a forked child that will read this service (`memlab.run.forked`): reopen what must not
+        cross a fork. Nothing to do for an in-memory backend."""
+        return None
+
     # ----------------------------------------------------------------- backend storage primitives
     @abstractmethod
     def _get(self, key: UserKey, memory_id: str) -> MemoryEntry | None: ...

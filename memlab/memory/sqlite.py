@@ -76,6 +76,8 @@ class SQLiteMemoryService(MemoryService):
         self.on_corrupt = on_corrupt
         self._tx_depth = 0
         self._data_version: int | None = None
+        self._timeout = timeout
+        self._inherited: list[sqlite3.Connection] = []
         if self.path == ":memory:":
             self._conn = self._connect(timeout)
             return
@@ -277,6 +279,14 @@ class SQLiteMemoryService(MemoryService):
     def keys(self):
         rows = self._conn.execute("SELECT DISTINCT app_name, user_id FROM memories ORDER BY 1, 2").fetchall()
         return [UserKey(a, u) for a, u in rows]
+
+    def after_fork(self) -> None:
+        """A forked child opens its own connection: one must not cross a fork (SQLite's "how to corrupt", 2.6).
+        The inherited one is kept referenced and never used or closed here (closing it could checkpoint the
+        parent's write-ahead log); `PRAGMA data_version` counts per connection, so the count starts afresh."""
+        self._inherited.append(self._conn)
+        self._conn = self._connect(self._timeout)
+        self._data_version = None
 
     def close(self) -> None:
         super().close()

@@ -29,12 +29,15 @@ from memlab.llm import EndpointUnreachable, redact
 from memlab.memory import MemoryService
 from memlab.progress import progress_bar
 from memlab.run.config import ExperimentConfig
+from memlab.run.forked import fork_map, fork_workers
 from memlab.run.records import AnswerRecord, PredictionRecord, RecordSchemaError, RetrievalRecord
 
 log = logging.getLogger(__name__)
 
 PREDICTIONS_LOG = "predictions.jsonl"
 TRACE_FILES = ("retrieval", "answers")
+#: Questions per unit of a forked answering process (small enough to balance the processes and show progress).
+ANSWER_CHUNK = 24
 
 
 def error_text(e: BaseException) -> str:
@@ -74,6 +77,11 @@ def error_records(q: Question, message: str, row: PredictionRecord | None = None
     return row, RetrievalRecord(qid=q.qid, evidence=row.evidence, error=message), AnswerRecord(qid=q.qid, error=message)
 
 
+def json_lines(recs: Records) -> tuple[str, str, str]:
+    """One question's prediction, retrieval and answer records as the lines `RecordLog` writes."""
+    return recs[0].to_json(), recs[1].to_json(), recs[2].to_json()
+
+
 class RecordLog:
     """Appends finished questions to a run folder (thread-safe): trace lines first, then the resume log, so a
     logged question has its traces. Both executors write through it."""
@@ -86,16 +94,21 @@ class RecordLog:
         self.written = 0
 
     def write(self, recs: list[Records]) -> None:
+        self.write_lines([json_lines(r) for r in recs])
+
+    def write_lines(self, lines: list[tuple[str, str, str]]) -> None:
+        """Write `json_lines` of finished questions (a forked process sends these: strings cross a pipe
+        cheaply, records' objects do not)."""
         with self._lock:
-            for _, retr, ans in recs:
-                self._files["retrieval"].write(retr.to_json() + "\n")
-                self._files["answers"].write(ans.to_json() + "\n")
+            for _, retr, ans in lines:
+                self._files["retrieval"].write(retr + "\n")
+                self._files["answers"].write(ans + "\n")
             for f in self._files.values():
                 f.flush()
-            for row, _, _ in recs:
-                self._log.write(row.to_json() + "\n")
+            for row, _, _ in lines:
+                self._log.write(row + "\n")
             self._log.flush()
-            self.written += len(recs)
+            self.written += len(lines)
 
     def close(self) -> None:
         self._log.close()
@@ -304,10 +317,21 @@ def prepare_queries(svc: MemoryService | None, todo: list[tuple[Conversation, Qu
     return n
 
 
+def answer_workers(cfg: ExperimentConfig, clients: Any, answerer: Answerer, svc: MemoryService | None,
+                   questions: int) -> int:
+    """Processes to answer in: several (`memlab.run.forked`, up to ``run.threads``) only for an arm and judge
+    that call no model, over an index that searches without one (`HybridIndex.model_free`) or no store."""
+    forkable = svc is None or getattr(svc.searcher, "model_free", False)
+    if clients.roles_in_use(answerer) or not forkable:
+        return 1
+    return fork_workers(cfg.run.threads, questions // ANSWER_CHUNK)
+
+
 def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: MemoryService | None,
                todo: Iterable[tuple[Conversation, Question]], run_dir: Path, progress: bool = True,
-               stop: StopFlag | None = None) -> int:
-    """Answer ``todo`` (in parallel up to ``run.concurrency``), appending records as each finishes.
+               stop: StopFlag | None = None, workers: int = 1) -> int:
+    """Answer ``todo`` (in parallel up to ``run.concurrency``, or in ``workers`` forked processes: see
+    `answer_workers`), appending records as each finishes (in ``todo``'s order from the processes).
 
     Returns how many were answered; an unreachable endpoint, Ctrl-C or SIGTERM stops at once, leaving every
     finished question in the log (so ``--resume`` goes on from there). ``stop``: the caller's
@@ -323,7 +347,17 @@ def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     bar = progress_bar(total=len(todo), desc=f"answer ({cfg.answer.arm})", disable=not progress, leave=False)
     try:
         with contextlib.nullcontext(stop) if stop is not None else remembered_interrupts() as interrupted:
-            if cfg.run.concurrency <= 1:
+            if workers > 1:
+                chunks = [todo[i:i + ANSWER_CHUNK] for i in range(0, len(todo), ANSWER_CHUNK)]
+                in_child = None if svc is None else svc.after_fork
+                def answer_chunk(chunk: list[tuple[Conversation, Question]]) -> list[tuple[str, str, str]]:
+                    return [json_lines(answer_one(cfg, answerer, judge, svc, c, q)) for c, q in chunk]
+
+                for lines in fork_map(answer_chunk, chunks, workers, in_child):
+                    interrupted.stop()
+                    log.write_lines(lines)
+                    bar.update(len(lines))
+            elif cfg.run.concurrency <= 1:
                 for c, q in todo:
                     out = answer_one(cfg, answerer, judge, svc, c, q)
                     interrupted.stop()  # an answer made while Ctrl-C was swallowed is not kept

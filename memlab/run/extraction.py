@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,14 +26,15 @@ from memlab.extract.extractors import Extractor
 from memlab.extract.pipeline import conversation_key, extract_dataset
 from memlab.extract.policy import DEFAULT_POLICY, applied_reconcile, policy_decides_store
 from memlab.index import open_service
-from memlab.index.embedders import Embedder
+from memlab.index.embedders import Embedder, blas_controller
 from memlab.index.persist import LATER_SETTINGS
 from memlab.memory import MemoryService
+from memlab.memory.entry import UserKey
 from memlab.memory.search_types import Searcher
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig
 from memlab.run.records import ExtractionTraceRecord, MemoryRecord
-from memlab.threads import peak_rss_mb
+from memlab.threads import peak_rss_mb, resolve_threads
 
 BUILD_LOG = "build_cost.jsonl"  # per conversation, what building its memory cost (memlab.eval.cost)
 CACHE_VERSION = 3  # 3: cursor and trace live in the store (checksummed), index saved as .npz
@@ -249,11 +251,31 @@ def finish_extraction(cfg: ExperimentConfig, convs: list[Conversation], out: Ext
     info["memories"] = len(mem_rows)
     out.peak_rss_mb["extraction"] = peak_rss_mb()
     t1 = time.perf_counter()
-    for conv in convs:  # build the per-key indexes now, so answering latency excludes it
-        svc.searcher.ensure_built(conversation_key(conv), lambda c=conv: svc.list(conversation_key(c)))
+    info["index_workers"] = build_indexes(svc, [conversation_key(c) for c in convs], cfg.run.threads)
     out.timings["indexing_s"] = time.perf_counter() - t1
     out.peak_rss_mb["indexing"] = peak_rss_mb()
     return out
+
+
+def build_indexes(svc: MemoryService, keys: list[UserKey], threads: int | None) -> int:
+    """Build every key's index now, so answering latency excludes it. Where building is computation on the
+    rows alone (`HybridIndex.model_free`: a corpus-fitted embedder), up to ``run.threads`` keys build side by
+    side in threads: the fit's SVD releases the GIL, and each runs on one BLAS thread, so every key's index is
+    the one a serial build makes (a model pass builds one key at a time, with all the threads). Returns how
+    many keys built at once."""
+    searcher = svc.searcher
+    if searcher is None:
+        return 0
+    side_by_side = getattr(searcher, "model_free", False) and sum(map(searcher.needs_build, keys)) > 1  # type: ignore[attr-defined]
+    workers = min(resolve_threads(threads), len(keys)) if side_by_side else 1
+    if workers == 1:  # here: Ctrl-C during a long model pass stops it at once
+        for key in keys:
+            searcher.ensure_built(key, lambda k=key: svc.list(k))
+        return 1
+    rows = {k: svc.list(k) for k in keys}  # read here: the store's connection stays in this thread
+    with blas_controller().limit(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda k: searcher.ensure_built(k, lambda: rows[k]), keys))  # each fit sets 1 thread too
+    return workers
 
 
 def _by_conversation(results: list[Any], convs: list[Conversation]) -> list[tuple[str, list[Any]]]:

@@ -25,7 +25,14 @@ from memlab.answer import Answerer, Judge
 from memlab.extract.extractors import Extractor
 from memlab.index.embedders import Embedder
 from memlab.memory.search_types import Searcher
-from memlab.run.answering import StopFlag, Terminated, answer_all, load_done, remembered_interrupts
+from memlab.run.answering import (
+    StopFlag,
+    Terminated,
+    answer_all,
+    answer_workers,
+    load_done,
+    remembered_interrupts,
+)
 from memlab.run.clients import Clients, check_endpoints
 from memlab.run.components import component_label
 from memlab.run.config import ConfigError, ExperimentConfig, parse_sets
@@ -228,8 +235,9 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
             todo = [(c, q) for c, q in p.picks if q.qid not in done_ids]
             t0 = time.perf_counter()
             try:
+                info["answer_workers"] = answer_workers(cfg, clients, comps.answerer, svc, len(todo))
                 answered = answer_all(cfg, comps.answerer, comps.judge, svc, todo, run_dir, progress=progress,
-                                      stop=stop)
+                                      stop=stop, workers=info["answer_workers"])
             finally:
                 timings["answering_s"] = time.perf_counter() - t0
                 peak["answering"] = peak_rss_mb()
