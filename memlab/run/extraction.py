@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from memlab.index import open_service
 from memlab.index.embedders import Embedder, blas_controller
 from memlab.index.persist import LATER_SETTINGS
 from memlab.memory import MemoryService
-from memlab.memory.entry import UserKey
+from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import Searcher
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig
@@ -240,41 +241,52 @@ def finish_extraction(cfg: ExperimentConfig, convs: list[Conversation], out: Ext
                                f"conversation(s); not answering:\n" + "\n".join(lines) + more +
                                "\n(fix the cause and rerun: done jobs are cached; or set "
                                "run.allow_failed_extraction=true to answer anyway)")
-    traces = run_dir / "traces"
-    traces.mkdir(exist_ok=True)
-    ext_rows = svc.extraction_trace([c.sample_id for c in convs])
-    write_jsonl(traces / "extraction.jsonl", [
-        ExtractionTraceRecord.from_dict(r, where=f"{info['cache_dir']}: trace line").to_dict() for r in ext_rows])
-    copy_trace(Path(info["cache_dir"]) / BUILD_LOG, traces / "build_cost.jsonl", {c.sample_id for c in convs})
-    mem_rows = [MemoryRecord.of(c.sample_id, e).to_dict() for c in convs for e in svc.list(conversation_key(c))]
-    write_jsonl(traces / "memories.jsonl", mem_rows)
-    info["memories"] = len(mem_rows)
     out.peak_rss_mb["extraction"] = peak_rss_mb()
+    keys = [conversation_key(c) for c in convs]
+    rows = {k: svc.list(k) for k in keys}
+
+    def write_traces() -> None:
+        traces = run_dir / "traces"
+        traces.mkdir(exist_ok=True)
+        ext_rows = svc.extraction_trace([c.sample_id for c in convs])
+        write_jsonl(traces / "extraction.jsonl", [
+            ExtractionTraceRecord.from_dict(r, where=f"{info['cache_dir']}: trace line").to_dict() for r in ext_rows])
+        copy_trace(Path(info["cache_dir"]) / BUILD_LOG, traces / "build_cost.jsonl", {c.sample_id for c in convs})
+        mem_rows = [MemoryRecord.of(c.sample_id, e).to_dict() for c, k in zip(convs, keys) for e in rows[k]]
+        write_jsonl(traces / "memories.jsonl", mem_rows)
+        info["memories"] = len(mem_rows)
+
     t1 = time.perf_counter()
-    info["index_workers"] = build_indexes(svc, [conversation_key(c) for c in convs], cfg.run.threads)
-    out.timings["indexing_s"] = time.perf_counter() - t1
+    info["index_workers"] = build_indexes(svc, rows, cfg.run.threads, meanwhile=write_traces)
+    out.timings["indexing_s"] = time.perf_counter() - t1  # the traces are written meanwhile
     out.peak_rss_mb["indexing"] = peak_rss_mb()
     return out
 
 
-def build_indexes(svc: MemoryService, keys: list[UserKey], threads: int | None) -> int:
-    """Build every key's index now, so answering latency excludes it. Where building is computation on the
-    rows alone (`HybridIndex.model_free`: a corpus-fitted embedder), up to ``run.threads`` keys build side by
-    side in threads: the fit's SVD releases the GIL, and each runs on one BLAS thread, so every key's index is
-    the one a serial build makes (a model pass builds one key at a time, with all the threads). Returns how
-    many keys built at once."""
+def build_indexes(svc: MemoryService, rows: dict[UserKey, list[MemoryEntry]], threads: int | None,
+                  meanwhile: Callable[[], None] = lambda: None) -> int:
+    """Build every key's index (``rows``: each key's memories, as `MemoryService.list` reads them) now, so
+    answering latency excludes it, and run ``meanwhile`` here. Where building is computation on the rows alone
+    (`HybridIndex.model_free`: a corpus-fitted embedder), up to ``run.threads`` keys build side by side in
+    threads, largest first, while ``meanwhile`` runs: the fits' SVDs release the GIL, and each runs on one BLAS
+    thread, so every key's index is the one a serial build makes (a model pass builds one key at a time, with
+    all the threads). Returns how many keys built at once."""
     searcher = svc.searcher
     if searcher is None:
+        meanwhile()
         return 0
-    side_by_side = getattr(searcher, "model_free", False) and sum(map(searcher.needs_build, keys)) > 1  # type: ignore[attr-defined]
-    workers = min(resolve_threads(threads), len(keys)) if side_by_side else 1
-    if workers == 1:  # here: Ctrl-C during a long model pass stops it at once
+    keys = sorted(rows, key=lambda k: -len(rows[k]))
+    todo = sum(map(searcher.needs_build, keys)) if getattr(searcher, "model_free", False) else 0  # type: ignore[attr-defined]
+    workers = min(resolve_threads(threads), todo)
+    if workers <= 1:  # here: Ctrl-C during a long model pass stops it at once
+        meanwhile()
         for key in keys:
-            searcher.ensure_built(key, lambda k=key: svc.list(k))
+            searcher.ensure_built(key, lambda k=key: rows[k])
         return 1
-    rows = {k: svc.list(k) for k in keys}  # read here: the store's connection stays in this thread
     with blas_controller().limit(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
-        list(pool.map(lambda k: searcher.ensure_built(k, lambda: rows[k]), keys))  # each fit sets 1 thread too
+        built = pool.map(lambda k: searcher.ensure_built(k, lambda: rows[k]), keys)  # each fit sets 1 thread too
+        meanwhile()
+        list(built)
     return workers
 
 
