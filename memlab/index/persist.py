@@ -93,7 +93,8 @@ def write_index(target: Path, config: dict[str, Any], saved: Mapping[UserKey, Sa
     target.parent.mkdir(parents=True, exist_ok=True)
     keys: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}
-    for i, (key, sk) in enumerate(saved.items()):
+    in_order = sorted(saved.items(), key=lambda kv: (kv[0].app_name, kv[0].user_id))  # whatever order keys built in
+    for i, (key, sk) in enumerate(in_order):
         prefix = f"k{i}"
         arrays[f"{prefix}.vectors"] = sk.vectors
         for name, arr in sk.embedder_arrays.items():

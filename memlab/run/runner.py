@@ -221,6 +221,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
             svc, ext_info = out.service, out.info
             timings.update(out.timings)
             peak.update(out.peak_rss_mb)
+            info["executor"]["index_threads"] = out.index_workers
         if ext_info.get("ops_failed"):
             print(f"memlab: {ext_info['ops_failed']} extraction op(s) failed to write (see "
                   f"{run_dir / 'traces' / 'extraction.jsonl'})")
@@ -235,9 +236,10 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
             todo = [(c, q) for c, q in p.picks if q.qid not in done_ids]
             t0 = time.perf_counter()
             try:
-                info["answer_workers"] = answer_workers(cfg, clients, comps.answerer, svc, len(todo))
+                workers = answer_workers(cfg, clients, comps.answerer, svc, len(todo))
+                info["executor"]["answer_processes"] = workers
                 answered = answer_all(cfg, comps.answerer, comps.judge, svc, todo, run_dir, progress=progress,
-                                      stop=stop, workers=info["answer_workers"])
+                                      stop=stop, workers=workers)
             finally:
                 timings["answering_s"] = time.perf_counter() - t0
                 peak["answering"] = peak_rss_mb()
