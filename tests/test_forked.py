@@ -135,6 +135,8 @@ def test_a_run_on_two_threads_writes_what_a_serial_run_writes(locomo_path, tmp_p
     info = {t: json.loads((r.run_dir / "run.json").read_text())["executor"] for t, r in runs.items()}
     assert (info[1]["index_threads"], info[1]["answer_processes"]) == (1, 1)
     assert (info[2]["index_threads"], info[2]["answer_processes"]) == (2, 2)
+    peaks = [json.loads((r.run_dir / "run.json").read_text())["peak_rss_mb"] for r in runs.values()]
+    assert "answer_processes" not in peaks[0] and peaks[1]["answer_processes"] > 0
     lines = _run_folder_lines(one)
     assert len(lines["predictions.jsonl"]) == 120 and lines == _run_folder_lines(two)
     saved = [sorted((tmp_path / str(t) / ".cache" / "extract").glob("*/index-*.npz")) for t in (1, 2)]

@@ -404,7 +404,9 @@ class RunConfig:
     """A Ray task that failed or lost its worker is retried this many times, then its questions are errors."""
     threads: int | None = None
     """Threads of every native pool (torch, OpenMP/BLAS, FAISS; `memlab.threads`); null: the cores available to
-    the process. A Ray task gets the CPUs Ray assigned it, at most this."""
+    the process. Without a model pass (a corpus-fitted index, a model-free arm) the local executor spends them
+    as keys built side by side and forked answering processes (`memlab.run.forked`), with equal results. A Ray
+    task gets the CPUs Ray assigned it, at most this."""
 
     def check(self, where: str) -> None:
         one_of(where, "run.executor", self.executor, EXECUTORS)

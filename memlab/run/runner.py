@@ -37,6 +37,7 @@ from memlab.run.clients import Clients, check_endpoints
 from memlab.run.components import component_label
 from memlab.run.config import ConfigError, ExperimentConfig, parse_sets
 from memlab.run.extraction import run_extraction
+from memlab.run.forked import children_peak_rss_mb
 from memlab.run.results import Run, RunFileError, load_run, read_config, read_run_json
 from memlab.run.reuse import copy_as, renamed_twin, reusable_run
 from memlab.run.steps import (  # noqa: F401 - RunStorageError, is_storage_error, storage_message: public here too
@@ -234,15 +235,17 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
             done = load_done(run_dir)
             done_ids = {r.qid for r in done}
             todo = [(c, q) for c, q in p.picks if q.qid not in done_ids]
+            workers = answer_workers(cfg, clients, comps.answerer, svc, len(todo))
+            info["executor"]["answer_processes"] = workers
             t0 = time.perf_counter()
             try:
-                workers = answer_workers(cfg, clients, comps.answerer, svc, len(todo))
-                info["executor"]["answer_processes"] = workers
                 answered = answer_all(cfg, comps.answerer, comps.judge, svc, todo, run_dir, progress=progress,
                                       stop=stop, workers=workers)
             finally:
                 timings["answering_s"] = time.perf_counter() - t0
                 peak["answering"] = peak_rss_mb()
+                if workers > 1:  # each forked process's own (pages shared with this one count in both)
+                    peak["answer_processes"] = children_peak_rss_mb()
         # -- 5. scoring
         run = finish_run(p, run_dir, comps.answerer, info, timings, len(done), answered, clients.totals(),
                          on_system=comps.on_system)
