@@ -350,6 +350,7 @@ def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             if workers > 1:
                 chunks = [todo[i:i + ANSWER_CHUNK] for i in range(0, len(todo), ANSWER_CHUNK)]
                 in_child = None if svc is None else svc.after_fork
+
                 def answer_chunk(chunk: list[tuple[Conversation, Question]]) -> list[tuple[str, str, str]]:
                     return [json_lines(answer_one(cfg, answerer, judge, svc, c, q)) for c, q in chunk]
 

@@ -285,10 +285,15 @@ def build_indexes(svc: MemoryService, rows: dict[UserKey, list[MemoryEntry]], th
         for key in keys:
             searcher.ensure_built(key, lambda k=key: rows[k])
         return 1
-    with blas_controller().limit(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
-        built = pool.map(lambda k: searcher.ensure_built(k, lambda: rows[k]), keys)  # each fit sets 1 thread too
-        meanwhile()
-        list(built)
+    with blas_controller().limit(limits=1, user_api="blas"):  # each fit sets one thread too: this holds throughout
+        pool = ThreadPoolExecutor(workers)
+        try:
+            built = [pool.submit(searcher.ensure_built, k, lambda k=k: rows[k]) for k in keys]
+            meanwhile()
+            for f in built:
+                f.result()
+        finally:  # Ctrl-C: the keys not started are dropped, the running ones finish
+            pool.shutdown(wait=True, cancel_futures=True)
     return workers
 
 

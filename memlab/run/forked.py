@@ -1,14 +1,15 @@
-"""Forked worker processes for the Python-bound stages of a local run.
+"""Forked worker processes for the Python-bound answering stage of a local run.
 
-Fitting several keys' indexes (a corpus-fitted embedder) and answering with an arm that calls no model are
-Python work that threads cannot share (the GIL). Forked processes can, and they start from the parent's memory
-(the built indexes, the arms) copy-on-write in milliseconds, where a spawned one would import everything again.
-Each child runs one native thread, so it computes exactly what the parent would; the parent keeps every file
-(it installs each key's index and writes each record), so a run folder is the same however it was made.
+Answering with an arm that calls no model is Python work that threads cannot share (the GIL); forked processes
+can, and they start from the parent's memory (the built indexes, the arms) copy-on-write in milliseconds, where
+a spawned one would import everything again. Each child runs one native thread, so it computes exactly what the
+parent would; the parent writes every record, in order, so a run folder is the same however it was made. (Index
+fits need no process: their SVD releases the GIL, so keys build side by side in threads,
+`memlab.run.extraction.build_indexes`.)
 
 Forking is used on Linux only (elsewhere it is not the default start method, and unsafe with some system
-libraries), never from a child or a daemonic process (a Ray worker), and only for work with no model pass: a
-model's own threads already use the cores, and each child would load the model again.
+libraries), never from a child or a daemonic process, and only for work with no model pass: a model's own
+threads already use the cores, and each child would load the model again.
 """
 
 from __future__ import annotations
