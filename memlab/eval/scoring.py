@@ -17,10 +17,11 @@ import math
 import string
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from functools import cache, lru_cache
-from typing import Any
+from functools import lru_cache
 
 import regex
+
+from memlab.stemming import stem
 
 _PUNCT = frozenset(string.punctuation)
 _ARTICLES = regex.compile(r"\b(a|an|the|and)\b")
@@ -34,23 +35,9 @@ def normalize_answer(s: str) -> str:
     return " ".join(s.split())
 
 
-@cache
-def _porter() -> Any:
-    """nltk's Porter stemmer, made on first use (importing nltk costs seconds of CPU: scipy.stats, scikit-learn),
-    so reading or comparing scored runs does not pay for it."""
-    from nltk.stem.porter import PorterStemmer
-
-    return PorterStemmer()
-
-
-@lru_cache(maxsize=200_000)
-def _stem(word: str) -> str:
-    return _porter().stem(word)
-
-
 @lru_cache(maxsize=200_000)
 def stemmed_tokens(s: str) -> tuple[str, ...]:
-    return tuple(_stem(w) for w in normalize_answer(s).split())
+    return tuple(stem(w) for w in normalize_answer(s).split())
 
 
 def token_f1(prediction: str, ground_truth: str) -> float:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 from functools import cache, lru_cache
-from typing import Any
+
+from memlab.stemming import stem
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
@@ -15,20 +16,6 @@ def stop_words() -> frozenset[str]:
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
     return frozenset(ENGLISH_STOP_WORDS)
-
-
-@cache
-def _porter() -> Any:
-    """nltk's Porter stemmer, made on first use: importing nltk costs seconds of CPU (it imports scipy.stats and
-    scikit-learn's classifiers), which a command that never stems should not pay."""
-    from nltk.stem.porter import PorterStemmer
-
-    return PorterStemmer()
-
-
-@lru_cache(maxsize=500_000)
-def stem(word: str) -> str:
-    return _porter().stem(word)
 
 
 def words(text: str) -> list[str]:
