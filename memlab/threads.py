@@ -114,11 +114,12 @@ def worker_threads(threads: int | None) -> int:
     return resolve_threads(threads)
 
 
-def peak_rss_mb() -> float:
-    """The process's peak resident memory so far, in MB (what run.json records after each stage)."""
+def peak_rss_mb(children: bool = False) -> float:
+    """The process's peak resident memory so far, in MB (what run.json records after each stage); ``children``:
+    the largest of its finished child processes' instead (forked answering, `memlab.run.forked`)."""
     import resource
 
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF).ru_maxrss
     return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)  # bytes on macOS, KiB on Linux
 
 

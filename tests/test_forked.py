@@ -55,6 +55,11 @@ def test_a_child_exception_is_raised_here_and_a_killed_child_breaks_the_pool():
 
     with pytest.raises(BrokenProcessPool):
         list(fork_map(die_on_one, [0, 1, 2, 3], 2))
+    def cannot_reopen() -> None:
+        raise OSError("store.db: unable to open database file")
+
+    with pytest.raises(BrokenProcessPool):  # a child that cannot reopen its store runs no unit
+        list(fork_map(lambda x: x, [0, 1, 2], 2, in_child=cannot_reopen))
     assert list(fork_map(lambda x: x + 1, [1, 2], 2)) == [2, 3]  # the module is usable again
 
 

@@ -54,7 +54,7 @@ class ExtractionOutcome:
     timings: dict[str, float] = field(default_factory=dict)
     peak_rss_mb: dict[str, float] = field(default_factory=dict)
     """The process's peak RSS after extraction and after indexing (`memlab.threads.peak_rss_mb`)."""
-    index_workers: int = 1
+    index_threads: int = 1
     """How many keys built at once (`build_indexes`): how this executor ran, not what the run is."""
 
 
@@ -259,7 +259,7 @@ def finish_extraction(cfg: ExperimentConfig, convs: list[Conversation], out: Ext
         info["memories"] = len(mem_rows)
 
     t1 = time.perf_counter()
-    out.index_workers = build_indexes(svc, rows, cfg.run.threads, meanwhile=write_traces)
+    out.index_threads = build_indexes(svc, rows, cfg.run.threads, meanwhile=write_traces)
     out.timings["indexing_s"] = time.perf_counter() - t1  # the traces are written meanwhile
     out.peak_rss_mb["indexing"] = peak_rss_mb()
     return out

@@ -15,7 +15,6 @@ threads already use the cores, and each child would load the model again.
 from __future__ import annotations
 
 import multiprocessing
-import resource
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -77,7 +76,3 @@ def fork_map(fn: Callable[[T], R], items: Sequence[T], workers: int,
         pool.shutdown(wait=True, cancel_futures=True)
         _JOB = None
 
-
-def children_peak_rss_mb() -> float:
-    """The largest peak resident memory of any child process so far, in MB (Linux: KiB)."""
-    return round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)

@@ -37,7 +37,6 @@ from memlab.run.clients import Clients, check_endpoints
 from memlab.run.components import component_label
 from memlab.run.config import ConfigError, ExperimentConfig, parse_sets
 from memlab.run.extraction import run_extraction
-from memlab.run.forked import children_peak_rss_mb
 from memlab.run.results import Run, RunFileError, load_run, read_config, read_run_json
 from memlab.run.reuse import copy_as, renamed_twin, reusable_run
 from memlab.run.steps import (  # noqa: F401 - RunStorageError, is_storage_error, storage_message: public here too
@@ -222,7 +221,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
             svc, ext_info = out.service, out.info
             timings.update(out.timings)
             peak.update(out.peak_rss_mb)
-            info["executor"]["index_threads"] = out.index_workers
+            info["executor"]["index_threads"] = out.index_threads
         if ext_info.get("ops_failed"):
             print(f"memlab: {ext_info['ops_failed']} extraction op(s) failed to write (see "
                   f"{run_dir / 'traces' / 'extraction.jsonl'})")
@@ -245,7 +244,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
                 timings["answering_s"] = time.perf_counter() - t0
                 peak["answering"] = peak_rss_mb()
                 if workers > 1:  # each forked process's own (pages shared with this one count in both)
-                    peak["answer_processes"] = children_peak_rss_mb()
+                    peak["answer_processes"] = peak_rss_mb(children=True)
         # -- 5. scoring
         run = finish_run(p, run_dir, comps.answerer, info, timings, len(done), answered, clients.totals(),
                          on_system=comps.on_system)
