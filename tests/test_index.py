@@ -252,6 +252,11 @@ def test_minilm_embedder():
     v = emb.embed(["Caroline went to a support group", "Caroline attended an LGBTQ meeting", "stock prices"])
     assert v.shape == (3, 384) and v.dtype == np.float32
     assert float(v[0] @ v[1]) > float(v[0] @ v[2])
+    # a pass encodes its texts longest first, over steps of several batches: each row must come back in place
+    texts = [("Caroline " + "went to a support group and talked " * (i % 7)) + str(i) for i in range(40)]
+    whole = MiniLMEmbedder(batch_size=2).embed(texts)
+    alone = np.vstack([emb.embed([t]) for t in texts[:6]])
+    assert whole.shape == (40, 384) and np.allclose(whole[:6], alone, atol=1e-5)
 
 
 def test_feedback_moves_the_dense_query_toward_top_hits():

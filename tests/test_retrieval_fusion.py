@@ -367,6 +367,32 @@ def test_splade_scorer_expands_and_caches(monkeypatch):
     assert np.allclose(again.score("Which gay community event did Caroline attend?")[:3], s, atol=1e-5)
 
 
+def test_splade_pooling_by_vocabulary_slices_equals_the_whole_logits_bit_for_bit(monkeypatch):
+    """The output layer runs a slice of the vocabulary at a time (the whole logits tensor made it bound by memory
+    writes); the pooled weights must be exactly the definition's, padded positions excluded."""
+    import torch
+
+    from memlab.index import keyword_splade
+
+    ok, why = keyword_splade.available()
+    if not ok:
+        pytest.skip(why)
+    tok, model = keyword_splade.load_model()
+    texts = ["Caroline: I went to an LGBTQ support group yesterday and it was powerful.", "Melanie: ok.",
+             "Caroline: my new job at the counselling centre starts next week, wish me luck!"]
+    enc = tok(texts, padding=True, return_tensors="pt", return_token_type_ids=False)
+    assert (enc["attention_mask"] == 0).any()  # padded rows: the mask matters
+    with torch.inference_mode():
+        logits = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits
+        pad = (enc["attention_mask"] == 0).unsqueeze(-1)
+        want = torch.log1p(torch.relu(logits)).masked_fill(pad, 0).amax(dim=1)
+        monkeypatch.setattr(keyword_splade, "VOCAB_CHUNK", 1000)  # slices that do not divide 30,522
+        got = keyword_splade.pooled_weights(model, enc["input_ids"], enc["attention_mask"])
+    assert got.shape == want.shape and torch.equal(got, want)
+    with pytest.raises(RuntimeError, match="masked-LM head"):
+        keyword_splade.pooled_weights(model.base_model, enc["input_ids"], enc["attention_mask"])
+
+
 def test_session_list_ranks_up_the_turns_of_the_matching_session():
     from datetime import datetime
 
@@ -443,20 +469,21 @@ def test_a_rerun_whose_splade_vectors_are_all_on_disk_never_loads_the_model(tmp_
 
 
 def test_a_model_pass_hands_its_freed_activations_back(monkeypatch):
-    """The logits of a SPLADE pass (batch x length x 30,522 floats) are freed after it, but glibc keeps them
-    resident; the next pass (minilm's) then stacks its own on top: retrieval-best peaked at 1.77 GB."""
+    """A SPLADE pass's activations are freed after it, but glibc keeps them resident; the next pass (minilm's,
+    or a key's batched queries) then stacks its own on top: retrieval-best peaked at 1.77 GB, then 1.36 GB."""
+    from memlab import threads
     from memlab.index import keyword_splade
 
     ok, why = keyword_splade.available()
     if not ok:
         pytest.skip(why)
     trims = []
-    monkeypatch.setattr(keyword_splade, "return_free_memory", lambda: trims.append(1) or True)
+    monkeypatch.setattr(threads, "return_free_memory", lambda: trims.append(1) or True)
     keyword_splade.encode(["Melanie: I ran a charity race for mental health."], cached=False)
-    assert trims == []  # a key's few queries: not worth a trim of the whole heap
-    keyword_splade.encode([f"Melanie: I ran race number {i}." for i in range(keyword_splade.PROGRESS_MIN)],
+    assert trims == []  # one query: not worth a trim of the whole heap
+    keyword_splade.encode([f"Melanie: I ran race number {i}." for i in range(threads.TRIM_AFTER_TEXTS)],
                           cached=False)
-    assert trims == [1]
+    assert trims == [1]  # a key's batched queries are
 
 
 def test_splade_without_its_package_is_a_clear_error_not_an_empty_list(monkeypatch):
