@@ -2,6 +2,8 @@
 
     python benchmarks/offline_run.py [--path locomo10.json]
     python benchmarks/offline_run.py --config retrieval-best --no-model-check   # minilm + SPLADE: minutes cold
+    python benchmarks/offline_run.py --config retrieval-best --no-model-check \
+        --set index.embedder_params.dtype=bfloat16 --set index.sparse_params.dtype=bfloat16   # both models in bf16
 
 Cold: a fresh results root (extraction with turns + observations into SQLite, indexing, 1,986
 retrievals, extractive answers, scoring, traces). Cached: the same config again (extraction and
@@ -9,8 +11,9 @@ index served from the cache: the store and each key's saved fit are read back, n
 or fitted). Prints, per run: the process's wall time and CPU time (user + sys, what to trust on a
 shared machine), its peak RSS, and each stage's wall seconds and share of the run's own total (from
 run.json; start-up, imports and dataset checks are the difference between the process wall time and
-the stages' sum). Targets (issue 24), on 2 quiet cores: `offline` cold <= 15 s, peak <= 2 GB; `retrieval-best`
-cold <= 120 s, cached <= 20 s, peak <= 1.2 GB.
+the stages' sum), and the cold run's overall F1 and Recall@10 (categories 1-4, 95% intervals): a ``--set``
+variant's speed next to what it does to the figures. Targets (issue 24), on 2 quiet cores: `offline` cold
+<= 15 s, peak <= 2 GB; `retrieval-best` cold <= 120 s, cached <= 20 s, peak <= 1.2 GB.
 
 Then a model-backed config (`original`, scripted OpenAI-compatible server on 127.0.0.1) is run
 twice on conversation conv-26: the rerun must make 0 model calls (response cache).
@@ -48,6 +51,16 @@ def run_process(args: list[str], env: dict[str, str]) -> tuple[float, float, flo
     return wall, cpu, max(peaks.values(), default=float("nan")), run_dir
 
 
+def quality(run_dir: Path) -> str:
+    """The run's overall F1 and Recall@10 over categories 1-4 with their n and 95% intervals (summary.csv)."""
+    import pandas as pd
+
+    s = pd.read_csv(run_dir / "summary.csv")
+    row = s[s["group"].astype(str) == "overall 1-4"].iloc[0]
+    return (f"overall 1-4 (n={int(row['n'])}): F1 {row['f1']:.4f} [{row['f1_lo']:.3f}, {row['f1_hi']:.3f}], "
+            f"Recall@10 {row['recall@10']:.4f} [{row['recall@10_lo']:.3f}, {row['recall@10_hi']:.3f}]")
+
+
 #: Issue 24's targets per config: (cold wall s, cached wall s or None, peak MB).
 TARGETS = {"offline": (15.0, None, 2048.0), "retrieval-best": (120.0, 20.0, 1228.8)}
 
@@ -57,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--path")
     ap.add_argument("--config", default="offline", help="a shipped config name or YAML file (default offline)")
     ap.add_argument("--no-model-check", action="store_true", help="skip the scripted model run and its rerun")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for both runs, as `memlab run --set` (repeatable)")
     args = ap.parse_args(argv)
+    overrides = [a for kv in args.set for a in ("--set", kv)]
     cold_max, cached_max, peak_max = TARGETS.get(args.config, (float("nan"), None, float("nan")))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     if args.path:
@@ -66,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load average {os.getloadavg()[0]:.1f} (wall times stretch with it; CPU times much less)")
         print(f"{'run':10s}{'wall s':>9s}{'CPU s':>8s}{'peak RSS MB':>13s}   stages: wall s (share of the run's total)")
         for label in ("cold", "cached"):
-            wall, cpu, peak, run_dir = run_process([args.config, "--results", tmp], env)
+            wall, cpu, peak, run_dir = run_process([args.config, *overrides, "--results", tmp], env)
             info = json.loads((run_dir / "run.json").read_text())
             t = info["timings"]
             stages = {k[:-2]: v for k, v in t.items() if k.endswith("_s") and k != "total_s"}
@@ -77,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 ok = wall <= cold_max and peak <= peak_max
                 print(f"{'':10s}targets wall <= {cold_max:g} s (2 quiet cores) and peak <= {peak_max:g} MB: "
                       f"{'MET' if ok else 'NOT MET'}")
+                print(f"{'':10s}{quality(run_dir)}")
             else:
                 print(f"{'':10s}cached: extraction from cache {info['extraction']['from_cache']}"
                       + (f"; target wall <= {cached_max:g} s, peak <= {peak_max:g} MB: "

@@ -259,6 +259,27 @@ def test_minilm_embedder():
     assert whole.shape == (40, 384) and np.allclose(whole[:6], alone, atol=1e-5)
 
 
+def test_minilm_in_bfloat16_is_its_own_embedder_close_to_float32(tmp_path):
+    """bfloat16 is a declared setting: its id (and so every cache key) differs from float32's, and its vectors
+    stay close to float32's; a format it does not know is refused by name."""
+    from memlab.params import ParamError
+
+    ok, why = MiniLMEmbedder.available()
+    if not ok:
+        pytest.skip(why)
+    texts = ["Caroline went to a support group yesterday", "Melanie painted a sunset by the lake"]
+    f32, b16 = make_embedder("minilm"), make_embedder("minilm", dtype="bfloat16")
+    assert f32.embedder_id == "minilm(all-MiniLM-L6-v2)"  # the id (and caches) made before the setting
+    assert b16.embedder_id == "minilm(all-MiniLM-L6-v2,bfloat16)"
+    a, b = f32.embed(texts), b16.embed(texts)
+    assert b.dtype == np.float32 and not np.array_equal(a, b)
+    assert (a * b).sum(axis=1).min() > 0.999
+    cached = make_embedder("minilm", cache_path=str(tmp_path / "e.sqlite"), dtype="bfloat16")
+    assert cached.embedder_id == b16.embedder_id and np.allclose(cached.embed(texts), b, atol=1e-6)
+    with pytest.raises(ParamError, match="float16"):
+        make_embedder("minilm", dtype="float16")
+
+
 def test_feedback_moves_the_dense_query_toward_top_hits():
     table = {"A": [1, 0, 0], "B": [0.61, 0.79, 0], "C": [0.6, -0.8, 0], "q": [1, 0, 0]}
     svc = InMemoryMemoryService(HybridIndex(embedder=FixedEmbedder(table)))

@@ -361,7 +361,8 @@ def test_splade_scorer_expands_and_caches(monkeypatch):
     assert s[0] > s[2] > 0
     calls = []
     real = keyword_splade.encode_uncached
-    monkeypatch.setattr(keyword_splade, "encode_uncached", lambda texts: calls.append(len(texts)) or real(texts))
+    monkeypatch.setattr(keyword_splade, "encode_uncached",
+                        lambda texts, *a: calls.append(len(texts)) or real(texts, *a))
     again = make_keyword_scorer("splade").fit([*docs, "Melanie: I paint landscapes."])
     assert calls == [1]  # only the new text went through the model
     assert np.allclose(again.score("Which gay community event did Caroline attend?")[:3], s, atol=1e-5)
@@ -391,6 +392,34 @@ def test_splade_pooling_by_vocabulary_slices_equals_the_whole_logits_bit_for_bit
     assert got.shape == want.shape and torch.equal(got, want)
     with pytest.raises(RuntimeError, match="masked-LM head"):
         keyword_splade.pooled_weights(model.base_model, enc["input_ids"], enc["attention_mask"])
+
+
+def test_splade_in_bfloat16_keeps_its_own_vectors_in_a_shared_cache(tmp_path, monkeypatch):
+    """A bfloat16 scorer's vectors are close to float32's, and the two formats never serve each other's
+    vectors: not from the process table, not from one cache file."""
+    from memlab.index import keyword_splade
+
+    ok, why = keyword_splade.available()
+    if not ok:
+        pytest.skip(why)
+    keyword_splade.clear_cache()  # no float32 vector of these texts left in this process by another test
+    db = str(tmp_path / "sparse-vectors.sqlite")
+    docs = ["Caroline: I went to an LGBTQ support group yesterday.", "Melanie: I paint sunsets by the lake."]
+    b16 = make_keyword_scorer('splade(dtype="bfloat16")', db).fit(docs)
+    assert b16.dtype == "bfloat16" and keyword_splade.model_id("bfloat16").endswith(",bfloat16)")
+    calls = []
+    real = keyword_splade.encode_uncached
+    monkeypatch.setattr(keyword_splade, "encode_uncached",
+                        lambda texts, *a: calls.append((len(texts), *a)) or real(texts, *a))
+    f32 = make_keyword_scorer("splade", db).fit(docs)
+    assert calls == [(2, "float32")]  # nothing of bfloat16's was served for float32
+    a, b = f32.matrix_.toarray(), b16.matrix_.toarray()
+    assert not np.array_equal(a, b)
+    cos = (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cos.min() > 0.999
+    keyword_splade.clear_cache()  # a new process: both formats read back from the one file, nothing encoded
+    again = make_keyword_scorer('splade(dtype="bfloat16")', db).fit(docs)
+    assert len(calls) == 1 and (again.matrix_ != b16.matrix_).nnz == 0
 
 
 def test_session_list_ranks_up_the_turns_of_the_matching_session():
@@ -431,7 +460,8 @@ def test_splade_vectors_persist_on_disk_and_a_bad_row_is_encoded_again(tmp_path,
     keyword_splade.clear_cache()  # as a new process: no vector in memory, the disk cache kept
     calls = []
     real = keyword_splade.encode_uncached
-    monkeypatch.setattr(keyword_splade, "encode_uncached", lambda texts: calls.append(len(texts)) or real(texts))
+    monkeypatch.setattr(keyword_splade, "encode_uncached",
+                        lambda texts, *a: calls.append(len(texts)) or real(texts, *a))
     again = make_keyword_scorer("splade", str(db_path)).fit(docs)
     assert calls == [] and (again.matrix_ != first.matrix_).nnz == 0  # read back from disk, bit for bit
     with sqlite3.connect(db_path) as conn:  # damage one stored vector

@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from memlab.cache_integrity import crc, open_sqlite_cache, report, versioned_table
-from memlab.index.embedders import quiet_model_load
+from memlab.index.embedders import ModelDtype, cast_model, dtype_tag, quiet_model_load
 from memlab.index.keyword import KEYWORD_SCORERS, KeywordScorer
 from memlab.progress import progress_bar
 from memlab.threads import size_torch, trim_after_pass
@@ -57,25 +57,25 @@ CACHE_SIZE = 200_000
 
 _model_lock = threading.Lock()
 _encode_lock = threading.Lock()
-_model: tuple[Any, Any] | None = None
+_models: dict[str, tuple[Any, Any]] = {}  # (tokenizer, model) by number format
 _cache_lock = threading.Lock()
-_cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+_caches: dict[str, OrderedDict[str, tuple[np.ndarray, np.ndarray]]] = {}  # vectors by text hash, per format
 _dbs: dict[str, sqlite3.Connection] = {}
 #: Format of the on-disk vector cache; a file of another format is reported and started afresh.
 CACHE_FORMAT = 1
 
 
-@functools.lru_cache(maxsize=1)
-def model_id() -> str:
-    """What the disk cache keys vectors by, with the text's hash: the package version that shipped the weights
-    and the token cut, so vectors of another release or cut are never read back."""
+@functools.cache
+def model_id(dtype: str = "float32") -> str:
+    """What the disk cache keys vectors by, with the text's hash: the package version that shipped the weights,
+    the token cut and the number format, so vectors of another release, cut or format are never read back."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         v = version(PACKAGE)
     except PackageNotFoundError:
         v = "unknown"
-    return f"splade-tiny({PACKAGE}=={v},max_length={MAX_LENGTH})"
+    return f"splade-tiny({PACKAGE}=={v},max_length={MAX_LENGTH}{dtype_tag(dtype)})"
 
 
 def model_dir() -> Path:
@@ -100,10 +100,9 @@ def available() -> tuple[bool, str]:
     return True, ""
 
 
-def load_model() -> tuple[Any, Any]:
-    global _model
+def load_model(dtype: str = "float32") -> tuple[Any, Any]:
     with _model_lock:
-        if _model is None:
+        if dtype not in _models:
             from transformers import AutoModelForMaskedLM, AutoTokenizer
 
             size_torch()  # the pools `run.threads` set (memlab.threads), not every core
@@ -111,9 +110,9 @@ def load_model() -> tuple[Any, Any]:
             where = model_dir()
             with quiet_model_load():
                 tok = AutoTokenizer.from_pretrained(where)
-                model = AutoModelForMaskedLM.from_pretrained(where).eval()
-            _model = (tok, model)
-        return _model
+                model = cast_model(AutoModelForMaskedLM.from_pretrained(where).eval(), dtype)
+            _models[dtype] = (tok, model)
+        return _models[dtype]
 
 
 @functools.lru_cache(maxsize=1)
@@ -129,46 +128,47 @@ def clear_cache(model: bool = False) -> None:
     """Forget the vectors this process holds in memory (the disk cache at ``cache_path`` stays), and with ``model``
     the loaded model too: what a fresh process starts from (the next `encode` reads the disk cache or encodes,
     the next `load_model` reads the files again). Frees their memory after a run that used SPLADE."""
-    global _model
     with _cache_lock:
-        _cache.clear()
+        _caches.clear()
     if model:
         with _model_lock:
-            _model = None
+            _models.clear()
 
 
-def encode(texts: list[str], cached: bool = True,
-           cache_path: str | os.PathLike[str] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Each text's SPLADE vector as (vocabulary ids, weights > 0), from the process cache or the SQLite file
-    at ``cache_path`` where known (``cached=False``: encode every text again)."""
+def encode(texts: list[str], cached: bool = True, cache_path: str | os.PathLike[str] | None = None,
+           dtype: str = "float32") -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each text's SPLADE vector as (vocabulary ids, weights > 0) with the model in ``dtype``, from the process
+    cache or the SQLite file at ``cache_path`` where known (``cached=False``: encode every text again)."""
     keys = [hashlib.sha256(t.encode("utf-8", "surrogatepass")).hexdigest() for t in texts]
     found: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    with _cache_lock:
+        table = _caches.setdefault(dtype, OrderedDict())
     if cached:
         with _cache_lock:
             for k in keys:
-                hit = _cache.get(k)
+                hit = table.get(k)
                 if hit is not None:
-                    _cache.move_to_end(k)
+                    table.move_to_end(k)
                     found[k] = hit
             if cache_path is not None:
                 in_memory = list(found)
-                found.update(_disk_get(str(cache_path), [k for k in dict.fromkeys(keys) if k not in found]))
+                found.update(_disk_get(str(cache_path), [k for k in dict.fromkeys(keys) if k not in found], dtype))
                 # vectors this process made for another cache file go into this one too
-                stored = _disk_has(str(cache_path), in_memory)
-                _disk_put(str(cache_path), {k: found[k] for k in in_memory if k not in stored})
+                stored = _disk_has(str(cache_path), in_memory, dtype)
+                _disk_put(str(cache_path), {k: found[k] for k in in_memory if k not in stored}, dtype)
     todo = {k: t for k, t in zip(keys, texts) if k not in found}
     if todo:
-        fresh = dict(zip(todo, encode_uncached(list(todo.values()))))
+        fresh = dict(zip(todo, encode_uncached(list(todo.values()), dtype)))
         found.update(fresh)
         with _cache_lock:
             if cache_path is not None:
-                _disk_put(str(cache_path), fresh)
+                _disk_put(str(cache_path), fresh, dtype)
     with _cache_lock:
         for k in dict.fromkeys(keys):
-            _cache[k] = found[k]
-            _cache.move_to_end(k)
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
+            table[k] = found[k]
+            table.move_to_end(k)
+        while len(table) > CACHE_SIZE:
+            table.popitem(last=False)
     return [found[k] for k in keys]
 
 
@@ -184,14 +184,14 @@ def _db(path: str) -> sqlite3.Connection:
     return conn
 
 
-def _disk_get(path: str, keys: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _disk_get(path: str, keys: list[str], dtype: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Cached vectors by text hash; a row failing its checksum is reported, dropped and encoded again."""
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    db, mid = _db(path), model_id()
+    db, mid = _db(path), model_id(dtype)
     for i in range(0, len(keys), 500):
         chunk = keys[i:i + 500]
         q = f"SELECT h, ids, w, crc FROM vec WHERE model=? AND h IN ({','.join('?' * len(chunk))})"
-        for h, ids, w, c in db.execute(q, [model_id(), *chunk]).fetchall():
+        for h, ids, w, c in db.execute(q, [mid, *chunk]).fetchall():
             ok = (isinstance(ids, bytes) and isinstance(w, bytes) and crc(mid, h, ids, w) == c
                   and len(ids) == len(w) and len(ids) % 4 == 0)
             arr_w = np.frombuffer(w, dtype=np.float32) if ok else None
@@ -205,19 +205,19 @@ def _disk_get(path: str, keys: list[str]) -> dict[str, tuple[np.ndarray, np.ndar
     return out
 
 
-def _disk_has(path: str, keys: list[str]) -> set[str]:
-    db, out = _db(path), set()
+def _disk_has(path: str, keys: list[str], dtype: str) -> set[str]:
+    db, out, mid = _db(path), set(), model_id(dtype)
     for i in range(0, len(keys), 500):
         chunk = keys[i:i + 500]
         q = f"SELECT h FROM vec WHERE model=? AND h IN ({','.join('?' * len(chunk))})"
-        out.update(h for (h,) in db.execute(q, [model_id(), *chunk]).fetchall())
+        out.update(h for (h,) in db.execute(q, [mid, *chunk]).fetchall())
     return out
 
 
-def _disk_put(path: str, vecs: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+def _disk_put(path: str, vecs: dict[str, tuple[np.ndarray, np.ndarray]], dtype: str) -> None:
     if not vecs:
         return
-    rows, mid = [], model_id()
+    rows, mid = [], model_id(dtype)
     for h, (ids, w) in vecs.items():
         bi, bw = ids.astype(np.int32).tobytes(), w.astype(np.float32).tobytes()
         rows.append((mid, h, bi, bw, crc(mid, h, bi, bw)))
@@ -226,8 +226,8 @@ def _disk_put(path: str, vecs: dict[str, tuple[np.ndarray, np.ndarray]]) -> None
         db.executemany("INSERT OR REPLACE INTO vec VALUES (?,?,?,?,?)", rows)
 
 
-def encode_uncached(texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-    tok, model = load_model()
+def encode_uncached(texts: list[str], dtype: str = "float32") -> list[tuple[np.ndarray, np.ndarray]]:
+    tok, model = load_model(dtype)
     with _encode_lock:  # a fast tokenizer refuses two threads at once ("Already borrowed")
         return encode_batches(texts, tok, model)
 
@@ -255,7 +255,7 @@ def pooled_weights(model: Any, input_ids: Any, attention_mask: Any) -> Any:
         logits = torch.addmm(decoder.bias[lo:hi], flat, decoder.weight[lo:hi].t()).view(batch, length, hi - lo)
         logits.masked_fill_(padding, float("-inf"))
         torch.amax(logits, dim=1, out=out[:, lo:hi])
-    return torch.log1p(torch.relu(out))
+    return torch.log1p(torch.relu(out.float()))  # the weights in float32 whatever the model's format
 
 
 def encode_batches(texts: list[str], tok: Any, model: Any) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -294,11 +294,12 @@ class SpladeScorer(KeywordScorer):
     uses_cache = True
     fixed_params = {"cache_path": "the results root (.cache/sparse-vectors.sqlite, beside the embedding cache)"}
 
-    def __init__(self, cache_path: str | os.PathLike[str] | None = None):
+    def __init__(self, cache_path: str | os.PathLike[str] | None = None, dtype: ModelDtype = "float32"):
         self.cache_path = cache_path
+        self.dtype = dtype
 
     def fit(self, docs: list[str]) -> SpladeScorer:
-        vecs = encode(list(docs), cache_path=self.cache_path)
+        vecs = encode(list(docs), cache_path=self.cache_path, dtype=self.dtype)
         vocab = vocab_size()
         indptr = np.cumsum([0] + [len(ids) for ids, _ in vecs])
         indices = np.concatenate([ids for ids, _ in vecs]) if vecs else np.zeros(0, dtype=np.int64)
@@ -309,10 +310,10 @@ class SpladeScorer(KeywordScorer):
 
     def encode_queries(self, queries: list[str], cached: bool = True) -> None:
         """Queries are kept on disk like documents: a rerun's questions are not encoded again."""
-        encode(list(queries), cached=cached, cache_path=self.cache_path if cached else None)
+        encode(list(queries), cached=cached, cache_path=self.cache_path if cached else None, dtype=self.dtype)
 
     def score(self, query: str) -> np.ndarray:
-        ids, w = encode([query])[0]
+        ids, w = encode([query], dtype=self.dtype)[0]
         if len(ids) == 0:
             return np.zeros(self.n_docs, dtype=np.float32)
         return self._accumulate(ids, w)
