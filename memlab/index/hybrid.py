@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -58,6 +59,8 @@ from memlab.params import parse_spec
 
 #: File name of the sparse-vector cache, beside the embedding cache (`memlab.index.keyword_splade`).
 SPARSE_CACHE_NAME = "sparse-vectors.sqlite"
+#: Guards `HybridIndex.builds` (a module lock keeps an index copyable and picklable, as its embedders are).
+_BUILDS_LOCK = threading.Lock()
 def _h(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
@@ -223,7 +226,8 @@ class HybridIndex:
         for mid in [m for m in st.vectors if m not in live]:
             del st.vectors[mid]
         self._derive(st, rows, texts)
-        self.builds += 1
+        with _BUILDS_LOCK:  # keys of a model-free index build in threads (`memlab.run.extraction.build_indexes`)
+            self.builds += 1
 
     def _derive(self, st: KeyState, rows: list[MemoryEntry], texts: list[str]) -> None:
         """Everything cheap that follows from the rows and their vectors (FAISS, keyword scorers, masks)."""
