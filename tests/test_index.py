@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from datetime import datetime
 
 import numpy as np
@@ -259,7 +260,7 @@ def test_minilm_embedder():
     assert whole.shape == (40, 384) and np.allclose(whole[:6], alone, atol=1e-5)
 
 
-def test_minilm_in_bfloat16_is_its_own_embedder_close_to_float32(tmp_path):
+def test_minilm_in_bfloat16_is_its_own_embedder_close_to_float32(tmp_path, monkeypatch):
     """bfloat16 is a declared setting: its id (and so every cache key) differs from float32's, and its vectors
     stay close to float32's; a format it does not know is refused by name."""
     from memlab.params import ParamError
@@ -267,12 +268,14 @@ def test_minilm_in_bfloat16_is_its_own_embedder_close_to_float32(tmp_path):
     ok, why = MiniLMEmbedder.available()
     if not ok:
         pytest.skip(why)
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
     texts = ["Caroline went to a support group yesterday", "Melanie painted a sunset by the lake"]
     f32, b16 = make_embedder("minilm"), make_embedder("minilm", dtype="bfloat16")
     assert f32.embedder_id == "minilm(all-MiniLM-L6-v2)"  # the id (and caches) made before the setting
     assert b16.embedder_id == "minilm(all-MiniLM-L6-v2,bfloat16)"
     a, b = f32.embed(texts), b16.embed(texts)
     assert b.dtype == np.float32 and not np.array_equal(a, b)
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16"  # bf16 kernels per shape: a bounded cache
     assert (a * b).sum(axis=1).min() > 0.999
     cached = make_embedder("minilm", cache_path=str(tmp_path / "e.sqlite"), dtype="bfloat16")
     assert cached.embedder_id == b16.embedder_id and np.allclose(cached.embed(texts), b, atol=1e-6)
