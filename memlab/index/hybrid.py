@@ -61,6 +61,8 @@ from memlab.params import parse_spec
 SPARSE_CACHE_NAME = "sparse-vectors.sqlite"
 #: Guards `HybridIndex.builds` (a module lock keeps an index copyable and picklable, as its embedders are).
 _BUILDS_LOCK = threading.Lock()
+
+
 def _h(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
