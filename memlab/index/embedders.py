@@ -20,13 +20,14 @@ import functools
 import hashlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from memlab.index.text import analyze
+from memlab.index.torch_models import ModelDtype, cast_model, dtype_tag, quiet_model_load
 from memlab.params import Component, check_params, param_specs
 from memlab.progress import progress_bar
 from memlab.registry import Registry
@@ -40,31 +41,6 @@ PROGRESS_CHUNK = 8
 #: Embedders by name; a spec is ``name``, or ``name:<value>`` for an embedder that declares ``spec_setting``
 #: (``litellm:<model>``: the value is its ``model`` setting).
 EMBEDDERS: Registry[Embedder] = Registry("embedder")
-
-
-#: The number format a local model (minilm, SPLADE) runs in. ``bfloat16`` cuts their CPU time by 1.4-2x on a CPU
-#: with native bf16 arithmetic (AVX512-BF16 or AMX; elsewhere it is emulated, and slower than float32) and moves
-#: their vectors slightly (minilm: cosine >= 0.9999 to float32's on LoCoMo-10's memories): for fast sweeps. The
-#: model's id names it, so the caches never serve one format's vectors for the other.
-ModelDtype = Literal["float32", "bfloat16"]
-
-
-def dtype_tag(dtype: str) -> str:
-    """What a model id adds for a number format (nothing for float32: the ids, and caches, made before it)."""
-    return "" if dtype == "float32" else f",{dtype}"
-
-
-def cast_model(model: Any, dtype: str) -> Any:
-    """The torch model in ``dtype`` (in place; float32 is how the models load)."""
-    if dtype != "float32":
-        # torch's bf16 matrix products go through oneDNN, which keeps a compiled kernel per shape (1,024 by
-        # default) and length-sorted batches have hundreds of shapes: retrieval-best in bf16 peaked at 1.60 GB
-        # with the default and 1.33 GB with 16 (read when oneDNN first runs; a user's own setting wins)
-        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
-        import torch
-
-        model.to(getattr(torch, dtype))
-    return model
 
 
 def l2_normalize(x: np.ndarray) -> np.ndarray:
@@ -114,21 +90,6 @@ class Embedder(Component, ABC):
 
     def load_fitted_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Embedder:
         raise NotImplementedError(f"{type(self).__name__} has no fitted state")
-
-
-@contextlib.contextmanager
-def quiet_model_load() -> Iterator[None]:
-    """Load a transformers model without its "Loading weights" progress bar (a flood in notebook output);
-    the bar's global setting is restored afterwards."""
-    from transformers.utils import logging as hf_logging
-
-    was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_on:
-            hf_logging.enable_progress_bar()
 
 
 @functools.lru_cache(maxsize=1)

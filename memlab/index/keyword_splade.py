@@ -31,8 +31,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from memlab.cache_integrity import crc, open_sqlite_cache, report, versioned_table
-from memlab.index.embedders import ModelDtype, cast_model, dtype_tag, quiet_model_load
 from memlab.index.keyword import KEYWORD_SCORERS, KeywordScorer
+from memlab.index.torch_models import ModelDtype, cast_model, dtype_tag, quiet_model_load
 from memlab.progress import progress_bar
 from memlab.threads import size_torch, trim_after_pass
 
