@@ -134,6 +134,21 @@ def test_bootstrap_means_count_only_the_drawn_values_that_exist():
         want = np.array([np.nanmean(np.concatenate(d), axis=0) if d else np.full(3, np.nan) for d in drawn])
     assert np.allclose(got, want, rtol=1e-12, equal_nan=True)
 
+def test_bootstrap_gathers_in_blocks_with_the_same_result_bit_for_bit(monkeypatch):
+    """The inner resample gathers a block of replicates at a time (its memory); every replicate's mean and count
+    must be exactly what one whole gather gives, gappy columns included."""
+    from memlab.eval import bootstrap
+
+    rng = np.random.default_rng(2)
+    x = rng.random((60, 4))
+    x[rng.random((60, 4)) < 0.2] = np.nan
+    cl = [i % 4 for i in range(60)]
+    monkeypatch.setattr(bootstrap, "GATHER_ROWS", 10**9)
+    whole = cluster_bootstrap(x, cl, n_boot=300, seed=5)
+    monkeypatch.setattr(bootstrap, "GATHER_ROWS", 7)  # blocks that do not divide a conversation's ~75 slots
+    assert np.array_equal(cluster_bootstrap(x, cl, n_boot=300, seed=5), whole, equal_nan=True)
+
+
 def test_empty_input_gives_nan_not_a_crash():
     assert np.isnan(cluster_bootstrap(np.empty((0, 3)), [], n_boot=10)).all()
     assert np.isnan(cluster_bootstrap([], [], n_boot=10)).all()

@@ -19,6 +19,8 @@ MDD_FACTOR = 2.8
 #: the abstention ones (category 5), "1-5" every question; on LoCoMo (no 6, 7) the groups are unchanged.
 OVERALL_GROUPS: dict[str, tuple[int, ...]] = {"overall 1-4": (1, 2, 3, 4, 6, 7), "overall 1-5": (1, 2, 3, 4, 5, 6, 7)}
 N_BOOT = 2000
+#: Replicates gathered at once in the inner resample (`cluster_bootstrap`): bounds its transient memory.
+GATHER_ROWS = 256
 
 
 def cluster_bootstrap(values: np.ndarray | Sequence[float], clusters: Sequence[object], n_boot: int = N_BOOT,
@@ -53,11 +55,16 @@ def cluster_bootstrap(values: np.ndarray | Sequence[float], clusters: Sequence[o
         reps = np.nonzero(slots)[0]  # replicate of each slot (a replicate may hold c twice: two inner draws)
         if inner:
             idx = rows[rng.integers(0, len(rows), size=(m, len(rows)))]
-            s = xz[idx].sum(axis=1)
             gaps = ~valid[rows].all(axis=0)  # only a column with a missing value here needs its draws counted
+            s = np.empty((m, x.shape[1]))
             k = np.full((m, x.shape[1]), len(rows))
-            if gaps.any():
-                k[:, gaps] = valid[:, gaps][idx].sum(axis=1)
+            # the gathered draws are m x questions x metrics floats (60 MB for a LoCoMo conversation): summed
+            # a block of replicates at a time, each row's sum the same as whole (the metrics axis is innermost)
+            for a in range(0, m, GATHER_ROWS):
+                part = idx[a:a + GATHER_ROWS]
+                s[a:a + len(part)] = xz[part].sum(axis=1)
+                if gaps.any():
+                    k[a:a + len(part), gaps] = valid[:, gaps][part].sum(axis=1)
         else:
             s = np.broadcast_to(xz[rows].sum(axis=0), (m, x.shape[1]))
             k = np.broadcast_to(valid[rows].sum(axis=0), (m, x.shape[1]))
