@@ -389,7 +389,14 @@ def test_splade_pooling_by_vocabulary_slices_equals_the_whole_logits_bit_for_bit
         want = torch.log1p(torch.relu(logits)).masked_fill(pad, 0).amax(dim=1)
         monkeypatch.setattr(keyword_splade, "VOCAB_CHUNK", 1000)  # slices that do not divide 30,522
         got = keyword_splade.pooled_weights(model, enc["input_ids"], enc["attention_mask"])
-    assert got.shape == want.shape and torch.equal(got, want)
+        assert got.shape == want.shape and torch.equal(got, want)
+        # a pass reuses one scratch: a smaller batch after a larger one reads only its own part of the buffers
+        scratch = keyword_splade.Scratch()
+        keyword_splade.pooled_weights(model, enc["input_ids"], enc["attention_mask"], scratch).clone()
+        one = tok(texts[1:2], return_tensors="pt", return_token_type_ids=False)
+        alone = keyword_splade.pooled_weights(model, one["input_ids"], one["attention_mask"]).clone()
+        reused = keyword_splade.pooled_weights(model, one["input_ids"], one["attention_mask"], scratch)
+        assert reused.data_ptr() == scratch.pooled.data_ptr() and torch.equal(reused, alone)
     with pytest.raises(RuntimeError, match="masked-LM head"):
         keyword_splade.pooled_weights(model.base_model, enc["input_ids"], enc["attention_mask"])
 

@@ -147,6 +147,56 @@ def test_answering_encodes_the_questions_ahead(locomo_path, tmp_path):
     assert emb.calls[-1] == len({q.question for _, q in todo})
 
 
+def test_every_keys_memories_are_encoded_in_one_pass_before_any_key_builds():
+    """Model passes key by key, between each key's structures, fragmented the heap (retrieval-best's peak):
+    `build_indexes` encodes every key's memories first, in one pass, and each key then builds from it."""
+    from memlab.run.extraction import build_indexes
+
+    emb = CountingEmbedder()
+    svc = open_service("memory", embedder=emb, keyword="bm25")
+    texts = {UserKey("app", "a"): ["Caroline went to the LGBTQ support group", "Caroline paints", "same words"],
+             UserKey("app", "b"): ["Melanie ran a charity race", "same words"]}
+    for key, ts in texts.items():
+        for t in ts:
+            svc.add(key, t)
+    rows = {key: svc.list(key) for key in texts}
+    emb.calls.clear()
+    assert all(svc.searcher.needs_build(k) for k in texts)
+    assert build_indexes(svc, rows, threads=1) == 1
+    assert emb.calls == [4]  # one pass over the distinct texts of both keys, none per key
+    ref = HybridIndex(embedder=CountingEmbedder(), keyword="bm25")  # key by key, as before
+    for key in texts:
+        st = svc.searcher.ensure_built(key, lambda k=key: rows[k])
+        assert not svc.searcher.needs_build(key)
+        assert np.array_equal(st.matrix, ref.ensure_built(key, lambda k=key: rows[k]).matrix)
+    assert emb.calls == [4]
+    assert svc.searcher.encode_ahead(rows) == 0  # built keys: nothing to encode
+    fitted = HybridIndex(embedder="tfidf-lsa", keyword="bm25")  # a corpus-fitted embedder fits per key
+    assert fitted.encode_ahead(rows) == 0
+
+
+def test_splade_documents_encoded_ahead_are_not_encoded_again_when_a_key_builds(monkeypatch):
+    from memlab.index import keyword_splade as ks
+
+    ok, why = ks.available()
+    if not ok:
+        pytest.skip(why)
+    ks.clear_cache()
+    passes: list[int] = []
+    real = ks.encode_uncached
+    monkeypatch.setattr(ks, "encode_uncached", lambda texts, dtype="float32": passes.append(len(texts)) or
+                        real(texts, dtype))
+    idx = HybridIndex(embedder=CountingEmbedder(), keyword="bm25", sparse="splade")
+    svc = open_service("memory", embedder=CountingEmbedder(), keyword="bm25")
+    key = UserKey("app", "s")
+    for t in ("Caroline went to the LGBTQ support group", "Melanie ran a charity race for mental health"):
+        svc.add(key, t)
+    rows = {key: svc.list(key)}
+    assert idx.encode_ahead(rows) == 2 and passes == [2]
+    st = idx.ensure_built(key, lambda: rows[key])
+    assert passes == [2] and st.sparse.n_docs == 2
+
+
 def test_run_json_records_threads_and_peak_rss_per_stage(locomo_path, tmp_path):
     cfg = ExperimentConfig.from_dict({"name": "t", "dataset": {"path": str(locomo_path), "conversations": ["conv-26"],
                                                                "question_limit": 5},
@@ -170,9 +220,9 @@ def test_splade_passes_never_hold_more_than_the_token_budget_and_match_one_by_on
     shapes: list[tuple[int, int]] = []
     real = ks.pooled_weights
 
-    def spy(model, input_ids, attention_mask):
+    def spy(model, input_ids, attention_mask, scratch=None):
         shapes.append(tuple(input_ids.shape))
-        return real(model, input_ids, attention_mask)
+        return real(model, input_ids, attention_mask, scratch)
 
     monkeypatch.setattr(ks, "pooled_weights", spy)
     texts = [f"Caroline: I went to support group number {i} and talked about " + "adoption " * (i % 9)

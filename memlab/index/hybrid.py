@@ -24,7 +24,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,13 @@ from memlab.index.ranking import (
     feedback_query,
     rank,
 )
-from memlab.index.records import index_text, is_turn_record, session_documents  # noqa: F401
+from memlab.index.records import (  # noqa: F401
+    citing_pairs,
+    index_text,
+    is_turn_record,
+    session_documents,
+    with_citing_notes,
+)
 from memlab.index.text import word_set
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import KIND_FALLBACK_MIN_HITS, SearchHit, SearchOptions, SearchResult
@@ -107,6 +113,7 @@ class HybridIndex:
         self._saved: dict[UserKey, SavedKey] = {}
         self._shared_embedder: Embedder | None = None
         self._query_vectors: dict[str, np.ndarray] = {}  # `prepare_queries`' vectors of a pretrained embedder
+        self._ahead: dict[UserKey, dict[str, np.ndarray]] = {}  # `encode_ahead`'s vectors, per key until it builds
         self.builds = 0
         if persist_path and Path(persist_path).is_file():
             self.load(persist_path)
@@ -205,9 +212,36 @@ class HybridIndex:
             return make_embedder(self.embedder, cache_path=self.cache_path, **self.embedder_params)
         return self._shared_embedder
 
-    def _build(self, st: KeyState) -> None:
-        rows = sorted(st.entries.values(), key=lambda e: (e.created_at, e.id))
-        texts = [index_text(e, self.date_in_text) for e in rows]
+    def _rows(self, entries: Sequence[MemoryEntry]) -> tuple[list[MemoryEntry], list[str]]:
+        """A key's rows in index order and their index texts."""
+        rows = sorted(entries, key=lambda e: (e.created_at, e.id))
+        return rows, [index_text(e, self.date_in_text) for e in rows]
+
+    def encode_ahead(self, entries_by_key: Mapping[UserKey, Sequence[MemoryEntry]]) -> int:
+        """Encode the memories of every key that is about to build in one pass per model (minilm, SPLADE)
+        before any key builds, and return how many texts. Passes key by key, between each key's structures,
+        fragmented the heap: retrieval-best's minilm passes grew its resident size by 100-280 MB each and set
+        the run's peak. A corpus-fitted embedder and word-count scorers have nothing to encode."""
+        if self.model_free:
+            return 0
+        embedder, dense, lexical = self._new_embedder(), {}, []
+        for key, entries in entries_by_key.items():
+            if not self.needs_build(key):
+                continue
+            rows, dense[key] = self._rows(entries)
+            lexical += (with_citing_notes(rows, dense[key], citing_pairs(rows, [is_turn_record(e) for e in rows]))
+                        if self.append_citing else dense[key])
+        todo = list(dict.fromkeys(t for texts in dense.values() for t in texts))
+        if todo and not embedder.needs_fit:
+            vectors = dict(zip(todo, embedder.embed(todo)))
+            self._ahead.update({key: {t: vectors[t] for t in texts} for key, texts in dense.items()})
+        for spec in (self.keyword, self.sparse):
+            if spec and lexical:
+                make_keyword_scorer(spec, self.sparse_cache_path()).encode_ahead(list(dict.fromkeys(lexical)))
+        return sum(map(len, dense.values()))
+
+    def _build(self, st: KeyState, ahead: Mapping[str, np.ndarray] | None = None) -> None:
+        rows, texts = self._rows(list(st.entries.values()))
         if st.embedder is None:
             st.embedder = self._new_embedder()
         n = len(rows)
@@ -221,7 +255,9 @@ class HybridIndex:
         todo = [(e.id, t) for e, t in zip(rows, texts)
                 if (c := st.vectors.get(e.id)) is None or c[0] != _h(t) or c[1] != st.fit_version]
         if todo:
-            vecs = st.embedder.embed([t for _, t in todo])
+            fresh = [t for _, t in todo if not ahead or t not in ahead]
+            made = dict(zip(fresh, st.embedder.embed(fresh))) if fresh else {}
+            vecs = [made[t] if t in made else ahead[t] for _, t in todo]  # type: ignore[index]
             for (mid, t), v in zip(todo, vecs):
                 st.vectors[mid] = (_h(t), st.fit_version, v)
         live = {e.id for e in rows}
@@ -237,17 +273,10 @@ class HybridIndex:
         st.rows = rows
         st.row_of = {e.id: i for i, e in enumerate(rows)}
         st.is_record = np.array([is_turn_record(e) for e in rows], dtype=bool)
-        rec_of_source = {e.source_ids[0]: r for r, e in enumerate(rows) if st.is_record[r]}
-        pairs = sorted({(r, rec_of_source[s]) for r, e in enumerate(rows) if not st.is_record[r]
-                        for s in e.source_ids if s in rec_of_source})
+        pairs = citing_pairs(rows, st.is_record)
         st.cite_note = np.array([p[0] for p in pairs], dtype=np.int64)
         st.cite_record = np.array([p[1] for p in pairs], dtype=np.int64)
-        kw_texts = texts
-        if self.append_citing and pairs:
-            extra: dict[int, list[str]] = {}
-            for note, rec in pairs:
-                extra.setdefault(rec, []).append(rows[note].text)
-            kw_texts = [t if r not in extra else t + " " + " ".join(extra[r]) for r, t in enumerate(texts)]
+        kw_texts = with_citing_notes(rows, texts, pairs) if self.append_citing else texts
         if n:
             mat = np.vstack([st.vectors[e.id][2] for e in rows])
             st.matrix = mat
@@ -284,7 +313,7 @@ class HybridIndex:
         elif st.stale:
             self.refresh(key, load_entries())
         if st.dirty:
-            self._build(st)
+            self._build(st, self._ahead.pop(key, None))
         return st
 
     def entries(self, key: UserKey, load_entries: Callable[[], list[MemoryEntry]]) -> list[MemoryEntry]:

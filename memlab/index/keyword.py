@@ -63,6 +63,11 @@ class KeywordScorer(Component, ABC):
         it); word-count scorers have nothing to do."""
         return None
 
+    def encode_ahead(self, texts: list[str]) -> None:
+        """Encode texts this scorer will be fit on (`memlab.index.HybridIndex.encode_ahead`: every key's, in one
+        batched pass) where that costs a model pass; word-count scorers have nothing to do."""
+        return None
+
     @abstractmethod
     def _query_weights(self, js: np.ndarray, tf: np.ndarray) -> np.ndarray:
         """Weights of the query's known terms ``js`` (with counts ``tf``)."""

@@ -50,6 +50,8 @@ TOKENS_PER_BATCH = 512
 #: once: 8 MB of logits at 512 tokens instead of the whole 62 MB batch x length x 30,522 tensor, which made the
 #: layer bound by memory writes (1.6x slower on this 2-core machine; the pooled vectors are bit-identical).
 VOCAB_CHUNK = 4096
+#: Texts tokenized at once to sort a pass by length (`token_lengths`).
+LENGTH_CHUNK = 256
 #: Encoding this many texts or more shows a progress bar (a rebuild of LoCoMo-10's memories takes minutes).
 PROGRESS_MIN = 256
 #: Vectors kept per process (about 100 non-zeros each: ~1 KB).
@@ -232,11 +234,28 @@ def encode_uncached(texts: list[str], dtype: str = "float32") -> list[tuple[np.n
         return encode_batches(texts, tok, model)
 
 
-def pooled_weights(model: Any, input_ids: Any, attention_mask: Any) -> Any:
+class Scratch:
+    """A pass's two working buffers for `pooled_weights`, allocated once and reused by every batch: fresh
+    tensors of a new size per batch (length-sorted batches differ in rows) fragmented the heap, and a
+    LoCoMo-10 run's SPLADE passes grew its resident size by 130-180 MB each."""
+
+    def __init__(self) -> None:
+        self.logits: Any = None  # flat: tokens x VOCAB_CHUNK
+        self.pooled: Any = None  # flat: rows x vocabulary
+
+    @staticmethod
+    def take(buf: Any, n: int, dtype: Any) -> Any:
+        import torch
+
+        return buf if buf is not None and buf.numel() >= n and buf.dtype == dtype else torch.empty(n, dtype=dtype)
+
+
+def pooled_weights(model: Any, input_ids: Any, attention_mask: Any, scratch: Scratch | None = None) -> Any:
     """SPLADE's [batch, vocabulary] weights: ``log(1 + relu(max over real tokens of the MLM logits))``, which
     equals the max of ``log(1 + relu(logits))`` (both are monotone) in one pass over the logits, not four.
 
-    The output layer runs `VOCAB_CHUNK` columns at a time, so the logits of a batch never exist whole."""
+    The output layer runs `VOCAB_CHUNK` columns at a time, so the logits of a batch never exist whole. With
+    ``scratch`` the result lives in its buffer (float32 models): read it before the next call."""
     import torch
 
     head = getattr(getattr(model, "cls", None), "predictions", None)
@@ -249,21 +268,39 @@ def pooled_weights(model: Any, input_ids: Any, attention_mask: Any) -> Any:
     flat = hidden.reshape(batch * length, width)
     padding = (attention_mask == 0).unsqueeze(-1)
     vocab = decoder.weight.shape[0]
-    out = torch.empty(batch, vocab, dtype=hidden.dtype)
+    scratch = scratch or Scratch()
+    scratch.pooled = Scratch.take(scratch.pooled, batch * vocab, hidden.dtype)
+    scratch.logits = Scratch.take(scratch.logits, batch * length * min(vocab, VOCAB_CHUNK), hidden.dtype)
+    out = scratch.pooled[:batch * vocab].view(batch, vocab)
     for lo in range(0, vocab, VOCAB_CHUNK):
         hi = min(vocab, lo + VOCAB_CHUNK)
-        logits = torch.addmm(decoder.bias[lo:hi], flat, decoder.weight[lo:hi].t()).view(batch, length, hi - lo)
+        logits = scratch.logits[:batch * length * (hi - lo)].view(batch * length, hi - lo)
+        torch.addmm(decoder.bias[lo:hi], flat, decoder.weight[lo:hi].t(), out=logits)
+        logits = logits.view(batch, length, hi - lo)
         logits.masked_fill_(padding, float("-inf"))
         torch.amax(logits, dim=1, out=out[:, lo:hi])
-    return torch.log1p(torch.relu(out.float()))  # the weights in float32 whatever the model's format
+    out = out if out.dtype == torch.float32 else out.float()  # the weights in float32 whatever the model's format
+    return torch.log1p_(torch.relu_(out))
+
+
+def token_lengths(texts: list[str], tok: Any) -> list[int]:
+    """Each text's token count (cut at `MAX_LENGTH`), tokenized `LENGTH_CHUNK` texts at a time: the tokenizer's
+    encodings of a whole pass at once (LoCoMo-10's 8,423 memories) were the largest transient of a SPLADE pass."""
+    out: list[int] = []
+    for lo in range(0, len(texts), LENGTH_CHUNK):
+        enc = tok(texts[lo:lo + LENGTH_CHUNK], truncation=True, max_length=MAX_LENGTH, return_attention_mask=False,
+                  return_token_type_ids=False)
+        out.extend(len(ids) for ids in enc["input_ids"])
+    return out
 
 
 def encode_batches(texts: list[str], tok: Any, model: Any) -> list[tuple[np.ndarray, np.ndarray]]:
     import torch
 
-    lengths = [len(ids) for ids in tok(texts, truncation=True, max_length=MAX_LENGTH)["input_ids"]]
+    lengths = token_lengths(texts, tok)
     order = np.argsort(lengths, kind="stable")
     result: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(texts)
+    scratch = Scratch()
     i = 0
     bar = progress_bar(total=len(texts), desc="splade encode", disable=len(texts) < PROGRESS_MIN, leave=False)
     with torch.inference_mode(), contextlib.closing(bar):
@@ -276,12 +313,13 @@ def encode_batches(texts: list[str], tok: Any, model: Any) -> list[tuple[np.ndar
             batch = [texts[k] for k in order[i:j]]
             enc = tok(batch, padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="pt",
                       return_token_type_ids=False)
-            vecs = pooled_weights(model, enc["input_ids"], enc["attention_mask"]).float().numpy()
+            vecs = pooled_weights(model, enc["input_ids"], enc["attention_mask"], scratch).numpy()
             for row, k in enumerate(order[i:j]):
                 nz = np.flatnonzero(vecs[row] > 0)
                 result[k] = (nz.astype(np.int64), vecs[row, nz].astype(np.float32))
             bar.update(j - i)
             i = j
+    del scratch
     trim_after_pass(len(texts))  # freed activations stay resident otherwise, and the next pass adds to them
     return result  # type: ignore[return-value]
 
@@ -307,6 +345,9 @@ class SpladeScorer(KeywordScorer):
         self.matrix_ = sp.csr_matrix((data, indices, indptr), shape=(len(vecs), vocab)).tocsc()
         self.n_docs = len(vecs)
         return self
+
+    def encode_ahead(self, texts: list[str]) -> None:
+        encode(list(texts), cache_path=self.cache_path, dtype=self.dtype)
 
     def encode_queries(self, queries: list[str], cached: bool = True) -> None:
         """Queries are kept on disk like documents: a rerun's questions are not encoded again."""

@@ -52,3 +52,21 @@ def session_documents(rows: list[MemoryEntry], is_record: np.ndarray, texts: lis
     for r in np.flatnonzero(of >= 0):
         parts[of[r]].append(texts[r])
     return of, [" ".join(p) for p in parts]
+
+
+def citing_pairs(rows: list[MemoryEntry], is_record: Any) -> list[tuple[int, int]]:
+    """(note row, record row) for each note citing a dialog-turn record by its source id, sorted."""
+    rec_of_source = {e.source_ids[0]: r for r, e in enumerate(rows) if is_record[r]}
+    return sorted({(r, rec_of_source[s]) for r, e in enumerate(rows) if not is_record[r]
+                   for s in e.source_ids if s in rec_of_source})
+
+
+def with_citing_notes(rows: list[MemoryEntry], texts: list[str], pairs: list[tuple[int, int]]) -> list[str]:
+    """Each record's text with the texts of the notes citing it appended (``index.append_citing``: what the
+    keyword scorers read); ``texts`` itself where no note cites a record."""
+    if not pairs:
+        return texts
+    extra: dict[int, list[str]] = {}
+    for note, rec in pairs:
+        extra.setdefault(rec, []).append(rows[note].text)
+    return [t if r not in extra else t + " " + " ".join(extra[r]) for r, t in enumerate(texts)]

@@ -282,6 +282,9 @@ def build_indexes(svc: MemoryService, rows: dict[UserKey, list[MemoryEntry]], th
     workers = min(resolve_threads(threads), todo)
     if workers <= 1:  # here: Ctrl-C during a long model pass stops it at once
         meanwhile()
+        ahead = getattr(searcher, "encode_ahead", None)  # an optional capability: a user's searcher may lack it
+        if ahead is not None:
+            ahead({k: rows[k] for k in keys})
         for key in keys:
             searcher.ensure_built(key, lambda k=key: rows[k])
         return 1
