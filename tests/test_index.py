@@ -269,6 +269,7 @@ def test_minilm_in_bfloat16_is_its_own_embedder_close_to_float32(tmp_path, monke
     if not ok:
         pytest.skip(why)
     monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    monkeypatch.delenv("LRU_CACHE_CAPACITY", raising=False)
     texts = ["Caroline went to a support group yesterday", "Melanie painted a sunset by the lake"]
     f32, b16 = make_embedder("minilm"), make_embedder("minilm", dtype="bfloat16")
     assert f32.embedder_id == "minilm(all-MiniLM-L6-v2)"  # the id (and caches) made before the setting
@@ -276,6 +277,7 @@ def test_minilm_in_bfloat16_is_its_own_embedder_close_to_float32(tmp_path, monke
     a, b = f32.embed(texts), b16.embed(texts)
     assert b.dtype == np.float32 and not np.array_equal(a, b)
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16"  # bf16 kernels per shape: a bounded cache
+    assert os.environ["LRU_CACHE_CAPACITY"] == "16"  # and torch's ideep computations per shape
     assert (a * b).sum(axis=1).min() > 0.999
     cached = make_embedder("minilm", cache_path=str(tmp_path / "e.sqlite"), dtype="bfloat16")
     assert cached.embedder_id == b16.embedder_id and np.allclose(cached.embed(texts), b, atol=1e-6)

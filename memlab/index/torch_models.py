@@ -38,10 +38,13 @@ def dtype_tag(dtype: str) -> str:
 def cast_model(model: Any, dtype: str) -> Any:
     """The torch model in ``dtype`` (in place; float32 is how the models load)."""
     if dtype != "float32":
-        # torch's bf16 matrix products go through oneDNN, which keeps a compiled kernel per shape (1,024 by
-        # default) and length-sorted batches have hundreds of shapes: retrieval-best in bf16 peaked at 1.60 GB
-        # with the default and 1.33 GB with 16 (read when oneDNN first runs; a user's own setting wins)
+        # torch's bf16 matrix products go through oneDNN, and length-sorted batches have hundreds of shapes:
+        # oneDNN keeps a compiled kernel per shape (1,024 by default; retrieval-best in bf16 peaked at 1.60 GB
+        # with the default and 1.33 GB with 16), and torch's ideep layer a computation per shape (also 1,024:
+        # 81 MB kept after one minilm pass over LoCoMo-10's turns, 4 MB with 16, and no slower). Both are read
+        # when first used; a user's own setting wins.
         os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
+        os.environ.setdefault("LRU_CACHE_CAPACITY", "16")
         import torch
 
         model.to(getattr(torch, dtype))
