@@ -174,6 +174,16 @@ def test_every_keys_memories_are_encoded_in_one_pass_before_any_key_builds():
     fitted = HybridIndex(embedder="tfidf-lsa", keyword="bm25")  # a corpus-fitted embedder fits per key
     assert fitted.encode_ahead(rows) == 0
 
+    class Short(CountingEmbedder):  # one vector too few: an error, never a key indexed without a row
+        def embed(self, texts):
+            return super().embed(texts)[:-1]
+
+    with pytest.raises(RuntimeError, match="asked for 4 vectors, got 3"):
+        HybridIndex(embedder=Short(), keyword="bm25").encode_ahead(rows)
+    with pytest.raises(RuntimeError, match="asked for 3 vectors, got 2"):
+        key = UserKey("app", "a")
+        HybridIndex(embedder=Short(), keyword="bm25").ensure_built(key, lambda: rows[key])
+
 
 def test_splade_documents_encoded_ahead_are_not_encoded_again_when_a_key_builds(monkeypatch):
     from memlab.index import keyword_splade as ks

@@ -73,6 +73,14 @@ def _h(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
+def embed_checked(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    """The texts' vectors; an embedder that returns another number of rows is an error, never a short index."""
+    vecs = embedder.embed(texts)
+    if len(vecs) != len(texts):
+        raise RuntimeError(f"embedder {embedder.embedder_id}: asked for {len(texts)} vectors, got {len(vecs)}")
+    return vecs
+
+
 class HybridIndex:
     """Implements `memlab.memory.Searcher`: one dense + keyword index per user key."""
 
@@ -233,7 +241,7 @@ class HybridIndex:
                         if self.append_citing else dense[key])
         todo = list(dict.fromkeys(t for texts in dense.values() for t in texts))
         if todo and not embedder.needs_fit:
-            vectors = dict(zip(todo, embedder.embed(todo)))
+            vectors = dict(zip(todo, embed_checked(embedder, todo)))
             self._ahead.update({key: {t: vectors[t] for t in texts} for key, texts in dense.items()})
         for spec in (self.keyword, self.sparse):
             if spec and lexical:
@@ -255,9 +263,13 @@ class HybridIndex:
         todo = [(e.id, t) for e, t in zip(rows, texts)
                 if (c := st.vectors.get(e.id)) is None or c[0] != _h(t) or c[1] != st.fit_version]
         if todo:
-            fresh = [t for _, t in todo if not ahead or t not in ahead]
-            made = dict(zip(fresh, st.embedder.embed(fresh))) if fresh else {}
-            vecs = [made[t] if t in made else ahead[t] for _, t in todo]  # type: ignore[index]
+            wanted = [t for _, t in todo]
+            if ahead:  # `encode_ahead` made these; what it did not see is embedded now
+                fresh = [t for t in dict.fromkeys(wanted) if t not in ahead]
+                made = {**ahead, **dict(zip(fresh, embed_checked(st.embedder, fresh)))} if fresh else ahead
+                vecs = [made[t] for t in wanted]
+            else:
+                vecs = embed_checked(st.embedder, wanted)
             for (mid, t), v in zip(todo, vecs):
                 st.vectors[mid] = (_h(t), st.fit_version, v)
         live = {e.id for e in rows}
