@@ -11,9 +11,10 @@ index served from the cache: the store and each key's saved fit are read back, n
 or fitted). Prints, per run: the process's wall time, CPU time (user + sys, what to trust on a shared
 machine) and peak RSS (both from `wait4` on that process: all of it, through its last file), each stage's
 wall seconds and share of the run's own total (from run.json; start-up, imports and dataset checks are the
-difference between the process wall time and the stages' sum), and the cold run's overall F1 and Recall@10 (categories 1-4, 95% intervals): a ``--set``
-variant's speed next to what it does to the figures. Targets (issue 24), on 2 quiet cores: `offline` cold
-<= 15 s, peak <= 2 GB; `retrieval-best` cold <= 120 s, cached <= 20 s, peak <= 1.2 GB.
+difference between the process wall time and the stages' sum), and the cold run's overall F1 and Recall@10
+(categories 1-4, 95% intervals): a ``--set`` variant's speed next to what it does to the figures. Targets
+(issue 24), on 2 quiet cores: `offline` cold <= 15 s, peak <= 2 GB; `retrieval-best` cold <= 120 s, cached
+<= 20 s, peak <= 1.2 GB.
 
 Then a model-backed config (`original`, scripted OpenAI-compatible server on 127.0.0.1) is run
 twice on conversation conv-26: the rerun must make 0 model calls (response cache).

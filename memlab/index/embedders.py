@@ -92,6 +92,14 @@ class Embedder(Component, ABC):
         raise NotImplementedError(f"{type(self).__name__} has no fitted state")
 
 
+def embed_checked(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    """The texts' vectors; an embedder that returns another number of rows is an error, never a short index."""
+    vecs = embedder.embed(texts)
+    if len(vecs) != len(texts):
+        raise RuntimeError(f"embedder {embedder.embedder_id}: asked for {len(texts)} vectors, got {len(vecs)}")
+    return vecs
+
+
 @functools.lru_cache(maxsize=1)
 def blas_controller() -> Any:
     """One `threadpoolctl.ThreadpoolController` over the BLAS libraries numpy, scipy and scikit-learn load (imported

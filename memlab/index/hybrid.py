@@ -33,7 +33,14 @@ import numpy as np
 
 from memlab.cache_integrity import quarantine, report
 from memlab.index.dense import DenseIndex
-from memlab.index.embedders import EMBEDDERS, CachedEmbedder, Embedder, make_embedder, parse_embedder_spec
+from memlab.index.embedders import (
+    EMBEDDERS,
+    CachedEmbedder,
+    Embedder,
+    embed_checked,
+    make_embedder,
+    parse_embedder_spec,
+)
 from memlab.index.keyword import KEYWORD_SCORERS, TfidfScorer, make_keyword_scorer
 from memlab.index.persist import (
     BadIndexFile,
@@ -71,14 +78,6 @@ _BUILDS_LOCK = threading.Lock()
 
 def _h(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
-
-
-def embed_checked(embedder: Embedder, texts: list[str]) -> np.ndarray:
-    """The texts' vectors; an embedder that returns another number of rows is an error, never a short index."""
-    vecs = embedder.embed(texts)
-    if len(vecs) != len(texts):
-        raise RuntimeError(f"embedder {embedder.embedder_id}: asked for {len(texts)} vectors, got {len(vecs)}")
-    return vecs
 
 
 class HybridIndex:
