@@ -347,7 +347,7 @@ class SpladeScorer(KeywordScorer):
         return self
 
     def encode_ahead(self, texts: list[str]) -> None:
-        encode(list(texts), cache_path=self.cache_path, dtype=self.dtype)
+        self.encode_queries(texts)  # documents are kept exactly as queries are
 
     def encode_queries(self, queries: list[str], cached: bool = True) -> None:
         """Queries are kept on disk like documents: a rerun's questions are not encoded again."""
