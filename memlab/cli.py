@@ -202,6 +202,14 @@ def _cmd_components(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from memlab.llm.serve import ServeSettings, serve
+
+    return serve(ServeSettings(model=args.model, alias=args.alias, ctx=args.ctx, slots=args.slots,
+                               threads=args.threads, port=args.port, verbose=args.verbose),
+                 say=lambda line: print(line, flush=True))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memlab", description="Long-term conversational memory lab (LoCoMo-10).")
     sub = p.add_subparsers(dest="command", required=True)
@@ -284,6 +292,20 @@ def build_parser() -> argparse.ArgumentParser:
     cm = sub.add_parser("components", help="every registered component (extractors, answer arms, embedders, keyword "
                         "scorers, judges, systems) with its settings and the config key that takes them")
     cm.set_defaults(func=_cmd_components)
+    sv = sub.add_parser("serve", help="serve a GGUF model with llama.cpp on 127.0.0.1 (OpenAI-compatible; default: "
+                                      "the packaged SmolLM2-135M-Instruct); prints the api_base, Ctrl-C stops it")
+    sv.add_argument("--model", metavar="GGUF", help="a GGUF model file (default: SmolLM2-135M-Instruct from "
+                                                   "memlab[local])")
+    sv.add_argument("--alias", default="local", help="the name it answers to; a config calls it openai/ALIAS "
+                                                     "(default local)")
+    sv.add_argument("--ctx", type=int, default=8192, help="context window per slot, tokens (default 8192)")
+    sv.add_argument("--slots", type=int, default=1, help="requests computed side by side (default 1; raise "
+                                                         "models.concurrency to match)")
+    sv.add_argument("--threads", type=int, help="CPU threads (default: the cores this process may use, as "
+                                                "run.threads)")
+    sv.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: a free one; refused when busy)")
+    sv.add_argument("--verbose", action="store_true", help="show llama.cpp's own log")
+    sv.set_defaults(func=_cmd_serve)
     return p
 
 
@@ -293,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     errors: tuple[type[BaseException], ...] = (DataNotFoundError, ChecksumMismatchError, LoCoMoFormatError,
                                                ConnectionError, ChecksumNotPinnedError)
+    if args.command == "serve":
+        from memlab.llm.serve import ServeError
+
+        errors += (ServeError,)
     if args.command in ("run", "report", "compare", "rescore"):
         from memlab.eval.errata import ErrataError
         from memlab.eval.profiles import ProfileError

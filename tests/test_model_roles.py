@@ -25,7 +25,7 @@ def test_roles_fall_back_to_models_and_override_one_key_at_a_time():
                "models.extractor.timeout": 300.0})
     assert c.models.resolve("reader") == {"api_base": "http://127.0.0.1:8000/v1", "api_key_env": None,
                                           "timeout": 60.0, "max_retries": 2, "concurrency": None,
-                                          "context_window": None}
+                                          "context_window": None, "max_tokens": 256, "structured_output": "tools"}
     assert c.models.resolve("judge")["api_base"] == "https://api.example.invalid/v1"
     assert c.models.resolve("judge")["concurrency"] == 8 and c.models.resolve("extractor")["timeout"] == 300.0
     assert ExperimentConfig.from_dict(c.to_dict()).models.resolve("extractor")["timeout"] == 300.0  # round trip
@@ -33,11 +33,27 @@ def test_roles_fall_back_to_models_and_override_one_key_at_a_time():
     assert job_timeout(cfg(**{"extraction.worker.job_timeout_s": 45.0})) == 45.0
 
 
+def test_each_role_has_its_own_reply_cap_and_structured_output_falls_back_like_the_endpoint():
+    from memlab.run.config_sections import ROLE_MAX_TOKENS
+
+    c = cfg()
+    assert {r: c.models.resolve(r)["max_tokens"] for r in ROLE_MAX_TOKENS} == ROLE_MAX_TOKENS
+    c = cfg(**{"models.max_tokens": 100, "models.judge.max_tokens": 20, "models.structured_output": "json_schema",
+               "models.reader.structured_output": "tools"})
+    assert [c.models.resolve(r)["max_tokens"] for r in ("extractor", "reader", "judge")] == [100, 100, 20]
+    assert [c.models.resolve(r)["structured_output"] for r in ("extractor", "reader", "judge")] == \
+        ["json_schema", "tools", "json_schema"]
+
+
 @pytest.mark.parametrize("over, needle", [
     ({"models.reader.timeout": -1}, "models.reader.timeout = -1"),
     ({"models.judge.max_retries": -2}, "models.judge.max_retries = -2"),
     ({"models.concurrency": 0}, "models.concurrency = 0"),
     ({"models.extractor.context_window": 0}, "models.extractor.context_window = 0"),
+    ({"models.reader.max_tokens": 0}, "models.reader.max_tokens = 0"),
+    ({"models.max_tokens": -5}, "models.max_tokens = -5"),
+    ({"models.structured_output": "grammar"}, "models.structured_output = 'grammar'; allowed: tools, json_schema"),
+    ({"models.judge.structured_output": "xml"}, "models.judge.structured_output = 'xml'"),
     ({"models.reader.api_base": "localhost:8000"}, "expected an http(s):// URL"),
     ({"models.reader.concurrency": 2}, "one endpoint, one limit"),
     ({"extraction.worker.job_timeout_s": 0}, "extraction.worker.job_timeout_s = 0"),

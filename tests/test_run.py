@@ -214,6 +214,35 @@ def test_llm_extraction_arm_end_to_end(extractor, synthetic_path, tmp_path):
     assert run.predictions.error.isna().all() and len(run.predictions) == sum(len(c.questions) for c in data)
 
 
+@pytest.mark.parametrize("extractor", ["llm", "turns+llm"])
+def test_a_clear_the_model_proposes_is_applied_and_never_forgets_a_turn(extractor, synthetic_path, tmp_path):
+    """The model proposes one memory and then "forget everything" in one job: the clear is applied (``cleared:N``;
+    it used to fail on every run with a RecursionError), and with verbatim turns it forgets the model's own
+    memories only (the model never edits a turn)."""
+    def adds_then_clears(body: dict) -> Reply:
+        r = responder(body)
+        if r.tool_calls and r.tool_calls[0]["name"] == "add_memory":
+            r.tool_calls = [*r.tool_calls[:1], {"name": "clear_memories", "arguments": {}}]
+        return r
+
+    with ScriptedServer(responder=adds_then_clears) as srv:
+        cfg = model_cfg(synthetic_path, srv, "original", **{"extraction.extractor": extractor,
+                                                            "extraction.model": "openai/scripted-extractor",
+                                                            "dataset.conversations": ["syn-1"],
+                                                            "run.allow_failed_extraction": True})
+        run = run_experiment(cfg, results=tmp_path, progress=False)
+    ext = [json.loads(x) for x in open(run.run_dir / "traces" / "extraction.jsonl")]
+    clears = [e for e in ext if e.get("op", {}).get("action") == "clear"]
+    assert clears and all(e["result"].startswith("cleared:") and e["error"] is None for e in clears), clears
+    assert run.info["extraction"]["ops_failed"] == 0
+    mems = [json.loads(x) for x in open(run.run_dir / "traces" / "memories.jsonl")]
+    turns = {t.dia_id for t in load_locomo(synthetic_path)["syn-1"].turns}
+    if extractor == "turns+llm":  # every turn kept, each job's own memory gone
+        assert sorted(s for m in mems for s in m["source_ids"]) == sorted(turns) and len(mems) == len(turns)
+    else:
+        assert mems == []
+
+
 def test_a_failed_question_is_recorded_and_the_run_goes_on(locomo_path, warm_results):
     with ScriptedServer([Reply(status=400, text="bad request")], responder=responder) as srv:
         run = run_experiment(model_cfg(locomo_path, srv, "original", **{"dataset.question_limit": 4}),

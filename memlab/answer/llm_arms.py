@@ -25,14 +25,19 @@ from memlab.llm import (
     MalformedToolCall,
     ModelClient,
     ModelError,
+    ToolCall,
     ToolLoopExhausted,
+    calls_from_json,
     count_tokens,
+    tools_as_schema,
 )
 from memlab.memory.entry import MemoryEntry
 from memlab.params import settings
 from memlab.prompts import load_prompt, render
 
 log = logging.getLogger(__name__)
+#: What a ``json_schema`` endpoint is told of the optimized arm's steps (``memlab/prompts/replies/``).
+JSON_ACTIONS_PROMPT = "optimized-json"
 
 
 def render_context(entries: list[MemoryEntry]) -> str:
@@ -173,6 +178,10 @@ class OptimizedAnswerer(Answerer):
     The last round offers no tools (``tool_choice="none"``); a model still calling tools then raises
     `ToolLoopExhausted`. A tool call written as text is parsed or re-asked with the tool forced (by
     the client) and counted in ``malformed_tool_calls``; one that stays unusable raises `MalformedToolCall`.
+
+    On an endpoint declared ``structured_output: json_schema`` each round's reply is one JSON object, a tool
+    call or the answer (``{"action": "answer", "answer": ...}``), held to a schema derived from the tools; a
+    tool's result comes back as the next user message, and the last round's schema admits only the answer.
     """
 
     name = "optimized"
@@ -241,9 +250,14 @@ class OptimizedAnswerer(Answerer):
         pre, pinfo = preload(ctx, question.question)
         pre_text = f"## Preloaded memories\n{render_context(pre)}" if pre else ""
         system = render(load_prompt("answer", self.prompt), speakers=_speakers(ctx.conversation), preloaded=pre_text)
+        json_mode = self.client.structured_output == "json_schema"
+        if json_mode:
+            system += "\n\n" + load_prompt("replies", JSON_ACTIONS_PROMPT)
         msgs: list[dict[str, Any]] = [{"role": "system", "content": system},
                                       {"role": "user", "content": reader_question(question)}]
         ans = Answer(prediction="", context=list(pre), prompt=system, preload=pinfo)
+        if json_mode:
+            return self._answer_json(msgs, ctx, ans)
         tools = memory_tools()
         def no_more_tools(comp: Completion) -> None:  # the last round's reply; checked before it is cached
             if comp.tool_calls:
@@ -273,5 +287,34 @@ class OptimizedAnswerer(Answerer):
                 ans.tool_calls.append({"round": round_, "name": tc.name, "arguments": tc.arguments})
                 msgs.append({"role": "tool", "tool_call_id": tc.id, "content": self._tool(tc.name, tc.arguments, ctx,
                                                                                            ans)})
+        ans.context_tokens = count_tokens(json.dumps(msgs, default=str))
+        return ans
+
+    def _answer_json(self, msgs: list[dict[str, Any]], ctx: AnswerContext, ans: Answer) -> Answer:
+        """The tool loop with each step one JSON object (``structured_output: json_schema``)."""
+        answer_only = {"type": "object", "required": ["action", "answer"], "properties": {
+            "action": {"type": "string", "const": "answer"},
+            "answer": {"type": "string", "minLength": 1, "maxLength": 300}}}
+        steps = tools_as_schema(memory_tools(), "action", [answer_only])
+        got: list[ToolCall] = []
+
+        def read(comp: Completion) -> None:  # also run on a cached reply; unreadable: BadReply, not cached
+            got[:] = calls_from_json(comp.text, "action")
+            if got[0].name == "answer" and not str(json.loads(got[0].arguments).get("answer", "")).strip():
+                raise ValueError(f"the answer is empty: {comp.text[:120]!r}")
+
+        for round_ in range(1, self.max_rounds + 1):
+            last = round_ == self.max_rounds
+            comp = _complete(self.client, ans, msgs, check=read, response_format={
+                "type": "json_schema", "json_schema": {"name": "step", "schema": answer_only if last else steps}})
+            step = got[0]
+            if step.name == "answer":
+                ans.prediction = str(json.loads(step.arguments)["answer"]).strip()
+                ans.response, ans.rule = comp.text, f"model answered in round {round_}"
+                break
+            ans.tool_calls.append({"round": round_, "name": step.name, "arguments": step.arguments})
+            msgs.append({"role": "assistant", "content": comp.text})
+            msgs.append({"role": "user", "content": f"{step.name} returned: "
+                                                    f"{self._tool(step.name, step.arguments, ctx, ans)}"})
         ans.context_tokens = count_tokens(json.dumps(msgs, default=str))
         return ans

@@ -1,5 +1,6 @@
 """Data layer: LoCoMo-10 and LongMemEval records, validating loaders, format detection, verified downloads."""
 
+from memlab.data.cut import cut_locomo
 from memlab.data.dataset import FORMATS, dataset_name, dataset_sha256, detect_format, load_dataset
 from memlab.data.fetch import (
     HOW_TO_GET,
@@ -49,5 +50,5 @@ __all__ = [
     "FORMATS", "dataset_name", "dataset_sha256", "detect_format", "load_dataset", "LONGMEMEVAL_FILES",
     "ChecksumNotPinnedError",
     "fetch_longmemeval", "LONGMEMEVAL_LABELS", "QUESTION_TYPES", "LongMemEval", "LongMemEvalFormatError",
-    "LongMemEvalQuestion", "load_longmemeval",
+    "LongMemEvalQuestion", "load_longmemeval", "cut_locomo",
 ]

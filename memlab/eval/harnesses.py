@@ -75,6 +75,11 @@ class ScoringProfile:
     """The benchmark whose category numbers ``labels`` names (`memlab.data.dataset_name`)."""
     category_counts: ClassVar[Mapping[int, int]] = LOCOMO10_CATEGORY_COUNTS
     """What `check_categories` guards the category column with."""
+    verdict_schema: ClassVar[dict[str, Any]] = {
+        "type": "object", "properties": {"label": {"type": "string", "enum": ["CORRECT", "WRONG"]}},
+        "required": ["label"]}
+    """The JSON schema a judge reply is held to on an endpoint that constrains replies (``structured_output:
+    json_schema``): every reply it admits is one `judge_score` reads."""
 
     def f1(self, prediction: str, answer: str | None, category: int) -> float:
         raise NotImplementedError
@@ -186,6 +191,11 @@ class Mem0Profile(ScoringProfile):
         return float(sentence_bleu([ref], hyp, weights=(1, 0, 0, 0),
                                    smoothing_function=SmoothingFunction().method1))
 
+    verdict_schema: ClassVar[dict[str, Any]] = {
+        "type": "object", "properties": {"reason": {"type": "string", "maxLength": 300},
+                                         "label": {"type": "string", "enum": ["CORRECT", "WRONG"]}},
+        "required": ["reason", "label"]}
+
     def judge_score(self, text: str) -> float:
         """mem0's prompt asks for JSON: its ``label``, exactly CORRECT or WRONG (mem0 scored any other label 0)."""
         return verdict_label(json_object(text, "mem0"), "mem0")
@@ -243,6 +253,10 @@ class TrpcAgentGoProfile(ScoringProfile):
     def judge_gold(self, answer: str | None, category: int) -> str | None:
         return self.gold(answer, category)
 
+    verdict_schema: ClassVar[dict[str, Any]] = {
+        "type": "object", "properties": {"correct": {"type": "boolean"}, "confidence": {"type": "number"}},
+        "required": ["correct", "confidence"]}
+
     def judge_score(self, text: str) -> float:
         """The prompt asks for JSON: ``correct`` must be a boolean and ``confidence`` (absent: 0, as the Go
         harness's zero value) a number; the harness's fallback for an unreadable reply (0.5 when it says
@@ -278,6 +292,8 @@ class LongMemEvalProfile(ScoringProfile):
     category_counts = LONGMEMEVAL_CATEGORY_BOUNDS
     official_metric = "j"
     note = "F1, BLEU-1 and EM are not the official LongMemEval metric (that is J, the judge's accuracy)"
+    #: The reply is the bare word: a JSON string, ``"yes"`` or ``"no"`` with its quotes (`parse_yes_no` reads it).
+    verdict_schema: ClassVar[dict[str, Any]] = {"type": "string", "enum": ["yes", "no"]}
     PROMPTS: ClassVar[dict[int, str]] = {3: "longmemeval-preference", 5: "longmemeval-abstention",
                                          6: "longmemeval-knowledge-update", 7: "longmemeval-temporal-reasoning"}
 

@@ -35,7 +35,7 @@ from memlab.eval.harnesses import (
 )
 from memlab.eval.summary import score_frame
 from memlab.eval.verdicts import parse_yes_no
-from memlab.llm import Usage
+from memlab.llm import ModelClient, Usage
 from memlab.params import Range
 
 __all__ = ["LOCOMO10_CATEGORY_COUNTS", "LONGMEMEVAL_CATEGORY_BOUNDS", "PROFILES", "LocomoProfile",
@@ -136,7 +136,7 @@ class ProfileJudge(Judge):
     name = "llm"
     fixed_params = {"profile": "scoring.profile"}  # the run's scoring profile, whose verdict rule it applies
 
-    def __init__(self, client: Any, profile: str | ScoringProfile = "locomo", prompt: str | None = None,
+    def __init__(self, client: ModelClient, profile: str | ScoringProfile = "locomo", prompt: str | None = None,
                  errata: Errata | None = None, repeats: Annotated[int, Range(1, None)] = 1,
                  temperature: Annotated[float | None, Range(0, None)] = None):
         if repeats < 1:
@@ -174,7 +174,10 @@ class ProfileJudge(Judge):
     def ask(self, msgs: list[dict[str, Any]], repeat: int = 0) -> tuple[float, Any]:
         """One verdict on a judge request and its completion; an unreadable reply raises `memlab.llm.BadReply`
         before it reaches the response cache (a cached one is dropped and asked again)."""
-        params = {} if self.temperature is None else {"temperature": self.temperature}
+        params: dict[str, Any] = {} if self.temperature is None else {"temperature": self.temperature}
+        if self.client.structured_output == "json_schema":  # a reply held to what the profile reads
+            params["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": "verdict", "schema": self.profile.verdict_schema}}
         comp = self.client.complete(msgs, cache_tag=f"judge-repeat-{repeat}" if repeat else None,
                                     check=lambda c: self.profile.judge_score(c.text), **params)
         return self.profile.judge_score(comp.text), comp

@@ -26,6 +26,7 @@ from memlab.extract.messages import Message
 from memlab.extract.ops import ACTIONS, ExtractionResult, MemoryOp
 from memlab.extract.tool_calls import (  # noqa: F401  (re-exported: they were defined here)
     UnreadableArguments,
+    extraction_schema,
     extraction_tools,
     first_person,
     parse_event_time,
@@ -36,7 +37,16 @@ from memlab.extract.tool_calls import (  # noqa: F401  (re-exported: they were d
     tool_arguments,
     unreadable,
 )
-from memlab.llm import CallStats, Completion, MalformedToolCall, ModelClient, ModelError, ToolCall, normalise_endpoint
+from memlab.llm import (
+    CallStats,
+    Completion,
+    MalformedToolCall,
+    ModelClient,
+    ModelError,
+    ToolCall,
+    calls_from_json,
+    normalise_endpoint,
+)
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.params import Component, settings
 from memlab.prompts import load_prompt, render
@@ -46,6 +56,8 @@ from memlab.registry import Registry
 EXTRACTORS: Registry[Extractor] = Registry("extractor")
 #: ``client_for(role)``: the model client of a role ("extractor", "reader", "judge", "embedder").
 ClientFor = Callable[[str], ModelClient]
+#: What a ``json_schema`` endpoint is told of the reply's form (``memlab/prompts/replies/``).
+JSON_REPLY_PROMPT = "extract-json"
 
 
 @dataclass(frozen=True)
@@ -191,6 +203,11 @@ class LLMExtractor(Extractor):
     is not cached. A reply with no text and no tool call, or a tool call written as text that neither
     parses nor comes back well-formed when re-asked with ``tool_choice`` forced, raises a
     `memlab.llm.ModelError` too (the job fails and is retried on rerun; nothing failed is cached).
+
+    An endpoint declared ``structured_output: json_schema`` (a model without a tool-call template, e.g. on
+    llama.cpp) gets the same calls as one JSON object constrained by a schema derived from the tools
+    (`memlab.extract.tool_calls.extraction_schema`), read into the same ops; a reply that is not that JSON
+    (or was cut off at ``max_tokens``) fails the job, never an empty extraction.
     """
 
     name = "llm"
@@ -224,6 +241,9 @@ class LLMExtractor(Extractor):
         h = hashlib.sha256(load_prompt("extract", self.prompt).encode()).hexdigest()[:12]
         params["prompt"] = f"{self.prompt}@{h}"
         client = self.client
+        if client is not None and client.structured_output == "json_schema":  # another request, other ops
+            jh = hashlib.sha256(load_prompt("replies", JSON_REPLY_PROMPT).encode()).hexdigest()[:12]
+            params["structured_output"] = f"json_schema@{jh}"
         endpoint = normalise_endpoint(client.api_base if client is not None else self.api_base)
         if endpoint is not None:  # a provider's own API is named by the model (keys stay as they were)
             params["endpoint"] = endpoint
@@ -240,18 +260,22 @@ class LLMExtractor(Extractor):
     def build_messages(self, request: ExtractionRequest) -> list[dict[str, Any]]:
         today = (request.now or (request.delta[-1].timestamp if request.delta else datetime.now()))
         who = speakers_of(request.delta)
+        values = {"today": f"{today:%Y-%m-%d}", "speaker": who[0] if who else "Alice"}
         text = render(load_prompt("extract", self.prompt), old_memories=render_old_memories(request.old_memories),
-                      messages=render_messages(request.delta), today=f"{today:%Y-%m-%d}",
-                      speakers=" and ".join(who) or "the speakers", speaker=who[0] if who else "Alice")
+                      messages=render_messages(request.delta), speakers=" and ".join(who) or "the speakers", **values)
+        if self._client().structured_output == "json_schema":
+            text += "\n\n" + render(load_prompt("replies", JSON_REPLY_PROMPT), **values)
         return [{"role": "system", "content": text},
                 {"role": "user", "content": "Extract the memories from the new messages now."}]
 
     def extract(self, request: ExtractionRequest) -> ExtractionResult:
-        client, msgs, tools = self._client(), self.build_messages(request), extraction_tools()
+        client, msgs = self._client(), self.build_messages(request)
+        if client.structured_output == "json_schema":
+            return self._extract_json(client, msgs, request)
+        tools = extraction_tools()
         comp = client.complete(msgs, tools=tools, tool_choice="auto")
         stats, calls = comp.stats(), list(comp.tool_calls)
         bad = unreadable(calls)
-        ops: list[MemoryOp] = []
         dropped: list[str] = []
         if bad:
             stats.malformed_tool_calls += len(bad)
@@ -261,6 +285,24 @@ class LLMExtractor(Extractor):
             if not again.tool_calls:  # the model declined to send them again: dropped, with the reason
                 dropped += [f"{why} (re-asked with the error shown; no corrected call came back)"
                             for why in bad.values()]
+        return self._result(calls, request, stats, dropped)
+
+    def _extract_json(self, client: ModelClient, msgs: list[dict[str, Any]],
+                      request: ExtractionRequest) -> ExtractionResult:
+        """The calls as one JSON object under a schema (``structured_output: json_schema``)."""
+        calls: list[ToolCall] = []
+
+        def read(comp: Completion) -> None:  # also run on a cached reply; unreadable: BadReply, not cached
+            calls[:] = calls_from_json(comp.text, "tool", "operations")
+
+        comp = client.complete(msgs, response_format={"type": "json_schema", "json_schema": {
+            "name": "memory_operations", "schema": extraction_schema()}}, check=read)
+        return self._result(calls, request, comp.stats(), [])
+
+    def _result(self, calls: list[ToolCall], request: ExtractionRequest, stats: CallStats,
+                dropped: list[str]) -> ExtractionResult:
+        """The calls as ops; one that cannot become an op (malformed, first person) is dropped with its reason."""
+        ops: list[MemoryOp] = []
         ids = request.source_ids
         for tc in calls:
             try:

@@ -13,23 +13,29 @@ from typing import Any
 
 from memlab.extract.messages import Message
 from memlab.extract.ops import MemoryOp
-from memlab.llm import ToolCall
+from memlab.llm import ToolCall, tools_as_schema
 from memlab.memory.entry import KINDS, MemoryEntry
 
+#: The memory tools' arguments. The length bounds are part of the declaration: an endpoint that holds replies to
+#: the schema (``structured_output: json_schema``) then cannot loop inside one string until ``max_tokens``.
 _MEMORY_FIELDS: dict[str, Any] = {
-    "memory": {"type": "string", "description": "The memory: one self-contained sentence."},
+    "memory": {"type": "string", "maxLength": 300, "description": "The memory: one self-contained sentence."},
     "kind": {"type": "string", "enum": list(KINDS), "description": "fact (stable) or episode (happened at a time)."},
-    "topics": {"type": "array", "items": {"type": "string"}, "description": "1-3 short topic keywords."},
-    "event_time": {"type": "string", "description": "Absolute date of the event: YYYY-MM-DD, YYYY-MM or YYYY."},
-    "participants": {"type": "array", "items": {"type": "string"}, "description": "People involved."},
-    "location": {"type": "string", "description": "Where it happened, if stated."},
-    "source_ids": {"type": "array", "items": {"type": "string"}, "description": "Ids of the source messages."},
+    "topics": {"type": "array", "maxItems": 3, "items": {"type": "string", "maxLength": 40},
+               "description": "1-3 short topic keywords."},
+    "event_time": {"type": "string", "maxLength": 20,
+                   "description": "Absolute date of the event: YYYY-MM-DD, YYYY-MM or YYYY."},
+    "participants": {"type": "array", "maxItems": 5, "items": {"type": "string", "maxLength": 40},
+                     "description": "People involved."},
+    "location": {"type": "string", "maxLength": 80, "description": "Where it happened, if stated."},
+    "source_ids": {"type": "array", "maxItems": 10, "items": {"type": "string", "maxLength": 16},
+                   "description": "Ids of the source messages."},
 }
 
 
 def extraction_tools() -> list[dict[str, Any]]:
     """The four tools in OpenAI function-calling form (JSON-schema arguments)."""
-    mid = {"memory_id": {"type": "string", "description": "Id of an existing memory."}}
+    mid = {"memory_id": {"type": "string", "maxLength": 64, "description": "Id of an existing memory."}}
     return [
         {"type": "function", "function": {"name": "add_memory", "description": "Store a new memory.",
                                           "parameters": {"type": "object", "properties": dict(_MEMORY_FIELDS),
@@ -44,6 +50,17 @@ def extraction_tools() -> list[dict[str, Any]]:
                                           "description": "Forget everything (only on an explicit request).",
                                           "parameters": {"type": "object", "properties": {}}}},
     ]
+
+
+#: At most this many operations in one JSON extraction reply: a small model that repeats itself stops here
+#: (its reply then ends by itself) instead of at max_tokens.
+MAX_JSON_OPS = 20
+
+
+def extraction_schema() -> dict[str, Any]:
+    """The extraction reply as one JSON object: ``{"operations": [<one of the four tools' calls>, ...]}``."""
+    return {"type": "object", "required": ["operations"], "properties": {"operations": {
+        "type": "array", "maxItems": MAX_JSON_OPS, "items": tools_as_schema(extraction_tools(), "tool")}}}
 
 
 _DATE_FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m", "%Y",

@@ -392,7 +392,11 @@ class AutoMemoryWorker:
             if op.action == "delete":
                 gone = self.service.delete(key, op.memory_id or "")
                 return self._count(AppliedOp(op, d, "deleted" if gone else "absent", op.memory_id))
-            n = self.service.clear(key)
+            if self.extractor.keeps_turns:  # the model never edits a turn: "forget everything" is its own notes
+                n = sum(self.service.delete(key, e.id) for e in self.service.read_recent(key, -1)
+                        if not is_turn_record(e))
+            else:
+                n = self.service.clear(key)
             return self._count(AppliedOp(op, d, cleared(n)))
         except Exception as e:
             with self._lock:

@@ -14,13 +14,15 @@
 
 The package, one module per job: `imports` (litellm, token counting), `errors` (model errors, redaction),
 `types` (usage, tool calls, completions), `cache` (the response cache), `toolcalls` (tool calls written as
-text), `endpoints` (the endpoint registry), `client` (`ModelClient`). Every public name is re-exported here.
+text), `endpoints` (the endpoint registry), `client` (`ModelClient`), `cancel` (cutting calls in flight when a run
+is interrupted), `serve` (llama.cpp serving a GGUF file on this machine). Every public name is re-exported here.
 """
 
 from __future__ import annotations
 
 from memlab.llm.cache import RESPONSE_CACHE_FORMAT, ResponseCache
-from memlab.llm.client import ModelClient, explicit_content
+from memlab.llm.cancel import Cancelled, allow_calls, cancel_calls
+from memlab.llm.client import STRUCTURED_OUTPUTS, ModelClient, explicit_content
 from memlab.llm.endpoints import (
     MAX_RETRY_AFTER_S,
     context_window_from_models,
@@ -39,18 +41,20 @@ from memlab.llm.errors import (
     ModelError,
     PromptTooLong,
     ToolLoopExhausted,
+    TruncatedReply,
     redact,
     register_secret,
 )
 from memlab.llm.imports import count_tokens, import_litellm
-from memlab.llm.toolcalls import tool_call_text
+from memlab.llm.toolcalls import calls_from_json, tool_call_text, tools_as_schema
 from memlab.llm.types import CallStats, Completion, ToolCall, Usage, normalise_endpoint, request_hash
 
 __all__ = [
-    "BadReply", "CallStats", "Completion", "EmptyReply", "EndpointUnreachable", "MAX_RETRY_AFTER_S",
+    "BadReply", "CallStats", "Cancelled", "Completion", "EmptyReply", "EndpointUnreachable", "MAX_RETRY_AFTER_S",
     "MalformedToolCall", "ModelCallError", "ModelClient", "ModelError", "PromptTooLong", "REDACTED",
-    "RESPONSE_CACHE_FORMAT", "ResponseCache", "ToolCall", "ToolLoopExhausted", "Usage",
+    "RESPONSE_CACHE_FORMAT", "ResponseCache", "STRUCTURED_OUTPUTS", "ToolCall", "ToolLoopExhausted",
+    "TruncatedReply", "Usage", "allow_calls", "cancel_calls",
     "context_window_from_models", "count_tokens", "endpoint", "explicit_content", "import_litellm", "is_local",
     "normalise_endpoint", "prompt_tokens_estimate", "redact", "register_secret", "registered_endpoint",
-    "request_hash", "tool_call_text",
+    "request_hash", "tool_call_text", "tools_as_schema", "calls_from_json",
 ]

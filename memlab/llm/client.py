@@ -13,6 +13,7 @@ from typing import Any
 
 from memlab.breaker import CircuitOpen, breaker
 from memlab.llm.cache import ResponseCache
+from memlab.llm.cancel import Cancelled, cancellable_http_client, cancelled
 from memlab.llm.endpoints import (
     _CONTEXT_WINDOWS,
     _CONTEXT_WINDOWS_LOCK,
@@ -36,6 +37,7 @@ from memlab.llm.errors import (
     ModelCallError,
     ModelError,
     PromptTooLong,
+    TruncatedReply,
     redact,
     register_secret,
 )
@@ -44,6 +46,9 @@ from memlab.llm.toolcalls import tool_call_text
 from memlab.llm.types import CallStats, Completion, ToolCall, Usage, normalise_endpoint, request_hash
 
 log = logging.getLogger("memlab.llm")
+#: What an endpoint can do for a reply of a given form (``models.structured_output``): OpenAI tool calls, or a
+#: JSON schema in ``response_format``.
+STRUCTURED_OUTPUTS = ("tools", "json_schema")
 
 
 class ModelClient:
@@ -54,6 +59,12 @@ class ModelClient:
     the client waits (holding the slot, up to ``busy_wait`` s) until the endpoint's ``/models``
     answers again, so a one-request server is not handed a new request while it still computes the
     old one. ``context_window`` (or the one ``/models`` states) is checked before every call.
+
+    ``max_tokens`` caps every reply (a small local model otherwise runs on into its timeout); a reply the cap
+    cut off (``finish_reason: length``) is a `TruncatedReply`, never read as an answer. ``structured_output``
+    is what the endpoint can do for a reply of a given form: ``tools`` (OpenAI tool calls; a call written as
+    text is parsed or re-asked) or ``json_schema`` (``response_format`` with a JSON schema, as llama.cpp,
+    vLLM and OpenAI constrain the output): the components that need a form read it here.
     """
 
     def __init__(
@@ -69,6 +80,8 @@ class ModelClient:
         concurrency: int | None = None,
         context_window: int | None = None,
         busy_wait: float | None = None,
+        max_tokens: int | None = None,
+        structured_output: str = "tools",
     ):
         self.model = model
         self.api_base = api_base
@@ -86,6 +99,15 @@ class ModelClient:
         self.concurrency = concurrency
         self.context_window = context_window
         self.busy_wait = 4 * timeout if busy_wait is None else busy_wait
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                       or max_tokens < 1):
+            raise ValueError(f"{model}: max_tokens = {max_tokens!r}; expected an integer >= 1 (or None: no cap)")
+        self.max_tokens = max_tokens
+        if structured_output not in STRUCTURED_OUTPUTS:
+            raise ValueError(f"{model}: structured_output = {structured_output!r}; expected one of "
+                             f"{', '.join(STRUCTURED_OUTPUTS)}")
+        self.structured_output = structured_output
+        self._http: Any = None
         if concurrency is not None:
             endpoint(api_base or f"provider:{model}", concurrency)  # registered now: a conflict fails early
         self._cache: ResponseCache | None = None
@@ -94,6 +116,11 @@ class ModelClient:
         self.cache_hits = 0
         self.failures = 0
         self.malformed_tool_calls = 0
+        self.truncated = 0
+        """Replies cut off by ``max_tokens`` (each an error for its question or job)."""
+        self.usage = Usage()
+        """Tokens of every reply the endpoint gave this client (truncated and rejected ones included; cached
+        replies not): what the endpoint computed."""
 
     @property
     def cache(self) -> ResponseCache | None:
@@ -187,6 +214,8 @@ class ModelClient:
                 payload["tool_choice"] = tool_choice
         if self.temperature is not None:
             payload.setdefault("temperature", self.temperature)
+        if self.max_tokens is not None:
+            payload["max_tokens"] = self.max_tokens
         payload.update(params)
         h = self.cache_key(payload, cache_tag)
         cache = self.cache
@@ -203,9 +232,16 @@ class ModelClient:
                     with self._lock:
                         self.cache_hits += 1
                     return comp
-        self.check_prompt(messages, tools, reserve=int(params.get("max_tokens") or 0))
+        self.check_prompt(messages, tools, reserve=int(payload.get("max_tokens") or 0))
         comp = self._call(payload, messages)
         comp.request_hash = h
+        if comp.finish_reason == "length":
+            with self._lock:
+                self.truncated += 1
+            raise TruncatedReply(f"{self.model}: the reply was cut off at max_tokens = {payload.get('max_tokens')} "
+                                 f"(finish_reason: length; {comp.usage.completion_tokens} completion tokens): raise "
+                                 f"the role's models.<role>.max_tokens, or shorten what the prompt asks for",
+                                 replace(comp.stats(), truncated=1))
         if not comp.tool_calls and tools and tool_choice != "none":
             comp = self._recover_tool_text(comp, payload, messages, tools)
         elif not comp.tool_calls and tools:
@@ -271,6 +307,8 @@ class ModelClient:
         kw = self._endpoint_kw(payload)
         resp, attempts, spent = self._retrying(lambda: litellm.completion(**kw))
         comp = self._parse(resp, messages)
+        with self._lock:
+            self.usage = self.usage + comp.usage
         comp.latency_s = spent
         comp.attempts = comp.calls = attempts
         return comp
@@ -294,7 +332,20 @@ class ModelClient:
             kw["api_base"] = self.api_base
         if self.api_key:
             kw["api_key"] = self.api_key
+        if self.api_base and self.model.startswith("openai/"):
+            kw["client"] = self._openai_client()  # its connections can be cut when the run is interrupted
         return kw
+
+    def _openai_client(self) -> Any:
+        """The OpenAI SDK client litellm sends an ``openai/<name>`` model's requests through: no retries of its
+        own (`_retrying` does them) and connections `memlab.llm.cancel.cancel_calls` can close."""
+        with self._lock:
+            if self._http is None:
+                import openai
+
+                self._http = openai.OpenAI(api_key=self.api_key or "memlab-local", base_url=self.api_base,
+                                           max_retries=0, http_client=cancellable_http_client())
+            return self._http
 
     def _retrying(self, send: Any) -> tuple[Any, int, float]:
         """``send()`` with bounded retries (backoff, Retry-After, the endpoint's slots, the busy wait
@@ -306,6 +357,9 @@ class ModelClient:
         br = breaker(self.api_base or f"provider:{self.model}")
         attempt = 0
         for attempt in range(1, self.max_retries + 2):
+            if cancelled():
+                last, attempt = None, attempt - 1
+                break
             try:
                 br.before()  # a few calls in a row could not connect: fail now, not after every retry
             except CircuitOpen as e:
@@ -331,13 +385,16 @@ class ModelClient:
                 if ep is not None:
                     ep.slots.release()
                 spent += time.perf_counter() - t0
-            if type(last).__name__ in _NO_RETRY or attempt > self.max_retries:
+            if type(last).__name__ in _NO_RETRY or attempt > self.max_retries or cancelled():
                 break
             wait = min(MAX_RETRY_AFTER_S, max(wait, self.backoff * (2 ** (attempt - 1))))
             time.sleep(wait)
             spent += wait
         with self._lock:
             self.failures += 1
+        if cancelled():  # the connection was cut on purpose: not the endpoint's fault, and no retry
+            raise Cancelled(f"{self.model}: call cancelled after {attempt} attempt(s) (the run was interrupted)",
+                            CallStats(calls=attempt, latency_s=spent))
         cls = EndpointUnreachable if last is not None and _connection_error(last) else ModelCallError
         where = f" at {self.api_base}" if self.api_base else ""
         raise cls(f"{self.model}{where}: call failed after {attempt} attempt(s): "
@@ -374,7 +431,8 @@ class ModelClient:
             usage = Usage(int(u.prompt_tokens), int(u.completion_tokens or 0), int(cached or 0), False)
         else:
             usage = self.estimate_usage(messages, text)
-        return Completion(text=text, tool_calls=calls, usage=usage)
+        return Completion(text=text, tool_calls=calls, usage=usage,
+                          finish_reason=str(getattr(choice, "finish_reason", "") or ""))
 
     def estimate_usage(self, messages: list[dict[str, Any]], text: str) -> Usage:
         litellm = import_litellm()

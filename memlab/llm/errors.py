@@ -79,5 +79,9 @@ class PromptTooLong(ModelError):
     """The prompt does not fit the model's context window (checked before sending)."""
 
 
+class TruncatedReply(ModelError):
+    """The reply was cut off at ``max_tokens`` (``finish_reason: length``): whatever it says is unfinished."""
+
+
 class BadReply(ModelError):
     """The reply has text, but not the form the caller asked for (e.g. a judge verdict)."""

@@ -1,9 +1,11 @@
-"""Tool calls a model wrote as text instead of structured calls, parsed back."""
+"""Tool calls a model wrote as text instead of structured calls, parsed back; and tool calls as one JSON object
+under a schema, for endpoints that constrain replies to a JSON schema instead of offering tool calls."""
 
 from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from memlab.llm.types import ToolCall
 
@@ -60,3 +62,36 @@ def tool_call_text(text: str, tool_names: list[str] | tuple[str, ...]) -> tuple[
 def _first_name(s: str, names: set[str]) -> str | None:
     hits = [n for n in names if n in s]
     return hits[0] if len(hits) == 1 else None
+
+
+def tools_as_schema(tools: list[dict[str, Any]], key: str, extra: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """One JSON object per call of ``tools`` (and the ``extra`` variants): each tool's own argument schema with
+    ``key`` naming the tool, required as the tool requires. For endpoints that constrain a reply to a JSON
+    schema instead of offering tool calls (``structured_output: json_schema``); `calls_from_json` reads it back."""
+    variants = []
+    for t in tools:
+        fn = t["function"]
+        params = fn.get("parameters") or {}
+        variants.append({"type": "object",
+                         "properties": {key: {"type": "string", "const": fn["name"]}, **params.get("properties", {})},
+                         "required": [key, *params.get("required", [])]})
+    return {"anyOf": [*variants, *extra]} if len(variants) + len(extra) > 1 else (variants or list(extra))[0]
+
+
+def calls_from_json(text: str, key: str, field: str | None = None) -> list[ToolCall]:
+    """The calls of a reply written to `tools_as_schema` (under ``field`` when the reply wraps a list), as
+    `ToolCall`s the tool-call path parses; raises ValueError naming what is not there."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the reply is not JSON ({e.msg} at char {e.pos}): {text[:120]!r}") from None
+    items = obj.get(field) if field is not None and isinstance(obj, dict) else [obj]
+    if not isinstance(items, list):
+        raise ValueError(f"the reply has no {field!r} list: {text[:120]!r}")
+    calls = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get(key), str):
+            raise ValueError(f"item {i} of the reply names no {key!r}: {json.dumps(item)[:120]}")
+        args = {k: v for k, v in item.items() if k != key}
+        calls.append(ToolCall(id=f"json_{i}", name=item[key], arguments=json.dumps(args)))
+    return calls

@@ -33,14 +33,18 @@ class CallStats:
     cached_calls: int = 0
     latency_s: float = 0.0
     malformed_tool_calls: int = 0
+    truncated: int = 0
+    """Replies cut off at ``max_tokens`` (``finish_reason: length``)."""
 
     def __add__(self, other: CallStats) -> CallStats:
         return CallStats(self.usage + other.usage, self.calls + other.calls, self.cached_calls + other.cached_calls,
-                         self.latency_s + other.latency_s, self.malformed_tool_calls + other.malformed_tool_calls)
+                         self.latency_s + other.latency_s, self.malformed_tool_calls + other.malformed_tool_calls,
+                         self.truncated + other.truncated)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self.usage), "calls": self.calls, "cached_calls": self.cached_calls,
-                "latency_s": self.latency_s, "malformed_tool_calls": self.malformed_tool_calls}
+                "latency_s": self.latency_s, "malformed_tool_calls": self.malformed_tool_calls,
+                "truncated": self.truncated}
 
 
 @dataclass
@@ -64,16 +68,19 @@ class Completion:
     """HTTP requests this completion took (retries and a forced tool re-ask included); 0 from the cache."""
     malformed_tool_calls: int = 0
     """Tool calls the model wrote as text (recovered by parsing or by a forced re-ask)."""
+    finish_reason: str = ""
+    """Why the model stopped (``stop``, ``tool_calls``; ``length``: cut off at ``max_tokens``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"text": self.text, "tool_calls": [asdict(t) for t in self.tool_calls], "usage": asdict(self.usage),
-                "malformed_tool_calls": self.malformed_tool_calls}
+                "malformed_tool_calls": self.malformed_tool_calls, "finish_reason": self.finish_reason}
 
     @classmethod
     def from_json(cls, d: dict[str, Any], request_hash: str) -> Completion:
         return cls(text=d["text"], tool_calls=[ToolCall(**t) for t in d["tool_calls"]], usage=Usage(**d["usage"]),
                    from_cache=True, request_hash=request_hash, calls=0,
-                   malformed_tool_calls=int(d.get("malformed_tool_calls", 0)))
+                   malformed_tool_calls=int(d.get("malformed_tool_calls", 0)),
+                   finish_reason=str(d.get("finish_reason", "")))
 
     def stats(self) -> CallStats:
         return CallStats(usage=self.usage, calls=self.calls, cached_calls=1 if self.from_cache else 0,

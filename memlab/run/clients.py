@@ -1,4 +1,5 @@
-"""Model clients of a run: one `ModelClient` per model role, all sharing the response cache.
+"""Model clients of a run: one `ModelClient` per model role (counted apart), all sharing the response cache and,
+per endpoint, its request slots.
 
 Roles: ``extractor`` (extraction.model), ``reader`` (answer.model), ``judge`` (judge.model) and
 ``embedder`` (the model of a ``litellm:<model>`` embedder). Each role resolves its model and
@@ -36,24 +37,26 @@ def role_model(cfg: ExperimentConfig, role: str) -> str | None:
 
 
 class Clients:
-    """`for_role(role)` gives the role's client; clients of the same model and endpoint are shared."""
+    """`for_role(role)` gives the role's client (one per role, so calls, tokens and cut-off replies are counted per
+    role; roles on one endpoint share its concurrency slots, `memlab.llm.endpoints.endpoint`)."""
 
     def __init__(self, cfg: ExperimentConfig, cache_path: Path):
         self.cfg = cfg
         self.cache_path = cache_path
-        self._clients: dict[tuple[Any, ...], ModelClient] = {}
+        self._clients: dict[str, ModelClient] = {}
         self._requested: set[str] = set()
         self._lock = threading.Lock()
 
     def endpoint(self, role: str) -> dict[str, Any]:
         """The endpoint settings of a role (``models.<role>`` over ``models``): api_base, api key, timeout,
-        retries, concurrency (None: 1 for a local api_base), context window."""
+        retries, concurrency (None: 1 for a local api_base), context window, reply cap, structured output."""
         m = self.cfg.models.resolve(role)
         key = os.environ.get(m["api_key_env"]) if m["api_key_env"] else None
         if m["api_base"] and key is None:
             key = "memlab-local"
         return {"api_base": m["api_base"], "api_key": key, "timeout": m["timeout"], "max_retries": m["max_retries"],
-                "concurrency": m["concurrency"], "context_window": m["context_window"]}
+                "concurrency": m["concurrency"], "context_window": m["context_window"], "max_tokens": m["max_tokens"],
+                "structured_output": m["structured_output"]}
 
     def embedder_params(self) -> dict[str, Any]:
         """The embedder's settings (``index.embedder_params``) plus, for a model-backed one, its endpoint (the
@@ -71,10 +74,9 @@ class Clients:
         ep = self.endpoint(role)
         with self._lock:
             self._requested.add(role)
-            k = (model, ep["api_base"], ep["timeout"], ep["max_retries"], ep["concurrency"], ep["context_window"])
-            if k not in self._clients:
-                self._clients[k] = ModelClient(model, cache_path=self.cache_path, **ep)
-            return self._clients[k]
+            if role not in self._clients:  # one client per role (its own counts); endpoint slots are shared
+                self._clients[role] = ModelClient(model, cache_path=self.cache_path, **ep)
+            return self._clients[role]
 
     def roles_in_use(self, answerer: Any) -> tuple[str, ...]:
         """The roles the run's components asked a client for, plus the embedder when the run builds an
@@ -89,11 +91,25 @@ class Clients:
         with self._lock:
             return list(self._clients.values())
 
-    def totals(self) -> dict[str, int]:
-        cs = self.all()
-        return {"model_calls": sum(c.calls for c in cs), "cache_hits": sum(c.cache_hits for c in cs),
-                "failures": sum(c.failures for c in cs),
-                "malformed_tool_calls": sum(c.malformed_tool_calls for c in cs)}
+    def totals(self) -> dict[str, Any]:
+        """The run's model counts (run.json ``models``): summed, and ``by_role`` (each role's calls, replies served
+        from the cache, failed calls, malformed tool calls, replies cut off at max_tokens, and the tokens of
+        every reply the endpoint gave)."""
+        with self._lock:
+            by_role = dict(self._clients)
+        per = {role: {"model": c.model, "calls": c.calls, "cache_hits": c.cache_hits, "failures": c.failures,
+                      "malformed_tool_calls": c.malformed_tool_calls, "truncated": c.truncated,
+                      "prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens,
+                      "cached_tokens": c.usage.cached_tokens}
+               for role, c in by_role.items()}
+        out: dict[str, Any] = {"model_calls": 0, "cache_hits": 0, "failures": 0, "malformed_tool_calls": 0,
+                               "truncated": 0}
+        for role in per.values():
+            for k, src in (("model_calls", "calls"), ("cache_hits", "cache_hits"), ("failures", "failures"),
+                           ("malformed_tool_calls", "malformed_tool_calls"), ("truncated", "truncated")):
+                out[k] += role[src]
+        out["by_role"] = per
+        return out
 
 
 class EndpointCheckFailed(ConnectionError):

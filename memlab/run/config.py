@@ -271,7 +271,8 @@ class ExperimentConfig:
                 r["api_base"]) else "unlimited")
             lines.append(f"{role}: {names[role]} at {where} (timeout {r['timeout']:g} s, max_retries "
                          f"{r['max_retries']}, concurrency {conc}, context window "
-                         f"{r['context_window'] or 'from /models or unchecked'})")
+                         f"{r['context_window'] or 'from /models or unchecked'}, max_tokens {r['max_tokens']}, "
+                         f"structured output {r['structured_output']})")
         return lines
 
     # ----------------------------------------------------------------------------- edits

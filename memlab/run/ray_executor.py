@@ -125,9 +125,19 @@ class _Cell:
         return f"memlab run --resume {self.run_dir} --executor ray"
 
 
-def _add_models(cell: _Cell, totals: dict[str, int]) -> None:
-    for k, v in totals.items():
-        cell.models[k] = cell.models.get(k, 0) + int(v)
+def _add_models(cell: _Cell, totals: dict[str, Any]) -> None:
+    _add_counts(cell.models, totals)
+
+
+def _add_counts(into: dict[str, Any], counts: dict[str, Any]) -> None:
+    """Sum ``counts`` into ``into``: numbers added, nested mappings (``by_role``) summed alike, names kept."""
+    for k, v in counts.items():
+        if isinstance(v, dict):
+            _add_counts(into.setdefault(k, {}), v)
+        elif isinstance(v, str):
+            into[k] = v
+        else:
+            into[k] = into.get(k, 0) + int(v)
 
 
 def _append_records(run_dir: Path, recs: list[Records]) -> None:

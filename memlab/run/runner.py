@@ -24,6 +24,7 @@ from memlab import cache_integrity
 from memlab.answer import Answerer, Judge
 from memlab.extract.extractors import Extractor
 from memlab.index.embedders import Embedder
+from memlab.llm.cancel import allow_calls, cancel_calls
 from memlab.memory.search_types import Searcher
 from memlab.run.answering import (
     StopFlag,
@@ -124,6 +125,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
     config, data and code under the results root instead of running it again (`memlab.run.reuse`), and says so.
     """
     t_start = time.perf_counter()
+    allow_calls()  # an interrupted run earlier in this process cancelled model calls; this one may call
     cfg, prev = resolve_run_config(config, resume, overrides, force_config, trust_run_config)
     if reuse and resume is not None:
         raise ConfigError("run_experiment: reuse=True with resume=RUN_DIR: a resume finishes its own folder; "
@@ -251,7 +253,9 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
         peak["scoring"] = peak_rss_mb()
         return run
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM, in any stage
-        record_interrupt(info, resume_cmd, "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted")
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        cancel_calls(f"the run was {how}")  # calls in flight end now, and their servers stop generating
+        record_interrupt(info, resume_cmd, how)
         raise
     except BaseException as e:
         record_failure(info, e, resume_cmd)
