@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import threading
 import time
 from collections import deque
@@ -47,20 +48,30 @@ class Reply:
     echo_auth: bool = False
     """With an error ``status``: the request's ``Authorization`` header is echoed in the error body (as some
     proxies do), so a test can check that no stored error text keeps the key."""
+    finish_reason: str | None = None
+    """Sent as is (None: ``tool_calls`` with tool calls, else ``stop``; ``length`` when the request's
+    ``max_tokens`` is below ``completion_tokens``, as a real server cuts the reply there)."""
 
 
-#: Quirks of real OpenAI-compatible servers, as measured (issue 13) or documented by each server.
+#: Quirks of real OpenAI-compatible servers, as measured (issue 13; llama-server: issue 34, against llama.cpp's
+#: own server serving SmolLM2-135M-Instruct, `benchmarks/real_vs_scripted.py`) or documented by each server.
 #: ``tools_as_text``: with ``tool_choice="auto"`` a tool call comes back as the text ``functions.<name>:``
 #: (a forced ``tool_choice`` gives a well-formed call); ``require_content``: HTTP 500 when an assistant
 #: message with tool calls has no ``content``; ``embeddings``: "ok", "per-token" (one vector per token,
-#: no pooling) or "error" (HTTP 500); ``serial``: one request at a time, ``/models`` included;
-#: ``models``: the ``/v1/models`` listing; ``ignore_tool_choice``: a forced tool is not honoured.
+#: no pooling), "error" (HTTP 500) or "unsupported" (HTTP 501, llama-server without ``--embeddings``);
+#: ``serial``: one request at a time, ``/models`` included; ``models``: the ``/v1/models`` listing;
+#: ``ignore_tool_choice``: a forced tool is not honoured; ``n_ctx``: a prompt over this many tokens (about four
+#: characters each) is refused with HTTP 400 ``exceed_context_size_error`` naming both sizes, as llama-server
+#: does; ``any_model``: every model name is answered by the one model served (llama-server), named in the reply;
+#: ``prompt_cache``: the prompt's tokens shared with the previous request (its common prefix, four characters a
+#: token) are reported as cached (``prompt_tokens_details.cached_tokens``), as llama-server's slot cache does.
 QUIRKS: dict[str, dict[str, Any]] = {
     "llama-cpp-python": {"tools_as_text": True, "require_content": True, "embeddings": "error", "serial": True,
                          "models": [{"id": "local", "object": "model", "owned_by": "me"}]},
-    "llama-server": {"require_content": True, "embeddings": "per-token", "serial": True,
-                     "models": [{"id": "local", "object": "model",
-                                 "meta": {"n_ctx_train": 32768, "n_ctx": 8192}}]},
+    "llama-server": {"require_content": True, "embeddings": "unsupported", "serial": True, "n_ctx": 8192,
+                     "any_model": "local", "prompt_cache": True,
+                     "models": [{"id": "local", "object": "model", "owned_by": "llamacpp",
+                                 "meta": {"n_ctx_train": 8192, "n_ctx": 8192}}]},
     "ollama": {"ignore_tool_choice": True,
                "models": [{"id": "qwen2.5:0.5b-instruct", "object": "model", "owned_by": "library"}]},
     "vllm": {"models": [{"id": "Qwen/Qwen2.5-0.5B-Instruct", "object": "model", "max_model_len": 32768}]},
@@ -84,9 +95,14 @@ class ScriptedServer:
                  responder: Callable[[dict[str, Any]], Reply] | None = None, tools_as_text: bool = False,
                  require_content: bool = False, embeddings: str = "ok", serial: bool = False,
                  models: list[dict[str, Any]] | None = None, ignore_tool_choice: bool = False,
-                 models_delay: float = 0.0):
-        if embeddings not in ("ok", "per-token", "error"):
-            raise ValueError(f"embeddings = {embeddings!r}; expected ok, per-token or error")
+                 models_delay: float = 0.0, n_ctx: int | None = None, any_model: str | None = None,
+                 prompt_cache: bool = False):
+        if embeddings not in ("ok", "per-token", "error", "unsupported"):
+            raise ValueError(f"embeddings = {embeddings!r}; expected ok, per-token, error or unsupported")
+        self.n_ctx = n_ctx
+        self.any_model = any_model
+        self.prompt_cache = prompt_cache
+        self._last_prompt = ""
         self.tools_as_text = tools_as_text
         self.require_content = require_content
         self.embeddings_mode = embeddings
@@ -233,11 +249,30 @@ class ScriptedServer:
             return self.default
         return Reply(status=500, text="script exhausted")
 
+    @staticmethod
+    def _work(h: Any, seconds: float) -> bool:
+        """Spend ``seconds`` 'generating'; stop early (False) when the client closed its connection, as llama-server
+        cancels a request whose client went away (measured: its slot is free at once)."""
+        import select
+        import socket
+
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            ready, _, _ = select.select([h.connection], [], [], min(left, 0.05))
+            if ready:
+                try:
+                    if h.connection.recv(1, socket.MSG_PEEK) == b"":
+                        return False
+                except OSError:
+                    return False
+        return True
+
     def _fault(self, h: Any, r: Reply) -> bool:
-        if r.hang:
-            time.sleep(r.hang)
-        if r.delay:
-            time.sleep(r.delay)
+        for wait in (r.hang, r.delay):
+            if wait and not self._work(h, wait):
+                h.close_connection = True
+                self._finished()
+                return True  # the client went away: nothing to answer
         if r.malformed:
             h._send(200, None, raw=b'{"id": "x", "choices": [ {not json')
             return True
@@ -260,6 +295,14 @@ class ScriptedServer:
                 h._send(500, {"error": {"message": f"chat template error: messages[{bad[0]}] has tool_calls "
                                                    "but no 'content'", "type": "server_error", "code": 500}})
                 return
+        if self.n_ctx is not None:
+            n = len(json.dumps(body.get("messages", []))) // 4
+            if n > self.n_ctx:  # llama-server's refusal, as measured
+                h._send(400, {"error": {"code": 400, "message": f"request ({n} tokens) exceeds the available "
+                                        f"context size ({self.n_ctx} tokens), try increasing it",
+                                        "type": "exceed_context_size_error", "n_prompt_tokens": n,
+                                        "n_ctx": self.n_ctx}})
+                return
         r = self._next(body)
         if self._fault(h, r):
             return
@@ -271,6 +314,13 @@ class ScriptedServer:
         if self.tools_as_text and r.tool_calls and not forced:
             r = Reply(text=f"functions.{r.tool_calls[0]['name']}:", prompt_tokens=r.prompt_tokens,
                       completion_tokens=r.completion_tokens)
+        finish = r.finish_reason or ("tool_calls" if r.tool_calls else "stop")
+        cap = body.get("max_tokens")
+        if isinstance(cap, int) and r.completion_tokens is not None and r.completion_tokens > cap:
+            # a real server stops at the cap: the reply is cut (its text, and its tool calls' JSON)
+            r = Reply(text=(r.text or "")[: 4 * cap], prompt_tokens=r.prompt_tokens, completion_tokens=cap,
+                      cached_tokens=r.cached_tokens)
+            finish = "length"
         msg: dict[str, Any] = {"role": "assistant", "content": r.text}
         if r.tool_calls:
             msg["tool_calls"] = [
@@ -279,16 +329,23 @@ class ScriptedServer:
                               else json.dumps(tc["arguments"])}}
                 for i, tc in enumerate(r.tool_calls)
             ]
+        cached = r.cached_tokens
+        if self.prompt_cache and cached is None and r.prompt_tokens is not None:
+            prompt = json.dumps(body.get("messages", []))
+            with self._lock:
+                last, self._last_prompt = self._last_prompt, prompt
+            shared = len(os.path.commonprefix([last, prompt]))
+            cached = min(r.prompt_tokens, shared // 4)
         usage: dict[str, Any] | None = None
         if r.prompt_tokens is not None:
             usage = {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens or 0,
                      "total_tokens": r.prompt_tokens + (r.completion_tokens or 0)}
-            if r.cached_tokens is not None:
-                usage["prompt_tokens_details"] = {"cached_tokens": r.cached_tokens}
+            if cached is not None:
+                usage["prompt_tokens_details"] = {"cached_tokens": cached}
         out = {
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model", "scripted"),
-            "choices": [{"index": 0, "message": msg, "finish_reason": "tool_calls" if r.tool_calls else "stop"}],
+            "model": self.any_model or body.get("model", "scripted"),
+            "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
         }
         if usage is not None:
             out["usage"] = usage
@@ -304,6 +361,10 @@ class ScriptedServer:
             self.embed_requests.append(body)
             fault = self.embed_faults.popleft() if self.embed_faults else None
         if fault is not None and self._fault(h, fault):
+            return
+        if self.embeddings_mode == "unsupported":  # llama-server without --embeddings, as measured
+            h._send(501, {"error": {"code": 501, "message": "This server does not support embeddings. Start it "
+                                                           "with `--embeddings`", "type": "not_supported_error"}})
             return
         if self.embeddings_mode == "error":  # llama.cpp without --embedding
             h._send(500, {"error": {"message": "embedding is not enabled on this server (start it with "
