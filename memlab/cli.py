@@ -86,6 +86,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cfg = ExperimentConfig.from_yaml(args.config)
         if args.set:
             cfg = cfg.with_overrides(args.set)
+        if args.plan:
+            from memlab.run.plan import format_plan, plan_config
+
+            for c in cfg.expand():
+                print(f"{c.name}: " + format_plan(plan_config(c, probe=not args.no_probe)))
+            return 0
         if (args.executor or cfg.run.executor) == "ray":
             from memlab.run.executors import run_grid
 
@@ -110,6 +116,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
               f"{m.get('malformed_tool_calls', 0)}; extraction "
               f"{'from cache' if ext.get('from_cache') else 'ran'}, ops failed {ext.get('ops_failed', 0)}, "
               f"malformed {ext.get('malformed_tool_calls', 0)})")
+        from memlab.run.plan import plan_vs_actual
+
+        rows = plan_vs_actual(run.info)
+        if rows:
+            print("  plan vs actual (per role; planned completion tokens are the max_tokens bound): " + "; ".join(
+                f"{r['role']} calls {r['calls_planned']} / {r['calls']}, prompt tokens {r['prompt_tokens_planned']:,}"
+                f" / {r['prompt_tokens'] or 0:,}, completion tokens <= {r['completion_tokens_max']:,} / "
+                f"{r['completion_tokens'] or 0:,}" for r in rows if r["calls_planned"] is not None))
         roles = run.info.get("model_roles", [])
         if len(roles) > 1 or any(not r.startswith("embedder:") for r in roles):
             print("  " + "\n  ".join(roles))  # which endpoint each role used, and the local embedder
@@ -255,6 +269,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "conversation) tasks on a Ray cluster (pip install 'memlab[ray]')")
     r.add_argument("--address", help="with --executor ray: the cluster to join (auto, ray://HOST:10001); "
                                      "default run.ray_address, else a local Ray instance")
+    r.add_argument("--plan", action="store_true",
+                   help="print what the run will ask of each model role (calls, prompt tokens, completion tokens "
+                        "bounded by max_tokens, dollars; for a local endpoint the wall time from a two-request "
+                        "throughput probe) without running it")
+    r.add_argument("--no-probe", action="store_true", help="with --plan: no throughput probe (no request at all)")
     r.set_defaults(func=_cmd_run)
     rp = sub.add_parser("report", help="per-category table of runs with 95 %% intervals (text, md, latex, csv, html)")
     rp.add_argument("runs", nargs="+", help="run folders under results/ (unfinished ones are skipped, with a warning)")

@@ -23,8 +23,9 @@ holds the run's build totals).
 Dollars: litellm's bundled price map (``litellm.model_cost``, read offline with
 ``LITELLM_LOCAL_MODEL_COST_MAP=True``): input, output and cache-read prices per token. A user price
 table (YAML mapping or CSV; USD per million tokens) overrides it. A model served from a local
-endpoint (``models.api_base`` set), the offline embedders (tfidf-lsa, minilm) and a model the map
-does not know cost 0, and `PriceTable.price` says which of these applied (``source``).
+endpoint (``models.api_base`` on this machine), the offline embedders (tfidf-lsa, minilm) and a model the map
+does not know cost 0, and `PriceTable.price` says which of these applied (``source``); an ``api_base`` on another
+machine (a hosted API behind its own address) is priced by its model name like the provider's own.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import yaml
 
 from memlab.index.embedders import embedder_model
 from memlab.index.hybrid import index_text
-from memlab.llm import count_tokens
+from memlab.llm import count_tokens, is_local
 from memlab.memory.entry import MemoryEntry, UserKey
 
 #: Summary columns renamed so that each says what it counts (old run folders are read with the new names).
@@ -130,7 +131,7 @@ class PriceTable:
             return self.overrides[name]
         if name is None:
             return Price(source=f"local ({model} runs here)")
-        if api_base:
+        if api_base and is_local(api_base):
             return Price(source=f"local (api_base {api_base})")
         from memlab.llm import import_litellm  # only when a hosted model is priced (the import takes seconds)
 

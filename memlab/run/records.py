@@ -241,8 +241,11 @@ class RunInfo(Record):
     error_rate: float | None = None
     resumed_skipped: int | None = None
     answered_now: int | None = None
-    models: dict[str, int] | None = None
+    models: dict[str, Any] | None = None
+    """Model calls, cache hits, failures, malformed tool calls and cut-off replies, summed and ``by_role``."""
     model_roles: dict[str, Any] | None = None
+    plan: dict[str, Any] | None = None
+    """What the run planned to ask of each model role (`memlab.run.plan`), beside what ``models`` says it did."""
     cache_integrity: list[dict[str, Any]] | None = None
     resume: str | None = None
     failure: str | None = None

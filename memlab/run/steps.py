@@ -142,6 +142,10 @@ def open_info(p: Prepared, run_dir: Path, comps: Components, executor: dict[str,
         "sessions": p.prev.get("sessions", []), "notes": inert_knobs(p.cfg, RECALL_KS) + p.notes,
         "executor": executor, "input_files": input_files(p.cfg.to_dict()),  # what reuse compares beyond the config
     }
+    if any(p.cfg.role_in_use(r) for r in ("extractor", "reader", "judge")):  # what it will ask, beside what it did
+        from memlab.run.plan import make_plan
+
+        info["plan"] = make_plan(p.cfg, p.picks, p.convs, comps, None).to_dict()
     return info
 
 
