@@ -107,6 +107,9 @@ class Answerer(Component, ABC):
     uses_top_k = True
     #: Whether the arm calls a model (then ``answer.model`` is required).
     requires_model = False
+    #: Whether the arm reads with a model when ``answer.model`` is set (every arm that requires one; session-recall
+    #: reads offline without one): the ``reader`` role is in use then (its endpoint checked, planned, trusted).
+    model_optional = False
     #: The ``answer.*`` config fields the arm reads (`memlab.run.checks` says a change to another has no effect).
     answer_settings: tuple[str, ...] = ()
     #: Whether ``retrieval.*`` settings change its answers (False: it never searches).

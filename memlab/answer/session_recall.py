@@ -67,6 +67,7 @@ class SessionRecallAnswerer(Answerer):
     name = "session-recall"
     needs_memory = False  # it searches the raw turns, never the extracted store
     requires_model = False  # with answer.model it reads with the model, without it offline
+    model_optional = True
     own_index = True
     answer_settings = ("model", "prompt", "recall_unit", "recall_window", "recall_max",
                        *ExtractiveAnswerer.answer_settings)  # the extractive reader's, for the offline read

@@ -229,8 +229,9 @@ class ExperimentConfig:
 
     def role_in_use(self, role: str) -> bool:
         """Whether this config calls a model for the role."""
+        arm = ANSWERERS.get(self.answer.arm)
         return {"extractor": EXTRACTORS.get(self.extraction.extractor).requires_model and bool(self.extraction.model),
-                "reader": ANSWERERS.get(self.answer.arm).requires_model and bool(self.answer.model),
+                "reader": (arm.requires_model or arm.model_optional) and bool(self.answer.model),
                 "judge": bool(self.judge.model),
                 "embedder": self.index.embedder_model() is not None}[role]
 

@@ -70,14 +70,15 @@ def check_reply(text: Any) -> None:
 class Mem0System(MemorySystem):
     """mem0's ``Memory`` with a FAISS store under ``store_dir``; ``infer`` picks stored-as-given or extracted.
 
-    ``model``/``api_base``/``api_key``/``timeout``: the OpenAI-compatible endpoint of ``infer=True``.
+    ``model``/``api_base``/``api_key``/``timeout``/``max_tokens``: the OpenAI-compatible endpoint of ``infer=True``
+    and the cap on each of its replies (the extractor role's ``max_tokens``).
     """
 
     name = "mem0"
 
     def __init__(self, store_dir: str | Path, infer: bool = False, embedder_model: str | None = None,
                  model: str | None = None, api_base: str | None = None, api_key: str | None = None,
-                 timeout: float = 60.0):
+                 timeout: float = 60.0, max_tokens: int | None = None):
         self.store_dir = Path(store_dir)
         self.infer = infer
         self.embedder_model = embedder_model
@@ -85,6 +86,7 @@ class Mem0System(MemorySystem):
         self.api_base = api_base
         self.api_key = api_key
         self.timeout = timeout
+        self.max_tokens = max_tokens
         self._mem: Any = None
         self._lock = threading.Lock()
         self._cache: dict[UserKey, list[SystemHit]] = {}
@@ -109,6 +111,7 @@ class Mem0System(MemorySystem):
             p.setdefault("api_base", ep["api_base"])
             p.setdefault("api_key", ep["api_key"] or os.environ.get("OPENAI_API_KEY") or "memlab-local")
             p.setdefault("timeout", ep["timeout"])
+            p.setdefault("max_tokens", ep["max_tokens"])
         return cls(**p)
 
     # ----------------------------------------------------------------------------- mem0 itself
@@ -118,6 +121,8 @@ class Mem0System(MemorySystem):
                 self.store_dir.mkdir(parents=True, exist_ok=True)
                 Memory = _import_mem0(self.store_dir / ".mem0")  # noqa: N806
                 llm_cfg: dict[str, Any] = {"model": self.model or "unused", "api_key": self.api_key or "unused"}
+                if self.max_tokens:
+                    llm_cfg["max_tokens"] = self.max_tokens
                 if self.api_base:  # else mem0's OpenAI client uses OpenAI (infer=False never calls it)
                     llm_cfg["openai_base_url"] = self.api_base
                 llm = {"provider": "openai", "config": llm_cfg}
