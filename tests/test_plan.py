@@ -106,3 +106,27 @@ def test_plan_roles_follow_the_config(synthetic_path, role):
                                                           "answer.model": "gpt-4o-mini", "judge.model": "gpt-4o-mini",
                                                           **over}))
     assert role not in plan.roles and plan.roles
+
+
+def test_per_category_takes_n_of_each_category_first_or_seeded_in_file_order(locomo):
+    from memlab.run.config import ConfigError
+    from memlab.run.selection import select_questions
+
+    def pick(**d):
+        cfg = ExperimentConfig.from_dict({"dataset": {"conversations": ["conv-26"], **d}})
+        return [q for _, q in select_questions(cfg, locomo)]
+
+    first = pick(per_category=3)
+    counts = {c: sum(q.category == c for q in first) for c in range(1, 6)}
+    assert counts == {1: 3, 2: 3, 3: 3, 4: 3, 5: 3}
+    conv = locomo["conv-26"]
+    assert [q.qid for q in first if q.category == 4] == [q.qid for q in conv.questions if q.category == 4][:3]
+    drawn = pick(per_category=3, sample_seed=7)
+    assert drawn == pick(per_category=3, sample_seed=7) and drawn != first  # repeatable, not the first N
+    assert [q.index for q in drawn] == sorted(q.index for q in drawn)  # kept in file order
+    assert {q.qid for q in pick(per_category=3, sample_seed=7, categories=[4])} == \
+        {q.qid for q in drawn if q.category == 4}  # a category's draw does not depend on the others
+    with pytest.raises(ConfigError, match="sample_seed = 7 without dataset.per_category"):
+        ExperimentConfig.from_dict({"dataset": {"sample_seed": 7}})
+    with pytest.raises(ConfigError, match="dataset.per_category = 0"):
+        ExperimentConfig.from_dict({"dataset": {"per_category": 0}})

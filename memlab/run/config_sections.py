@@ -64,6 +64,11 @@ class DatasetConfig:
     categories: list[int] | None = None
     question_limit: int | None = None
     """At most this many questions per conversation (after the category filter), in file order."""
+    per_category: int | None = None
+    """At most this many questions of each category per conversation (after the category filter, before
+    ``question_limit``): the first in file order, or a seeded sample (``sample_seed``) kept in file order."""
+    sample_seed: int | None = None
+    """With ``per_category``: draw each category's questions at random with this seed (None: the first N)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.conversations, str):
@@ -73,6 +78,11 @@ class DatasetConfig:
 
     def check(self, where: str) -> None:
         integer(where, "dataset.question_limit", self.question_limit, 1, optional=True)
+        integer(where, "dataset.per_category", self.per_category, 1, optional=True)
+        integer(where, "dataset.sample_seed", self.sample_seed, 0, MAX_SEED, optional=True)
+        if self.sample_seed is not None and self.per_category is None:
+            raise ConfigError(f"{where}: dataset.sample_seed = {self.sample_seed!r} without dataset.per_category; "
+                              f"the seed draws each category's per_category questions")
         if self.conversations is not None and not all(isinstance(c, str) for c in self.conversations):
             raise ConfigError(f"{where}: dataset.conversations = {self.conversations!r}; expected sample ids "
                               f"(strings, e.g. [conv-26])")

@@ -65,10 +65,27 @@ def select_questions(cfg: ExperimentConfig, data: LoCoMo) -> list[tuple[Conversa
         if d.conversations and conv.sample_id not in d.conversations:
             continue
         qs = [q for q in conv.questions if not d.categories or q.category in d.categories]
+        if d.per_category is not None:
+            qs = per_category(qs, d.per_category, d.sample_seed)
         if d.question_limit is not None:
             qs = qs[: d.question_limit]
         out.extend((conv, q) for q in qs)
     if not out:
         raise ConfigError(f"the config selects no question (conversations {d.conversations}, categories "
-                          f"{d.categories}, question_limit {d.question_limit})")
+                          f"{d.categories}, per_category {d.per_category}, question_limit {d.question_limit})")
     return out
+
+
+def per_category(questions: list[Question], n: int, seed: int | None = None) -> list[Question]:
+    """At most ``n`` questions of each category, in file order: the first ``n``, or (``seed``) a seeded draw,
+    each category drawn with its own generator so one category's size never moves another's sample."""
+    import numpy as np
+
+    keep: set[str] = set()
+    for cat in sorted({q.category for q in questions}):
+        group = [q for q in questions if q.category == cat]
+        if seed is not None and len(group) > n:
+            rng = np.random.default_rng([seed, cat])
+            group = [group[i] for i in sorted(rng.choice(len(group), size=n, replace=False))]
+        keep.update(q.qid for q in group[:n])
+    return [q for q in questions if q.qid in keep]
