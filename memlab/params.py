@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import math
 import re
 import types
 import typing
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 
@@ -57,9 +59,13 @@ class Range:
         return None
 
     def text(self) -> str:
-        lo = None if self.lo is None else f"{'>' if self.lo_open else '>='} {self.lo:g}"
-        hi = None if self.hi is None else f"<= {self.hi:g}"
+        lo = None if self.lo is None else f"{'>' if self.lo_open else '>='} {_num(self.lo)}"
+        hi = None if self.hi is None else f"<= {_num(self.hi)}"
         return " and ".join(x for x in (lo, hi) if x)
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,95 @@ class OneOf:
 
     def text(self) -> str:
         return f"one of {', '.join(map(str, self.allowed()))}"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A string matching ``regex`` whole (``what`` says what that is, for the error: "a model name")."""
+
+    regex: str
+    what: str
+
+    def check(self, v: Any) -> str | None:
+        return None if isinstance(v, str) and re.fullmatch(self.regex, v) else self.text()
+
+    def text(self) -> str:
+        return self.what
+
+
+@dataclass(frozen=True)
+class PromptName:
+    """A prompt of ``stage`` (``answer``, ``extract``, ``judge``): a name under ``memlab/prompts/<stage>/`` or a
+    file, checked to exist when the config is read (not when the first question is answered)."""
+
+    stage: str
+
+    def check(self, v: Any) -> str | None:
+        from memlab.prompts import load_prompt
+
+        try:
+            load_prompt(self.stage, v)
+        except (OSError, ValueError):
+            return self.text()
+        return None
+
+    def text(self) -> str:
+        return f"a prompt under memlab/prompts/{self.stage}/ or a prompt file"
+
+    @staticmethod
+    def is_name(v: Any) -> bool:
+        """A shipped prompt's bare name (no folder, no suffix), as opposed to a file path."""
+        return isinstance(v, str) and "/" not in v and not Path(v).suffix
+
+
+@dataclass(frozen=True)
+class FolderWith:
+    """An existing folder holding one of ``files`` (a model folder: ``config.json`` or ``modules.json``)."""
+
+    files: tuple[str, ...]
+    what: str = "a folder"
+
+    def check(self, v: Any) -> str | None:
+        p = Path(v) if isinstance(v, str) else None
+        return None if p is not None and p.is_dir() and any((p / f).is_file() for f in self.files) else self.text()
+
+    def text(self) -> str:
+        return f"{self.what} holding {' or '.join(self.files)}"
+
+
+@dataclass(frozen=True)
+class Trust:
+    """Marks a parameter that decides where requests, keys or file contents go, where it is declared:
+    ``Trust.endpoint`` (a URL requests are sent to), ``Trust.secret`` (a key), ``Trust.file`` (a path read or
+    written). Everything derives from the mark: a resume trusts such a setting only when its user started the run
+    with it (`memlab.run.trust`), a secret is never a config value and never recorded (`secret_names`, left out of
+    cache ids and run.json), and the value's form is checked here."""
+
+    kind: Literal["endpoint", "secret", "file"]
+    endpoint: ClassVar[Trust]
+    secret: ClassVar[Trust]
+    file: ClassVar[Trust]
+
+    def check(self, v: Any) -> str | None:
+        if self.kind == "endpoint" and not (isinstance(v, str) and v.startswith(("http://", "https://"))):
+            return self.text()
+        if self.kind == "file" and not (isinstance(v, str) and v.strip() and "\0" not in v):
+            return self.text()
+        return None
+
+    def text(self) -> str:
+        return {"endpoint": "an http(s):// URL", "file": "a path",
+                "secret": "a key: named by an environment variable, never written in a config"}[self.kind]
+
+
+Trust.endpoint = Trust("endpoint")
+Trust.secret = Trust("secret")
+Trust.file = Trust("file")
+
+#: A seed for numpy's and scikit-learn's generators: an unsigned 32-bit integer.
+SEED = Range(0, 2**32 - 1)
+#: A model's name as a provider or server knows it (``openai/gpt-4o-mini``): no spaces.
+MODEL_NAME = Pattern(r"\S+", "a model name")
 
 
 #: Types a config file can give (YAML scalars, lists, mappings), with how an error names them.
@@ -129,9 +224,15 @@ class ParamSpec:
             want = f"one of {', '.join(map(str, choices if choices is not None else one_of.allowed()))}"
         else:
             want = " or ".join(_PLAIN_TYPES[t] for t in plain) or "a value"
-            extra = [c.text() for c in self.constraints if isinstance(c, Range)]
-            if extra:
-                want += " " + " and ".join(extra)
+            bounds = [c.text() for c in self.constraints if isinstance(c, Range) and c.text()]
+            if bounds:
+                want += " " + " and ".join(bounds)
+            other = [c for c in self.constraints if hasattr(c, "text") and not isinstance(c, (Range, OneOf))]
+            if len(other) > 1:  # a path that is also something more specific: the specific one says it
+                other = [c for c in other if c != Trust.file]
+            said = [c.text() for c in other]
+            if said:
+                want += f" ({'; '.join(said)})"
         return want + (" or null" if optional else "")
 
     def check(self, value: Any) -> Any:
@@ -150,7 +251,7 @@ class ParamSpec:
                 (isinstance(value, (int, float)) and not isinstance(value, bool)) if t is float else \
                 (isinstance(value, int) and not isinstance(value, bool)) if t is int else \
                 isinstance(value, (list, tuple)) if t in (list, tuple) else isinstance(value, t)
-            if not ok or (t is float and value != value):
+            if not ok or (t is float and not math.isfinite(value)):
                 raise ParamError(f"expected {self.expected()}")
             if t is float:
                 value = float(value)
@@ -203,6 +304,16 @@ def settable_specs(cls: type) -> dict[str, ParamSpec]:
     (`fixed_params`)."""
     fixed = fixed_params(cls)
     return {n: s for n, s in _specs(cls).items() if s.settable and n not in fixed}
+
+
+def trust_kinds(cls: type) -> dict[str, str]:
+    """The parameters ``cls`` marks with `Trust` (name -> endpoint, secret or file)."""
+    return {n: c.kind for n, s in _specs(cls).items() for c in s.constraints if isinstance(c, Trust)}
+
+
+def secret_names(cls: type) -> tuple[str, ...]:
+    """The parameters ``cls`` declares secrets (`Trust.secret`): never in a config, a cache id or run.json."""
+    return tuple(n for n, k in trust_kinds(cls).items() if k == "secret")
 
 
 def get_params(obj: Any, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -344,8 +455,8 @@ class Component:
         return get_params(self)
 
     def cache_params(self) -> dict[str, Any]:
-        """The parameters that decide the output (`get_params` less `cache_exclude`)."""
-        return get_params(self, self.cache_exclude)
+        """The parameters that decide the output (`get_params` less `cache_exclude` and any secret)."""
+        return get_params(self, (*self.cache_exclude, *secret_names(type(self))))
 
     def clone(self, **changes: Any) -> Any:
         """A new, unfitted instance with the same parameters, ``changes`` applied (its twin when none)."""

@@ -55,7 +55,8 @@ from memlab.run.steps import (  # noqa: F401 - RunStorageError, is_storage_error
 )
 from memlab.run.streaming import run_streamed, streams
 from memlab.run.systems import build_system, run_system
-from memlab.rundir import RunLock, open_run_dir, remember_settings, remembered_settings, results_root
+from memlab.run.trust import check_trust
+from memlab.rundir import RunLock, open_run_dir, results_root
 from memlab.systems import MemorySystem
 from memlab.threads import peak_rss_mb, set_threads
 
@@ -81,27 +82,10 @@ def resolve_run_config(config: ExperimentConfig | str | Path | None, resume: str
             raise ConfigError(f"--resume {run_dir}: refusing --set {overrides!r}: a resumed run keeps its config "
                               f"(add --force-config to apply the overrides to the remaining questions)")
         cfg = cfg.with_overrides(overrides)
-    _check_trust(run_dir, cfg, parse_sets(overrides) if isinstance(overrides, list) else overrides or {},
-                 trust_run_config)
+    check_trust(run_dir, cfg, parse_sets(overrides) if isinstance(overrides, list) else overrides or {},
+                trust_run_config)
     prev = read_run_json(run_dir / "run.json") if (run_dir / "run.json").is_file() else {}
     return cfg, prev
-
-
-def _check_trust(run_dir: Path, cfg: ExperimentConfig, named: dict[str, Any], trusted: bool) -> None:
-    """Refuse a resume whose folder names an endpoint, key variable or prompt file that this user neither started
-    the run with (`memlab.rundir.remembered_settings`) nor names now (``--set``), unless ``trusted``: a crafted
-    folder must not send the user's secrets or files to a server of its choosing."""
-    settings = cfg.trust_settings()
-    mine = remembered_settings(run_dir)
-    said = {(k.rsplit(".", 1)[-1], repr(v)) for k, v in named.items()}
-    strange = {k: v for k, v in settings.items() if mine.get(k) != v and (k.rsplit(".", 1)[-1], repr(v)) not in said}
-    if strange and not trusted:
-        listed = "; ".join(f"{k} = {v!r}" for k, v in strange.items())
-        raise ConfigError(f"--resume {run_dir}: its config.yaml names endpoints, key variables or prompt files this "
-                          f"user did not start the run with: {listed}. Check them, then add --trust-run-config to "
-                          f"use them (or --force-config --set KEY=VALUE to replace them)")
-    if settings != mine:
-        remember_settings(run_dir, settings)
 
 
 def run_experiment(config: ExperimentConfig | str | Path | None = None, results: str | Path | None = None,

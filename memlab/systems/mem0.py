@@ -18,9 +18,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from memlab.memory.entry import UserKey
+from memlab.params import MODEL_NAME, FolderWith, Range, Trust
 from memlab.systems.base import SYSTEMS, MemorySystem, Message, SystemHit, SystemReplyError
 
 EMBED_DIMS = 384
@@ -75,9 +76,13 @@ class Mem0System(MemorySystem):
 
     name = "mem0"
 
-    def __init__(self, store_dir: str | Path, infer: bool = False, embedder_model: str | None = None,
-                 model: str | None = None, api_base: str | None = None, api_key: str | None = None,
-                 timeout: float = 60.0):
+    def __init__(self, store_dir: Annotated[str | Path, Trust.file], infer: bool = False,
+                 embedder_model: Annotated[str | None, Trust.file, FolderWith(
+                     ("modules.json", "config.json"), "a sentence-transformers model folder")] = None,
+                 model: Annotated[str | None, MODEL_NAME] = None,
+                 api_base: Annotated[str | None, Trust.endpoint] = None,
+                 api_key: Annotated[str | None, Trust.secret] = None,
+                 timeout: Annotated[float, Range(0, lo_open=True)] = 60.0):
         self.store_dir = Path(store_dir)
         self.infer = infer
         self.embedder_model = embedder_model
