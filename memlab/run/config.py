@@ -21,11 +21,12 @@ from typing import Any
 import yaml
 
 from memlab.answer import ANSWERERS, JUDGES
+from memlab.answer.base import section_settings
 from memlab.eval.profiles import PROFILES
 from memlab.extract.extractors import EXTRACTORS
 from memlab.index.embedders import EMBEDDERS, parse_embedder_spec, spec_forms
 from memlab.index.keyword import KEYWORD_SCORERS
-from memlab.params import ParamError, check_params, secret_names
+from memlab.params import ParamError, check_params, param_specs, secret_names
 from memlab.prompts import load_prompt
 from memlab.run.config_sections import (  # noqa: F401  (re-exported: the sections were defined here)
     _FACTORY,
@@ -205,6 +206,12 @@ class ExperimentConfig:
             except ValueError as e:
                 why = f" ({e})" if name.partition(":")[0] in EMBEDDERS else ""  # else the list says it all
                 raise ConfigError(f"{where}: index.embedder = {name!r}; allowed: {spec_forms()}{why}") from None
+        judge = JUDGES.get(self.judge.kind)  # the judge.* fields that are its settings (judge.prompt, .repeats ...)
+        for name, value in section_settings(judge, self.judge).items():
+            try:
+                param_specs(judge)[name].check(value)
+            except ParamError as e:
+                raise ConfigError(f"{where}: judge.{name} = {value!r}; {e}") from None
 
     def _validate_models(self, where: str) -> None:
         limits: dict[str, tuple[int | None, str]] = {}
@@ -415,10 +422,15 @@ def get_dotted(cfg: Any, key: str, where: str = "config") -> Any:
 def set_dotted_dict(d: dict[str, Any], key: str, value: Any) -> None:
     parts = key.split(".")
     cur = d
-    for p in parts[:-1]:
+    for i, p in enumerate(parts[:-1]):
+        if cur.get(p) is None and p in SETTINGS_KEYS and p in cur:  # a component's settings, none given yet
+            cur[p] = {}
         if not isinstance(cur.get(p), dict):
-            raise ConfigError(f"--set {key}: {p!r} is not a section; sections: "
-                              f"{', '.join(k for k, v in cur.items() if isinstance(v, dict))}")
+            where = ".".join(parts[:i + 1])
+            sections = [k for k, v in cur.items() if isinstance(v, dict)]
+            raise ConfigError(f"--set {key}: {where} is not a section; " + (
+                f"sections under {'.'.join(parts[:i]) or 'the top level'}: {', '.join(sections)}" if sections else
+                f"{'.'.join(parts[:i])} holds no section (a setting's value is given whole: --set {where}=VALUE)"))
         cur = cur[p]
     if parts[-1] not in cur and not (len(parts) > 1 and parts[-2] in SETTINGS_KEYS):
         raise ConfigError(f"--set {key}: unknown key {parts[-1]!r}; allowed: {', '.join(cur)}")

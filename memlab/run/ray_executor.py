@@ -82,6 +82,7 @@ from memlab.run.steps import (
     build_components,
     close_session,
     finish_run,
+    interrupted_on_signal,
     is_storage_error,
     open_info,
     prepare,
@@ -202,6 +203,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                            "per_task": "the CPUs Ray assigns it, capped by run.threads"}
         write_run_json(run_dir, {**info, "timings": {"load_s": p.load_s}})
         cell = _Cell(i, p, comps, run_dir, info, t_start, timings={"load_s": p.load_s})
+        stop.on_signal(interrupted_on_signal(run_dir, info, cell.resume_cmd))
         done = load_done(run_dir) if resume is not None else []
         cell.done = len(done)
         done_ids = {r.qid for r in done}

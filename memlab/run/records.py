@@ -239,6 +239,8 @@ class RunInfo(Record):
     errors: int | None = None
     judge_errors: int | None = None
     error_rate: float | None = None
+    role_errors: dict[str, dict[str, int]] | None = None
+    """Per model role (reader, judge, extractor): ``errors`` of ``of`` units; each against run.max_error_rate."""
     resumed_skipped: int | None = None
     answered_now: int | None = None
     models: dict[str, int] | None = None

@@ -45,6 +45,7 @@ from memlab.run.steps import (  # noqa: F401 - RunStorageError, is_storage_error
     build_components,
     close_session,
     finish_run,
+    interrupted_on_signal,
     is_storage_error,
     open_info,
     prepare,
@@ -170,6 +171,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
     timings: dict[str, float] = {"load_s": p.load_s}
     info = open_info(p, run_dir, comps, {"kind": "local"})
     info["threads"] = threads
+    stop.on_signal(interrupted_on_signal(run_dir, info, resume_cmd))
     peak: dict[str, float] = {}  # the process's peak RSS (MB) after each stage
     svc = None
     try:

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -22,7 +23,7 @@ from typing import Annotated, Any
 
 from memlab.memory.entry import UserKey
 from memlab.params import MODEL_NAME, FolderWith, Range, Trust
-from memlab.systems.base import SYSTEMS, MemorySystem, Message, SystemHit, SystemReplyError
+from memlab.systems.base import SYSTEMS, MemorySystem, Message, StoreNotEmpty, SystemHit, SystemReplyError
 
 EMBED_DIMS = 384
 
@@ -67,6 +68,29 @@ def check_reply(text: Any) -> None:
         raise SystemReplyError(f"mem0: the model's extraction reply has no 'memory' list: {text[:200]!r}")
 
 
+STORE_OWNER = ".memlab-run"
+"""The file in a mem0 store naming the run folder that owns it (`claim_store`)."""
+
+
+def claim_store(store: Path, run_dir: Path) -> None:
+    """Make ``store`` the run's own, empty store. A store this run made before (a resumed run ingests everything
+    again) is emptied; a folder holding anything else (another run's store, a second run given the same
+    ``store_dir``, unrelated files) is refused, never mixed into this run's memories nor deleted."""
+    owner = str(run_dir.resolve())
+    mark = store / STORE_OWNER
+    if store.is_dir() and any(store.iterdir()):
+        ours = store.resolve().parent == run_dir.resolve() or (
+            mark.is_file() and not mark.is_symlink() and mark.read_text(encoding="utf-8").strip() == owner)
+        if not ours:
+            held = mark.read_text(encoding="utf-8").strip() if mark.is_file() else None
+            raise StoreNotEmpty(f"system.params.store_dir = {str(store)!r}: not empty and not this run's store ("
+                                + (f"it holds the store of run {held}" if held else "it holds other files")
+                                + "); give an empty or new folder, or leave store_dir unset (the run folder's mem0/)")
+        shutil.rmtree(store)
+    store.mkdir(parents=True, exist_ok=True)
+    mark.write_text(owner + "\n", encoding="utf-8")
+
+
 @SYSTEMS.register("mem0")
 class Mem0System(MemorySystem):
     """mem0's ``Memory`` with a FAISS store under ``store_dir``; ``infer`` picks stored-as-given or extracted.
@@ -97,13 +121,12 @@ class Mem0System(MemorySystem):
 
     @classmethod
     def from_config(cls, params: dict[str, Any], ctx: dict[str, Any]) -> MemorySystem:
-        """``store_dir`` defaults to ``<run folder>/mem0``; with ``infer`` the model is ``params.model`` or the
-        run's ``extraction.model`` (its ``openai/`` prefix dropped) at the extractor role's endpoint."""
+        """``store_dir`` defaults to ``<run folder>/mem0``; either way the store is the run's own (`claim_store`).
+        With ``infer`` the model is ``params.model`` or the run's ``extraction.model`` (its ``openai/`` prefix
+        dropped) at the extractor role's endpoint."""
         p = dict(params)
-        if "store_dir" not in p:
-            p["store_dir"] = str(Path(ctx["run_dir"]) / "mem0")
-            # a resumed run ingests again: into a fresh store, or every memory would be stored twice
-            shutil.rmtree(p["store_dir"], ignore_errors=True)
+        p.setdefault("store_dir", str(Path(ctx["run_dir"]) / "mem0"))
+        claim_store(Path(p["store_dir"]), Path(ctx["run_dir"]))
         if p.get("infer"):
             cfg, clients = ctx["config"], ctx["clients"]
             model = p.get("model") or cfg.extraction.model
@@ -153,7 +176,8 @@ class Mem0System(MemorySystem):
 
     @staticmethod
     def _uid(key: UserKey) -> str:
-        return f"{key.app_name}:{key.user_id}"
+        """The key as mem0 takes a user id (no whitespace): percent-encoded, so two keys never share one."""
+        return urllib.parse.quote(f"{key.app_name}:{key.user_id}", safe=":/@+-_.~")
 
     # ----------------------------------------------------------------------------- the interface
     def ingest(self, key: UserKey, session: str, messages: list[Message]) -> None:
