@@ -89,6 +89,12 @@ def resolve_run_config(config: ExperimentConfig | str | Path | None, resume: str
     return cfg, prev
 
 
+def _brief(what: object, limit: int = 300) -> str:
+    """A cause as one short line (an error listing many files says the first ones and how many more)."""
+    text = " ".join(str(what).split())
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
 def run_experiment(config: ExperimentConfig | str | Path | None = None, results: str | Path | None = None,
                    resume: str | Path | None = None, progress: bool = True, *,
                    overrides: dict[str, Any] | list[str] | None = None, force_config: bool = False,
@@ -137,13 +143,13 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
                 try:
                     found = copy_as(twin, p, root)
                 except (OSError, RunFileError, ValueError) as e:
-                    print(f"memlab: not reusing {twin}: copying it under {cfg.name!r} failed ({e})")
+                    print(f"memlab: not reusing {twin}: copying it under {cfg.name!r} failed ({_brief(e)})")
                 else:
                     print(f"memlab: reusing {twin} as {found.run_dir} (complete; same config but its name, same "
                           f"data and code; reuse=False runs it again)")
                     return found
             if why:
-                print(f"memlab: not reusing {why}")
+                print(f"memlab: not reusing {_brief(why)}")
         return _run(cfg, prev, results, resume, progress, given, held, stop, t_start, p)
 
 

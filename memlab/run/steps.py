@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -241,14 +242,21 @@ def record_failure(info: dict[str, Any], e: BaseException, resume_cmd: str) -> N
 def close_session(run_dir: Path, info: dict[str, Any], timings: dict[str, float], integrity_mark: Any,
                   session: dict[str, Any] | None = None) -> None:
     """Append this session (timings, status) to run.json's sessions, total the timings, list the caches found
-    corrupt meanwhile, and write run.json. A storage error writing it is raised as `RunStorageError` unless the
-    run already failed or was interrupted (the first error is not hidden)."""
+    corrupt meanwhile, record a completed run's output files with their sha256 and its completion time
+    (`memlab.run.outputs`), and write run.json. A storage error writing it is raised as `RunStorageError` unless
+    the run already failed or was interrupted (the first error is not hidden)."""
     from memlab import cache_integrity
+    from memlab.run.outputs import record_outputs
 
     info["sessions"] = info["sessions"] + [{"timings": timings, "status": info["status"], **(session or {})}]
     info["timings"] = total_timings(info["sessions"])
     info["cache_integrity"] = [e.to_dict() for e in cache_integrity.since(integrity_mark)]
+    info.pop("outputs", None)  # an earlier session's: this one may have changed the files
+    info.pop("completed_utc", None)
     try:
+        if info["status"] in (RunStatus.COMPLETE.value, RunStatus.COMPLETE_WITH_ERRORS.value):
+            info["outputs"] = record_outputs(run_dir)
+            info["completed_utc"] = datetime.now(timezone.utc).isoformat(timespec="microseconds")
         write_run_json(run_dir, info)
     except OSError as e:  # the disk is full or the folder read-only: say so, without hiding the first error
         print(f"memlab: could not record the run's status in {run_dir / 'run.json'}: {e.strerror or e}",
