@@ -293,9 +293,6 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
             else:
                 svc.import_index(ck, res["index"])
             svc.save_extraction(conv.sample_id, res["state"] or {}, [tuple(t) for t in res["trace"]])
-            if res.get("build"):
-                with open(cdir / BUILD_LOG, "a", encoding="utf-8") as f:
-                    f.write(res["build"])
             store_cache_rows(cache_root, res["cache"])
             # only what the extraction tables use is kept (the rows and index are in the store and its files now)
             ext_results[(key, conv.sample_id)] = {"table": res["table"], "failures": res.get("failures", []),
