@@ -107,7 +107,8 @@ def test_a_new_components_declared_endpoint_is_covered_without_a_list(synthetic_
 
 @pytest.mark.parametrize("over", [
     {"index.embedder": "litellm:text-embedding-3-small", "index.embedder_params": {"api_key": "sk-literal-1234"}},
-    {"extraction.extractor": "llm", "extraction.model": "openai/m", "extraction.params": {"api_key": "sk-literal-1234"}},
+    {"extraction.extractor": "llm", "extraction.model": "openai/m",
+     "extraction.params": {"api_key": "sk-literal-1234"}},
     {"system.name": "mem0", "system.params": {"api_key": "sk-literal-1234"}},
     {"index.keyword": "trust-probe-scorer", "index.keyword_params": {"token": "sk-literal-1234"}},
 ], ids=["embedder", "extractor", "system", "a-new-components-token"])

@@ -153,8 +153,8 @@ def add_costs(run_dir: Path, cfg: ExperimentConfig, pred: pd.DataFrame, question
     unknown = costs.unknown_build(pred)
     if unknown:
         info["build_unknown"] = (f"{len(unknown)} conversation(s) have no build-cost record (an extraction cache "
-                                 f"written before memlab saved build costs with its entries): their build columns are NaN; "
-                                 f"delete the cache dir to re-extract: {unknown}")
+                                 f"written before memlab saved build costs with its entries): their build columns "
+                                 f"are NaN; delete the cache dir to re-extract: {unknown}")
     return pred, info
 
 
