@@ -110,9 +110,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         errs = ", ".join(f"{role} {r['errors']} of {r['of']}" for role, r in by_role)
         print(f"\n{run.run_dir}  [{run.status}]  ({run.info['timings']['total_s']:.1f} s; model calls "
               f"{m.get('model_calls', 0)}, served from cache {m.get('cache_hits', 0)}, malformed tool calls "
-              f"{m.get('malformed_tool_calls', 0)}; extraction "
+              f"{m.get('malformed_tool_calls', 0)}; " + (f"errors: {errs}; " if errs else "") + "extraction "
               f"{'from cache' if ext.get('from_cache') else 'ran'}, ops failed {ext.get('ops_failed', 0)}, "
-              f"malformed {ext.get('malformed_tool_calls', 0)}" + (f"; errors: {errs}" if errs else "") + ")")
+              f"malformed {ext.get('malformed_tool_calls', 0)})")
         roles = run.info.get("model_roles", [])
         if len(roles) > 1 or any(not r.startswith("embedder:") for r in roles):
             print("  " + "\n  ".join(roles))  # which endpoint each role used, and the local embedder
