@@ -82,7 +82,8 @@ def test_resume_refuses_a_crafted_memory_system_endpoint(synthetic_path, tmp_pat
 def test_resume_refuses_a_crafted_prompt_file_in_the_arms_settings(synthetic_path, tmp_path, secret_file, capsys):
     with ScriptedServer(responder=responder) as srv:  # the user's own model run: its endpoint is remembered
         cfg = syn(synthetic_path, **{"answer.arm": "original", "answer.model": "openai/scripted",
-                                     "models.api_base": srv.api_base, "models.max_retries": 0})
+                                     "models.api_base": srv.api_base, "models.max_retries": 0,
+                                     "dataset.question_limit": 1})
         run = run_experiment(cfg, results=tmp_path / "r", progress=False)
         sent = len(srv.requests)
         craft(run.run_dir, lambda d: d["answer"].update(params={"prompt": str(secret_file)}))
