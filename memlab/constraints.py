@@ -73,13 +73,12 @@ class PromptName:
     stage: str
 
     def check(self, v: Any) -> str | None:
-        from memlab.prompts import load_prompt
+        from memlab.prompts import prompt_file
 
         try:
-            load_prompt(self.stage, v)
+            return None if isinstance(v, str) and prompt_file(self.stage, v) is not None else self.text()
         except (OSError, ValueError):
             return self.text()
-        return None
 
     def text(self) -> str:
         return f"a prompt under memlab/prompts/{self.stage}/ or a prompt file"
