@@ -5,7 +5,9 @@ declaration: `param_specs` (name, default, type and the constraints written besi
 ``k1: Annotated[float, Range(0, None, lo_open=True)] = 1.2``) feeds config validation (`check_params`),
 ``from_config`` (``cls(**params)``), the cache key (`cache_id`: class + parameters), copies (`clone`), the
 run's recorded settings (`resolved_params`) and the CLI's help (`describe_params`). A constructor only stores
-its arguments, each under its own name (``self.k1 = k1``), so `get_params` can read them back.
+its arguments, each under its own name (``self.k1 = k1``), so `get_params` can read them back. The constraints
+(`memlab.constraints`: `Range`, `OneOf`, `Pattern`, `PromptName`, `FolderWith`, and `Trust` for an endpoint, key or
+file) are re-exported here; every setting of a shipped component carries one (a test walks them all).
 """
 
 from __future__ import annotations
