@@ -66,6 +66,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from memlab.eval import format_summary
     from memlab.run import ExperimentConfig, run_experiment
+    from memlab.run.steps import over_budget
 
     if args.resume:
         if args.config:
@@ -111,9 +112,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 if c in run.summary.columns]
         m = run.info.get("models", {})
         ext = run.info.get("extraction") or {}
+        by_role = (run.info.get("role_errors") or {}).items()  # every role's errors, the judge's too
+        errs = ", ".join(f"{role} {r['errors']} of {r['of']}" for role, r in by_role)
         print(f"\n{run.run_dir}  [{run.status}]  ({run.info['timings']['total_s']:.1f} s; model calls "
               f"{m.get('model_calls', 0)}, served from cache {m.get('cache_hits', 0)}, malformed tool calls "
-              f"{m.get('malformed_tool_calls', 0)}; extraction "
+              f"{m.get('malformed_tool_calls', 0)}; " + (f"errors: {errs}; " if errs else "") + "extraction "
               f"{'from cache' if ext.get('from_cache') else 'ran'}, ops failed {ext.get('ops_failed', 0)}, "
               f"malformed {ext.get('malformed_tool_calls', 0)})")
         from memlab.run.plan import plan_vs_actual
@@ -128,11 +131,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if len(roles) > 1 or any(not r.startswith("embedder:") for r in roles):
             print("  " + "\n  ".join(roles))  # which endpoint each role used, and the local embedder
         print(format_summary(run.summary[cols]))
-        rate, limit = run.info.get("error_rate", 0.0), run.config.run.max_error_rate
-        if rate > limit:
-            print(f"memlab: {run.info.get('errors')} of {run.info.get('questions')} questions ended in an error "
-                  f"({rate:.1%} > run.max_error_rate {limit:.1%}); they are not scored. See predictions.parquet "
-                  f"(column error); retry them with: memlab run --resume {run.run_dir}", file=sys.stderr)
+        for line in over_budget(run.info, run.config.run.max_error_rate):
+            print(f"memlab: {line}; they are not scored. See predictions.parquet (columns error, judge_error) "
+                  f"and traces/extraction.jsonl; retry them with: memlab run --resume {run.run_dir}", file=sys.stderr)
             rc = 3
     return rc
 
@@ -147,7 +148,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
         for run in args.runs:
             print(f"{run}: one run under the scoring profiles {args.profiles}")
-            print(format_wide(profile_table(run, [p.strip() for p in args.profiles.split(",") if p.strip()])))
+            print(format_wide(profile_table(run, [p.strip() for p in args.profiles.split(",") if p.strip()],
+                                            trust_run_config=args.trust_run_config)))
         return 0
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else DEFAULT_METRICS
     with warnings.catch_warnings(record=True) as caught:
@@ -192,7 +194,8 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
     from memlab.eval import format_summary
     from memlab.run.rescore import explain, rescore
 
-    res = rescore(args.run, args.profile, allow_model_calls=args.allow_model_calls, errata=args.errata)
+    res = rescore(args.run, args.profile, allow_model_calls=args.allow_model_calls, errata=args.errata,
+                  trust_run_config=args.trust_run_config)
     print(f"{args.run} under the {res.profile} profile -> {res.path}")
     print(format_summary(res.summary))
     print(explain(res))
@@ -289,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "paired comparison then, with a note)")
     rp.add_argument("--profiles", help="show one run under these scoring profiles side by side, "
                                        "e.g. locomo,mem0,trpc-agent-go (no model calls: J from the cache)")
+    rp.add_argument("--trust-run-config", action="store_true",
+                    help="with --profiles: use an errata file the run folder's config names that you did not start "
+                         "the run with")
     rp.set_defaults(func=_cmd_report)
     cp = sub.add_parser("compare", help="paired comparison of runs (CIs, permutation, McNemar, MDD; Holm for >2)")
     cp.add_argument("runs", nargs="+", help="run folders; all are compared with the first (or --baseline)")
@@ -307,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--errata", help="CSV qid,answer (corrected answer or 'invalid'); default: the run's")
     rs.add_argument("--allow-model-calls", action="store_true",
                     help="call the judge model for verdicts not in the response cache (default: leave J empty)")
+    rs.add_argument("--trust-run-config", action="store_true",
+                    help="use an errata file (and with --allow-model-calls the judge endpoint, key variable and "
+                         "prompt) the run folder's config names that you did not start the run with")
     rs.set_defaults(func=_cmd_rescore)
     cm = sub.add_parser("components", help="every registered component (extractors, answer arms, embedders, keyword "
                         "scorers, judges, systems) with its settings and the config key that takes them")
@@ -349,9 +358,10 @@ def main(argv: list[str] | None = None) -> int:
         from memlab.run.results import RunFileError
         from memlab.run.runner import RunStorageError
         from memlab.rundir import RunFolderBusy
+        from memlab.systems.base import SystemFailure
 
         errors += (ConfigError, FileNotFoundError, ExtractionFailed, RecordSchemaError, ErrataError, ProfileError,
-                   ComparisonError, RayNotInstalled, RunFileError, RunFolderBusy, RunStorageError)
+                   ComparisonError, RayNotInstalled, RunFileError, RunFolderBusy, RunStorageError, SystemFailure)
         if args.command == "report":
             from memlab.run.report import ReportError
 

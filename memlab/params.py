@@ -5,7 +5,9 @@ declaration: `param_specs` (name, default, type and the constraints written besi
 ``k1: Annotated[float, Range(0, None, lo_open=True)] = 1.2``) feeds config validation (`check_params`),
 ``from_config`` (``cls(**params)``), the cache key (`cache_id`: class + parameters), copies (`clone`), the
 run's recorded settings (`resolved_params`) and the CLI's help (`describe_params`). A constructor only stores
-its arguments, each under its own name (``self.k1 = k1``), so `get_params` can read them back.
+its arguments, each under its own name (``self.k1 = k1``), so `get_params` can read them back. The constraints
+(`memlab.constraints`: `Range`, `OneOf`, `Pattern`, `PromptName`, `FolderWith`, and `Trust` for an endpoint, key or
+file) are re-exported here; every setting of a shipped component carries one (a test walks them all).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import math
 import re
 import types
 import typing
@@ -22,6 +25,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any, ClassVar, Literal
+
+from memlab.constraints import (  # noqa: F401  (re-exported: declared beside the parameters they constrain)
+    MODEL_NAME,
+    SEED,
+    FolderWith,
+    OneOf,
+    Pattern,
+    PromptName,
+    Range,
+    Trust,
+)
 
 
 class _Required:
@@ -40,43 +54,6 @@ class ParamError(ValueError):
     def __init__(self, message: str, key: str | None = None):
         super().__init__(message)
         self.key = key
-
-
-@dataclass(frozen=True)
-class Range:
-    """A number in [lo, hi] (either bound None: open on that side; ``lo_open``: strictly above lo)."""
-
-    lo: float | None = None
-    hi: float | None = None
-    lo_open: bool = False
-
-    def check(self, v: Any) -> str | None:
-        if (self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo)) or \
-                (self.hi is not None and v > self.hi):
-            return self.text()
-        return None
-
-    def text(self) -> str:
-        lo = None if self.lo is None else f"{'>' if self.lo_open else '>='} {self.lo:g}"
-        hi = None if self.hi is None else f"<= {self.hi:g}"
-        return " and ".join(x for x in (lo, hi) if x)
-
-
-@dataclass(frozen=True)
-class OneOf:
-    """One of a fixed set of values (a tuple, or a callable giving one when the set is filled later, e.g. a
-    registry's names)."""
-
-    values: tuple[Any, ...] | Any
-
-    def allowed(self) -> tuple[Any, ...]:
-        return tuple(self.values() if callable(self.values) else self.values)
-
-    def check(self, v: Any) -> str | None:
-        return None if v in self.allowed() else self.text()
-
-    def text(self) -> str:
-        return f"one of {', '.join(map(str, self.allowed()))}"
 
 
 #: Types a config file can give (YAML scalars, lists, mappings), with how an error names them.
@@ -129,9 +106,15 @@ class ParamSpec:
             want = f"one of {', '.join(map(str, choices if choices is not None else one_of.allowed()))}"
         else:
             want = " or ".join(_PLAIN_TYPES[t] for t in plain) or "a value"
-            extra = [c.text() for c in self.constraints if isinstance(c, Range)]
-            if extra:
-                want += " " + " and ".join(extra)
+            bounds = [c.text() for c in self.constraints if isinstance(c, Range) and c.text()]
+            if bounds:
+                want += " " + " and ".join(bounds)
+            other = [c for c in self.constraints if hasattr(c, "text") and not isinstance(c, (Range, OneOf))]
+            if len(other) > 1:  # a path that is also something more specific: the specific one says it
+                other = [c for c in other if c != Trust.file]
+            said = [c.text() for c in other]
+            if said:
+                want += f" ({'; '.join(said)})"
         return want + (" or null" if optional else "")
 
     def check(self, value: Any) -> Any:
@@ -150,7 +133,7 @@ class ParamSpec:
                 (isinstance(value, (int, float)) and not isinstance(value, bool)) if t is float else \
                 (isinstance(value, int) and not isinstance(value, bool)) if t is int else \
                 isinstance(value, (list, tuple)) if t in (list, tuple) else isinstance(value, t)
-            if not ok or (t is float and value != value):
+            if not ok or (t is float and not math.isfinite(value)):
                 raise ParamError(f"expected {self.expected()}")
             if t is float:
                 value = float(value)
@@ -203,6 +186,16 @@ def settable_specs(cls: type) -> dict[str, ParamSpec]:
     (`fixed_params`)."""
     fixed = fixed_params(cls)
     return {n: s for n, s in _specs(cls).items() if s.settable and n not in fixed}
+
+
+def trust_kinds(cls: type) -> dict[str, str]:
+    """The parameters ``cls`` marks with `Trust` (name -> endpoint, secret or file)."""
+    return {n: c.kind for n, s in _specs(cls).items() for c in s.constraints if isinstance(c, Trust)}
+
+
+def secret_names(cls: type) -> tuple[str, ...]:
+    """The parameters ``cls`` declares secrets (`Trust.secret`): never in a config, a cache id or run.json."""
+    return tuple(n for n, k in trust_kinds(cls).items() if k == "secret")
 
 
 def get_params(obj: Any, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -344,8 +337,8 @@ class Component:
         return get_params(self)
 
     def cache_params(self) -> dict[str, Any]:
-        """The parameters that decide the output (`get_params` less `cache_exclude`)."""
-        return get_params(self, self.cache_exclude)
+        """The parameters that decide the output (`get_params` less `cache_exclude` and any secret)."""
+        return get_params(self, (*self.cache_exclude, *secret_names(type(self))))
 
     def clone(self, **changes: Any) -> Any:
         """A new, unfitted instance with the same parameters, ``changes`` applied (its twin when none)."""

@@ -246,7 +246,8 @@ def test_judge_settings_are_listed_and_its_fields_are_its_settings():
     text = describe_components()
     assert "judge.kind (settings under judge.params;" in text
     assert "  example-rating: pass_mark = 5 (an integer >= 0 and <= 10)" in text
-    assert "  llm: prompt = null (a string or null); repeats = 1 (an integer >= 1); temperature = null" in text
+    assert ("  llm: prompt = null (a string (a prompt under memlab/prompts/judge/ or a prompt file) or null); "
+            "repeats = 1 (an integer >= 1); temperature = null") in text
     assert "profile" not in text.split("judge.kind", 1)[1].split("system.name")[0]  # the run decides it
 
 

@@ -138,8 +138,38 @@ def test_cached_extraction_keeps_its_build_cost_and_a_missing_record_is_unknown_
     assert again.info["extraction"]["from_cache"]
     e1, e2 = (r.summary.loc["overall 1-5", "embedding_tokens_qa"] for r in (first, again))
     assert e1 > 0 and e2 == pytest.approx(e1)  # the cache's build record, not a second (zero) build
-    (Path(first.info["extraction"]["cache_dir"]) / "build_cost.jsonl").unlink()
+    _forget_build_costs(Path(first.info["extraction"]["cache_dir"]))  # a cache made before they were recorded
     stale = run_experiment(cfg, results=tmp_path, progress=False)
     s = stale.summary.loc["overall 1-5"]
     assert pd.isna(s["embedding_tokens_qa"]) and pd.isna(s["model_tokens_qa"]) and pd.isna(s["total_usd_qa"])
     assert "syn-1" in stale.info["cost"]["build_unknown"]
+
+
+def _forget_build_costs(cdir: Path) -> None:
+    """Drop every build-cost record of an extraction cache (as an older memlab left none)."""
+    from memlab.extract.pipeline import BUILD_COST
+    from memlab.memory import SQLiteMemoryService
+
+    (cdir / "build_cost.jsonl").unlink(missing_ok=True)
+    svc = SQLiteMemoryService(cdir / "store.db")
+    try:
+        for scope in ("syn-1", "syn-2"):
+            state = svc.extraction_state(scope)
+            if state:
+                svc.save_extraction(scope, {k: v for k, v in state.items() if k != BUILD_COST}, [])
+    finally:
+        svc.close()
+
+
+def test_build_costs_are_saved_with_the_cache_entry_they_describe(synthetic_path, tmp_path):
+    """Issue 35: two identical runs started together in a fresh results root: the second found the conversations
+    done (their cursors saved) before the first had logged their cost beside the store, and its build columns were
+    NaN, "written before build costs were logged". The cost is saved in the cursor's transaction now."""
+    cfg = ExperimentConfig.from_yaml("offline").with_overrides({"dataset.path": str(synthetic_path)})
+    first = run_experiment(cfg, results=tmp_path, progress=False)
+    (Path(first.info["extraction"]["cache_dir"]) / "build_cost.jsonl").unlink(missing_ok=True)  # not appended yet
+    second = run_experiment(cfg, results=tmp_path, progress=False)
+    assert second.info["extraction"]["from_cache"] and "build_unknown" not in second.info["cost"]
+    for col in ("embedding_tokens_qa", "build_tokens_qa"):  # before: NaN with a wrong stated cause
+        want = first.summary.loc["overall 1-5", col]
+        assert want > 0 and second.summary.loc["overall 1-5", col] == pytest.approx(want)

@@ -227,3 +227,28 @@ def test_demo_writes_run_folder(synthetic_path, tmp_path, capsys):
     line = next(ln for ln in out.splitlines() if ln.startswith("overall 1-5"))
     assert f"{row['F1 offline']:.3f} [{row['F1 offline lo']:.3f}, {row['F1 offline hi']:.3f}]" in line
     assert Path(run_dir, "environment.json").is_file() and Path(run_dir, "predictions.csv").is_file()
+
+
+# ------------------------------------------------------------------ issue 35
+@pytest.mark.parametrize("fmt", ["locomo", "longmemeval"])
+def test_a_file_nested_too_deeply_is_one_line(fmt, tmp_path, capsys):
+    from memlab.cli import main
+
+    deep = "[" * 100_000 + "]" * 100_000
+    key = '"sample_id": "x", "conversation"' if fmt == "locomo" else '"question_id": "x", "haystack_sessions"'
+    p = tmp_path / "deep.json"
+    p.write_text(f"[{{{key}: {deep}}}]")
+    assert main(["data", "info", str(p)]) == 2  # before: RecursionError, a traceback
+    err = capsys.readouterr().err
+    assert err.startswith(f"memlab: {p}:") and "nested too deeply" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+@pytest.mark.parametrize("key", ["answer", "adversarial_answer"])
+def test_a_locomo_gold_answer_that_is_not_a_finite_number_is_refused(value, key, write_locomo):
+    p = write_locomo()
+    text = p.read_text().replace('"answer": "Rex"', f'"{key}": {value}', 1) if key == "answer" else \
+        p.read_text().replace('"adversarial_answer": "Rex"', f'"adversarial_answer": {value}', 1)
+    p.write_text(text)
+    with pytest.raises(LoCoMoFormatError, match=rf"syn-1 \(#0\).*qa\[\d\]\.{key}.*a string or a finite number"):
+        load_locomo(p)  # before: the gold answer became "nan", and a right answer scored 0

@@ -511,3 +511,62 @@ def test_report_on_a_corrupt_run_file_names_it(finished_run, capsys, name, damag
     assert main(["report", str(finished_run.run_dir)]) == 2  # before: a raw traceback
     err = capsys.readouterr().err
     assert needle in err and str(finished_run.run_dir / name) in err
+
+
+# ------------------------------------------------------------------ issue 35: every role's errors, signals twice
+def test_a_run_whose_judge_calls_all_failed_is_not_complete_and_says_so(synthetic_path, tmp_path, capsys):
+    def judge_down(body):
+        if "grade answers" in body["messages"][0]["content"]:
+            return Reply(status=400, text="judge refused")
+        return responder(body)
+
+    with ScriptedServer(responder=judge_down) as srv:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(model(synthetic_path, srv, **{"judge.model": "openai/judge"}).to_yaml())
+        assert main(["run", str(cfg), "--results", str(tmp_path / "r")]) == 3  # before: 0, [complete], J NaN
+        out = capsys.readouterr()
+        assert "[complete-with-errors]" in out.out and "errors: reader 0 of 7, judge 7 of 7" in out.out
+        assert "judge: 7 of 7 verdicts ended in an error" in out.err
+        (run_dir,) = (tmp_path / "r").glob("f-*")
+        info = json.loads((run_dir / "run.json").read_text())
+        assert info["status"] == "complete-with-errors" and info["role_errors"]["judge"] == {"errors": 7, "of": 7}
+        assert main(["run", str(cfg), "--results", str(tmp_path / "r2"), "--set", "run.max_error_rate=1"]) == 0
+
+
+_TWICE = """
+import json, os, signal, sys
+import memlab.run.runner as runner
+from memlab.extract.extractors import TurnsExtractor
+from memlab.run import ExperimentConfig, run_experiment
+
+target = getattr(runner, sys.argv[3])
+def again(*a, **k):  # a second SIGTERM while the first is being handled
+    os.kill(os.getpid(), signal.SIGTERM)
+    return target(*a, **k)
+setattr(runner, sys.argv[3], again)
+
+class Killed(TurnsExtractor):
+    def extract(self, request):
+        os.kill(os.getpid(), signal.SIGTERM)  # the first one, during extraction
+        return super().extract(request)
+
+cfg = ExperimentConfig.from_dict({"name": "f", "dataset": {"path": sys.argv[1]}, "extraction": {"extractor": "turns"}})
+try:
+    run_experiment(cfg, results=sys.argv[2], progress=False, extractor=Killed())
+except KeyboardInterrupt as e:
+    print("stopped by", type(e).__name__)
+"""
+
+
+@pytest.mark.parametrize("while_in", ["record_interrupt", "close_session"])
+def test_a_second_signal_while_the_first_is_handled_never_leaves_the_run_running(while_in, synthetic_path,
+                                                                                   tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+    res = subprocess.run([sys.executable, "-c", _TWICE, str(synthetic_path), str(tmp_path / "r"), while_in],
+                         env=env, capture_output=True, text=True, timeout=120,
+                         preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    assert "stopped by Terminated" in res.stdout, res.stderr
+    (run_dir,) = (tmp_path / "r").glob("f-*")
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "interrupted", info["status"]  # before: "running"
+    assert info["resume"] == f"memlab run --resume {run_dir}"

@@ -10,7 +10,8 @@ PKG = Path(__file__).resolve().parents[1] / "memlab"
 #: trace/attribution -> plots. Shared leaves (prompts, llm, testing) sit at the bottom.
 STAGES = {
     "data": 0, "prompts": 0, "llm": 0, "testing": 0, "atomic": 0, "registry": 0, "configs": 0,
-    "cache_integrity": 0, "breaker": 0, "progress": 0, "threads": 0, "plain": 0, "params": 0, "stemming": 0,
+    "cache_integrity": 0, "breaker": 0, "progress": 0, "threads": 0, "plain": 0, "params": 0, "constraints": 0,
+    "stemming": 0,
     "memory": 1, "index": 2, "extract": 3, "answer": 4, "systems": 4, "eval": 5,
     "rundir": 6, "run": 6, "demo": 7, "trace": 7, "attribution": 8, "studies": 8, "plots": 9, "report_html": 9,
     "cli": 10, "__main__": 10, "__init__": 10,

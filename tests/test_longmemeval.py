@@ -527,3 +527,29 @@ def test_a_streamed_run_holds_one_parsed_haystack_at_a_time(tmp_path):
         run = run_experiment(cfg, results=tmp_path / "r", progress=False, answerer=Probe())
     assert run.info["extraction"]["streamed"] and len(run.predictions) == 5
     assert Probe.seen == [1] * 5, Probe.seen
+
+
+# ------------------------------------------------------------------ issue 35
+@pytest.mark.parametrize("value", ["NaN", "Infinity"])
+def test_a_gold_answer_that_is_not_a_finite_number_is_refused_naming_the_question(value, tmp_path):
+    p = write_items(tmp_path, lme_items())
+    p.write_text(p.read_text().replace('"answer": 2', f'"answer": {value}', 1))
+    with pytest.raises(LongMemEvalFormatError, match=r"question q-ms \(#3\): key 'answer': expected the gold answer "
+                                                     r"\(a string or a finite number\)"):
+        load_longmemeval(p)  # before: accepted, the gold "nan"
+
+
+def test_a_longmemeval_run_is_not_rescored_under_a_locomo_profile(lme_path, tmp_path, capsys):
+    from memlab.cli import main
+    from memlab.run import ExperimentConfig, run_experiment
+
+    cfg = ExperimentConfig.from_yaml("offline").with_overrides({"dataset.path": str(lme_path)})
+    with pytest.warns(UserWarning):
+        run = run_experiment(cfg, results=tmp_path / "res", progress=False)
+    for args in (["rescore", str(run.run_dir), "--profile", "mem0"],
+                 ["report", str(run.run_dir), "--profiles", "longmemeval,mem0"]):
+        assert main(args) == 2  # before: rc 0, single-session-user relabelled "multi-hop"
+        err = capsys.readouterr().err
+        assert "scoring profile 'mem0' scores locomo runs; this run is longmemeval (profiles for it: " \
+               "longmemeval)" in err
+    assert main(["rescore", str(run.run_dir), "--profile", "longmemeval"]) == 0

@@ -99,3 +99,15 @@ def test_run_under_a_profile_judges_with_its_prompt(locomo_path, tmp_path):
         assert run.summary.loc["2", "label"] == "multi-hop"  # tRPC's name for category 2
         info = json.loads((run.run_dir / "run.json").read_text())
         assert info["scoring"]["profile"] == "trpc-agent-go"
+
+
+def test_compare_refuses_one_run_given_twice(synthetic_path, tmp_path, capsys):
+    from memlab.cli import main
+
+    cfg = ExperimentConfig.from_yaml("offline").with_overrides({"dataset.path": str(synthetic_path)})
+    run_dir = str(run_experiment(cfg, results=tmp_path, progress=False).run_dir)
+    capsys.readouterr()
+    for args in ([run_dir, run_dir], [run_dir, run_dir + "/"]):
+        assert main(["compare", *args]) == 2  # before: ValueError "names must be 2 distinct labels", a traceback
+        err = capsys.readouterr().err
+        assert "given more than once" in err and len(err.strip().splitlines()) == 1

@@ -13,6 +13,8 @@ import pytest
 from memlab.cli import main
 from memlab.index.embedders import TfidfLSAEmbedder
 from memlab.run import ConfigError, ExperimentConfig, run_ablation, run_experiment
+from memlab.run.outputs import verify_outputs
+from memlab.run.results import RunFileError
 from memlab.run.reuse import reusable_run, why_not
 from memlab.run.steps import prepare
 from tests.test_faults_run import FlakyAnswerer, syn
@@ -199,10 +201,79 @@ def test_a_failed_copy_leaves_no_folder_and_runs_afresh(synthetic_path, tmp_path
 
     first = run_experiment(syn(synthetic_path), results=tmp_path, progress=False)
 
-    def full_disk(*a, **k):
-        raise OSError(28, "No space left on device")
+    def full_disk(*a, **k):  # as a copy failing on every file would list them all
+        raise OSError(28, "No space left on device: " + ", ".join(f"traces/t{i}.jsonl" for i in range(200)))
 
-    monkeypatch.setattr(reuse.shutil, "copytree", full_disk)
+    monkeypatch.setattr(reuse, "copy_outputs", full_disk)  # the copy (issue 35: only the recorded outputs)
     fresh = run_experiment(syn(synthetic_path, name="g"), results=tmp_path, progress=False, reuse=True)
-    assert f"memlab: not reusing {first.run_dir}: copying it under 'g' failed" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"memlab: not reusing {first.run_dir}: copying it under 'g' failed" in out
+    assert max(len(ln) for ln in out.splitlines()) < 600  # before: the whole list, ~3,000 characters on one line
     assert "copied_from" not in fresh.info and folders(tmp_path) == sorted([first.run_dir, fresh.run_dir])
+
+
+# ------------------------------------------------------------------ issue 35: a folder from elsewhere in the root
+def _crafted_twin(src: Path, root: Path, name: str = "crafted-20260101-000000") -> Path:
+    """A copy of a complete run under another name, as a folder from elsewhere could sit in the results root."""
+    d = root / name
+    shutil.copytree(src, d, symlinks=True)
+    return d
+
+
+@pytest.mark.parametrize("target, recorded", [("secret", False), ("secret", True), ("/dev/null", True)],
+                         ids=["link-not-recorded", "link-recorded", "device"])
+def test_reuse_copies_only_recorded_regular_files_never_through_a_link(target, recorded, synthetic_path, tmp_path,
+                                                                         capsys):
+    import hashlib
+
+    secret = tmp_path / "outside" / "passwd"
+    secret.parent.mkdir()
+    secret.write_text("root:x:0:0:the users secret first line\n")
+    root = tmp_path / "r"
+    first = run_experiment(syn(synthetic_path), results=root, progress=False)
+    twin = _crafted_twin(first.run_dir, root)
+    shutil.rmtree(first.run_dir)  # only the crafted folder holds the recipe now
+    link = twin / "traces" / "x"
+    link.symlink_to(secret if target == "secret" else target)
+    if recorded:  # the crafted run.json names the link, with the digest of what it points to
+        edit_run_json(twin, lambda i: i["outputs"].update(
+            {"traces/x": hashlib.sha256(Path(link).read_bytes()).hexdigest()}))
+    run = run_experiment(syn(synthetic_path, name="g"), results=root, progress=False, reuse=True)
+    out = capsys.readouterr().out
+    copied = [p for p in run.run_dir.rglob("*") if p.is_file()]
+    assert not any("the users secret" in p.read_text(errors="replace") for p in copied)  # before: copied whole
+    assert not (run.run_dir / "traces" / "x").exists()
+    if recorded:  # the crafted folder cannot be read back as a run: not used, the run ran afresh
+        assert "copied_from" not in run.info and "reusing" not in out
+        with pytest.raises(RunFileError, match="traces/x: (a symbolic link|not a regular file)"):
+            verify_outputs(twin, json.loads((twin / "run.json").read_text())["outputs"])
+    else:  # the recorded files only (the link was never a run's output)
+        assert run.info["copied_from"] == twin.name
+
+
+def test_an_edited_table_is_never_served_and_report_names_it(synthetic_path, tmp_path, capsys):
+    first = run_experiment(syn(synthetic_path), results=tmp_path, progress=False)
+    for name in ("predictions.parquet", "summary.parquet"):
+        frame = pd.read_parquet(first.run_dir / name)
+        frame["f1"] = 0.999
+        frame.to_parquet(first.run_dir / name)
+    again = run_experiment(syn(synthetic_path), results=tmp_path, progress=False, reuse=True)
+    out = capsys.readouterr().out
+    assert again.run_dir != first.run_dir  # before: "reusing ... (complete; same config, data and code)", F1 0.999
+    assert "predictions.parquet: changed since the run completed" in out
+    assert again.summary.loc["overall 1-5", "f1"] < 0.999
+    assert main(["report", str(first.run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert f"{first.run_dir / 'predictions.parquet'}: changed since the run completed" in err
+
+
+def test_the_newest_run_is_chosen_by_its_recorded_completion_not_its_name(synthetic_path, tmp_path):
+    older = run_experiment(syn(synthetic_path), results=tmp_path, progress=False)
+    newer = run_experiment(syn(synthetic_path), results=tmp_path, progress=False)
+    future = _crafted_twin(older.run_dir, tmp_path, name="f-20991231-235959")  # a name from the future
+    assert run_experiment(syn(synthetic_path), results=tmp_path, progress=False, reuse=True).run_dir == \
+        newer.run_dir  # before: the crafted folder, by its name
+    edit_run_json(future, lambda i: i.update(completed_utc="2099-12-31T23:59:59+00:00"))
+    assert run_experiment(syn(synthetic_path), results=tmp_path, progress=False, reuse=True).run_dir == \
+        newer.run_dir  # a recorded time in the future is not believed
+    assert "in the future" in why_not(future, prepare(syn(synthetic_path), {}, None))

@@ -391,3 +391,68 @@ def test_systems_comparison_script_prints_the_readme_table_from_the_run_folders(
     assert "every delta is mem0-offline \u2212 offline" in out and "| mem0-offline | overall 1-4 | f1 |" in out
     with pytest.raises(SystemExit, match="--baseline 'nope'"):
         mod.main([str(b.run_dir), "--baseline", "nope"])
+
+
+# ------------------------------------------------------------------ issue 35
+@needs_mem0
+def test_a_mem0_store_belongs_to_its_run_whatever_store_dir_says(synthetic_path, tmp_path, capsys, no_network):
+    from memlab.cli import main
+
+    store = tmp_path / "shared-store"
+    cfg = ExperimentConfig.from_yaml("mem0-offline").with_overrides({
+        "dataset.path": str(synthetic_path), "system.params.store_dir": str(store)})
+    first = run_experiment(cfg, results=tmp_path / "r", progress=False)
+    assert first.info["system"]["memories"] == 7
+    path = tmp_path / "c.yaml"
+    path.write_text(cfg.to_yaml())
+    assert main(["run", str(path), "--results", str(tmp_path / "r")]) == 2  # before: 14 memories, [complete]
+    err = capsys.readouterr().err
+    assert f"system.params.store_dir = '{store}': not empty and not this run's store" in err
+    said = [ln for ln in err.splitlines() if "memlab:" in ln]
+    assert first.run_dir.name in said[0] and len(said) == 1 and "Traceback" not in err
+    (first.run_dir / "predictions.jsonl").write_text("")  # killed before answering: resumed, it ingests again
+    info = json.loads((first.run_dir / "run.json").read_text())
+    info["status"] = "interrupted"
+    (first.run_dir / "run.json").write_text(json.dumps(info))
+    again = run_experiment(None, resume=first.run_dir, progress=False)
+    assert again.info["system"]["memories"] == 7  # before: the killed session's memories plus these
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("the user's own files")
+    with pytest.raises(Exception, match="it holds other files"):
+        run_experiment(cfg.with_overrides({"system.params.store_dir": str(tmp_path / "other")}),
+                       results=tmp_path / "r", progress=False)
+    assert (tmp_path / "other" / "notes.txt").read_text() == "the user's own files"  # never deleted
+
+
+@needs_mem0
+def test_mem0_takes_a_question_id_with_a_space(tmp_path, capsys, no_network):
+    from memlab.cli import main
+    from tests.test_longmemeval import lme_items
+
+    items = [dict(lme_items()[0], question_id="q ssu 1")]
+    data = tmp_path / "lme.json"
+    data.write_text(json.dumps(items))
+    assert main(["data", "info", str(data)]) == 0
+    args = ["run", "mem0-offline", "--set", f"dataset.path={data}", "--results", str(tmp_path / "r")]
+    assert main(args) == 0  # before: mem0's ValueError "Invalid user_id", a traceback
+    (run_dir,) = (tmp_path / "r").glob("mem0-offline-*")
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["system"]["memories"] == 4 and info["status"] == "complete"
+
+
+@needs_mem0
+def test_a_mem0_reply_that_is_not_json_is_one_line(synthetic_path, tmp_path, capsys, no_network):
+    from memlab.cli import main
+    from memlab.testing import Reply, ScriptedServer
+
+    with ScriptedServer(default=Reply(text="Sure! Here are the facts: Bob has a dog.")) as srv:
+        cfg = ExperimentConfig.from_yaml("mem0").with_overrides({"dataset.path": str(synthetic_path),
+                                                                 "models.api_base": srv.api_base})
+        path = tmp_path / "c.yaml"
+        path.write_text(cfg.to_yaml())
+        assert main(["run", str(path), "--results", str(tmp_path / "r")]) == 2  # before: a SystemReplyError traceback
+    err = capsys.readouterr().err
+    line = next(ln for ln in err.splitlines() if ln.startswith("memlab:"))
+    assert "extraction reply is not JSON" in line and "Traceback" not in err
+    (run_dir,) = (tmp_path / "r").glob("*-*")
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"

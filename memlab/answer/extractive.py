@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 
@@ -50,9 +50,11 @@ from memlab.data.locomo import Question
 from memlab.index.text import analyze, stem, stop_words, words
 from memlab.llm import count_tokens
 from memlab.memory.entry import MemoryEntry
-from memlab.params import settings
+from memlab.params import OneOf, Range, settings
 
 SPANS = ("novel", "clause", "memory")
+#: How a memory is cut into candidate segments: at sentence ends, or at clause boundaries too.
+SPLITS = ("sentence", "clause")
 _QUOTE = re.compile(r"\s\((replying to|answered by) ([^:]+): (.*)\)\s*$", re.DOTALL)
 _CONTEXT = re.compile(r"\s\((?:replying to|answered by) [^:]+: .*$", re.DOTALL)
 _CLAUSE = re.compile(r"(?<=[.!?;,])\s+|\s+(?:and|but|so|because)\s+", re.IGNORECASE)
@@ -213,13 +215,19 @@ class ExtractiveAnswerer(Answerer):
                               max_words=section.max_words, split=section.split, drop_filler=section.drop_filler,
                               list_spans=section.list_spans, **weights))
 
-    def __init__(self, span: str = "novel", abstain: bool = True, temporal_window: int | None = None,
-                 span_window: int | None = None, max_words: int = 12, split: str = "sentence",
-                 drop_filler: bool = True, list_spans: int = 3, rank_weight: float | None = None,
-                 memory_weight: float | None = None, agreement_weight: float | None = None,
-                 speaker_weight: float | None = None, date_weight: float | None = None,
-                 length_weight: float | None = None, phrase_bonus: float | None = None,
-                 temporal_rank_weight: float | None = None, abstain_margin: float | None = None):
+    def __init__(self, span: Annotated[str, OneOf(SPANS)] = "novel", abstain: bool = True,
+                 temporal_window: Annotated[int | None, Range(1)] = None,
+                 span_window: Annotated[int | None, Range(1)] = None, max_words: Annotated[int, Range(1)] = 12,
+                 split: Annotated[str, OneOf(SPLITS)] = "sentence", drop_filler: bool = True,
+                 list_spans: Annotated[int, Range(1)] = 3, rank_weight: Annotated[float | None, Range(0)] = None,
+                 memory_weight: Annotated[float | None, Range()] = None,
+                 agreement_weight: Annotated[float | None, Range()] = None,
+                 speaker_weight: Annotated[float | None, Range()] = None,
+                 date_weight: Annotated[float | None, Range()] = None,
+                 length_weight: Annotated[float | None, Range()] = None,
+                 phrase_bonus: Annotated[float | None, Range()] = None,
+                 temporal_rank_weight: Annotated[float | None, Range(0)] = None,
+                 abstain_margin: Annotated[float | None, Range()] = None):
         if span not in SPANS:
             raise ValueError(f"span: expected one of {SPANS}, got {span!r}")
         self.span = span

@@ -8,7 +8,7 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from memlab.answer.base import (
     ANSWERERS,
@@ -32,7 +32,7 @@ from memlab.llm import (
     tools_as_schema,
 )
 from memlab.memory.entry import MemoryEntry
-from memlab.params import settings
+from memlab.params import PromptName, Range, Trust, settings
 from memlab.prompts import load_prompt, render
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class LongContextAnswerer(Answerer):
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
         return cls(client_for("reader"), **settings(section, prompt=section.prompt or cls.name))
 
-    def __init__(self, client: ModelClient, prompt: str = "long-context"):
+    def __init__(self, client: ModelClient, prompt: Annotated[str, PromptName("answer"), Trust.file] = "long-context"):
         self.client = client
         self.prompt = prompt
 
@@ -134,7 +134,7 @@ class OriginalAnswerer(Answerer):
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
         return cls(client_for("reader"), **settings(section, prompt=section.prompt or cls.name))
 
-    def __init__(self, client: ModelClient, prompt: str = "original"):
+    def __init__(self, client: ModelClient, prompt: Annotated[str, PromptName("answer"), Trust.file] = "original"):
         self.client = client
         self.prompt = prompt
 
@@ -194,7 +194,8 @@ class OptimizedAnswerer(Answerer):
         return cls(client_for("reader"), **settings(section, prompt=section.prompt or cls.name,
                                                    max_rounds=section.max_rounds))
 
-    def __init__(self, client: ModelClient, prompt: str = "optimized", max_rounds: int = 4):
+    def __init__(self, client: ModelClient, prompt: Annotated[str, PromptName("answer"), Trust.file] = "optimized",
+                 max_rounds: Annotated[int, Range(1)] = 4):
         self.client = client
         self.prompt = prompt
         self.max_rounds = max_rounds

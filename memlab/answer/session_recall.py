@@ -19,7 +19,7 @@ import copy
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Annotated, Any
 
 from memlab.answer.base import ABSTAIN, ANSWERERS, Answer, AnswerContext, Answerer, retrieve
 from memlab.answer.extractive import ExtractiveAnswerer
@@ -30,7 +30,7 @@ from memlab.llm import ModelClient, count_tokens
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
-from memlab.params import settings
+from memlab.params import OneOf, PromptName, Range, Trust, settings
 from memlab.prompts import load_prompt, render
 
 UNITS = ("session", "window")
@@ -69,6 +69,13 @@ class SessionRecallAnswerer(Answerer):
     requires_model = False  # with answer.model it reads with the model, without it offline
     model_optional = True
     own_index = True
+    #: Its turn index is built with the run's index settings (`use_index`), so none is an ``answer.params`` setting.
+    fixed_params = {"embedder": "index.embedder", "keyword": "index.keyword", "index": "index.factory",
+                    "date_in_text": "index.date_in_text", "turn_style": "extraction.turn_style",
+                    "embedder_params": "index.embedder_params", "sparse": "index.sparse",
+                    "session_text": "index.session_text", "ef_search": "index.ef_search",
+                    "ef_construction": "index.ef_construction",
+                    "embedding_cache": "the results root (.cache/embeddings.sqlite)"}
     answer_settings = ("model", "prompt", "recall_unit", "recall_window", "recall_max",
                        *ExtractiveAnswerer.answer_settings)  # the extractive reader's, for the offline read
 
@@ -90,13 +97,14 @@ class SessionRecallAnswerer(Answerer):
         if self._built:
             raise RuntimeError("session-recall: index settings change after turns were indexed")
         for k, v in params.items():
-            if k not in ("embedder", "keyword", "index", "date_in_text", "sparse", "session_text", "ef_search",
-                         "ef_construction", "turn_style", "embedder_params", "embedding_cache"):
+            if k not in self.fixed_params:
                 raise TypeError(f"session-recall use_index: unknown setting {k!r}")
             setattr(self, k, v if k != "embedder_params" else (v or {}))
 
-    def __init__(self, client: ModelClient | None = None, prompt: str = "session-recall",
-                 reader: Answerer | None = None, unit: str = "session", window: int = 3, max_units: int = 2,
+    def __init__(self, client: ModelClient | None = None,
+                 prompt: Annotated[str, PromptName("answer"), Trust.file] = "session-recall",
+                 reader: Answerer | None = None, unit: Annotated[str, OneOf(UNITS)] = "session",
+                 window: Annotated[int, Range(0)] = 3, max_units: Annotated[int, Range(1)] = 2,
                  embedder: str = "tfidf-lsa", keyword: str = "tfidf", index: str = "Flat",
                  date_in_text: bool = True, turn_style: str = "speaker", embedder_params: dict[str, Any] | None = None,
                  embedding_cache: str | None = None, sparse: str | None = None, session_text: bool = False,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,9 @@ def scan_items(path: str | Path, chunk_size: int = 1 << 20, digest: Any = None,
                 except json.JSONDecodeError as e:
                     if eof or not more():
                         raise error(f"{spath}: not valid JSON ({e.msg})") from None
+                except RecursionError:  # the decoder recurses once per level of nesting
+                    raise error(f"{spath}: item at byte {at(pos):,} is nested too deeply to read (more than "
+                                f"about {sys.getrecursionlimit():,} levels of lists or objects)") from None
             start = at(pos)
             yield item, start, start + _nbytes(buf[pos:end])
             pos = end

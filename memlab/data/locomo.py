@@ -8,7 +8,9 @@ defects (malformed or dangling dialog ids) are data-quality facts, collected in 
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -277,6 +279,10 @@ def load_locomo(
         raw = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise LoCoMoFormatError(f"{spath}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
+    except RecursionError:  # Python's JSON reader recurses once per level of nesting
+        raise LoCoMoFormatError(f"{spath}: nested too deeply to read (more than about "
+                                f"{sys.getrecursionlimit():,} levels of lists or objects); expected LoCoMo's "
+                                f"samples") from None
     except UnicodeDecodeError as e:
         raise LoCoMoFormatError(f"{spath}: not UTF-8 text ({e})") from e
     if not isinstance(raw, list):
@@ -367,8 +373,11 @@ def _parse_sample(s: Any, pos: int, path: str, labels: dict[int, str], report: L
         if cat not in labels:
             raise _fail(path, where, f"{qkey}.category", f"one of {sorted(labels)}", cat)
         ans = q.get("answer")
-        if ans is not None and (not isinstance(ans, (str, int, float)) or isinstance(ans, bool)):
-            raise _fail(path, where, f"{qkey}.answer", "a string or number", ans)
+        for k in ("answer", "adversarial_answer"):  # JSON's NaN / Infinity would become the gold text "nan"
+            v = q.get(k)
+            if v is not None and (not isinstance(v, (str, int, float)) or isinstance(v, bool) or
+                                  (isinstance(v, float) and not math.isfinite(v))):
+                raise _fail(path, where, f"{qkey}.{k}", "a string or a finite number", v)
         for k in ("answer", "adversarial_answer"):
             if isinstance(q.get(k), str):
                 _check_encodable(q[k], path, where, f"{qkey}.{k}")

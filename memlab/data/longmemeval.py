@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -186,6 +187,8 @@ def _parse_item(item: Any, pos: int, path: str, report: LongMemEvalReport) -> Co
         raise _fail(path, where, "question_type", f"one of {list(QUESTION_TYPES)}", qtype)
     text = _text(_get(item, "question", str, path, where, "the question text"), path, where, "question")
     ans = _get(item, "answer", (str, int, float), path, where, "the gold answer (a string or number)")
+    if isinstance(ans, float) and not math.isfinite(ans):  # JSON's NaN / Infinity: the gold text would be "nan"
+        raise _fail(path, where, "answer", "the gold answer (a string or a finite number)", ans)
     answer = _text(str(ans), path, where, "answer")
     if not answer.strip():
         raise _fail(path, where, "answer", "a non-empty gold answer", ans)
@@ -334,7 +337,7 @@ def haystack(span: ItemSpan) -> Conversation:
         with open(span.path, "rb") as f:
             f.seek(span.start)
             item = json.loads(f.read(span.end - span.start))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         if isinstance(e, LongMemEvalFormatError):
             raise
         raise LongMemEvalFormatError(what.format(e)) from e

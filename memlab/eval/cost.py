@@ -183,6 +183,15 @@ def build_usage(conversation: str, results: Iterable[Any], date_in_text: bool = 
     return row
 
 
+def add_build(previous: Mapping[str, Any] | None, row: Mapping[str, Any]) -> dict[str, Any]:
+    """Two build-usage rows of one conversation summed (an extraction resumed after a failure spent both)."""
+    if not previous:
+        return dict(row)
+    out = {**previous, **{c: previous.get(c, 0) + row.get(c, 0) for c in BUILD_COLS}}
+    out["extract_estimated"] = bool(previous.get("extract_estimated")) or bool(row.get("extract_estimated"))
+    return out
+
+
 def index_usage(texts_by_conversation: Mapping[str, list[str]]) -> list[dict[str, Any]]:
     """Build rows for an arm that indexes texts itself (e.g. the session-recall turn index)."""
     return [{"conversation": c, "embed_tokens": sum(count_tokens(t) for t in ts), "embed_texts": len(ts)}

@@ -36,7 +36,7 @@ from memlab.eval.harnesses import (
 from memlab.eval.summary import score_frame
 from memlab.eval.verdicts import parse_yes_no
 from memlab.llm import ModelClient, Usage
-from memlab.params import Range
+from memlab.params import PromptName, Range, Trust
 
 __all__ = ["LOCOMO10_CATEGORY_COUNTS", "LONGMEMEVAL_CATEGORY_BOUNDS", "PROFILES", "LocomoProfile",
            "LongMemEvalProfile", "Mem0Profile", "ProfileError", "ProfileJudge", "ScoringProfile",
@@ -136,7 +136,8 @@ class ProfileJudge(Judge):
     name = "llm"
     fixed_params = {"profile": "scoring.profile"}  # the run's scoring profile, whose verdict rule it applies
 
-    def __init__(self, client: ModelClient, profile: str | ScoringProfile = "locomo", prompt: str | None = None,
+    def __init__(self, client: ModelClient, profile: str | ScoringProfile = "locomo",
+                 prompt: Annotated[str | None, PromptName("judge"), Trust.file] = None,
                  errata: Errata | None = None, repeats: Annotated[int, Range(1, None)] = 1,
                  temperature: Annotated[float | None, Range(0, None)] = None):
         if repeats < 1:

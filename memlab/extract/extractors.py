@@ -18,10 +18,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from memlab.data.locomo import Conversation
-from memlab.extract.memory_sets import observation_memories, turn_memories
+from memlab.extract.memory_sets import TURN_STYLES, observation_memories, turn_memories
 from memlab.extract.messages import Message
 from memlab.extract.ops import ACTIONS, ExtractionResult, MemoryOp
 from memlab.extract.tool_calls import (  # noqa: F401  (re-exported: they were defined here)
@@ -48,7 +48,7 @@ from memlab.llm import (
     normalise_endpoint,
 )
 from memlab.memory.entry import MemoryEntry, UserKey
-from memlab.params import Component, settings
+from memlab.params import MODEL_NAME, Component, OneOf, PromptName, Range, Trust, settings
 from memlab.prompts import load_prompt, render
 from memlab.registry import Registry
 
@@ -139,7 +139,7 @@ class TurnsExtractor(ConversationExtractor):
     reads_old_memories = False
     proposes = frozenset({"add"})
 
-    def __init__(self, style: str = "speaker-context"):
+    def __init__(self, style: Annotated[str, OneOf(TURN_STYLES)] = "speaker-context"):
         super().__init__()
         self.style = style
         self._by_id: dict[str, dict[str, Any]] | None = None
@@ -217,9 +217,13 @@ class LLMExtractor(Extractor):
     def from_config(cls, section: Any, client_for: ClientFor) -> Extractor:
         return cls(**settings(section, model=section.model, prompt=section.prompt, client=client_for("extractor")))
 
-    def __init__(self, model: str, prompt: str = "structured", api_base: str | None = None,
-                 api_key: str | None = None, timeout: float = 30.0, max_retries: int = 3, backoff: float = 0.5,
-                 cache_path: str | None = None, client: ModelClient | None = None):
+    def __init__(self, model: Annotated[str, MODEL_NAME],
+                 prompt: Annotated[str, PromptName("extract"), Trust.file] = "structured",
+                 api_base: Annotated[str | None, Trust.endpoint] = None,
+                 api_key: Annotated[str | None, Trust.secret] = None,
+                 timeout: Annotated[float, Range(0, lo_open=True)] = 30.0, max_retries: Annotated[int, Range(0)] = 3,
+                 backoff: Annotated[float, Range(0)] = 0.5, cache_path: Annotated[str | None, Trust.file] = None,
+                 client: ModelClient | None = None):
         self.model = model
         self.prompt = prompt
         self.api_base = api_base
@@ -381,7 +385,7 @@ class CombinedExtractor(Extractor):
 class TurnsAndObservations(CombinedExtractor):
     """Every turn verbatim plus LoCoMo's annotated observations (the offline default)."""
 
-    def __init__(self, style: str = "speaker-context"):
+    def __init__(self, style: Annotated[str, OneOf(TURN_STYLES)] = "speaker-context"):
         self.style = style
         super().__init__([TurnsExtractor(style=style), ObservationsExtractor()])
 
@@ -405,7 +409,7 @@ class TurnsAndLLM(Extractor):
     requires_model = True
     keeps_turns = True
 
-    def __init__(self, llm: LLMExtractor, style: str = "speaker-context"):
+    def __init__(self, llm: LLMExtractor, style: Annotated[str, OneOf(TURN_STYLES)] = "speaker-context"):
         self.llm = llm
         self.style = style
         self.turns = TurnsExtractor(style=style)

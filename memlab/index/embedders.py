@@ -21,14 +21,14 @@ import hashlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from memlab.index.text import analyze
 from memlab.index.torch_models import ModelDtype, cast_model, dtype_tag, quiet_model_load
-from memlab.params import Component, check_params, param_specs
+from memlab.params import MODEL_NAME, SEED, Component, Range, Trust, check_params, param_specs
 from memlab.progress import progress_bar
 from memlab.registry import Registry
 from memlab.threads import size_torch, trim_after_pass
@@ -122,7 +122,8 @@ class TfidfLSAEmbedder(Embedder):
 
     needs_fit = True
 
-    def __init__(self, n_components: int = 256, ngram_max: int = 2, sublinear_tf: bool = True, seed: int = 0):
+    def __init__(self, n_components: Annotated[int, Range(1)] = 256, ngram_max: Annotated[int, Range(1)] = 2,
+                 sublinear_tf: bool = True, seed: Annotated[int, SEED] = 0):
         self.n_components = n_components
         self.ngram_max = ngram_max
         self.sublinear_tf = sublinear_tf
@@ -260,7 +261,7 @@ class MiniLMEmbedder(Embedder):
 
     width = 384
 
-    def __init__(self, batch_size: int = 16, dtype: ModelDtype = "float32"):
+    def __init__(self, batch_size: Annotated[int, Range(1)] = 16, dtype: ModelDtype = "float32"):
         # 16, not 64: the same predictions on LoCoMo-10 (retrieval-best, checked whole), no slower, and a quarter
         # of the longest batch's activations (the pass that sets retrieval-best's peak memory)
         self.batch_size = batch_size
@@ -321,8 +322,10 @@ class LiteLLMEmbedder(Embedder):
     spec_setting = "model"
     calls_model = True
 
-    def __init__(self, model: str, batch_size: int = 128, api_base: str | None = None, api_key: str | None = None,
-                 timeout: float = 60.0, num_retries: int = 2):
+    def __init__(self, model: Annotated[str, MODEL_NAME], batch_size: Annotated[int, Range(1)] = 128,
+                 api_base: Annotated[str | None, Trust.endpoint] = None,
+                 api_key: Annotated[str | None, Trust.secret] = None,
+                 timeout: Annotated[float, Range(0, lo_open=True)] = 60.0, num_retries: Annotated[int, Range(0)] = 2):
         self.model = model
         self.batch_size = batch_size
         self.api_base = api_base

@@ -17,18 +17,24 @@ def available_prompts(stage: str) -> list[str]:
     return sorted(p.stem for p in (PROMPTS_DIR / stage).glob("*.md"))
 
 
-def load_prompt(stage: str, name_or_path: str) -> str:
-    """A prompt by name for a stage (``extract``, ``answer``, ``judge``), or a file path."""
+def prompt_file(stage: str, name_or_path: str) -> Path | None:
+    """The file `load_prompt` reads for a name or path (None: there is none); nothing is read."""
     p = Path(name_or_path)
     if p.suffix and p.is_file():
-        return p.read_text(encoding="utf-8")
+        return p
     f = PROMPTS_DIR / stage / f"{name_or_path}.md"
-    if not f.is_file():
+    return f if f.is_file() else None
+
+
+def load_prompt(stage: str, name_or_path: str) -> str:
+    """A prompt by name for a stage (``extract``, ``answer``, ``judge``), or a file path."""
+    p = prompt_file(stage, name_or_path)
+    if p is None:
         raise FileNotFoundError(
-            f"{stage} prompt {name_or_path!r}: no file {f} and no such path; "
-            f"available: {available_prompts(stage)}"
+            f"{stage} prompt {name_or_path!r}: no file {PROMPTS_DIR / stage / f'{name_or_path}.md'} and no such "
+            f"path; available: {available_prompts(stage)}"
         )
-    return f.read_text(encoding="utf-8")
+    return p.read_text(encoding="utf-8")
 
 
 def render(template: str, **values: str) -> str:

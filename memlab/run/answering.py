@@ -14,7 +14,7 @@ import json
 import logging
 import signal
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -261,9 +261,25 @@ class Terminated(KeyboardInterrupt):
 
 
 class StopFlag(threading.Event):
-    """Set when SIGINT or SIGTERM arrived (``signum`` says which)."""
+    """Set when SIGINT or SIGTERM arrived (``signum`` says which: the first one). ``on_signal`` registers what the
+    handler records before anything else (a run's status ``interrupted`` in its run.json)."""
 
     signum: int | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._records: list[Callable[[], None]] = []
+
+    def on_signal(self, record: Callable[[], None]) -> None:
+        """Call ``record`` first in the signal handler, for every signal that arrives (it must be idempotent)."""
+        self._records.append(record)
+
+    def record(self) -> None:
+        for rec in list(self._records):
+            try:
+                rec()
+            except Exception as e:  # a full disk must not hide the signal: the run still stops
+                log.warning("recording the interrupt failed: %s", e)
 
     def stop(self) -> None:
         """Raise what the signal means here (a no-op while no signal arrived)."""
@@ -277,7 +293,12 @@ def remembered_interrupts() -> Iterator[StopFlag]:
     remembered: a library that swallows it (a broad ``except`` deep in an HTTP client) cannot make the run carry
     on and finish as if nothing happened; the answering loop checks the flag after every question. Only in the
     main thread, and a signal is taken over only where it has its default action (not where it is ignored, as
-    SIGINT in a background job, or already customised by the host)."""
+    SIGINT in a background job, or already customised by the host).
+
+    The handler first records the state (`StopFlag.on_signal`: run.json says ``interrupted``), then raises. A
+    second signal while the first is being handled (Ctrl-C twice, a ``timeout`` wrapper forwarding one) records
+    again but is not raised again: the first one is already stopping the run, and raising anew in the middle of
+    its cleanup would cut the writing of run.json short."""
     flag = StopFlag()
     if threading.current_thread() is not threading.main_thread():
         yield flag
@@ -286,9 +307,13 @@ def remembered_interrupts() -> Iterator[StopFlag]:
     taken = {sig: signal.getsignal(sig) for sig, default in defaults if signal.getsignal(sig) is default}
 
     def on_signal(signum: int, frame: Any) -> None:
-        flag.signum = signum
-        flag.set()
-        flag.stop()
+        first = not flag.is_set()
+        if first:
+            flag.signum = signum
+            flag.set()
+        flag.record()
+        if first:
+            flag.stop()
 
     for sig in taken:
         signal.signal(sig, on_signal)

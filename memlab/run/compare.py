@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from memlab.data import sha256_file
+from memlab.eval.comparison import ComparisonError
 from memlab.eval.stats import Comparison, check_scored, compare_grid
 from memlab.run.results import Run, load_run
 
@@ -46,11 +47,15 @@ def compare(baseline: Run | str | Path, *runs: Run | str | Path, metrics: Sequen
     folder names).
     """
     if not runs:
-        raise ValueError("compare: give a baseline and at least one more run")
+        raise ComparisonError("compare: give a baseline and at least one more run")
     loaded = [_load(r) for r in (baseline, *runs)]
+    folders = [r.run_dir.resolve() for r in loaded]
+    twice = sorted({str(f) for f in folders if folders.count(f) > 1})
+    if twice:  # a run against itself: every delta 0, every test meaningless
+        raise ComparisonError(f"compare: {', '.join(twice)} given more than once; compare different runs")
     labels = list(names) if names is not None else run_names(loaded)
     if len(labels) != len(loaded) or len(set(labels)) != len(labels):
-        raise ValueError(f"compare: names must be {len(loaded)} distinct labels, got {labels}")
+        raise ComparisonError(f"compare: names must be {len(loaded)} distinct labels, got {labels}")
     for lab, r in zip(labels, loaded):
         check_scored(r.predictions, lab, r.run_dir)
     base = loaded[0]

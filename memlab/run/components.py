@@ -15,7 +15,7 @@ from memlab.answer.base import section_settings
 from memlab.extract.extractors import EXTRACTORS, Extractor
 from memlab.index.embedders import EMBEDDERS, parse_embedder_spec
 from memlab.index.keyword import KEYWORD_SCORERS
-from memlab.params import describe_params, fixed_params, get_params, resolved_params, settable_specs
+from memlab.params import describe_params, fixed_params, get_params, resolved_params, secret_names, settable_specs
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig, get_dotted
 
@@ -47,13 +47,14 @@ def build_judge(cfg: ExperimentConfig, clients: Clients) -> Any | None:
 
 def _held(obj: Any, fallback: dict[str, Any]) -> dict[str, Any]:
     """The settings (config-settable parameters) an object holds, as run.json records them; ``fallback`` (the
-    config's, defaults included) for an object that does not store its arguments under their own names."""
-    specs = settable_specs(type(obj))
+    config's, defaults included) for an object that does not store its arguments under their own names. A secret
+    (`memlab.params.Trust.secret`) is never recorded."""
+    specs, secret = settable_specs(type(obj)), secret_names(type(obj))
     try:
-        held = get_params(obj)
+        held = {k: v for k, v in get_params(obj).items() if k in specs}
     except TypeError:
-        return fallback
-    return {k: v for k, v in held.items() if k in specs and k != "api_key"}
+        held = fallback
+    return {k: v for k, v in held.items() if k not in secret}
 
 
 def component_params(cfg: ExperimentConfig, extractor: Any, answerer: Any, judge: Any = None) -> dict[str, Any]:
@@ -67,7 +68,8 @@ def component_params(cfg: ExperimentConfig, extractor: Any, answerer: Any, judge
         "answerer": _held(answerer, resolved_params(ANSWERERS.get(cfg.answer.arm), cfg.answer.params)),
         "judge": None if judge is None else _held(judge, resolved_params(JUDGES.get(cfg.judge.kind), {
             **section_settings(JUDGES.get(cfg.judge.kind), cfg.judge), **cfg.judge.params})),
-        "embedder": {k: v for k, v in resolved_params(EMBEDDERS.get(name), emb).items() if k != "api_key"},
+        "embedder": {k: v for k, v in resolved_params(EMBEDDERS.get(name), emb).items()
+                     if k not in secret_names(EMBEDDERS.get(name))},
         "keyword": resolved_params(KEYWORD_SCORERS.get(idx.keyword), idx.keyword_params),
         "sparse": None if idx.sparse is None else resolved_params(KEYWORD_SCORERS.get(idx.sparse), idx.sparse_params)}
     return out

@@ -21,11 +21,12 @@ from typing import Any
 import yaml
 
 from memlab.answer import ANSWERERS, JUDGES
+from memlab.answer.base import section_settings
 from memlab.eval.profiles import PROFILES
 from memlab.extract.extractors import EXTRACTORS
 from memlab.index.embedders import EMBEDDERS, parse_embedder_spec, spec_forms
 from memlab.index.keyword import KEYWORD_SCORERS
-from memlab.params import ParamError, check_params
+from memlab.params import ParamError, check_params, param_specs, secret_names
 from memlab.prompts import load_prompt
 from memlab.run.config_sections import (  # noqa: F401  (re-exported: the sections were defined here)
     _FACTORY,
@@ -189,6 +190,10 @@ class ExperimentConfig:
                 raise ConfigError(f"{where}: {key} = {params!r}; expected a mapping of setting names to values")
             if name is None:  # no sparse scorer (IndexConfig.check refuses its settings alone)
                 continue
+            cls = registry.get(name) if registry is not None else EMBEDDERS.get(name.partition(":")[0]) \
+                if name.partition(":")[0] in EMBEDDERS else None
+            if cls is not None:
+                refuse_secrets(where, key, cls, params)
             try:
                 if registry is None:
                     checked = parse_embedder_spec(name, params, complete=True)[1]
@@ -201,6 +206,12 @@ class ExperimentConfig:
             except ValueError as e:
                 why = f" ({e})" if name.partition(":")[0] in EMBEDDERS else ""  # else the list says it all
                 raise ConfigError(f"{where}: index.embedder = {name!r}; allowed: {spec_forms()}{why}") from None
+        judge = JUDGES.get(self.judge.kind)  # the judge.* fields that are its settings (judge.prompt, .repeats ...)
+        for name, value in section_settings(judge, self.judge).items():
+            try:
+                param_specs(judge)[name].check(value)
+            except ParamError as e:
+                raise ConfigError(f"{where}: judge.{name} = {value!r}; {e}") from None
 
     def _validate_models(self, where: str) -> None:
         limits: dict[str, tuple[int | None, str]] = {}
@@ -235,20 +246,11 @@ class ExperimentConfig:
                 "judge": bool(self.judge.model),
                 "embedder": self.index.embedder_model() is not None}[role]
 
-    def trust_settings(self) -> dict[str, Any]:
-        """What decides where requests and secrets go: each model role's endpoint and key variable, and the prompt
-        files in use (a resume uses them only when this user started the run with them or confirms them)."""
-        out: dict[str, Any] = {}
-        for role in ROLES:
-            if self.role_in_use(role):
-                r = self.models.resolve(role)
-                out.update({f"models.{role}.{k}": r[k] for k in ("api_base", "api_key_env") if r[k] is not None})
-        for key, value, role in (("extraction.prompt", self.extraction.prompt, "extractor"),
-                                 ("answer.prompt", self.answer.prompt, "reader"),
-                                 ("judge.prompt", self.judge.prompt, "judge")):
-            if value is not None and self.role_in_use(role) and ("/" in value or Path(value).suffix):
-                out[key] = value  # a file path (a shipped prompt is a bare name)
-        return out
+    def trust_settings(self, run_dir: str | Path | None = None) -> dict[str, Any]:
+        """What decides where requests, keys and file contents go (`memlab.run.trust.trust_settings`)."""
+        from memlab.run.trust import trust_settings
+
+        return trust_settings(self, run_dir)
 
     def describe_models(self) -> list[str]:
         """One line per role: its model and endpoint, and which local embedder runs when none is remote."""
@@ -299,6 +301,17 @@ class ExperimentConfig:
             check_name(c.name, f"grid point {dict(zip(keys, combo))!r}")
             out.append(c)
         return out
+
+
+def refuse_secrets(where: str, key: str, cls: type, params: dict[str, Any]) -> None:
+    """A parameter ``cls`` declares a secret (`memlab.params.Trust.secret`) given as a config value: a `ConfigError`
+    that never shows it."""
+    for name in secret_names(cls):
+        if params.get(name) is not None:
+            raise ConfigError(f"{where}: {key}.{name} is a key given as a literal (not shown here); a key is never a "
+                              f"config value (config.yaml, run.json and the reports are shared): put it in an "
+                              f"environment variable and name that with models.api_key_env (or "
+                              f"models.<role>.api_key_env)")
 
 
 def check_name(name: Any, where: str = "config") -> None:
@@ -411,10 +424,15 @@ def get_dotted(cfg: Any, key: str, where: str = "config") -> Any:
 def set_dotted_dict(d: dict[str, Any], key: str, value: Any) -> None:
     parts = key.split(".")
     cur = d
-    for p in parts[:-1]:
+    for i, p in enumerate(parts[:-1]):
+        if cur.get(p) is None and p in SETTINGS_KEYS and p in cur:  # a component's settings, none given yet
+            cur[p] = {}
         if not isinstance(cur.get(p), dict):
-            raise ConfigError(f"--set {key}: {p!r} is not a section; sections: "
-                              f"{', '.join(k for k, v in cur.items() if isinstance(v, dict))}")
+            where = ".".join(parts[:i + 1])
+            sections = [k for k, v in cur.items() if isinstance(v, dict)]
+            raise ConfigError(f"--set {key}: {where} is not a section; " + (
+                f"sections under {'.'.join(parts[:i]) or 'the top level'}: {', '.join(sections)}" if sections else
+                f"{'.'.join(parts[:i])} holds no section (a setting's value is given whole: --set {where}=VALUE)"))
         cur = cur[p]
     if parts[-1] not in cur and not (len(parts) > 1 and parts[-2] in SETTINGS_KEYS):
         raise ConfigError(f"--set {key}: unknown key {parts[-1]!r}; allowed: {', '.join(cur)}")

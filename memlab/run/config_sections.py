@@ -8,13 +8,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from memlab.answer.extractive import SPLITS  # noqa: F401  (re-exported: it was defined here)
 from memlab.extract.reconcile import ReconcileConfig
 from memlab.index.embedders import embedder_model
 from memlab.memory.search_types import SearchOptions
 from memlab.params import spec_text
 
 BACKENDS = ("sqlite", "memory")
-SPLITS = ("sentence", "clause")
+#: Field metadata: the field names a file memlab reads (`memlab.run.trust`: a resume or rescore of a folder from
+#: elsewhere uses it only when its user started the run with it).
+TRUST_FILE = {"trust": "file"}
 COMBINES = ("all", "any")
 EXECUTORS = ("local", "ray")
 #: A run name becomes a folder under the results root: no separators, no leading dot, at most
@@ -58,7 +61,7 @@ def positive(where: str, key: str, v: Any) -> None:
 
 @dataclass
 class DatasetConfig:
-    path: str | None = None
+    path: str | None = field(default=None, metadata=TRUST_FILE)
     conversations: list[str] | None = None
     """Sample ids (``[conv-26, conv-30]``; a single id is read as a one-item list)."""
     categories: list[int] | None = None
@@ -128,7 +131,7 @@ class WorkerConfig:
 @dataclass
 class ExtractionConfig:
     extractor: str = "observations"
-    prompt: str = "structured"
+    prompt: str = field(default="structured", metadata=TRUST_FILE)
     model: str | None = None
     turn_style: str = "speaker-context"
     policy: str = "merge-similar"
@@ -140,9 +143,11 @@ class ExtractionConfig:
     """The extractor's constructor settings by name (`memlab.params`), over what the fields above give it."""
 
     def check(self, where: str) -> None:
+        from memlab.extract.memory_sets import TURN_STYLES
         from memlab.extract.policy import POLICIES
 
         one_of(where, "extraction.policy", self.policy, POLICIES)
+        one_of(where, "extraction.turn_style", self.turn_style, TURN_STYLES)
         self.checkers.check(where)
         self.worker.check(where)
 
@@ -254,7 +259,7 @@ class RetrievalConfig:
 @dataclass
 class AnswerConfig:
     arm: str = "extractive"
-    prompt: str | None = None
+    prompt: str | None = field(default=None, metadata=TRUST_FILE)
     model: str | None = None
     max_rounds: int = 4
     # the extractive reader's knobs (memlab.answer.extractive)
@@ -288,21 +293,37 @@ class AnswerConfig:
     """The arm's constructor settings by name (`memlab.params`), over what the fields above give it."""
 
     def check(self, where: str) -> None:
-        from memlab.answer.extractive import SPANS
+        """Each field against the declaration of the arm parameter it gives (`memlab.params`): the extractive
+        reader's knobs by their own names, the rest as `ANSWER_FIELDS` maps them."""
+        from memlab.answer.extractive import ExtractiveAnswerer
+        from memlab.params import ParamError, param_specs
 
-        one_of(where, "answer.span", self.span, SPANS)
-        one_of(where, "answer.recall_unit", self.recall_unit, ("session", "window"))
-        one_of(where, "answer.split", self.split, SPLITS)
-        for key, lo in (("max_rounds", 1), ("max_words", 1), ("recall_window", 0), ("recall_max", 1)):
-            integer(where, f"answer.{key}", getattr(self, key), lo)
-        integer(where, "answer.temporal_window", self.temporal_window, 1, optional=True)
-        integer(where, "answer.span_window", self.span_window, 1, optional=True)
+        own = param_specs(ExtractiveAnswerer)
+        for f in dataclasses.fields(self):
+            arm, name = ANSWER_FIELDS.get(f.name, (None, f.name))
+            specs = own if arm is None else param_specs(_arm(arm))
+            if name in specs and f.name not in ("prompt", "params"):
+                try:
+                    specs[name].check(getattr(self, f.name))
+                except ParamError as e:
+                    raise ConfigError(f"{where}: answer.{f.name} = {getattr(self, f.name)!r}; {e}") from None
+
+
+#: ``answer`` fields named otherwise than the arm parameter they give: field -> (arm, parameter).
+ANSWER_FIELDS = {"recall_unit": ("session-recall", "unit"), "recall_window": ("session-recall", "window"),
+                 "recall_max": ("session-recall", "max_units"), "max_rounds": ("optimized", "max_rounds")}
+
+
+def _arm(name: str) -> type:
+    from memlab.answer import ANSWERERS
+
+    return ANSWERERS.get(name)
 
 
 @dataclass
 class JudgeConfig:
     model: str | None = None
-    prompt: str = "default"
+    prompt: str = field(default="default", metadata=TRUST_FILE)
     """A name under memlab/prompts/judge/ (default, generous, strict) or a file path."""
     kind: str = "llm"
     repeats: int = 1
@@ -350,7 +371,7 @@ class ScoringConfig:
     """How answers are scored: a harness profile (`memlab.eval.profiles`) and an optional errata CSV."""
 
     profile: str = "locomo"
-    errata: str | None = None
+    errata: str | None = field(default=None, metadata=TRUST_FILE)
 
 
 @dataclass
@@ -406,7 +427,7 @@ class ModelsConfig:
 
 @dataclass
 class CostConfig:
-    prices: str | None = None
+    prices: str | None = field(default=None, metadata=TRUST_FILE)
     """A price table (YAML or CSV, USD per million tokens) overriding litellm's bundled map."""
 
 

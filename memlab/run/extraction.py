@@ -24,7 +24,7 @@ from memlab.data import Conversation, LoCoMo
 from memlab.eval import cost as costs
 from memlab.extract.checkers import Checker, checks_all, checks_any, message_threshold, time_interval
 from memlab.extract.extractors import Extractor
-from memlab.extract.pipeline import conversation_key, extract_dataset
+from memlab.extract.pipeline import BUILD_COST, BuildCost, conversation_key, extract_dataset
 from memlab.extract.policy import DEFAULT_POLICY, applied_reconcile, policy_decides_store
 from memlab.index import open_service
 from memlab.index.embedders import Embedder, blas_controller
@@ -37,7 +37,7 @@ from memlab.run.config import ExperimentConfig
 from memlab.run.records import ExtractionTraceRecord, MemoryRecord
 from memlab.threads import peak_rss_mb, resolve_threads
 
-BUILD_LOG = "build_cost.jsonl"  # per conversation, what building its memory cost (memlab.eval.cost)
+BUILD_LOG = "build_cost.jsonl"  # the build costs older caches logged beside the store (now: in its state)
 CACHE_VERSION = 3  # 3: cursor and trace live in the store (checksummed), index saved as .npz
 
 
@@ -96,19 +96,6 @@ def extraction_cache_key(cfg: ExperimentConfig, dataset_sha: str, extractor_id: 
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def copy_trace(src: Path, dst: Path, wanted: set[str]) -> None:
-    from memlab.atomic import write_with  # a full disk leaves no half trace
-
-    def copy(out: Any) -> None:
-        if src.is_file():
-            with open(src, encoding="utf-8") as f:
-                for line in f:
-                    if json.loads(line).get("conversation") in wanted:
-                        out.write(line)
-
-    write_with(dst, copy)
-
-
 def write_jsonl(path: Path, rows: list[dict[str, Any]], mode: str = "w") -> None:
     """Write JSON lines atomically, or append them to a log (``mode="a"``)."""
     from memlab.atomic import write_with
@@ -124,11 +111,32 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]], mode: str = "w") -> None
         write_with(path, dump)
 
 
-def log_build_usage(build_log: Path, conversation: str, results: list[Any], date_in_text: bool) -> None:
-    """Append what building one conversation's memory cost, when its jobs did work (a cached conversation was
-    logged when it was built)."""
-    if any(r.status in ("ran", "failed") for r in results):
-        write_jsonl(build_log, [costs.build_usage(conversation, results, date_in_text)], mode="a")
+def build_cost(cfg: ExperimentConfig) -> BuildCost:
+    """`extract_dataset`'s hook: a conversation's build cost so far, this worker's jobs added when they did work
+    (saved with the cache entry it describes, in the cursor's transaction)."""
+
+    def cost(conv: Conversation, worker: Any, previous: dict[str, Any] | None) -> dict[str, Any] | None:
+        if not any(r.status in ("ran", "failed") for r in worker.results):
+            return previous
+        return costs.add_build(previous, costs.build_usage(conv.sample_id, worker.results, cfg.index.date_in_text))
+
+    return cost
+
+
+def build_rows(svc: MemoryService, convs: list[Conversation], cdir: Path) -> list[dict[str, Any]]:
+    """Each conversation's build cost as its saved extraction state holds it; for a cache written before memlab
+    saved it there, the lines its old log beside the store holds (none: the cost is unknown, `amortize`)."""
+    legacy: dict[str, list[dict[str, Any]]] = {}
+    log = cdir / BUILD_LOG
+    if log.is_file():
+        for line in log.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            legacy.setdefault(row.get("conversation"), []).append(row)
+    rows: list[dict[str, Any]] = []
+    for c in convs:
+        saved = (svc.extraction_state(c.sample_id) or {}).get(BUILD_COST)
+        rows += [saved] if saved else legacy.get(c.sample_id, [])
+    return rows
 
 
 def index_file(cfg: ExperimentConfig, embedder: Embedder | None = None) -> str:
@@ -194,16 +202,11 @@ def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation
     cdir = cache_root / "extract" / key
     cdir.mkdir(parents=True, exist_ok=True)
     svc = open_store(cfg, cdir, cache_root, clients, searcher, embedder)
-    build_log = cdir / BUILD_LOG  # what building each conversation cost (memlab.eval.cost)
     if cfg.store.backend != "sqlite":
-        build_log.unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
-
-    def log_build(conv: Conversation, worker: Any) -> None:
-        log_build_usage(build_log, conv.sample_id, worker.results, cfg.index.date_in_text)
-
+        (cdir / BUILD_LOG).unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
     table, results = extract_dataset(
         svc, data, extractor, reconcile=ex.reconcile, checkers=build_checkers(cfg),
-        conversations=[c.sample_id for c in convs], on_conversation=log_build, worker_params=worker_params(cfg))
+        conversations=[c.sample_id for c in convs], worker_params=worker_params(cfg), build_cost=build_cost(cfg))
     failures = [{"conversation": conv_id, "reason": r.reason} for conv_id, rs in _by_conversation(results, convs)
                 for r in rs if r.status == "failed"]
     info = extraction_info(table, failures, convs, key, cdir, extractor_id, ex.policy)
@@ -253,7 +256,7 @@ def finish_extraction(cfg: ExperimentConfig, convs: list[Conversation], out: Ext
         ext_rows = svc.extraction_trace([c.sample_id for c in convs])
         write_jsonl(traces / "extraction.jsonl", [
             ExtractionTraceRecord.from_dict(r, where=f"{info['cache_dir']}: trace line").to_dict() for r in ext_rows])
-        copy_trace(Path(info["cache_dir"]) / BUILD_LOG, traces / "build_cost.jsonl", {c.sample_id for c in convs})
+        write_jsonl(traces / "build_cost.jsonl", build_rows(svc, convs, Path(info["cache_dir"])))
         mem_rows = [MemoryRecord.of(c.sample_id, e).to_dict() for c, k in zip(convs, keys) for e in rows[k]]
         write_jsonl(traces / "memories.jsonl", mem_rows)
         info["memories"] = len(mem_rows)

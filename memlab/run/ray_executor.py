@@ -82,6 +82,7 @@ from memlab.run.steps import (
     build_components,
     close_session,
     finish_run,
+    interrupted_on_signal,
     is_storage_error,
     open_info,
     prepare,
@@ -212,6 +213,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                            "per_task": "the CPUs Ray assigns it, capped by run.threads"}
         write_run_json(run_dir, {**info, "timings": {"load_s": p.load_s}})
         cell = _Cell(i, p, comps, run_dir, info, t_start, timings={"load_s": p.load_s})
+        stop.on_signal(interrupted_on_signal(run_dir, info, cell.resume_cmd))
         done = load_done(run_dir) if resume is not None else []
         cell.done = len(done)
         done_ids = {r.qid for r in done}
@@ -301,9 +303,6 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
             else:
                 svc.import_index(ck, res["index"])
             svc.save_extraction(conv.sample_id, res["state"] or {}, [tuple(t) for t in res["trace"]])
-            if res.get("build"):
-                with open(cdir / BUILD_LOG, "a", encoding="utf-8") as f:
-                    f.write(res["build"])
             store_cache_rows(cache_root, res["cache"])
             # only what the extraction tables use is kept (the rows and index are in the store and its files now)
             ext_results[(key, conv.sample_id)] = {"table": res["table"], "failures": res.get("failures", []),

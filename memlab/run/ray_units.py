@@ -34,7 +34,7 @@ from memlab.run.answering import answer_one, prepare_queries
 from memlab.run.clients import Clients
 from memlab.run.components import build_answerer, build_extractor, build_judge, import_component_modules
 from memlab.run.config import ExperimentConfig
-from memlab.run.extraction import BUILD_LOG, build_checkers, log_build_usage, open_store, worker_params
+from memlab.run.extraction import build_checkers, build_cost, open_store, worker_params
 from memlab.run.steps import attach_errata
 from memlab.threads import set_threads, worker_threads
 
@@ -152,18 +152,16 @@ def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str,
             if state:
                 svc.save_extraction(conv.sample_id, state, [])
             lines: list[tuple[str, int, dict[str, Any]]] = []
-            build_log = root / BUILD_LOG
 
             def on_conversation(c: Conversation, wk: Any) -> None:
                 lines.extend(keyed_trace_rows(c.sample_id, wk.results))
-                log_build_usage(build_log, c.sample_id, wk.results, cfg.index.date_in_text)
 
-            table, results = extract_dataset(
+            table, results = extract_dataset(  # its build cost travels in the state, as the cursor does
                 svc, [conv], extractor, reconcile=cfg.extraction.reconcile, checkers=build_checkers(cfg),  # type: ignore[arg-type]
-                conversations=[conv.sample_id], on_conversation=on_conversation, worker_params=worker_params(cfg))
+                conversations=[conv.sample_id], on_conversation=on_conversation, worker_params=worker_params(cfg),
+                build_cost=build_cost(cfg))
             svc.searcher.ensure_built(key, lambda: svc.list(key))
             return {"rows": svc.export_rows(key), "state": svc.extraction_state(conv.sample_id), "trace": lines,
-                    "build": build_log.read_text(encoding="utf-8") if build_log.is_file() else "",
                     "table": table.reset_index().to_dict("records"),
                     "failures": [{"conversation": conv.sample_id, "reason": r.reason} for r in results
                                  if r.status == "failed"],

@@ -37,6 +37,10 @@ class RunStatus(str, Enum):
     FAILED = "failed"
 
 
+class RunFileError(ValueError):
+    """A file of a run folder cannot be read: corrupt, cut short, or not what memlab writes (the message names it)."""
+
+
 class RecordSchemaError(ValueError):
     """A saved record of another schema version, or with unknown or missing fields."""
 
@@ -239,6 +243,12 @@ class RunInfo(Record):
     errors: int | None = None
     judge_errors: int | None = None
     error_rate: float | None = None
+    role_errors: dict[str, dict[str, int]] | None = None
+    outputs: dict[str, str] | None = None
+    """sha256 of every output file, by path in the folder, recorded when the run completed (`memlab.run.outputs`)."""
+    completed_utc: str | None = None
+    """When the run completed (UTC, ISO 8601): a reuse prefers the newest by it, never by a folder's name."""
+    """Per model role (reader, judge, extractor): ``errors`` of ``of`` units; each against run.max_error_rate."""
     resumed_skipped: int | None = None
     answered_now: int | None = None
     models: dict[str, Any] | None = None
@@ -298,12 +308,13 @@ def write_frame(path_stem: Path, frame: pd.DataFrame, index: bool = True) -> Non
     write_table(path_stem.with_suffix(".csv"), frame)
 
 
-def read_frame(path_stem: Path) -> pd.DataFrame:
-    """Read back a table written by `write_frame` (Parquet; list columns come back as lists)."""
+def read_frame(path_stem: Path, source: Any = None) -> pd.DataFrame:
+    """Read back a table written by `write_frame` (Parquet; list columns come back as lists); ``source``: the
+    file already opened (`memlab.run.outputs.open_regular`)."""
     p = path_stem.with_suffix(".parquet")
-    if not p.is_file():
+    if source is None and not p.is_file():
         raise FileNotFoundError(f"{p}: missing (runs written before memlab 0.2 kept only CSV: rerun or resume it)")
-    frame = pd.read_parquet(p)
+    frame = pd.read_parquet(p if source is None else source)
     for c in LIST_COLUMNS:
         if c in frame.columns:
             frame[c] = [list(v) if v is not None else [] for v in frame[c]]

@@ -34,6 +34,7 @@ import pandas as pd
 
 from memlab.eval.stats import N_BOOT, Comparison, ComparisonError, ci_columns
 from memlab.run.labels import IGNORED_KEYS, KEY_ALIASES, category_name, distinguishing, run_labels
+from memlab.run.outputs import verify_outputs
 from memlab.run.report_format import (
     HEADERS,
     MODEL_ONLY,
@@ -82,7 +83,8 @@ def unfinished_reason(run_dir: Path) -> str | None:
 def load_runs(runs: Iterable[Run | str | Path], warn: bool = True) -> tuple[list[Run], list[tuple[Path, str]]]:
     """Finished runs (reopened from disk where a path is given) and the skipped (path, reason) pairs.
 
-    A path that is not a run folder at all is an error (a typo should not pass as 'unfinished').
+    A path that is not a run folder at all is an error (a typo should not pass as 'unfinished'), and so is a file
+    changed since its run completed (`memlab.run.outputs`).
     """
     done: list[Run] = []
     skipped: list[tuple[Path, str]] = []
@@ -104,7 +106,9 @@ def load_runs(runs: Iterable[Run | str | Path], warn: bool = True) -> tuple[list
             if warn:
                 warnings.warn(f"{d}: skipped, the run {why}; finish it with: memlab run --resume {d}", stacklevel=2)
             continue
-        done.append(load_run(d))
+        run = load_run(d)
+        verify_outputs(d, run.info.get("outputs"))  # traces too: the HTML page shows them as the run's
+        done.append(run)
     return done, skipped
 
 

@@ -21,11 +21,12 @@ from memlab.answer import JUDGES
 from memlab.atomic import write_table
 from memlab.eval import category_summary
 from memlab.eval.errata import Errata, errata_columns, errata_counts, load_errata
-from memlab.eval.profiles import PROFILES, ProfileJudge, apply_scoring, get_profile
+from memlab.eval.profiles import PROFILES, ProfileError, ProfileJudge, ScoringProfile, apply_scoring, get_profile
 from memlab.llm import BadReply, ModelClient
 from memlab.run.answering import read_log
 from memlab.run.clients import Clients
 from memlab.run.results import Run, load_run, score_records
+from memlab.run.trust import check_trust
 
 
 class CacheMissError(RuntimeError):
@@ -60,12 +61,19 @@ def _judge_client(run: Run, allow_model_calls: bool) -> ModelClient | None:
 
 
 def rescore(run: Run | str | Path, profile: str = "locomo", allow_model_calls: bool = False,
-            errata: Errata | str | Path | None = None, write: bool = True) -> Rescored:
-    """Score a finished run under ``profile``; J from the response cache (see the module doc)."""
+            errata: Errata | str | Path | None = None, write: bool = True, trust_run_config: bool = False,
+            what: str = "rescore") -> Rescored:
+    """Score a finished run under ``profile``; J from the response cache (see the module doc). The run folder's
+    errata file (and, with ``allow_model_calls``, its judge endpoint, key variable and prompt) is used only when
+    this user started the run with it, or ``trust_run_config`` (`memlab.run.trust.check_trust`)."""
     r = run if isinstance(run, Run) else load_run(run)
     prof = get_profile(profile)
+    check_profile_applies(r, prof)
+    own_errata = errata is None and bool(r.config.scoring.errata)
+    check_trust(r.run_dir, r.config, {}, trust_run_config, what, used=lambda key: (
+        key == "scoring.errata" and own_errata) or (allow_model_calls and key.startswith(("models.judge.", "judge."))))
     pred = score_records(read_log(r.run_dir))  # the log keeps exact strings (the judge request must match)
-    if errata is None and r.config.scoring.errata:
+    if own_errata:
         errata = r.config.scoring.errata
     e = errata if (errata is None or isinstance(errata, Errata)) else load_errata(errata)
     scores = apply_scoring(pred, prof, e)
@@ -127,14 +135,36 @@ def explain(res: Rescored) -> str:
     return f"J: {j['from_cache']} verdicts from the response cache, {j['model_calls']} model calls"
 
 
-def profile_table(run: Run | str | Path, profiles: Sequence[str] = tuple(PROFILES),
-                  allow_model_calls: bool = False) -> pd.DataFrame:
-    """One run under several profiles side by side: rows are category numbers and the overall groups,
-    columns (profile, label / n / f1 / bleu1 / j). Labels differ by profile; numbers are the dataset's."""
+def check_profile_applies(run: Run, prof: ScoringProfile) -> None:
+    """Refuse a profile made for another dataset format (`ScoringProfile.dataset`) than the run's: its labels and
+    guards are another benchmark's category numbers (LongMemEval's 2 is not LoCoMo's multi-hop)."""
+    fmt = run_format(run)
+    if prof.dataset != fmt:
+        raise ProfileError(f"{run.run_dir}: scoring profile {prof.name!r} scores {prof.dataset} runs; this run is "
+                           f"{fmt} (profiles for it: {', '.join(profiles_for(fmt))})")
+
+
+def run_format(run: Run) -> str:
+    """The dataset format a run answered (run.json; an older run's: its scoring profile's)."""
+    return str(run.info.get("dataset_format") or get_profile(run.config.scoring.profile).dataset)
+
+
+def profiles_for(fmt: str) -> list[str]:
+    """The scoring profiles made for a dataset format."""
+    return [n for n, p in PROFILES.items() if p.dataset == fmt]
+
+
+def profile_table(run: Run | str | Path, profiles: Sequence[str] | None = None, allow_model_calls: bool = False,
+                  trust_run_config: bool = False) -> pd.DataFrame:
+    """One run under several profiles side by side (default: every profile made for its dataset format): rows are
+    category numbers and the overall groups, columns (profile, label / n / f1 / bleu1 / j). Labels differ by
+    profile; numbers are the dataset's."""
     r = run if isinstance(run, Run) else load_run(run)
+    profiles = profiles_for(run_format(r)) if profiles is None else list(profiles)
     frames = {}
     for p in profiles:
-        res = rescore(r, p, allow_model_calls=allow_model_calls, write=False)
+        res = rescore(r, p, allow_model_calls=allow_model_calls, write=False, trust_run_config=trust_run_config,
+                      what="report")
         cols = [c for c in ("label", "n", "f1", "bleu1", "j") if c in res.summary.columns]
         frames[p] = res.summary[cols]
     out = pd.concat(frames, axis=1)

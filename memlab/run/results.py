@@ -8,6 +8,7 @@ summary reports ``n`` (questions), ``n_scored`` and ``errors`` on every row.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,14 @@ from memlab.eval import cost as costs
 from memlab.eval.profiles import get_profile
 from memlab.eval.stats import judge_disagreements, judge_repeat_sd
 from memlab.run.config import ExperimentConfig
-from memlab.run.records import PredictionRecord, RecordSchemaError, RunInfo, read_frame, write_frame
+from memlab.run.records import (  # noqa: F401  (RunFileError: re-exported, it was defined here)
+    PredictionRecord,
+    RecordSchemaError,
+    RunFileError,
+    RunInfo,
+    read_frame,
+    write_frame,
+)
 
 RECALL_KS = (1, 5, 10, 20)
 #: Per-question reader-independent measures (`memlab.eval.ceiling`), summarised per category like F1.
@@ -145,8 +153,8 @@ def add_costs(run_dir: Path, cfg: ExperimentConfig, pred: pd.DataFrame, question
     unknown = costs.unknown_build(pred)
     if unknown:
         info["build_unknown"] = (f"{len(unknown)} conversation(s) have no build-cost record (an extraction cache "
-                                 f"written before build costs were logged): their build columns are NaN; "
-                                 f"delete the cache dir to re-extract: {unknown}")
+                                 f"written before memlab saved build costs with its entries): their build columns "
+                                 f"are NaN; delete the cache dir to re-extract: {unknown}")
     return pred, info
 
 
@@ -158,14 +166,18 @@ def write_results(run_dir: Path, pred: pd.DataFrame, summ: pd.DataFrame) -> None
     write_json(run_dir / "summary.json", json.loads(summ.to_json(orient="index")))
 
 
-class RunFileError(ValueError):
-    """A file of a run folder cannot be read: corrupt, cut short, or not what memlab writes (the message names it)."""
+def _read_text(path: Path) -> str:
+    """A run folder's file as text, never through a link nor from a device (`memlab.run.outputs.open_regular`)."""
+    from memlab.run.outputs import open_regular
+
+    with os.fdopen(open_regular(path.parent, path.name), "rb") as f:
+        return f.read().decode("utf-8")
 
 
 def read_run_json(path: Path) -> dict[str, Any]:
     """A run's ``run.json``, or a `RunFileError` naming the file."""
     try:
-        d = json.loads(path.read_text(encoding="utf-8"))
+        d = json.loads(_read_text(path))
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise RunFileError(f"{path}: unreadable ({type(e).__name__}: {e}); expected the JSON object memlab writes "
                            f"(status, counts, timings)") from None
@@ -180,7 +192,7 @@ def read_run_json(path: Path) -> dict[str, Any]:
 def read_config(path: Path) -> ExperimentConfig:
     """A run's ``config.yaml``, or a `RunFileError` (unreadable) / `ConfigError` (a bad value) naming it."""
     try:
-        d = yaml.safe_load(path.read_text(encoding="utf-8"))
+        d = yaml.safe_load(_read_text(path))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise RunFileError(f"{path}: unreadable ({type(e).__name__}: {e}); expected the run's config as YAML") from None
     if not isinstance(d, dict):
@@ -189,9 +201,12 @@ def read_config(path: Path) -> ExperimentConfig:
 
 
 def _read_table(stem: Path) -> pd.DataFrame:
+    from memlab.run.outputs import open_regular
+
     try:
-        return read_frame(stem)
-    except FileNotFoundError:
+        with os.fdopen(open_regular(stem.parent, stem.name + ".parquet"), "rb") as f:
+            return read_frame(stem, f)
+    except (FileNotFoundError, RunFileError):
         raise
     except Exception as e:  # pyarrow's errors for a cut or foreign file are of several kinds
         raise RunFileError(f"{stem.with_suffix('.parquet')}: unreadable ({type(e).__name__}: {e}); expected the "
@@ -200,7 +215,9 @@ def _read_table(stem: Path) -> pd.DataFrame:
 
 def load_run(run_dir: str | Path) -> Run:
     """Reopen a finished run folder as a `Run` (tables from disk, the same types as a fresh run); a corrupt
-    file is a `RunFileError` naming it."""
+    file, or one changed since the run completed (`memlab.run.outputs`), is a `RunFileError` naming it."""
+    from memlab.run.outputs import verify_outputs
+
     d = Path(run_dir)
     if not (d / "config.yaml").is_file():
         raise FileNotFoundError(f"{d}: not a run folder (no config.yaml)")
@@ -213,4 +230,5 @@ def load_run(run_dir: str | Path) -> Run:
     summ = summ.rename(columns={o: n for o, n in costs.RENAMED.items() if o in summ and n not in summ}) \
         .drop(columns=[o for o in costs.RENAMED if o in summ], errors="ignore")  # older runs' token names
     info = read_run_json(d / "run.json") if (d / "run.json").is_file() else {}
+    verify_outputs(d, info.get("outputs"), ("config.yaml", "predictions.parquet", "summary.parquet"))
     return Run(run_dir=d, config=cfg, predictions=pred, summary=summ, info=info)

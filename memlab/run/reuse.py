@@ -6,8 +6,11 @@ A run folder is reused only when everything that decides its results is the same
 dataset's scoring profile applied; the run name included, since reports label runs by it), the dataset file's
 sha256, the questions selected, the content of any other file the config names (``input_files`` in run.json),
 memlab's own files (`memlab.rundir.source_sha256`), the Python and package versions; and only a run that finished
-in one session with status ``complete`` (not one that errored, failed, was interrupted or resumed) and was built
-from the config alone (no caller's extractor / answerer / system objects).
+in one session with status ``complete`` (not one that errored, failed, was interrupted or resumed), was built
+from the config alone (no caller's extractor / answerer / system objects), and whose every output file still has
+the sha256 it recorded when it completed (`memlab.run.outputs`: an edited table is never served as the run's). Of
+several, the newest by its recorded completion time is taken (a folder's name says nothing; a time in the future is
+not believed).
 
 A run's name decides no result, only its label: when no run of this name qualifies but one of another name does
 (the same recipe in every other respect, e.g. a top-k sweep's k = 10 cell and the ``offline`` run), its folder is
@@ -19,10 +22,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memlab.data import sha256_file
+from memlab.run.outputs import copy_outputs, record_outputs, verify_outputs
 from memlab.run.records import RunStatus
 from memlab.run.results import Run, RunFileError, load_run, read_run_json
 from memlab.rundir import environment, open_run_dir
@@ -33,6 +38,8 @@ if TYPE_CHECKING:  # memlab.run.steps records input_files through this module
 #: What ``environment`` records that changes results: the interpreter, package versions, memlab's own files.
 SAME_ENVIRONMENT = ("python", "packages", "memlab_source_sha256")
 CONFIG_DIFFERS = "config differs: "
+#: How far in the future a recorded completion time may be and still be believed (clocks of shared file systems).
+CLOCK_SKEW = timedelta(minutes=5)
 
 
 def _plain(d: Any) -> Any:
@@ -56,14 +63,22 @@ def config_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 
 def candidates(root: Path, name: str | None) -> list[Path]:
-    """Run folders of ``name`` (None: of any name) under ``root`` (``<name>-<UTC stamp>[-n]``), newest first."""
+    """Run folders of ``name`` (None: of any name) under ``root`` (``<name>-<UTC stamp>[-n]``; real folders, not
+    links), newest first by the completion time their run.json records (`completed_utc`; none: last)."""
     pat = re.compile((re.escape(name) if name is not None else r".+") + r"-(\d{8}-\d{6})(?:-(\d+))?")
     found = []
     for d in root.glob(f"{name if name is not None else ''}*-*") if root.is_dir() else ():
-        m = pat.fullmatch(d.name)
-        if m and d.is_dir():
-            found.append(((m.group(1), int(m.group(2) or 1)), d))
-    return [d for _, d in sorted(found, reverse=True)]
+        if pat.fullmatch(d.name) and d.is_dir() and not d.is_symlink():
+            found.append((completed_at(d), d.name, d))
+    return [d for *_, d in sorted(found, key=lambda t: (t[0] or "", t[1]), reverse=True)]
+
+
+def completed_at(run_dir: Path) -> str | None:
+    """The completion time a run folder's run.json records (None: none, or unreadable)."""
+    try:
+        return read_run_json(run_dir / "run.json").get("completed_utc")
+    except (OSError, RunFileError):
+        return None
 
 
 def input_files(cfg: dict[str, Any]) -> dict[str, str]:
@@ -95,6 +110,14 @@ def why_not(run_dir: Path, p: Prepared, env: dict[str, Any] | None = None, any_n
         return f"status {info.get('status')!r}, errors {info.get('errors')}"
     if len(sessions) != 1 or sessions[0].get("status") != RunStatus.COMPLETE.value:
         return f"finished over {len(sessions)} sessions (interrupted or resumed)"
+    done = info.get("completed_utc")
+    if not info.get("outputs") or not isinstance(done, str):
+        return "no record of its output files (made by an older memlab)"
+    try:
+        if datetime.fromisoformat(done) > datetime.now(timezone.utc) + CLOCK_SKEW:
+            return f"its recorded completion time {done} is in the future"
+    except (TypeError, ValueError):
+        return f"its recorded completion time {done!r} is not a time"
     if any((info.get("components") or {}).get("custom", {}).values()):
         return "built with the caller's own component objects"
     diff = [k for k in config_differences(info.get("config") or {}, p.cfg.to_dict()) if not (any_name and k == "name")]
@@ -135,9 +158,11 @@ def reusable_run(root: Path, p: Prepared) -> tuple[Run | None, str | None]:
 
 
 def _with_picks(run_dir: Path, p: Prepared) -> tuple[Run | None, str | None]:
-    """``run_dir`` loaded when it answered exactly ``p``'s questions, in order; else None and why not."""
+    """``run_dir`` loaded when it answered exactly ``p``'s questions, in order, and every output file it recorded
+    is as it was; else None and why not."""
     try:
         run = load_run(run_dir)
+        verify_outputs(run_dir, run.info.get("outputs"))
     except (OSError, RunFileError, ValueError) as e:
         return None, f"cannot be read back ({e})"
     if run.predictions["qid"].tolist() != [q.qid for _, q in p.picks]:
@@ -157,16 +182,17 @@ def renamed_twin(root: Path, p: Prepared) -> Path | None:
 
 def copy_as(src: Path, p: Prepared, root: Path) -> Run:
     """A new run folder of ``p``'s name holding ``src``'s results (a complete run of the same recipe under another
-    name, `renamed_twin`): every file copied, run.json's id and config name made this run's and ``copied_from``
-    naming ``src``. run.json is written last, so a copy cut short is never reused."""
+    name, `renamed_twin`): the output files ``src`` recorded, each a regular file read without following a link
+    and checked against its sha256 as it is copied (`memlab.run.outputs.copy_outputs`); run.json's id and config
+    name made this run's, ``copied_from`` naming ``src``, the copy's outputs recorded. run.json is written last,
+    so a copy cut short is never reused."""
     from memlab.run.steps import write_run_json  # lazily: memlab.run.steps imports this module
 
     info = read_run_json(src / "run.json")
     run_dir = open_run_dir(p.cfg.name, p.cfg.to_yaml(), root)  # its config.yaml and environment.json
-    own = {"config.yaml", "environment.json", "run.json", ".memlab.lock"}
     try:
-        shutil.copytree(src, run_dir, ignore=lambda d, names: [n for n in names if Path(d) == src and n in own],
-                        dirs_exist_ok=True)
+        copy_outputs(src, run_dir, info.get("outputs") or {}, skip=("config.yaml", "environment.json"))
+        info["outputs"] = record_outputs(run_dir)
         info["run_id"] = run_dir.name
         info["config"] = {**info["config"], "name": p.cfg.name}
         info["notes"] = [*info.get("notes", []), f"results copied from {src.name} (the same config but its name, "

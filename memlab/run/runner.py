@@ -46,6 +46,7 @@ from memlab.run.steps import (  # noqa: F401 - RunStorageError, is_storage_error
     build_components,
     close_session,
     finish_run,
+    interrupted_on_signal,
     is_storage_error,
     open_info,
     prepare,
@@ -56,7 +57,8 @@ from memlab.run.steps import (  # noqa: F401 - RunStorageError, is_storage_error
 )
 from memlab.run.streaming import run_streamed, streams
 from memlab.run.systems import build_system, run_system
-from memlab.rundir import RunLock, open_run_dir, remember_settings, remembered_settings, results_root
+from memlab.run.trust import check_trust
+from memlab.rundir import RunLock, open_run_dir, results_root
 from memlab.systems import MemorySystem
 from memlab.threads import peak_rss_mb, set_threads
 
@@ -82,27 +84,16 @@ def resolve_run_config(config: ExperimentConfig | str | Path | None, resume: str
             raise ConfigError(f"--resume {run_dir}: refusing --set {overrides!r}: a resumed run keeps its config "
                               f"(add --force-config to apply the overrides to the remaining questions)")
         cfg = cfg.with_overrides(overrides)
-    _check_trust(run_dir, cfg, parse_sets(overrides) if isinstance(overrides, list) else overrides or {},
-                 trust_run_config)
+    check_trust(run_dir, cfg, parse_sets(overrides) if isinstance(overrides, list) else overrides or {},
+                trust_run_config)
     prev = read_run_json(run_dir / "run.json") if (run_dir / "run.json").is_file() else {}
     return cfg, prev
 
 
-def _check_trust(run_dir: Path, cfg: ExperimentConfig, named: dict[str, Any], trusted: bool) -> None:
-    """Refuse a resume whose folder names an endpoint, key variable or prompt file that this user neither started
-    the run with (`memlab.rundir.remembered_settings`) nor names now (``--set``), unless ``trusted``: a crafted
-    folder must not send the user's secrets or files to a server of its choosing."""
-    settings = cfg.trust_settings()
-    mine = remembered_settings(run_dir)
-    said = {(k.rsplit(".", 1)[-1], repr(v)) for k, v in named.items()}
-    strange = {k: v for k, v in settings.items() if mine.get(k) != v and (k.rsplit(".", 1)[-1], repr(v)) not in said}
-    if strange and not trusted:
-        listed = "; ".join(f"{k} = {v!r}" for k, v in strange.items())
-        raise ConfigError(f"--resume {run_dir}: its config.yaml names endpoints, key variables or prompt files this "
-                          f"user did not start the run with: {listed}. Check them, then add --trust-run-config to "
-                          f"use them (or --force-config --set KEY=VALUE to replace them)")
-    if settings != mine:
-        remember_settings(run_dir, settings)
+def _brief(what: object, limit: int = 300) -> str:
+    """A cause as one short line (an error listing many files says the first ones and how many more)."""
+    text = " ".join(str(what).split())
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
 def run_experiment(config: ExperimentConfig | str | Path | None = None, results: str | Path | None = None,
@@ -154,13 +145,13 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
                 try:
                     found = copy_as(twin, p, root)
                 except (OSError, RunFileError, ValueError) as e:
-                    print(f"memlab: not reusing {twin}: copying it under {cfg.name!r} failed ({e})")
+                    print(f"memlab: not reusing {twin}: copying it under {cfg.name!r} failed ({_brief(e)})")
                 else:
                     print(f"memlab: reusing {twin} as {found.run_dir} (complete; same config but its name, same "
                           f"data and code; reuse=False runs it again)")
                     return found
             if why:
-                print(f"memlab: not reusing {why}")
+                print(f"memlab: not reusing {_brief(why)}")
         return _run(cfg, prev, results, resume, progress, given, held, stop, t_start, p)
 
 
@@ -188,6 +179,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
     timings: dict[str, float] = {"load_s": p.load_s}
     info = open_info(p, run_dir, comps, {"kind": "local"})
     info["threads"] = threads
+    stop.on_signal(interrupted_on_signal(run_dir, info, resume_cmd))
     peak: dict[str, float] = {}  # the process's peak RSS (MB) after each stage
     svc = None
     try:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import errno
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -175,8 +177,10 @@ def finish_run(p: Prepared, run_dir: Path, answerer: Any, info: dict[str, Any], 
     write_results(run_dir, pred, summ)
     timings["scoring_s"] = time.perf_counter() - t0
     errors = int(pred["error"].notna().sum())
+    info["role_errors"] = role_errors(pred, info.get("extraction") or {}, judged=cfg.judge.model is not None)
     info.update({
-        "status": (RunStatus.COMPLETE_WITH_ERRORS if errors else RunStatus.COMPLETE).value,
+        "status": (RunStatus.COMPLETE_WITH_ERRORS if any(r["errors"] for r in info["role_errors"].values())
+                   else RunStatus.COMPLETE).value,
         "errors": errors, "judge_errors": int(pred["judge_error"].notna().sum()),
         "error_rate": errors / max(len(pred), 1), "resumed_skipped": resumed_skipped, "answered_now": answered_now,
         "models": {"model_calls": 0, "cache_hits": 0, "failures": 0, **models}, "model_roles": cfg.describe_models(),
@@ -184,11 +188,51 @@ def finish_run(p: Prepared, run_dir: Path, answerer: Any, info: dict[str, Any], 
     return Run(run_dir=run_dir, config=cfg, predictions=pred, summary=summ, info=info)
 
 
+def role_errors(pred: Any, extraction: dict[str, Any], judged: bool) -> dict[str, dict[str, int]]:
+    """Per model role, how many of its units ended in an error: the reader's questions, the judge's verdicts (of the
+    questions answered), the extractor's jobs (failed ones the run went on without, ``run.allow_failed_extraction``).
+    Each counts against ``run.max_error_rate`` on its own (`over_budget`)."""
+    out = {"reader": {"errors": int(pred["error"].notna().sum()), "of": len(pred)}}
+    if judged:
+        out["judge"] = {"errors": int(pred["judge_error"].notna().sum()), "of": int(pred["error"].isna().sum())}
+    jobs = int(extraction.get("jobs_run") or 0) + int(extraction.get("jobs_failed") or 0)
+    if jobs:
+        out["extractor"] = {"errors": int(extraction.get("jobs_failed") or 0), "of": jobs}
+    return out
+
+
+def over_budget(info: dict[str, Any], limit: float) -> list[str]:
+    """The roles whose share of errors is over ``limit`` (``run.max_error_rate``), each as a sentence."""
+    out = []
+    for role, r in (info.get("role_errors") or {"reader": {"errors": info.get("errors") or 0,
+                                                           "of": info.get("questions") or 0}}).items():
+        rate = r["errors"] / max(r["of"], 1)
+        if rate > limit:
+            unit = {"judge": "verdicts", "extractor": "extraction jobs"}.get(role, "questions")
+            out.append(f"{role}: {r['errors']} of {r['of']} {unit} ended in an error ({rate:.1%} > "
+                       f"run.max_error_rate {limit:.1%})")
+    return out
+
+
 def record_interrupt(info: dict[str, Any], resume_cmd: str, why: str = "interrupted") -> None:
     """Ctrl-C or SIGTERM in any stage: the run is ``interrupted``, every finished question kept."""
     info["status"] = RunStatus.INTERRUPTED.value
     info["resume"] = resume_cmd
     print(f"\nmemlab: {why}; every finished question is kept. Resume with:\n  {resume_cmd}", file=sys.stderr)
+
+
+def interrupted_on_signal(run_dir: Path, info: dict[str, Any], resume_cmd: str) -> Callable[[], None]:
+    """What a signal handler records first (`memlab.run.answering.StopFlag.on_signal`): a running run's status
+    ``interrupted``, in ``info`` and in run.json, before the signal is raised; whatever else arrives meanwhile, the
+    run never claims to be running."""
+
+    def record() -> None:
+        if info["status"] == RunStatus.RUNNING.value:
+            info["status"] = RunStatus.INTERRUPTED.value
+            info["resume"] = resume_cmd
+        write_run_json(run_dir, info)
+
+    return record
 
 
 def record_failure(info: dict[str, Any], e: BaseException, resume_cmd: str) -> None:
@@ -202,14 +246,21 @@ def record_failure(info: dict[str, Any], e: BaseException, resume_cmd: str) -> N
 def close_session(run_dir: Path, info: dict[str, Any], timings: dict[str, float], integrity_mark: Any,
                   session: dict[str, Any] | None = None) -> None:
     """Append this session (timings, status) to run.json's sessions, total the timings, list the caches found
-    corrupt meanwhile, and write run.json. A storage error writing it is raised as `RunStorageError` unless the
-    run already failed or was interrupted (the first error is not hidden)."""
+    corrupt meanwhile, record a completed run's output files with their sha256 and its completion time
+    (`memlab.run.outputs`), and write run.json. A storage error writing it is raised as `RunStorageError` unless
+    the run already failed or was interrupted (the first error is not hidden)."""
     from memlab import cache_integrity
+    from memlab.run.outputs import record_outputs
 
     info["sessions"] = info["sessions"] + [{"timings": timings, "status": info["status"], **(session or {})}]
     info["timings"] = total_timings(info["sessions"])
     info["cache_integrity"] = [e.to_dict() for e in cache_integrity.since(integrity_mark)]
+    info.pop("outputs", None)  # an earlier session's: this one may have changed the files
+    info.pop("completed_utc", None)
     try:
+        if info["status"] in (RunStatus.COMPLETE.value, RunStatus.COMPLETE_WITH_ERRORS.value):
+            info["outputs"] = record_outputs(run_dir)
+            info["completed_utc"] = datetime.now(timezone.utc).isoformat(timespec="microseconds")
         write_run_json(run_dir, info)
     except OSError as e:  # the disk is full or the folder read-only: say so, without hiding the first error
         print(f"memlab: could not record the run's status in {run_dir / 'run.json'}: {e.strerror or e}",

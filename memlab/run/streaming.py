@@ -36,10 +36,10 @@ from memlab.run.extraction import (
     ExtractionFailed,
     ExtractionOutcome,
     build_checkers,
-    copy_trace,
+    build_cost,
+    build_rows,
     extraction_cache_key,
     extraction_info,
-    log_build_usage,
     open_store,
     worker_params,
     write_jsonl,
@@ -110,9 +110,9 @@ def run_streamed(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation],
     cdir.mkdir(parents=True, exist_ok=True)
     durable = cfg.store.backend == "sqlite"
     svc = open_store(cfg, cdir, cache_root, clients, searcher=searcher, embedder=embedder)
-    build_log = cdir / BUILD_LOG
     if not durable:
-        build_log.unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
+        (cdir / BUILD_LOG).unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
+    built: list[dict[str, Any]] = []  # each extracted key's build cost, as its store state holds it
     traces = run_dir / "traces"
     traces.mkdir(exist_ok=True)
     for name in ("extraction", "memories"):
@@ -133,10 +133,9 @@ def run_streamed(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation],
             t0 = time.perf_counter()
             table, results = extract_dataset(
                 svc, data, extractor, reconcile=ex.reconcile, checkers=checkers, conversations=[conv.sample_id],
-                on_conversation=lambda c, w: log_build_usage(build_log, c.sample_id, w.results,
-                                                             cfg.index.date_in_text),
-                worker_params=params)
+                worker_params=params, build_cost=build_cost(cfg))
             tables.append(table)
+            built += build_rows(svc, [conv], cdir)
             mine = [{"conversation": conv.sample_id, "reason": r.reason} for r in results if r.status == "failed"]
             failures += mine
             worked = bool(int(table.jobs_run.sum() + table.jobs_failed.sum()))
@@ -179,7 +178,7 @@ def run_streamed(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation],
         svc.close()  # the runner closes the service only when it gets it back
         raise
     finally:
-        copy_trace(build_log, traces / "build_cost.jsonl", {c.sample_id for c in convs[:len(tables)]})
+        write_jsonl(traces / "build_cost.jsonl", built)
         table = pd.concat(tables) if tables else pd.DataFrame()
         if tables:
             out.info = extraction_info(table, failures, convs[:len(tables)], key, cdir, extractor_id, ex.policy)

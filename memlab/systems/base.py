@@ -20,8 +20,16 @@ from memlab.memory.search_types import SearchHit, SearchOptions, SearchResult
 from memlab.registry import Registry
 
 
-class SystemReplyError(RuntimeError):
+class SystemFailure(RuntimeError):
+    """A memory system cannot go on (the message says why and what to do): one line, the run marked failed."""
+
+
+class SystemReplyError(SystemFailure):
     """A memory system's model gave a reply it cannot use (malformed JSON, empty): never a silent empty store."""
+
+
+class StoreNotEmpty(SystemFailure):
+    """A system's store folder holds something that is not this run's (another run's memories would be mixed in)."""
 
 
 @dataclass(frozen=True)

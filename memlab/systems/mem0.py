@@ -14,14 +14,16 @@ import json
 import os
 import shutil
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from memlab.memory.entry import UserKey
-from memlab.systems.base import SYSTEMS, MemorySystem, Message, SystemHit, SystemReplyError
+from memlab.params import MODEL_NAME, FolderWith, Range, Trust
+from memlab.systems.base import SYSTEMS, MemorySystem, Message, StoreNotEmpty, SystemHit, SystemReplyError
 
 EMBED_DIMS = 384
 
@@ -66,6 +68,29 @@ def check_reply(text: Any) -> None:
         raise SystemReplyError(f"mem0: the model's extraction reply has no 'memory' list: {text[:200]!r}")
 
 
+STORE_OWNER = ".memlab-run"
+"""The file in a mem0 store naming the run folder that owns it (`claim_store`)."""
+
+
+def claim_store(store: Path, run_dir: Path) -> None:
+    """Make ``store`` the run's own, empty store. A store this run made before (a resumed run ingests everything
+    again) is emptied; a folder holding anything else (another run's store, a second run given the same
+    ``store_dir``, unrelated files) is refused, never mixed into this run's memories nor deleted."""
+    owner = str(run_dir.resolve())
+    mark = store / STORE_OWNER
+    if store.is_dir() and any(store.iterdir()):
+        ours = store.resolve().parent == run_dir.resolve() or (
+            mark.is_file() and not mark.is_symlink() and mark.read_text(encoding="utf-8").strip() == owner)
+        if not ours:
+            held = mark.read_text(encoding="utf-8").strip() if mark.is_file() else None
+            raise StoreNotEmpty(f"system.params.store_dir = {str(store)!r}: not empty and not this run's store ("
+                                + (f"it holds the store of run {held}" if held else "it holds other files")
+                                + "); give an empty or new folder, or leave store_dir unset (the run folder's mem0/)")
+        shutil.rmtree(store)
+    store.mkdir(parents=True, exist_ok=True)
+    mark.write_text(owner + "\n", encoding="utf-8")
+
+
 @SYSTEMS.register("mem0")
 class Mem0System(MemorySystem):
     """mem0's ``Memory`` with a FAISS store under ``store_dir``; ``infer`` picks stored-as-given or extracted.
@@ -76,9 +101,14 @@ class Mem0System(MemorySystem):
 
     name = "mem0"
 
-    def __init__(self, store_dir: str | Path, infer: bool = False, embedder_model: str | None = None,
-                 model: str | None = None, api_base: str | None = None, api_key: str | None = None,
-                 timeout: float = 60.0, max_tokens: int | None = None):
+    def __init__(self, store_dir: Annotated[str | Path, Trust.file], infer: bool = False,
+                 embedder_model: Annotated[str | None, Trust.file, FolderWith(
+                     ("modules.json", "config.json"), "a sentence-transformers model folder")] = None,
+                 model: Annotated[str | None, MODEL_NAME] = None,
+                 api_base: Annotated[str | None, Trust.endpoint] = None,
+                 api_key: Annotated[str | None, Trust.secret] = None,
+                 timeout: Annotated[float, Range(0, lo_open=True)] = 60.0,
+                 max_tokens: Annotated[int | None, Range(1, None)] = None):
         self.store_dir = Path(store_dir)
         self.infer = infer
         self.embedder_model = embedder_model
@@ -94,13 +124,12 @@ class Mem0System(MemorySystem):
 
     @classmethod
     def from_config(cls, params: dict[str, Any], ctx: dict[str, Any]) -> MemorySystem:
-        """``store_dir`` defaults to ``<run folder>/mem0``; with ``infer`` the model is ``params.model`` or the
-        run's ``extraction.model`` (its ``openai/`` prefix dropped) at the extractor role's endpoint."""
+        """``store_dir`` defaults to ``<run folder>/mem0``; either way the store is the run's own (`claim_store`).
+        With ``infer`` the model is ``params.model`` or the run's ``extraction.model`` (its ``openai/`` prefix
+        dropped) at the extractor role's endpoint."""
         p = dict(params)
-        if "store_dir" not in p:
-            p["store_dir"] = str(Path(ctx["run_dir"]) / "mem0")
-            # a resumed run ingests again: into a fresh store, or every memory would be stored twice
-            shutil.rmtree(p["store_dir"], ignore_errors=True)
+        p.setdefault("store_dir", str(Path(ctx["run_dir"]) / "mem0"))
+        claim_store(Path(p["store_dir"]), Path(ctx["run_dir"]))
         if p.get("infer"):
             cfg, clients = ctx["config"], ctx["clients"]
             model = p.get("model") or cfg.extraction.model
@@ -153,7 +182,8 @@ class Mem0System(MemorySystem):
 
     @staticmethod
     def _uid(key: UserKey) -> str:
-        return f"{key.app_name}:{key.user_id}"
+        """The key as mem0 takes a user id (no whitespace): percent-encoded, so two keys never share one."""
+        return urllib.parse.quote(f"{key.app_name}:{key.user_id}", safe=":/@+-_.~")
 
     # ----------------------------------------------------------------------------- the interface
     def ingest(self, key: UserKey, session: str, messages: list[Message]) -> None:

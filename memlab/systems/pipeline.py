@@ -32,6 +32,8 @@ class MemlabSystem(MemorySystem):
     """
 
     name = "memlab"
+    #: Built by the run's extraction stage from the config's sections, never from ``system.params``.
+    fixed_params = {"worker_params": "extraction.worker"}
 
     def __init__(self, service: MemoryService, extractor: Extractor, options: SearchOptions | None = None,
                  checkers: Sequence[Checker] = (), reconcile: ReconcileConfig | None = None,
