@@ -243,6 +243,31 @@ def test_a_clear_the_model_proposes_is_applied_and_never_forgets_a_turn(extracto
         assert mems == []
 
 
+def test_a_conversation_the_model_wrote_nothing_for_still_has_its_build_cost(synthetic_path, tmp_path):
+    """Every op dropped (first-person memories): the conversation ends empty and is extracted again next time
+    (no cursor), but what the attempt cost is recorded each time, not NaN with a wrong stated cause, and a second
+    attempt is not added to the first."""
+    def first_person(body: dict) -> Reply:
+        r = responder(body)
+        for c in r.tool_calls:
+            c["arguments"]["memory"] = "I went there."
+        return r
+
+    costs = []
+    with ScriptedServer(responder=first_person) as srv:
+        for _ in range(2):
+            cfg = model_cfg(synthetic_path, srv, "original", **{"extraction.extractor": "llm",
+                                                                "extraction.model": "openai/scripted-extractor",
+                                                                "dataset.conversations": ["syn-1"],
+                                                                "run.allow_failed_extraction": True,
+                                                                "run.max_error_rate": 1.0})
+            run = run_experiment(cfg, results=tmp_path, progress=False)
+            assert run.info["extraction"]["empty_conversations"] == ["syn-1"]
+            assert "build_unknown" not in run.info["cost"]
+            costs.append(run.predictions[["extract_calls", "extract_prompt_tokens", "embed_tokens"]].iloc[0].tolist())
+    assert costs[0] == costs[1] and costs[0][0] > 0 and costs[0][1] > 0
+
+
 def test_a_failed_question_is_recorded_and_the_run_goes_on(locomo_path, warm_results):
     with ScriptedServer([Reply(status=400, text="bad request")], responder=responder) as srv:
         run = run_experiment(model_cfg(locomo_path, srv, "original", **{"dataset.question_limit": 4}),

@@ -131,11 +131,13 @@ def extract_dataset(
                                             worker_params=worker_params)
         c = worker.counters
         state: dict[str, Any] = {}
-        if not (service.count(key) == 0 and conv.turns):  # nothing written: never cached as done
+        if not (service.count(key) == 0 and conv.turns):  # nothing written: never cached as done (no cursor)
             state = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in chat.state.items()}
-            cost = build_cost(conv, worker, saved.get(BUILD_COST)) if build_cost is not None else None
-            if cost is not None:
-                state[BUILD_COST] = cost
+        # the cost so far: a conversation saved without a cursor (it wrote nothing) was extracted from scratch
+        previous = saved.get(BUILD_COST) if set(saved) - {BUILD_COST} else None
+        cost = build_cost(conv, worker, previous) if build_cost is not None else None
+        if cost is not None:  # what it cost, even when it wrote nothing (a model whose every op was dropped)
+            state[BUILD_COST] = cost
         service.save_extraction(conv.sample_id, state, keyed_trace_rows(conv.sample_id, worker.results))
         if on_conversation is not None:
             on_conversation(conv, worker)
