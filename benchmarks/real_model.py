@@ -1,7 +1,7 @@
 """Every model arm against a real model: llama.cpp serving SmolLM2-135M-Instruct, on a fixed LoCoMo subset.
 
-The subset: conv-26, every session extracted, and a fixed sample of 10 questions per category (``dataset.per_category:
-10``, ``sample_seed: 0``: 50 questions). The arms, each with the same model as judge (JSON-schema verdicts):
+The subset: conv-26, every session extracted, and a fixed sample of 6 questions per category (``dataset.per_category:
+6``, ``sample_seed: 0``: 30 questions). The arms, each with the same model as judge (JSON-schema verdicts):
 
 - ``offline``: turns + LoCoMo's observations, the extractive reader (no model but the judge), the baseline;
 - ``original``: the LLM extractor (``basic`` prompt) and one model answer over the top-10 memories;
@@ -10,12 +10,15 @@ The subset: conv-26, every session extracted, and a fixed sample of 10 questions
 - ``session-recall``: the sessions around the top turn hits, read by the model;
 - ``mem0``: mem0 with ``infer=true`` (its own extraction prompts on the same server), the extractive reader.
 
+An arm whose run fails (mem0's extraction prompt alone is over SmolLM2's 8,192-token window, which llama.cpp caps
+at the model's training context) is a row saying why.
+
 Every model role runs on the server with ``structured_output: json_schema`` (SmolLM2's chat template has no
 tools), the default per-role ``max_tokens``, one slot. Prints, per arm: F1 and J with 95 % intervals (n), evidence
 Recall@10, errors (of which cut off at max_tokens), extraction ops by kind, model calls and tokens per question,
 wall time; then plan vs actual per role, and the attribution shares of the failed questions.
 
-    python benchmarks/real_model.py [--results DIR] [--arms original,optimized] [--per-category 10]
+    python benchmarks/real_model.py [--results DIR] [--arms original,optimized] [--per-category 6]
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--results", default=None, help="results root (default: a temporary folder)")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
-    ap.add_argument("--per-category", type=int, default=10)
+    ap.add_argument("--per-category", type=int, default=6)
     args = ap.parse_args()
     import tempfile
 
@@ -104,8 +107,14 @@ def main() -> None:
         pp, tg = probe_throughput(ModelClient(MODEL, api_base=srv.api_base, api_key="x", timeout=120))
         for arm in arms:
             t0 = time.perf_counter()
-            run = run_experiment(ExperimentConfig.from_dict(config(arm, srv.api_base, locomo, args.per_category)),
-                                 results=root, progress=False)
+            try:
+                run = run_experiment(ExperimentConfig.from_dict(config(arm, srv.api_base, locomo,
+                                                                       args.per_category)),
+                                     results=root, progress=False)
+            except Exception as e:  # noqa: BLE001 - the row says why the arm could not run
+                rows.append(f"| {arm} | failed after {time.perf_counter() - t0:,.0f} s: "
+                            f"{' '.join(str(e).split())[:300]} |||||||||")
+                continue
             wall = time.perf_counter() - t0
             s, info, pred = run.summary, run.info, run.predictions
             o5, o4 = s.loc["overall 1-5"], s.loc["overall 1-4"]

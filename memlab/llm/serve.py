@@ -81,6 +81,9 @@ def check_port(host: str, port: int) -> None:
     if not 0 < port < 65536:
         raise ServeError(f"port {port}: expected 1-65535, or 0 for a free one")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # as a server binds: connections of a server stopped a moment ago (TIME_WAIT) do not make the port busy,
+        # something listening there does
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as e:
@@ -167,8 +170,11 @@ def serve(settings: ServeSettings, say: Callable[[str], None] = print, stop: thr
         old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         say(f"{READY_PREFIX}{api_base}")
+        ctx = served_context(api_base)
+        capped = f" (asked {settings.ctx}: llama.cpp caps a slot at the model's training context)" \
+            if ctx is not None and ctx < settings.ctx else ""
         say(f"model openai/{settings.alias} ({settings.model or 'the packaged SmolLM2-135M-Instruct'}; context "
-            f"{settings.ctx} tokens x {settings.slots} slot(s))")
+            f"{ctx or settings.ctx} tokens{capped} x {settings.slots} slot(s))")
         say(f"use it: memlab run local --set models.api_base={api_base}   (Ctrl-C stops the server)")
         while not stop.wait(0.2):
             pass
@@ -179,6 +185,15 @@ def serve(settings: ServeSettings, say: Callable[[str], None] = print, stop: thr
     if got:
         say(f"stopped ({signal.Signals(got[0]).name})")
     return 0
+
+
+def served_context(api_base: str) -> int | None:
+    """The context window per slot the server states (``/models`` ``meta.n_ctx``), None when it says none."""
+    try:
+        data = _get_json(api_base + "/models", 5.0)
+        return int(data["data"][0]["meta"]["n_ctx"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
 
 
 def _get_json(url: str, timeout: float) -> Any:

@@ -23,7 +23,15 @@ from typing import Annotated, Any
 
 from memlab.memory.entry import UserKey
 from memlab.params import MODEL_NAME, FolderWith, Range, Trust
-from memlab.systems.base import SYSTEMS, MemorySystem, Message, StoreNotEmpty, SystemHit, SystemReplyError
+from memlab.systems.base import (
+    SYSTEMS,
+    MemorySystem,
+    Message,
+    StoreNotEmpty,
+    SystemFailure,
+    SystemHit,
+    SystemReplyError,
+)
 
 EMBED_DIMS = 384
 
@@ -229,6 +237,9 @@ class Mem0System(MemorySystem):
         except Exception as e:  # mem0 wraps every model failure in its LLMError: ours is the clearer message
             if isinstance(e.__cause__, SystemReplyError):
                 raise e.__cause__ from None
+            if type(e).__name__ == "LLMError":  # the model call itself failed (refused, down, timed out)
+                raise SystemFailure(f"mem0 (infer=true): its model call for session {session} failed: "
+                                    f"{' '.join(str(e).split())[:300]}") from e
             raise
         self._counts["adds"] += 1
         self._counts["memories_written"] += len(res.get("results", []))
