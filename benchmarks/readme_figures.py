@@ -153,13 +153,14 @@ def handcheck() -> str:
     return p.stdout
 
 
-def _verbatim(script: str, args: list[str]) -> Callable[[], str]:
+def _verbatim(script: str, args: list[str], fenced: bool = True) -> Callable[[], str]:
+    """A script's stdout as the region: in a text block, or (``fenced=False``) as the markdown it already is."""
     def make() -> str:
         p = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=ROOT, capture_output=True,
                            text=True, check=False)
         if p.returncode != 0:
             raise RuntimeError(f"{script} exited {p.returncode}:\n{p.stderr[-2000:]}")
-        return f"```text\n{p.stdout.strip()}\n```\n"
+        return f"```text\n{p.stdout.strip()}\n```\n" if fenced else p.stdout.strip() + "\n"
     return make
 
 
@@ -169,16 +170,6 @@ RECALL_ARGS = ["--configs", "retrieval-best,offline", "--baseline", "--tune", "-
 GRID_ARGS = ["--conversations", "2", "--questions", "10", "--latency", "0.2", "--concurrency", "2"]
 LME_ARGS = ["--s-questions", "2", "6", "--m-questions", "1", "2", "--workers", "2", "8", "32"]
 
-
-def _markdown(script: str, args: list[str]) -> Callable[[], str]:
-    """A script whose stdout is already markdown (tables and sentences), placed as it is."""
-    def make() -> str:
-        p = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=ROOT, capture_output=True,
-                           text=True, check=False)
-        if p.returncode != 0:
-            raise RuntimeError(f"{script} exited {p.returncode}:\n{p.stderr[-2000:]}")
-        return p.stdout.strip() + "\n"
-    return make
 FIGURES: dict[str, Figure] = {
     "offline-run": Figure("memlab run offline", "~2 min on 2 cores", offline_run),
     "dead-endpoint": Figure("memlab run original --set models.api_base=<nothing listening>", "seconds",
@@ -201,9 +192,9 @@ FIGURES: dict[str, Figure] = {
     "longmemeval-scale": Figure(f"python benchmarks/longmemeval_scale.py {' '.join(LME_ARGS)}",
                                 "~10 min on 2 loaded cores", _verbatim("longmemeval_scale.py", LME_ARGS)),
     "real-model": Figure("python benchmarks/real_model.py", "~1-2 h on 2 cores (SmolLM2 on llama.cpp; needs the "
-                         "local extra)", _markdown("real_model.py", [])),
+                         "local extra)", _verbatim("real_model.py", [], fenced=False)),
     "real-vs-scripted": Figure("python benchmarks/real_vs_scripted.py", "~1 min (needs the local extra)",
-                               _markdown("real_vs_scripted.py", [])),
+                               _verbatim("real_vs_scripted.py", [], fenced=False)),
 }
 
 

@@ -12,37 +12,15 @@ from datetime import datetime
 import pytest
 
 import memlab.llm as llm
-from memlab.answer import AnswerContext
 from memlab.answer.llm_arms import OptimizedAnswerer
-from memlab.data import Question, load_locomo
 from memlab.eval.profiles import ProfileJudge
 from memlab.extract import LLMExtractor, Message
 from memlab.extract.extractors import ExtractionRequest
-from memlab.index import open_service
-from memlab.memory import SearchOptions, UserKey
 from memlab.testing import Reply, ScriptedServer
+from tests import test_model_faults as faults
+from tests.test_model_faults import KEY, MODEL, client, question
 
-MODEL = "openai/scripted"
-KEY = UserKey("locomo", "syn-1")
-
-
-def client(srv, **kw) -> llm.ModelClient:
-    return llm.ModelClient(MODEL, api_base=srv.api_base, api_key="x", **{"timeout": 5.0, "max_retries": 1,
-                                                                           "backoff": 0.01, **kw})
-
-
-def question(text="What is Bob's dog called?", category=4, answer="Rex"):
-    return Question("syn-1", 0, text, answer, None, (), (), category, "single-hop")
-
-
-@pytest.fixture
-def ctx(synthetic_path):
-    conv = load_locomo(synthetic_path)["syn-1"]
-    svc = open_service("memory")
-    svc.add(KEY, "Bob adopted a dog named Rex.", kind="fact", participants=["Bob"])
-    svc.add(KEY, "Alice took a pottery class.", kind="episode", event_time=datetime(2023, 5, 7),
-            participants=["Alice"])
-    return AnswerContext(service=svc, key=KEY, conversation=conv, search=SearchOptions(max_results=3))
+ctx = faults.ctx  # the answering context fixture those tests use (two memories of syn-1)
 
 
 def delta() -> list[Message]:
