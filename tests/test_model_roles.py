@@ -34,7 +34,7 @@ def test_roles_fall_back_to_models_and_override_one_key_at_a_time():
 
 
 def test_each_role_has_its_own_reply_cap_and_structured_output_falls_back_like_the_endpoint():
-    from memlab.run.config_sections import ROLE_MAX_TOKENS
+    from memlab.run.config_models import ROLE_MAX_TOKENS
 
     c = cfg()
     assert {r: c.models.resolve(r)["max_tokens"] for r in ROLE_MAX_TOKENS} == ROLE_MAX_TOKENS

@@ -104,7 +104,7 @@ def test_llm_extraction_answer_and_judge_run_end_to_end_on_the_real_model(smol, 
                 "extraction": {"extractor": "turns+llm", "prompt": "basic", "model": smol.model},
                 "answer": {"arm": "original", "model": smol.model}, "judge": {"model": smol.model},
                 "models": {"api_base": smol.api_base, "structured_output": "json_schema", "timeout": 120,
-                           "extractor": {"max_tokens": 768}}}, tmp_path)
+                           "extractor": {"max_tokens": 768}, "reader": {"max_tokens": 96}}}, tmp_path)
     info = run.info
     assert run.status in ("complete", "complete-with-errors")
     assert info["extraction"]["jobs_run"] == 1 and info["extraction"]["jobs_failed"] == 0

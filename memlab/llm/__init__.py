@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from memlab.llm.cache import RESPONSE_CACHE_FORMAT, ResponseCache
 from memlab.llm.cancel import Cancelled, allow_calls, cancel_calls
-from memlab.llm.client import STRUCTURED_OUTPUTS, ModelClient, explicit_content
+from memlab.llm.client import STRUCTURED_OUTPUTS, ModelClient
 from memlab.llm.endpoints import (
     MAX_RETRY_AFTER_S,
     context_window_from_models,
@@ -46,7 +46,7 @@ from memlab.llm.errors import (
     register_secret,
 )
 from memlab.llm.imports import count_tokens, import_litellm
-from memlab.llm.toolcalls import calls_from_json, tool_call_text, tools_as_schema
+from memlab.llm.toolcalls import calls_from_json, explicit_content, tool_call_text, tools_as_schema
 from memlab.llm.types import CallStats, Completion, ToolCall, Usage, normalise_endpoint, request_hash
 
 __all__ = [

@@ -42,7 +42,7 @@ from memlab.llm.errors import (
     register_secret,
 )
 from memlab.llm.imports import count_tokens, import_litellm
-from memlab.llm.toolcalls import tool_call_text
+from memlab.llm.toolcalls import explicit_content, tool_call_text
 from memlab.llm.types import CallStats, Completion, ToolCall, Usage, normalise_endpoint, request_hash
 
 log = logging.getLogger("memlab.llm")
@@ -444,14 +444,3 @@ class ModelClient:
             p = litellm.token_counter(model="gpt-4o-mini", messages=messages)
             c = litellm.token_counter(model="gpt-4o-mini", text=text) if text else 0
         return Usage(int(p), int(c), 0, True)
-
-
-def explicit_content(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every assistant message carries a ``content`` string: some servers' chat templates (llama.cpp)
-    fail with HTTP 500 on a tool-call message whose ``content`` is missing or null."""
-    out = []
-    for m in messages:
-        if m.get("role") == "assistant" and m.get("content") is None:
-            m = {**m, "content": ""}
-        out.append(m)
-    return out

@@ -95,3 +95,14 @@ def calls_from_json(text: str, key: str, field: str | None = None) -> list[ToolC
         args = {k: v for k, v in item.items() if k != key}
         calls.append(ToolCall(id=f"json_{i}", name=item[key], arguments=json.dumps(args)))
     return calls
+
+
+def explicit_content(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every assistant message carries a ``content`` string: some servers' chat templates (llama.cpp)
+    fail with HTTP 500 on a tool-call message whose ``content`` is missing or null."""
+    out = []
+    for m in messages:
+        if m.get("role") == "assistant" and m.get("content") is None:
+            m = {**m, "content": ""}
+        out.append(m)
+    return out

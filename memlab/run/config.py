@@ -28,6 +28,7 @@ from memlab.index.embedders import EMBEDDERS, parse_embedder_spec, spec_forms
 from memlab.index.keyword import KEYWORD_SCORERS
 from memlab.params import ParamError, check_params, param_specs, secret_names
 from memlab.prompts import load_prompt
+from memlab.run.config_models import ROLES, ModelsConfig, RoleConfig  # noqa: F401  (re-exported)
 from memlab.run.config_sections import (  # noqa: F401  (re-exported: the sections were defined here)
     _FACTORY,
     _NAME,
@@ -37,7 +38,6 @@ from memlab.run.config_sections import (  # noqa: F401  (re-exported: the sectio
     MAX_NAME,
     MAX_SEED,
     MAX_TOP_K,
-    ROLES,
     SPLITS,
     AnswerConfig,
     CheckerConfig,
@@ -47,9 +47,7 @@ from memlab.run.config_sections import (  # noqa: F401  (re-exported: the sectio
     ExtractionConfig,
     IndexConfig,
     JudgeConfig,
-    ModelsConfig,
     RetrievalConfig,
-    RoleConfig,
     RunConfig,
     ScoringConfig,
     StoreConfig,

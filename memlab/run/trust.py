@@ -17,7 +17,7 @@ from typing import Any
 
 from memlab.params import PromptName, param_specs, trust_kinds
 from memlab.run.config import ConfigError, ExperimentConfig
-from memlab.run.config_sections import ROLES
+from memlab.run.config_models import ROLES
 from memlab.rundir import remember_settings, remembered_settings
 
 _PACKAGE = Path(__file__).resolve().parents[1]
