@@ -224,7 +224,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     return serve(ServeSettings(model=args.model, alias=args.alias, ctx=args.ctx, slots=args.slots,
                                threads=args.threads, port=args.port, verbose=args.verbose),
-                 say=lambda line: print(line, flush=True))
+                 say=lambda line: print(line, flush=True), stdin_eof=args.stop_on_stdin_eof)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -333,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "run.threads)")
     sv.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: a free one; refused when busy)")
     sv.add_argument("--verbose", action="store_true", help="show llama.cpp's own log")
+    sv.add_argument("--stop-on-stdin-eof", action="store_true", help="also stop when standard input closes (how "
+                    "memlab.llm.serve.LocalServer ties a server to the process that started it)")
     sv.set_defaults(func=_cmd_serve)
     return p
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -93,6 +94,25 @@ def test_memlab_serve_prints_its_api_base_serves_the_alias_and_stops_on_sigterm(
     assert rc == 0 and proc.poll() == 0
     with pytest.raises(OSError):
         http_get_json(srv.api_base + "/models", None, 2)
+
+
+@needs_model
+def test_a_server_never_outlives_the_process_that_started_it(tmp_path):
+    """LocalServer's child runs in a session of its own (a Ctrl-C is not sent to it twice), tied to its parent by
+    a pipe: a parent killed without stopping it leaves no server behind."""
+    script = ("import os\nfrom memlab.llm.serve import LocalServer\n"
+              "srv = LocalServer(ctx=1024, threads=1).start()\nprint(srv.proc.pid, flush=True)\nos._exit(0)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    pid = int(out.stdout.strip())
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError(f"the server {pid} outlived its parent")
 
 
 # ----------------------------------------------------------------------------------- a run, end to end

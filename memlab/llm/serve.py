@@ -154,11 +154,15 @@ def start(settings: ServeSettings) -> tuple[Any, str]:
     return server, server.listening_address.rstrip("/") + "/v1"
 
 
-def serve(settings: ServeSettings, say: Callable[[str], None] = print, stop: threading.Event | None = None) -> int:
+def serve(settings: ServeSettings, say: Callable[[str], None] = print, stop: threading.Event | None = None,
+          stdin_eof: bool = False) -> int:
     """``memlab serve``: start, print the ``api_base`` (first line) and how to use it, serve until SIGINT or
-    SIGTERM (or ``stop``), then stop the server. Returns the exit status (0)."""
+    SIGTERM (or ``stop``; or, with ``stdin_eof``, until standard input closes: the parent that started it as a
+    child died), then stop the server. Returns the exit status (0)."""
     stop = stop if stop is not None else threading.Event()
     server, api_base = start(settings)
+    if stdin_eof:  # a child of LocalServer: never outlive the process that holds the other end of the pipe
+        threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
     got: list[int] = []
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -225,7 +229,7 @@ class LocalServer:
     def command(self) -> list[str]:
         s = self.settings
         cmd = [sys.executable, "-m", "memlab", "serve", "--alias", s.alias, "--ctx", str(s.ctx), "--slots",
-               str(s.slots), "--port", str(s.port)]
+               str(s.slots), "--port", str(s.port), "--stop-on-stdin-eof"]
         if s.model:
             cmd += ["--model", str(s.model)]
         if s.threads:
@@ -235,8 +239,10 @@ class LocalServer:
     def start(self) -> LocalServer:
         self.settings.check()  # the same one-line errors as the command, before a process starts
         self._log = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=self._log, text=True,
-                                     bufsize=1, start_new_session=True)
+        # its own session (a Ctrl-C in a notebook or terminal is not also sent to the server), tied to this process
+        # by its stdin: if this process dies, the pipe closes and the server stops
+        self.proc = subprocess.Popen(self.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                                     text=True, bufsize=1, start_new_session=True)
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(iter(self.proc.stdout.readline, "")), daemon=True)
         reader.start()
@@ -285,8 +291,9 @@ class LocalServer:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
         return proc.returncode
 
     def __enter__(self) -> LocalServer:
