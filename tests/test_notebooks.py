@@ -137,5 +137,5 @@ def test_notebooks_share_their_runs(notebook_results):
     for name in ("offline", "offline-observations"):
         assert len(list(notebook_results.glob(f"{name}-2*"))) == 1, name
     copied = {json.loads((d / "run.json").read_text()).get("copied_from", "").split("-2")[0]: d.name.split("-2")[0]
-              for d in notebook_results.glob("*-2*") if "copied_from" in (d / "run.json").read_text()}
+              for d in notebook_results.glob("*-2*/") if "copied_from" in (d / "run.json").read_text()}
     assert copied == {"offline": "topk-top_k10", "offline-observations": "offline-reconcile"}

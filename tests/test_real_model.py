@@ -179,7 +179,7 @@ def test_an_interrupted_call_is_cut_and_the_server_stops_generating(smol):
     time.sleep(1.5)
     t0 = time.monotonic()
     try:
-        assert cancel_calls("test") == 1
+        assert cancel_calls("test") >= 1  # the call in flight, and any idle pooled connection
         t.join(10)
         assert not t.is_alive() and time.monotonic() - t0 < 3
         assert isinstance(got.get("error"), Cancelled)
@@ -203,11 +203,14 @@ def test_sigterm_stops_a_run_whose_model_call_is_in_flight_at_once(smol, one_ses
                                "extraction": {"extractor": "llm", "prompt": "basic", "model": smol.model},
                                "answer": {"arm": "original", "model": smol.model},
                                "models": {"api_base": smol.api_base, "timeout": 300, "max_retries": 0,
-                                          "extractor": {"max_tokens": 4000}}}))
+                                          "extractor": {"max_tokens": 2000}}}))
+    assert _wait_busy(smol.api_base, 30, idle=True), "the server is still busy with an earlier test's request"
     proc = subprocess.Popen([sys.executable, "-m", "memlab", "run", str(cfg), "--results", str(tmp_path / "r")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    busy = _wait_busy(smol.api_base, 60)
-    assert busy, "the run's extraction call never reached the server"
+    busy = _wait_busy(smol.api_base, 180, proc)
+    if not busy:
+        proc.kill()
+        pytest.fail(f"the run's extraction call never reached the server; the run printed:\n{proc.communicate()[0]}")
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
@@ -218,20 +221,21 @@ def test_sigterm_stops_a_run_whose_model_call_is_in_flight_at_once(smol, one_ses
     from memlab.llm import ModelClient
 
     t0 = time.monotonic()
-    ModelClient(smol.model, api_base=smol.api_base, api_key="x", timeout=60, max_tokens=16).complete(
+    ModelClient(smol.model, api_base=smol.api_base, api_key="x", timeout=60, max_tokens=64).complete(
         [{"role": "user", "content": "Say hello."}])
     assert time.monotonic() - t0 < 15
 
 
-def _wait_busy(api_base: str, timeout: float) -> bool:
-    """Until llama.cpp's ``/slots`` shows a slot processing (a request in flight)."""
+def _wait_busy(api_base: str, timeout: float, proc: subprocess.Popen | None = None, idle: bool = False) -> bool:
+    """Until llama.cpp's ``/slots`` shows a slot processing (a request in flight), or, with ``idle``, none;
+    False if ``proc`` ends first."""
     from memlab.llm.endpoints import http_get_json
 
     base = api_base.removesuffix("/v1")
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
         try:
-            if any(s.get("is_processing") for s in http_get_json(base + "/slots", None, 5)):
+            if any(s.get("is_processing") for s in http_get_json(base + "/slots", None, 5)) != idle:
                 return True
         except OSError:
             pass
