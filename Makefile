@@ -62,7 +62,7 @@ docs: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check memlab tests benchmarks
+	$(VENV)/bin/ruff check memlab tests benchmarks examples
 
 clean-venv:
 	rm -rf $(VENV)
