@@ -123,6 +123,7 @@ def test_llm_extraction_answer_and_judge_run_end_to_end_on_the_real_model(smol, 
     run = _run({"name": "smol", "dataset": {"path": str(one_session)},
                 "extraction": {"extractor": "turns+llm", "prompt": "basic", "model": smol.model},
                 "answer": {"arm": "original", "model": smol.model}, "judge": {"model": smol.model},
+                "retrieval": {"top_k": 3},  # short reader prompts: the suite's time goes to prompt processing
                 "models": {"api_base": smol.api_base, "structured_output": "json_schema", "timeout": 120,
                            "extractor": {"max_tokens": 768}, "reader": {"max_tokens": 96}}}, tmp_path)
     info = run.info
