@@ -167,8 +167,11 @@ class ExperimentConfig:
         if ANSWERERS.get(self.answer.arm).requires_model and not self.answer.model:
             raise ConfigError(f"{where}: answer.model is required for answer.arm = {self.answer.arm!r}")
         self._validate_models(where)
-        for key in self.grid:
+        for key, values in self.grid.items():
             get_dotted(self, key, where=f"{where}: grid")
+            if not isinstance(values, list) or not values:
+                raise ConfigError(f"{where}: grid.{key} = {values!r}; expected a non-empty list of values (one run "
+                                  f"per value, e.g. [{values!r}])")
 
     def _validate_settings(self, where: str) -> None:
         """Each component's settings (``extraction.params``, ``answer.params``, ``index.embedder_params``,
