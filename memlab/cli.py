@@ -227,6 +227,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                  say=lambda line: print(line, flush=True), stdin_eof=args.stop_on_stdin_eof)
 
 
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from memlab.index.machine_cache import clear, info_text
+
+    if args.cache_command == "clear":
+        n = clear(args.dir, args.model)
+        print(f"removed {n:,} entries" + (f" of {args.model}" if args.model else ""))
+    print(info_text(args.dir))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memlab", description="Long-term conversational memory lab (LoCoMo-10).")
     sub = p.add_subparsers(dest="command", required=True)
@@ -320,6 +330,18 @@ def build_parser() -> argparse.ArgumentParser:
     cm = sub.add_parser("components", help="every registered component (extractors, answer arms, embedders, keyword "
                         "scorers, judges, systems) with its settings and the config key that takes them")
     cm.set_defaults(func=_cmd_components)
+    ca = sub.add_parser("cache", help="the machine cache of model vectors (minilm, e5, litellm embedders, SPLADE) "
+                        "every results root shares: info, clear")
+    casub = ca.add_subparsers(dest="cache_command", required=True)
+    for name, what in (("info", "its folder, size and entries per model"),
+                       ("clear", "delete its entries (all, or one model's with --model)")):
+        c = casub.add_parser(name, help=what)
+        c.add_argument("--dir", help="the cache folder (default $MEMLAB_CACHE_DIR, else $XDG_CACHE_HOME/memlab, "
+                                     "else ~/.cache/memlab; a config's run.cache_dir)")
+        if name == "clear":
+            c.add_argument("--model", metavar="ID", help="only this model's entries (its id as `memlab cache info` "
+                                                         "lists it)")
+        c.set_defaults(func=_cmd_cache)
     sv = sub.add_parser("serve", help="serve a GGUF model with llama.cpp on 127.0.0.1 (OpenAI-compatible; default: "
                                       "the packaged SmolLM2-135M-Instruct); prints the api_base, Ctrl-C stops it")
     sv.add_argument("--model", metavar="GGUF", help="a GGUF model file (default: SmolLM2-135M-Instruct from "
@@ -349,6 +371,10 @@ def main(argv: list[str] | None = None) -> int:
         from memlab.llm.serve import ServeError
 
         errors += (ServeError,)
+    if args.command == "cache":  # an unknown --model, a cache file failing its integrity check, a locked file
+        import sqlite3
+
+        errors += (ValueError, RuntimeError, sqlite3.OperationalError)
     if args.command in ("run", "report", "compare", "rescore"):
         from memlab.eval.errata import ErrataError
         from memlab.eval.profiles import ProfileError

@@ -93,8 +93,6 @@ def notebook_results(tmp_path_factory, warm_cache) -> Path:
     the complete runs an earlier one made (``reuse = True``), as the notebooks do under ``../results``."""
     root = tmp_path_factory.mktemp("notebook-results")
     shutil.copytree(warm_cache / "extract", root / ".cache" / "extract")
-    if (warm_cache / "embeddings.sqlite").exists():
-        shutil.copy2(warm_cache / "embeddings.sqlite", root / ".cache" / "embeddings.sqlite")
     return root
 
 

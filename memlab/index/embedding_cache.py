@@ -126,7 +126,7 @@ class CachedEmbedder(Embedder):
                     for h, v in zip(missing, vecs):
                         b = np.ascontiguousarray(v, dtype=np.float32).tobytes()
                         rows.append((eid, h, int(v.shape[0]), b, crc(eid, h, int(v.shape[0]), b)))
-                    db.executemany("INSERT OR REPLACE INTO emb VALUES (?,?,?,?,?)", rows)
+                    db.executemany("INSERT OR IGNORE INTO emb VALUES (?,?,?,?,?)", rows)
             for h, v in zip(missing, vecs):
                 found[h] = v
         if not texts:

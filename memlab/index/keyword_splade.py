@@ -225,7 +225,7 @@ def _disk_put(path: str, vecs: dict[str, tuple[np.ndarray, np.ndarray]], dtype: 
         rows.append((mid, h, bi, bw, crc(mid, h, bi, bw)))
     db = _db(path)
     with db:
-        db.executemany("INSERT OR REPLACE INTO vec VALUES (?,?,?,?,?)", rows)
+        db.executemany("INSERT OR IGNORE INTO vec VALUES (?,?,?,?,?)", rows)
 
 
 def encode_uncached(texts: list[str], dtype: str = "float32") -> list[tuple[np.ndarray, np.ndarray]]:
