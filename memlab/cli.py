@@ -180,7 +180,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     metrics = args.metrics.split(",") if args.metrics else None
     kw = {"metrics": metrics} if metrics else {}
     cmp = compare(*runs, questions="intersection" if args.intersection else "same",
-                  threshold_metric=args.threshold_metric, threshold=args.threshold, **kw)
+                  threshold_metric=args.threshold_metric, threshold=args.threshold, token_matched=args.token_matched,
+                  **kw)
     print(cmp)
     for name in cmp.runs:
         fl = cmp.flipped[cmp.flipped["run"] == name] if len(cmp.flipped) else cmp.flipped
@@ -314,6 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--metrics", help="comma-separated (default f1,bleu1,em,j,context_recall)")
     cp.add_argument("--threshold-metric", default="f1", help="metric that defines correct for McNemar/flips")
     cp.add_argument("--threshold", type=float, default=0.5, help="correct = metric >= this (default 0.5)")
+    cp.add_argument("--token-matched", type=int, metavar="BUDGET",
+                    help="a comparison at equal context budget: every run must have been made with "
+                         "retrieval.context_tokens=BUDGET (refused otherwise, with the command that makes it); the "
+                         "context tokens per question are compared too")
     cp.set_defaults(func=_cmd_compare)
 
 
