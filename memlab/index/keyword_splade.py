@@ -330,7 +330,7 @@ class SpladeScorer(KeywordScorer):
 
     name = "splade"
     uses_cache = True
-    fixed_params = {"cache_path": "the results root (.cache/sparse-vectors.sqlite, beside the embedding cache)"}
+    fixed_params = {"cache_path": "the machine cache (sparse-vectors.sqlite beside embeddings.sqlite; run.cache_dir)"}
 
     def __init__(self, cache_path: str | os.PathLike[str] | None = None, dtype: ModelDtype = "float32"):
         self.cache_path = cache_path
