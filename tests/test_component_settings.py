@@ -94,7 +94,7 @@ def test_sparse_settings_reach_validation_the_index_and_run_json(synthetic_path,
     with pytest.raises(ConfigError, match=r"index\.sparse_params\.k1 = -1; expected a number >= 0"):
         cfg_with(index__sparse="bm25", index__sparse_params={"k1": -1})
     with pytest.raises(ConfigError, match=r"index\.sparse_params\.cache_path = 'x'; not a setting of keyword scorer "
-                                          r"'splade': the run gives it from the results root"):
+                                          r"'splade': the run gives it from the machine cache"):
         cfg_with(index__sparse="splade", index__sparse_params={"cache_path": "x"})
     one = run_experiment(cfg_with(synthetic_path, index__sparse="example-overlap"), results=tmp_path, progress=False)
     five = run_experiment(cfg_with(synthetic_path, index__sparse="example-overlap",
