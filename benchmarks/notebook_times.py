@@ -6,11 +6,11 @@
     python benchmarks/notebook_times.py --save executed/                               # keep notebooks and figures
     python benchmarks/notebook_times.py --markdown executed/                           # the saved times, as markdown
 
-Cold by default: a new, empty results root (so empty extraction, embedding and response caches) shared by the
-notebooks, as ``../results`` is when they are run in order. Each notebook runs as the tests run it (nbclient,
-the parameter cell followed by one that sets ``results`` and ``--params``). CPU is the kernel's (a child process,
-reaped when the notebook ends) plus this process's; the load average is sampled every 5 s. Also printed: the
-slowest cells of each notebook, and any stderr output (a clean notebook has none).
+Cold by default: a new, empty results root (so empty extraction and response caches) and an empty machine cache of
+model vectors, shared by the notebooks, as ``../results`` is when they are run in order. Each notebook runs as the
+tests run it (nbclient, the parameter cell followed by one that sets ``results`` and ``--params``). CPU is the
+kernel's (a child process, reaped when the notebook ends) plus this process's; the load average is sampled every
+5 s. Also printed: the slowest cells of each notebook, and any stderr output (a clean notebook has none).
 
 ``--save DIR`` keeps what a run measured and drew: each executed notebook (``DIR/<name>.ipynb``, its outputs and
 widget state), every image it displayed (``DIR/figures/<name>/cell<i>-<j>.png``: the plots as the notebook drew
@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         paths.append(found[0])
     root = Path(a.results) if a.results else Path(tempfile.mkdtemp(prefix="memlab-nb-"))
     root.mkdir(parents=True, exist_ok=True)
+    if not a.results:  # cold: the machine cache (model vectors, `memlab.index.machine_cache`) starts empty too
+        os.environ["MEMLAB_CACHE_DIR"] = str(root / ".machine-cache")
     loads: list[float] = []
     done = threading.Event()
 
