@@ -175,3 +175,30 @@ def test_info_and_clear(tmp_path, cache, capsys):
     (other / "embeddings.sqlite").write_bytes(b"\x00garbage" * 100)
     assert main(["cache", "info", "--dir", str(other)]) == 2
     assert f"machine cache {other / 'embeddings.sqlite'}: not a SQLite database" in capsys.readouterr().err
+
+
+def test_a_second_root_encodes_no_splade_vector(synthetic_path, tmp_path, cache, monkeypatch):
+    """SPLADE's vectors too: root B, in what is a new process for SPLADE (its in-memory table cleared), reads every
+    vector from the machine cache's sparse file and never runs the model."""
+    from memlab.index import keyword_splade
+
+    ok, why = keyword_splade.available()
+    if not ok:
+        pytest.skip(why)
+    encoded = []
+    real = keyword_splade.encode_uncached
+    monkeypatch.setattr(keyword_splade, "encode_uncached", lambda texts, dtype="float32": encoded.append(len(texts))
+                        or real(texts, dtype))
+    cfg = ExperimentConfig.from_dict({"name": "s", "dataset": {"path": str(synthetic_path)},
+                                      "extraction": {"extractor": "turns"},
+                                      "index": {"embedder": "example-hashing", "keyword": "bm25", "sparse": "splade"}})
+    keyword_splade.clear_cache()
+    a = run_experiment(cfg, results=tmp_path / "a", progress=False)
+    assert sum(encoded) > 0 and (cache / "sparse-vectors.sqlite").is_file()
+    encoded.clear()
+    keyword_splade.clear_cache()
+    b = run_experiment(cfg, results=tmp_path / "b", progress=False)
+    assert encoded == []
+    assert list(b.predictions.prediction) == list(a.predictions.prediction)
+    _, _, rows = machine_cache.info()
+    assert {r.file for r in rows} == {"embeddings.sqlite", "sparse-vectors.sqlite"}
