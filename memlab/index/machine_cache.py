@@ -30,8 +30,8 @@ from memlab.cache_integrity import sqlite_file_problem
 ENV_VAR = "MEMLAB_CACHE_DIR"
 EMBEDDINGS = "embeddings.sqlite"
 SPARSE = "sparse-vectors.sqlite"
-#: Each cache file's table and the column naming the model of a row.
-TABLES = {EMBEDDINGS: ("emb", "eid"), SPARSE: ("vec", "model")}
+#: Each cache file's table, the column naming the model of a row, and the bytes of a row's vector.
+TABLES = {EMBEDDINGS: ("emb", "eid", "length(v)"), SPARSE: ("vec", "model", "length(ids) + length(w)")}
 
 
 def cache_dir(setting: str | os.PathLike[str] | None = None) -> Path:
@@ -73,7 +73,7 @@ def info(setting: str | os.PathLike[str] | None = None) -> tuple[Path, int, list
     it."""
     where = cache_dir(setting)
     total, rows = 0, []
-    for name, (table, col) in TABLES.items():
+    for name, (table, col, size) in TABLES.items():
         p = where / name
         if not p.is_file():
             continue
@@ -82,8 +82,7 @@ def info(setting: str | os.PathLike[str] | None = None) -> tuple[Path, int, list
         try:
             if conn.execute("SELECT 1 FROM sqlite_master WHERE name=?", (table,)).fetchone() is None:
                 continue
-            blob = "v" if table == "emb" else "ids) + length(w"
-            q = f"SELECT {col}, count(*), sum(length({blob})) FROM {table} GROUP BY {col} ORDER BY {col}"
+            q = f"SELECT {col}, count(*), sum({size}) FROM {table} GROUP BY {col} ORDER BY {col}"
             rows += [ModelEntries(name, m, n, int(b or 0)) for m, n, b in conn.execute(q)]
         finally:
             conn.close()
@@ -110,7 +109,7 @@ def clear(setting: str | os.PathLike[str] | None = None, model: str | None = Non
         known = ", ".join(sorted({r.model for r in rows})) or "none"
         raise ValueError(f"machine cache {where}: no entries for model {model!r}; models there: {known}")
     removed = 0
-    for name, (table, col) in TABLES.items():
+    for name, (table, col, _) in TABLES.items():
         p = where / name
         if not p.is_file():
             continue
