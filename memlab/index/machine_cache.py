@@ -63,8 +63,8 @@ class ModelEntries:
 def _connect(path: Path) -> sqlite3.Connection:
     problem = sqlite_file_problem(path)
     if problem is not None:
-        raise RuntimeError(f"machine cache {path}: {problem}; delete the file (memlab cache clear rebuilds "
-                           f"nothing from it) or let the next run set it aside and start it afresh")
+        raise RuntimeError(f"machine cache {path}: {problem}; the next run that uses it sets it aside (as "
+                           f"{path.name}.corrupt-<UTC time>) and starts it afresh, or delete it")
     return sqlite3.connect(str(path), timeout=30)
 
 
