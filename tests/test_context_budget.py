@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +102,17 @@ def test_compare_token_matched(synthetic_path, tmp_path, capsys):
     assert "context_tokens" in out and "token-matched: every run read at most 40 context tokens" in out
     assert main(["compare", str(a.run_dir), str(plain.run_dir), "--token-matched", "40"]) == 2
     assert "not made at that budget" in capsys.readouterr().err
+    script = load_script("token_matched")
+    assert script.main([str(a.run_dir), str(b.run_dir), "--reference", str(plain.run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "### Systems at a 40-token context budget" in out and f"| {plain.run_dir.name} | 10 | - |" in out
+    assert f"| {b.run_dir.name} | context_tokens |" in out and "token-matched: every run read at most 40" in out
+    assert script.main([str(a.run_dir), str(plain.run_dir)]) == 2  # two budgets: refused
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" /
+                                                  f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
