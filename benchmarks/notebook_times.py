@@ -101,7 +101,8 @@ def markdown(figures: dict) -> str:
                      f"{r['reused_runs']} | {r['stderr_outputs']} | {len(r.get('figures', []))} |")
     a = figures["all"]
     lines.append(f"| all | {a['wall_s']:.0f} | {a['cpu_s']:.0f} | | | |")
-    params = figures.get("params") or "the notebooks' own parameters (full data)"
+    params = "; ".join(f"`{p}`" for p in (figures.get("params") or "").splitlines() if p.strip()) or \
+        "the notebooks' own parameters (full data)"
     lines.append("")
     lines.append(f"Parameters: {params}; load average during: mean {a['load_mean']:.1f}, max {a['load_max']:.1f}.")
     return "\n".join(lines) + "\n"
@@ -128,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     if not os.environ.get("MEMLAB_LOCOMO"):
         print("set MEMLAB_LOCOMO to the LoCoMo-10 json", file=sys.stderr)
         return 2
+    if a.save:  # keep the figures: drawn inline (PNG outputs of the saved notebooks), not by Agg into nothing
+        os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     os.environ.setdefault("MPLBACKEND", "Agg")
     paths = []
     for prefix in a.notebooks:

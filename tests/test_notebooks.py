@@ -170,5 +170,5 @@ def test_notebook_times_keeps_the_figures(tmp_path, capsys):
     assert mod.main(["--markdown", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| `07_compare_systems` | 61 | 80 | 1 | 0 | 1 |" in out and "| all | 62 | 81 |" in out
-    assert 'conversations = ["conv-26"]' in out and "mean 3.2, max 5.0" in out
+    assert 'Parameters: `conversations = ["conv-26"]`; load' in out and "mean 3.2, max 5.0" in out
     assert mod.main(["--markdown", str(tmp_path / "nothing")]) == 2
