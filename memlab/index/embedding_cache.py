@@ -88,6 +88,10 @@ class CachedEmbedder(Embedder):
         return self.embedder.embedder_id
 
     @property
+    def vectors_id(self) -> str:
+        return self.embedder.vectors_id
+
+    @property
     def asymmetric(self) -> bool:
         return self.embedder.asymmetric
 
@@ -100,7 +104,7 @@ class CachedEmbedder(Embedder):
         return self._cached(list(texts), query=self.embedder.asymmetric)
 
     def _cached(self, texts: list[str], query: bool) -> np.ndarray:
-        eid = self.embedder_id + ("#query" if query else "")
+        eid = self.vectors_id + ("#query" if query else "")
         hashes = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
         found: dict[str, np.ndarray] = {}
         with self._lock:

