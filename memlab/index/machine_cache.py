@@ -19,6 +19,7 @@ vector; the first stays). ``memlab cache info`` lists its size and entries per m
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from dataclasses import dataclass
@@ -32,6 +33,18 @@ EMBEDDINGS = "embeddings.sqlite"
 SPARSE = "sparse-vectors.sqlite"
 #: Each cache file's table, the column naming the model of a row, and the bytes of a row's vector.
 TABLES = {EMBEDDINGS: ("emb", "eid", "length(v)"), SPARSE: ("vec", "model", "length(ids) + length(w)")}
+
+
+@functools.cache
+def package_version(name: str) -> str:
+    """An installed package's release, part of the key of vectors from weights it ships ("unknown": not installed,
+    and the model then fails to load anyway)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def cache_dir(setting: str | os.PathLike[str] | None = None) -> Path:
