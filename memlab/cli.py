@@ -180,7 +180,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     metrics = args.metrics.split(",") if args.metrics else None
     kw = {"metrics": metrics} if metrics else {}
     cmp = compare(*runs, questions="intersection" if args.intersection else "same",
-                  threshold_metric=args.threshold_metric, threshold=args.threshold, **kw)
+                  threshold_metric=args.threshold_metric, threshold=args.threshold, token_matched=args.token_matched,
+                  **kw)
     print(cmp)
     for name in cmp.runs:
         fl = cmp.flipped[cmp.flipped["run"] == name] if len(cmp.flipped) else cmp.flipped
@@ -225,6 +226,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return serve(ServeSettings(model=args.model, alias=args.alias, ctx=args.ctx, slots=args.slots,
                                threads=args.threads, port=args.port, verbose=args.verbose),
                  say=lambda line: print(line, flush=True), stdin_eof=args.stop_on_stdin_eof)
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from memlab.index.machine_cache import clear, info_text
+
+    if args.cache_command == "clear":
+        n = clear(args.dir, args.model)
+        print(f"removed {n:,} entries" + (f" of {args.model}" if args.model else ""))
+    print(info_text(args.dir))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -304,6 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--metrics", help="comma-separated (default f1,bleu1,em,j,context_recall)")
     cp.add_argument("--threshold-metric", default="f1", help="metric that defines correct for McNemar/flips")
     cp.add_argument("--threshold", type=float, default=0.5, help="correct = metric >= this (default 0.5)")
+    cp.add_argument("--token-matched", type=int, metavar="BUDGET",
+                    help="a comparison at equal context budget: every run must have been made with "
+                         "retrieval.context_tokens=BUDGET (refused otherwise, with the command that makes it); the "
+                         "context tokens per question are compared too")
     cp.set_defaults(func=_cmd_compare)
 
 
@@ -320,6 +335,18 @@ def build_parser() -> argparse.ArgumentParser:
     cm = sub.add_parser("components", help="every registered component (extractors, answer arms, embedders, keyword "
                         "scorers, judges, systems) with its settings and the config key that takes them")
     cm.set_defaults(func=_cmd_components)
+    ca = sub.add_parser("cache", help="the machine cache of model vectors (minilm, e5, litellm embedders, SPLADE) "
+                        "every results root shares: info, clear")
+    casub = ca.add_subparsers(dest="cache_command", required=True)
+    for name, what in (("info", "its folder, size and entries per model"),
+                       ("clear", "delete its entries (all, or one model's with --model)")):
+        c = casub.add_parser(name, help=what)
+        c.add_argument("--dir", help="the cache folder (default $MEMLAB_CACHE_DIR, else $XDG_CACHE_HOME/memlab, "
+                                     "else ~/.cache/memlab; a config's run.cache_dir)")
+        if name == "clear":
+            c.add_argument("--model", metavar="ID", help="only this model's entries (its id as `memlab cache info` "
+                                                         "lists it)")
+        c.set_defaults(func=_cmd_cache)
     sv = sub.add_parser("serve", help="serve a GGUF model with llama.cpp on 127.0.0.1 (OpenAI-compatible; default: "
                                       "the packaged SmolLM2-135M-Instruct); prints the api_base, Ctrl-C stops it")
     sv.add_argument("--model", metavar="GGUF", help="a GGUF model file (default: SmolLM2-135M-Instruct from "
@@ -349,6 +376,10 @@ def main(argv: list[str] | None = None) -> int:
         from memlab.llm.serve import ServeError
 
         errors += (ServeError,)
+    if args.command == "cache":  # an unknown --model, a cache file failing its integrity check, a locked file
+        import sqlite3
+
+        errors += (ValueError, RuntimeError, sqlite3.OperationalError)
     if args.command in ("run", "report", "compare", "rescore"):
         from memlab.eval.errata import ErrataError
         from memlab.eval.profiles import ProfileError

@@ -229,8 +229,14 @@ def test_compare_report_html_and_attribution_across_systems_through_the_cli(mem0
     att = attribute(b.run_dir)
     assert len(att) and set(att["provenance"]) == {"exact"} and "total" in attribution_table(att).index
     st = system_table([a, b])
-    assert (st.loc[st.run == b.run_dir.name, "store_bytes"] > 0).all()
+    per_conv = st.loc[st.run == b.run_dir.name, "store_bytes"]
+    assert len(per_conv) == 2 and (per_conv > 0).all()  # each conversation's own growth of the one mem0 store
+    assert per_conv.sum() <= info_of(b)["system"]["store_bytes"]  # before: the whole folder on every row
     assert (st.loc[st.run == a.run_dir.name, "store_bytes"] > 0).all()
+
+
+def info_of(run) -> dict:
+    return json.loads((run.run_dir / "run.json").read_text())
 
 
 def _mem0_infer(tmp_path, api_base):

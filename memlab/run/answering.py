@@ -126,7 +126,8 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
                conv: Conversation, q: Question) -> tuple[PredictionRecord, RetrievalRecord, AnswerRecord]:
     """Answer, judge and trace one question; an arm's exception becomes the record's ``error``."""
     ctx = AnswerContext(service=svc, key=conversation_key(conv), conversation=conv,  # type: ignore[arg-type]
-                        search=cfg.retrieval.search_options(), preload_budget=cfg.retrieval.preload)
+                        search=cfg.retrieval.search_options(), preload_budget=cfg.retrieval.preload,
+                        context_tokens=cfg.retrieval.context_tokens)
     row = question_row(q)
     try:
         a = answerer.timed(q, ctx)

@@ -210,8 +210,8 @@ class IndexConfig:
 
 @dataclass
 class RetrievalConfig:
-    """Search options of the answering stage; every field but ``top_k`` (``max_results``) and
-    ``preload`` maps to the `SearchOptions` field of the same name."""
+    """Search options of the answering stage; every field but ``top_k`` (``max_results``), ``preload`` and
+    ``context_tokens`` maps to the `SearchOptions` field of the same name."""
 
     top_k: int = 10
     """Memories per question, 1 to `MAX_TOP_K`."""
@@ -231,6 +231,11 @@ class RetrievalConfig:
     preload: int = 0
     include_superseded: bool = True
     """Whether answering searches memories superseded under ``extraction.policy: preserve-history``."""
+    context_tokens: int | None = None
+    """A token budget for the reader's context (equal budgets across systems and arms): each search's hits, in rank
+    order, while their texts fit this many o200k tokens (as ``context_tokens_qa`` counts them; the first that does
+    not fit ends the context). ``top_k`` stays the most memories read: set it high (e.g. 100) for the budget to
+    bind. null: no budget, ``top_k`` alone."""
 
     def search_options(self) -> SearchOptions:
         names = {f.name for f in dataclasses.fields(SearchOptions)}
@@ -252,6 +257,7 @@ class RetrievalConfig:
         integer(where, "retrieval.top_k", self.top_k, 1, MAX_TOP_K)
         integer(where, "retrieval.rrf_k", self.rrf_k, 1)
         integer(where, "retrieval.feedback", self.feedback, 0)
+        integer(where, "retrieval.context_tokens", self.context_tokens, 1, optional=True)
         if self.preload < -1:
             raise ConfigError(f"{where}: retrieval.preload = {self.preload}; expected -1 (all), 0 (off) or N")
 
@@ -387,6 +393,10 @@ class RunConfig:
     the process. Without a model pass (a corpus-fitted index, a model-free arm) the local executor spends them
     as keys built side by side and forked answering processes (`memlab.run.forked`), with equal results. A Ray
     task gets the CPUs Ray assigned it, at most this."""
+    cache_dir: str | None = None
+    """The machine cache folder (pretrained models' vectors, shared by every results root;
+    `memlab.index.machine_cache`); null: ``$MEMLAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/memlab``, else
+    ``~/.cache/memlab``. Never changes a result."""
 
     def check(self, where: str) -> None:
         one_of(where, "run.executor", self.executor, EXECUTORS)

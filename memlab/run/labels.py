@@ -18,7 +18,7 @@ from memlab.systems.base import read_by_system
 KEY_ALIASES = {"retrieval.top_k": "k"}
 #: Config keys that never change a result (names, how a run is driven): left out of run labels.
 IGNORED_KEYS = ("name", "grid", "run.concurrency", "run.max_error_rate", "run.check_endpoint", "models.timeout",
-                "models.max_retries")
+                "models.max_retries", "run.cache_dir")
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

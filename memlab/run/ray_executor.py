@@ -32,6 +32,7 @@ import pandas as pd
 from memlab import cache_integrity
 from memlab.data import Conversation, Question, dataset_sha256, load_dataset
 from memlab.extract.pipeline import conversation_key
+from memlab.index.machine_cache import embeddings_path
 from memlab.memory import MemoryService
 from memlab.progress import progress_bar
 from memlab.run.answering import (
@@ -231,7 +232,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
     if env_vars:
         opts["runtime_env"] = {"env_vars": env_vars}
     models = {m for cfg in cfgs for r in ("extractor", "reader", "judge") if (m := role_model(cfg, r))}
-    snapshot = ray.put(cache_snapshot(cache_root, models))
+    snapshot = ray.put(cache_snapshot(cache_root, models, embeddings_path(cfgs[0].run.cache_dir)))
     remote_extract = ray.remote(extract_unit)
     remote_answer = ray.remote(answer_unit)
     stores: dict[str, tuple[MemoryService, Path]] = {}
@@ -303,7 +304,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
             else:
                 svc.import_index(ck, res["index"])
             svc.save_extraction(conv.sample_id, res["state"] or {}, [tuple(t) for t in res["trace"]])
-            store_cache_rows(cache_root, res["cache"])
+            store_cache_rows(cache_root, res["cache"], embeddings_path(owner.cfg.run.cache_dir))
             # only what the extraction tables use is kept (the rows and index are in the store and its files now)
             ext_results[(key, conv.sample_id)] = {"table": res["table"], "failures": res.get("failures", []),
                                                   "owner": owner.index}
@@ -391,7 +392,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                 cell.units.append({"unit": f"answer {conv.sample_id}", "questions": len(qs), "error": msg})
             else:
                 _append_records(cell.run_dir, res["records"])
-                store_cache_rows(cache_root, res["cache"])
+                store_cache_rows(cache_root, res["cache"], embeddings_path(cell.cfg.run.cache_dir))
                 _add_models(cell, res["models"])
                 cell.units.append({"unit": f"answer {conv.sample_id}", "questions": len(qs), **res["where"],
                                    "seconds": res["seconds"]})
