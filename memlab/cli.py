@@ -339,6 +339,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: The exit status of a run the spend cap stopped (2: an error, 3: errors over run.max_error_rate, 130/143: signals).
+SPEND_CAP_EXIT = 4
+
+
 def main(argv: list[str] | None = None) -> int:
     from memlab.data import ChecksumMismatchError, ChecksumNotPinnedError, DataNotFoundError, LoCoMoFormatError
 
@@ -374,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memlab: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # the run printed how to resume; 128 + the signal, as a shell reports it
+        if type(e).__name__ == "SpendCapReached":  # stopped by run.max_calls / run.max_usd (it said so)
+            return SPEND_CAP_EXIT
         return 143 if type(e).__name__ == "Terminated" else 130
     except Exception as e:  # disk full, read-only folder, name too long: one line, no traceback
         if args.command not in ("run", "report", "compare", "rescore"):
