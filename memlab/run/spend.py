@@ -44,8 +44,9 @@ def spend_cap(cfg: ExperimentConfig, prev: dict[str, Any]) -> SpendCap:
 
     table = PriceTable.from_file(cfg.cost.prices) if cfg.cost.prices else PriceTable()
     if cfg.run.max_usd is not None:
-        unknown = [f"{role} {model} ({table.price(model, base).source})" for role, model, base in priced_models(cfg)
-                   if table.price(model, base).source.startswith("unknown")]
+        sources = [(role, model, table.price(model, base).source) for role, model, base in priced_models(cfg)]
+        unknown = [f"{role} {model} ({src.removeprefix('unknown (').removesuffix(')').split(': priced')[0]})"
+                   for role, model, src in sources if src.startswith("unknown")]
         if unknown:
             raise ConfigError(f"run.max_usd = {cfg.run.max_usd:g}: no price is known for {', '.join(unknown)}; "
                               f"give their prices in a table (cost.prices: YAML or CSV, USD per million tokens)")
