@@ -13,6 +13,7 @@ from memlab.cli import SPEND_CAP_EXIT, main
 from memlab.eval.cost import Price
 from memlab.llm import SpendCap, SpendCapReached
 from memlab.run import ConfigError, ExperimentConfig, run_experiment
+from memlab.run.plan import plan_vs_actual
 from memlab.testing import Reply, ScriptedServer
 from tests.scripted_model import responder
 
@@ -77,6 +78,21 @@ def test_max_calls_stops_before_the_call_and_a_raised_cap_finishes_it(synthetic_
     assert list(a.index) == list(b.index)
     assert a["prediction"].tolist() == b["prediction"].tolist() and a["j"].tolist() == b["j"].tolist()
     assert [s["status"] for s in done.info["sessions"]] == ["stopped", "stopped", "complete"]
+    # plan vs actual counts every session: the stopped ones' calls and the last one's add up to the plan
+    rows = {r["role"]: r for r in plan_vs_actual(done.info)}
+    assert all(r["calls"] == r["calls_planned"] for r in rows.values()) and len(rows) == 3
+    assert sum(r["calls"] for r in rows.values()) == ref_calls
+
+
+def test_report_shows_plan_vs_actual_in_the_terminal_and_the_html(uncapped, tmp_path, capsys):
+    run, _ = uncapped
+    assert main(["report", str(run.run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert f"{run.run_dir}: plan vs actual" in out and "reader calls 7 / 7" in out and "judge calls 7 / 7" in out
+    page = tmp_path / "r.html"
+    assert main(["report", str(run.run_dir), "--html", str(page)]) == 0
+    text = page.read_text()
+    assert '<h2 id="plan">Plan vs actual' in text and "calls_planned" in text
 
 
 def test_max_usd_with_a_price_table_stops_under_the_cap_and_resumes(synthetic_path, tmp_path, uncapped):

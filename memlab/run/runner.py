@@ -268,7 +268,8 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
         info["spend"] = cap.record()
         info["peak_rss_mb"] = peak  # this session's, per stage (a process's peak only grows: the last is the run's)
         try:
-            close_session(run_dir, info, timings, integrity_mark, {"peak_rss_mb": peak})
+            close_session(run_dir, info, timings, integrity_mark,  # per session: plan vs actual sums them
+                          {"peak_rss_mb": peak, "models_by_role": clients.totals()["by_role"]})
         finally:
             if svc is not None:
                 svc.close()
