@@ -203,3 +203,4 @@ def test_no_thread_leaks_a_cap_into_the_next_run(synthetic_path, tmp_path):
         assert current_cap() is None and threading.active_count() < 50
         run = run_experiment(model_cfg(synthetic_path, srv.api_base), results=tmp_path / "b", progress=False)
     assert run.info["status"] == "complete"
+

@@ -31,9 +31,11 @@ def priced_models(cfg: ExperimentConfig) -> list[tuple[str, str, str | None]]:
         model = role_model(cfg, role)
         if model and (role == "embedder" or cfg.role_in_use(role)):
             out.append((role, model, cfg.models.resolve(role)["api_base"]))
-    sys_model = (cfg.system.params or {}).get("model") if cfg.system.name != "memlab" else None
-    if sys_model and (cfg.system.params or {}).get("infer"):  # mem0 asks the extractor's endpoint itself
-        out.append(("extractor", str(sys_model), cfg.models.resolve("extractor")["api_base"]))
+    params = cfg.system.params or {}
+    sys_model = params.get("model") or cfg.extraction.model if cfg.system.name != "memlab" else None
+    if sys_model and params.get("infer"):  # mem0 asks the extractor's endpoint itself, by the model's bare name
+        out.append(("extractor (mem0)", str(sys_model).removeprefix("openai/"),
+                    cfg.models.resolve("extractor")["api_base"]))
     return out
 
 
