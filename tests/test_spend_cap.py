@@ -204,3 +204,15 @@ def test_no_thread_leaks_a_cap_into_the_next_run(synthetic_path, tmp_path):
         run = run_experiment(model_cfg(synthetic_path, srv.api_base), results=tmp_path / "b", progress=False)
     assert run.info["status"] == "complete"
 
+
+
+def test_the_plan_says_whether_a_cold_run_fits_the_cap(synthetic_path):
+    from memlab.run.plan import plan_config
+
+    tight = plan_config(model_cfg(synthetic_path, "http://127.0.0.1:9/v1", **{"run.max_calls": 5}))
+    assert ("spend cap run.max_calls=5: the plan needs 17 calls (retries add more): a cold run stops before it ends "
+            "(resume with a raised cap)") in tight.notes
+    hosted = {"extraction.model": "gpt-4o-mini", "answer.model": "gpt-4o-mini", "judge.model": "gpt-4o-mini"}
+    roomy = plan_config(model_cfg(synthetic_path, None, **{"run.max_usd": 1000.0, **hosted}))
+    assert any(n.startswith("spend cap run.max_usd=1000: the plan's bound is $") and n.endswith("within the cap")
+               for n in roomy.notes)

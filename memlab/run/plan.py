@@ -270,7 +270,24 @@ def make_plan(cfg: ExperimentConfig, picks: list[tuple[Conversation, Question]],
                               f"(throughput probe, 2 requests)")
     if any(p.usd is None for p in roles.values()):
         plan.notes.append("unknown price: a model litellm's price map does not list; give cost.prices a table")
+    plan.notes += cap_notes(cfg, roles)
     return plan
+
+
+def cap_notes(cfg: ExperimentConfig, roles: dict[str, RolePlan]) -> list[str]:
+    """The spend cap (``run.max_calls``, ``run.max_usd``) beside the plan: would a cold run stop before it ends?"""
+    out = []
+    calls = sum(p.calls for p in roles.values())
+    if cfg.run.max_calls is not None:
+        out.append(f"spend cap run.max_calls={cfg.run.max_calls:,}: the plan needs {calls:,} calls (retries add more): "
+                   + ("a cold run stops before it ends (resume with a raised cap)" if calls > cfg.run.max_calls
+                      else "within the cap"))
+    if cfg.run.max_usd is not None and roles and all(p.usd is not None for p in roles.values()):
+        bound = sum(p.usd or 0.0 for p in roles.values())
+        out.append(f"spend cap run.max_usd={cfg.run.max_usd:g}: the plan's bound is ${bound:.4f} (every reply at "
+                   f"max_tokens): " + ("a cold run may stop before it ends" if bound > cfg.run.max_usd
+                                       else "within the cap"))
+    return out
 
 
 def format_plan(plan: Plan) -> str:
