@@ -15,7 +15,7 @@ from memlab.llm import SpendCap, SpendCapReached
 from memlab.run import ConfigError, ExperimentConfig, run_experiment
 from memlab.run.plan import plan_vs_actual
 from memlab.testing import Reply, ScriptedServer
-from tests.scripted_model import responder
+from memlab.testing.models import scripted_model as responder
 
 
 def judging(body: dict) -> Reply:
