@@ -216,3 +216,14 @@ def test_the_plan_says_whether_a_cold_run_fits_the_cap(synthetic_path):
     roomy = plan_config(model_cfg(synthetic_path, None, **{"run.max_usd": 1000.0, **hosted}))
     assert any(n.startswith("spend cap run.max_usd=1000: the plan's bound is $") and n.endswith("within the cap")
                for n in roomy.notes)
+
+
+def test_a_complete_run_is_reused_whatever_its_cap(synthetic_path, tmp_path):
+    """A run that finished in one session under a cap it never reached has the results an uncapped one has."""
+    with ScriptedServer(responder=judging) as srv:
+        first = run_experiment(model_cfg(synthetic_path, srv.api_base, **{"run.max_calls": 100}), results=tmp_path,
+                               progress=False)
+        n = len(srv.requests)
+        again = run_experiment(model_cfg(synthetic_path, srv.api_base, **{"run.max_usd": 5.0}), results=tmp_path,
+                               progress=False, reuse=True)
+        assert again.run_dir == first.run_dir and len(srv.requests) == n
