@@ -33,7 +33,7 @@ PriceOf = Callable[[str, "str | None"], Any]
 
 
 class SpendCap:
-    """What a run has spent (``calls``, ``usd``: over every session of it, ``spent`` given at start) and its
+    """What a run has spent (``calls``, ``usd``: over every session of it, its earlier sessions' given at start) and its
     limits (None: no limit). Thread-safe: requests in flight hold their worst case until they settle."""
 
     def __init__(self, max_calls: int | None = None, max_usd: float | None = None, price: PriceOf | None = None,
