@@ -58,6 +58,23 @@ def spend_cap(cfg: ExperimentConfig, prev: dict[str, Any]) -> SpendCap:
                     usd=None if usd is None else float(usd))
 
 
+def counted_spend(cfg: ExperimentConfig, prev: dict[str, Any], models: dict[str, Any]) -> dict[str, Any]:
+    """run.json's ``spend`` from a session's model totals (`Clients.totals`, summed over Ray workers: the Ray
+    executor counts what its workers sent, it cannot cap them), added to the earlier sessions'."""
+    from memlab.eval.cost import PriceTable
+
+    table = PriceTable.from_file(cfg.cost.prices) if cfg.cost.prices else PriceTable()
+    before = prev.get("spend") or {}
+    usd: float | None = float(before.get("usd") or 0.0) if before.get("usd", 0.0) is not None else None
+    for role, r in (models.get("by_role") or {}).items():
+        price = table.price(r.get("model"), cfg.models.resolve(role)["api_base"] if role in ROLE_MODELS else None)
+        cost = None if price.source.startswith("unknown") else price.cost(
+            r.get("prompt_tokens", 0), r.get("completion_tokens", 0), r.get("cached_tokens", 0))
+        usd = None if usd is None or cost is None else usd + cost
+    return {"calls": int(before.get("calls") or 0) + int(models.get("model_calls") or 0),
+            "usd": None if usd is None else round(usd, 8), "max_calls": None, "max_usd": None, "stopped": None}
+
+
 def record_stop(info: dict[str, Any], reason: str, resume_cmd: str) -> None:
     """The cap refused a request: the run is ``stopped`` (every finished question kept), and says how to go on."""
     info["status"] = RunStatus.STOPPED.value
