@@ -254,6 +254,7 @@ def test_a_spend_capped_run_stops_before_the_call_and_resumes_on_the_real_model(
     cfg = ExperimentConfig.from_dict({
         "name": "capped", "dataset": {"path": str(one_session)}, "extraction": {"extractor": "turns"},
         "answer": {"arm": "original", "model": smol.model}, "run": {"max_calls": 2},
+        "retrieval": {"top_k": 3},  # short reader prompts: the suite's real-model time is prompt processing
         "models": {"api_base": smol.api_base, "timeout": 120, "reader": {"max_tokens": 48}}})
     with pytest.raises(SpendCapReached, match=r"run.max_calls=2 reached \(2 calls made\); the next \(reader"):
         run_experiment(cfg, results=tmp_path, progress=False)
