@@ -113,3 +113,26 @@ def test_requests_in_flight_never_pass_the_endpoint_limit():
         for t in threads:
             t.join()
     assert len(srv.requests) == 8 and srv.max_in_flight == 4
+
+
+def test_a_question_whose_calls_stay_rate_limited_is_an_error_counted_against_the_budget(synthetic_path, tmp_path):
+    """After max_retries the failure rules apply as to any failed call: the question is an error, not scored, and
+    over run.max_error_rate the CLI exits 3; the run goes on with the other questions."""
+    from memlab.cli import main
+    from memlab.testing.models import scripted_model
+
+    with ScriptedServer([Reply(status=429, retry_after=0, text="rate limited")] * 2,
+                        responder=scripted_model) as srv:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(ExperimentConfig.from_dict({
+            "name": "rl", "dataset": {"path": str(synthetic_path)}, "extraction": {"extractor": "turns"},
+            "answer": {"arm": "original", "model": "openai/scripted"},
+            "models": {"api_base": srv.api_base, "max_retries": 1}}).to_yaml())
+        assert main(["run", str(cfg), "--results", str(tmp_path / "r")]) == 3
+        assert len(srv.requests) == 2 + 6  # the first question's two attempts, then one call each for the other six
+    import json
+
+    (run_dir,) = [p for p in (tmp_path / "r").iterdir() if p.is_dir() and not p.name.startswith(".")]
+    errors = [json.loads(x)["error"] for x in (run_dir / "predictions.jsonl").read_text().splitlines()]
+    assert sum(e is not None for e in errors) == 1 and "RateLimit" in next(e for e in errors if e)
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "complete-with-errors"
