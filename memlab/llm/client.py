@@ -52,8 +52,8 @@ STRUCTURED_OUTPUTS = ("tools", "json_schema")
 class ModelClient:
     """A model by litellm name (``gpt-4o-mini``, ``openai/<name>`` + ``api_base`` for local servers).
 
-    Local endpoints (``api_base`` on this machine) get ``concurrency`` = 1 by default: one request in
-    flight per endpoint, shared by every client of that ``api_base`` in the process. After a timeout
+    Local endpoints (``api_base`` on this machine) get ``concurrency`` = 1 by default, hosted ones 4 (`retry`):
+    requests in flight per endpoint, shared by every client of that ``api_base`` in the process. After a timeout
     the client waits (holding the slot, up to ``busy_wait`` s) until the endpoint's ``/models``
     answers again, so a one-request server is not handed a new request while it still computes the
     old one. ``context_window`` (or the one ``/models`` states) is checked before every call.
@@ -129,9 +129,7 @@ class ModelClient:
         return self._cache
 
     @property
-    def endpoint(self) -> _Endpoint | None:
-        if self.concurrency is None:
-            return None
+    def endpoint(self) -> _Endpoint:
         return endpoint(self.api_base or f"provider:{self.model}", self.concurrency)
 
     # ------------------------------------------------------------------------ context window
