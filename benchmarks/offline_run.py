@@ -113,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_model_check:
             return 0
         from memlab.testing import ScriptedServer
-
-        sys.path.insert(0, str(ROOT))
-        from tests.scripted_model import responder
+        from memlab.testing.models import scripted_model as responder
 
         with ScriptedServer(responder=responder) as srv:
             sets = ["--set", "dataset.conversations=[conv-26]", "--set", f"models.api_base={srv.api_base}",

@@ -119,14 +119,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
               f"{m.get('malformed_tool_calls', 0)}; " + (f"errors: {errs}; " if errs else "") + "extraction "
               f"{'from cache' if ext.get('from_cache') else 'ran'}, ops failed {ext.get('ops_failed', 0)}, "
               f"malformed {ext.get('malformed_tool_calls', 0)})")
-        from memlab.run.plan import plan_vs_actual
+        from memlab.run.plan import format_plan_vs_actual
 
-        rows = plan_vs_actual(run.info)
-        if rows:
-            print("  plan vs actual (per role; planned completion tokens are the max_tokens bound): " + "; ".join(
-                f"{r['role']} calls {r['calls_planned']} / {r['calls']}, prompt tokens {r['prompt_tokens_planned']:,}"
-                f" / {r['prompt_tokens'] or 0:,}, completion tokens <= {r['completion_tokens_max']:,} / "
-                f"{r['completion_tokens'] or 0:,}" for r in rows if r["calls_planned"] is not None))
+        line = format_plan_vs_actual(run.info)
+        if line:
+            print("  " + line)
         roles = run.info.get("model_roles", [])
         if len(roles) > 1 or any(not r.startswith("embedder:") for r in roles):
             print("  " + "\n  ".join(roles))  # which endpoint each role used, and the local embedder
@@ -162,6 +159,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"wrote {write_report(table, args.out, args.format)}")
     else:
         print(format_report(table, args.format or "text"))
+        from pathlib import Path
+
+        from memlab.run.plan import format_plan_vs_actual
+        from memlab.run.results import read_run_json
+
+        for d in table.run_dir.unique():  # what each run planned to ask of its models, beside what it asked
+            line = format_plan_vs_actual(read_run_json(Path(d) / "run.json"))
+            if line:
+                print(f"{d}: {line}")
     if args.html:
         from memlab.report_html import write_html
 
@@ -366,6 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: The exit status of a run the spend cap stopped (2: an error, 3: errors over run.max_error_rate, 130/143: signals).
+SPEND_CAP_EXIT = 4
+
+
 def main(argv: list[str] | None = None) -> int:
     from memlab.data import ChecksumMismatchError, ChecksumNotPinnedError, DataNotFoundError, LoCoMoFormatError
 
@@ -405,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memlab: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # the run printed how to resume; 128 + the signal, as a shell reports it
+        if type(e).__name__ == "SpendCapReached":  # stopped by run.max_calls / run.max_usd (it said so)
+            return SPEND_CAP_EXIT
         return 143 if type(e).__name__ == "Terminated" else 130
     except Exception as e:  # disk full, read-only folder, name too long: one line, no traceback
         if args.command not in ("run", "report", "compare", "rescore"):

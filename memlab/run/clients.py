@@ -84,6 +84,7 @@ class Clients:
             self._requested.add(role)
             if role not in self._clients:  # one client per role (its own counts); endpoint slots are shared
                 self._clients[role] = ModelClient(model, cache_path=self.cache_path, **ep)
+                self._clients[role].role = role
             return self._clients[role]
 
     def roles_in_use(self, answerer: Any) -> tuple[str, ...]:

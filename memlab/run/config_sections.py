@@ -398,8 +398,22 @@ class RunConfig:
     `memlab.index.machine_cache`); null: ``$MEMLAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/memlab``, else
     ``~/.cache/memlab``. Never changes a result."""
 
+    max_calls: int | None = None
+    """Spend cap: the run stops cleanly before the model request that would be its ``max_calls + 1``-th (every
+    role's, retries included; counted over its resumes); ``memlab run --resume`` with a raised cap goes on."""
+    max_usd: float | None = None
+    """Spend cap in US dollars: the run stops before a request whose worst case (its prompt tokens and the role's
+    max_tokens, priced as ``--plan`` prices them) could take the run's spend past it (`memlab.llm.spend`)."""
+
     def check(self, where: str) -> None:
         one_of(where, "run.executor", self.executor, EXECUTORS)
+        integer(where, "run.max_calls", self.max_calls, 1, optional=True)
+        v = self.max_usd
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf")):
+            raise ConfigError(f"{where}: run.max_usd = {v!r}; expected a number of US dollars > 0 (or null: no cap)")
+        if (self.max_calls is not None or v is not None) and self.executor != "local":
+            raise ConfigError(f"{where}: run.max_calls / run.max_usd with run.executor = {self.executor!r}: the "
+                              f"spend cap counts one process's calls; use the local executor")
         integer(where, "run.concurrency", self.concurrency, 1)
         integer(where, "run.ray_max_retries", self.ray_max_retries, 0)
         integer(where, "run.seed", self.seed, 0, MAX_SEED)

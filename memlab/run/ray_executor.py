@@ -76,6 +76,7 @@ from memlab.run.ray_units import (  # noqa: F401 - the worker side; cache_snapsh
     store_cache_rows,
 )
 from memlab.run.results import Run
+from memlab.run.spend import counted_spend
 from memlab.run.steps import (
     Components,
     Prepared,
@@ -437,7 +438,9 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                 cell.info["executor"].update(
                     units=cell.units, nodes=sorted({u["node_id"] for u in cell.units if u.get("node_id")}))
                 cell.info["peak_rss_mb"] = {"driver": peak_rss_mb()}  # the workers' are their own processes'
-                close_session(cell.run_dir, cell.info, cell.timings, integrity_mark, {"executor": "ray"})
+                cell.info["spend"] = counted_spend(cell.p.cfg, cell.p.prev, cell.models)  # as the local executor
+                close_session(cell.run_dir, cell.info, cell.timings, integrity_mark,
+                              {"executor": "ray", "models_by_role": cell.models.get("by_role", {})})
         finally:
             for svc, _ in stores.values():
                 svc.close()
