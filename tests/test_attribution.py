@@ -495,3 +495,48 @@ def test_handcheck_markdown_tables():
     assert "| reading-miss | 0 | 1 | 0 | 0 | 1 |" in out  # hand reading-miss called partial-retrieval once
     assert "| total | 2 | 1 | 0 | 1 | 4 |" in out
     assert out.endswith("Left out of the comparison: prediction changed 1.\n")
+
+
+def test_blind_sheet_shows_what_a_labeller_reads_and_nothing_the_rules_compute(synthetic_path, tmp_path):
+    """`--blind`: every drawn question with its evidence turns, the context in rank order and each evidence turn's
+    retrieval rank; no rule label, reason, ceiling or answer-bearing; a blank labels.csv of the same questions."""
+    import pandas as pd
+
+    from memlab.data import load_locomo
+    from memlab.run import ExperimentConfig, run_experiment
+    from memlab.trace import load
+
+    mod = _agreement_script()
+    cfg = ExperimentConfig.from_dict({"name": "blind", "dataset": {"path": str(synthetic_path)},
+                                      "extraction": {"extractor": "turns+observations"}, "retrieval": {"top_k": 2}})
+    run = run_experiment(cfg, results=tmp_path / "r", progress=False)
+    tr, data = load(run.run_dir), load_locomo(synthetic_path)
+    att = attribute(tr, data)
+    sample = mod.draw(att, per_category=5, seed=1, categories=(1, 2, 3, 4))
+    assert len(sample) and (sample.category != 5).all()
+    defs = tmp_path / "defs.md"
+    defs.write_text("# Label definitions\n")
+    paths = mod.write_blind(tr, att, data, "blind2", sample, tmp_path / "sheet", defs)
+    sheet = (tmp_path / "sheet" / "sheet.md").read_text()
+    assert sheet.count("# Label definitions") == 1 and sheet.index("# Label definitions") < sheet.index("### ")
+    for r in att[att.qid.isin(sample.qid)].to_dict("records"):
+        assert f"### {r['qid']} (category {r['category']})" in sheet and r["answer"] in sheet
+        assert r["reason"] not in sheet  # nothing the rules say
+    for word in ("ceiling", "bearing", "label-issue", "reading-miss", "retrieval-miss"):
+        assert word not in sheet.split("---", 1)[1]
+    # the context in rank order with its dia ids and dates; evidence turns outside it carry their rank
+    qid = sample.qid.iloc[0]
+    block = sheet.split(f"### {qid} ")[1].split("### ")[0]
+    ranks = [x.split("|")[1].strip() for x in block.splitlines() if x.startswith("| ") and "rank" not in x]
+    assert ranks == sorted(ranks, key=lambda x: (x == "preload", int(x) if x.isdigit() else 0))
+    assert len(ranks) == len(tr.contexts[qid])
+    best = tr.best_ranks(qid)
+    ev = tr.questions.set_index("qid").loc[qid, "evidence"]
+    for e in ev:
+        line = block.split(f"`{e}` [")[1].split("\n")[0]
+        if best.get(e) is not None and "not in context" in line:
+            assert f"retrieval rank {best[e]}" in line
+    labels = pd.read_csv(tmp_path / "sheet" / "labels.csv", keep_default_na=False)
+    assert list(labels.columns) == ["qid", "category", "hand_label", "reason"]
+    assert set(labels.qid) == set(sample.qid) and (labels.hand_label == "").all()
+    assert {p.name for p in paths} >= {"sheet.md", "labels.csv"} | {f"sheet-cat{c}.md" for c in set(sample.category)}
