@@ -26,7 +26,7 @@ from memlab.eval.ceiling import answer_bearing, answer_ceiling, memory_line
 from memlab.eval.gold_checks import glued_gold
 
 ROW = {"category": 4, "evidence": ["D1:2"], "evidence_raw": ["D1:2"], "answer": "Rex", "prediction": "a cat",
-       "f1": 0.0, "em": 0.0}
+       "f1": 0.0, "em": 0.0, "question": "What is Bob's dog called?"}
 MULTI = {**ROW, "category": 1, "evidence": ["D1:2", "D3:4"], "evidence_raw": ["D1:2", "D3:4"],
          "answer": "Rex and Milo"}
 MEM_OK = {"id": "m1", "text": "Bob adopted a dog named Rex", "source_ids": ["D1:2"]}
