@@ -191,7 +191,8 @@ class QuestionEvidence:
     """The conversation's word pairs, to split the gold's glued words (`memlab.eval.gold_checks.deglue`)."""
     ceiling: float | None = None
     bearing: float | None = None
-    """Answer ceiling and answer-bearing given by hand (tests); None: computed here from the context."""
+    """Answer ceiling and answer-bearing already computed (`attribute`, or by hand in tests); None: computed
+    from the context."""
 
 
 def _where(ev: QuestionEvidence, ids: Sequence[str]) -> str:
@@ -420,18 +421,20 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
         ev_mems = mems_citing.citing(row["conversation_id"], evidence)
         props = ops_citing.citing(row["conversation_id"], evidence)
         shown = [i for i in tr.contexts.get(row["qid"], []) if i in line_of]
+        cat = int(row["category"])
+        asked = Asked(str(row["question"]), tuple(as_list(row.get("evidence"))), tuple(conv.speakers), bigrams)
+        lines, sources = [line_of[i] for i in shown], [sources_of[i] for i in shown]
+        ceiling, bearing = (answer_ceiling(row["answer"], cat, lines, sources, asked),
+                            answer_bearing(row["answer"], cat, lines, sources, asked))
         ev = QuestionEvidence(row=row, memories=ev_mems, context_ids=contexts.get(row["qid"], set()),
                               turn_text=ev_text, proposals=props, memory_text=text_of, judged=judged,
                               ranks=tr.best_ranks(row["qid"]), depth=tr.rank_depth.get(row["qid"]),
-                              context=[line_of[i] for i in shown], context_sources=[sources_of[i] for i in shown],
-                              turns=turns, speakers=conv.speakers, spoken=spoken, said=said, bigrams=bigrams)
+                              context=lines, context_sources=sources, turns=turns, speakers=conv.speakers,
+                              spoken=spoken, said=said, bigrams=bigrams,
+                              ceiling=None if cat == 5 else ceiling, bearing=None if cat == 5 else bearing)
         label, reason = label_question(ev)
-        cat = int(row["category"])
-        asked = Asked(str(row["question"]), tuple(as_list(row.get("evidence"))), tuple(conv.speakers), bigrams)
         rows.append({"qid": row["qid"], "conversation_id": row["conversation_id"], "category": cat,
-                     "label": label, "reason": reason, "f1": row["f1"],
-                     "ceiling": answer_ceiling(row["answer"], cat, ev.context or [], ev.context_sources, asked),
-                     "bearing": answer_bearing(row["answer"], cat, ev.context or [], ev.context_sources, asked),
+                     "label": label, "reason": reason, "f1": row["f1"], "ceiling": ceiling, "bearing": bearing,
                      "question": row["question"],
                      "answer": row["answer"], "prediction": row["prediction"],
                      # a black-box system's memories got their dialog ids by alignment (memlab.systems)

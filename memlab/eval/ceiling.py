@@ -30,8 +30,8 @@ Porter-stemmed).
   two people, also each person's own lines (a turn they said, or another line naming only them) hold at
   least half of those words: one person's volunteering does not support "both volunteer".
 
-The **answer-bearing@k control** (`random_bearing`) is the same measure over a random context of the same
-size drawn from the conversation's memories: how often the gold's words are supported by chance.
+The **answer-bearing@k control** (``benchmarks/bearing_control.py``) is the same measure over a random context
+of the same size drawn from the conversation's memories: how often the gold's words are supported by chance.
 The definitions a hand labeller reads are the attribution guide's ("Failure labels"); these are their
 computable form.
 
@@ -44,7 +44,6 @@ inferred from the context is neither bearing nor above ceiling 0 even when a rea
 from __future__ import annotations
 
 import math
-import random
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -240,11 +239,3 @@ def bearing_lines(answer: Any, category: int, lines: Sequence[str]) -> list[int]
     """Indices of the lines that hold at least one gold content token (which memories carried the answer)."""
     gold = _stated(answer, category)
     return [i for i, s in enumerate(lines) if gold & content_tokens(s)]
-
-
-def random_bearing(answer: Any, category: int, pool: Sequence[str], pool_sources: Sequence[Sequence[str]],
-                   size: int, asked: Asked | None, rng: random.Random) -> float:
-    """`answer_bearing` of a random context of ``size`` lines drawn without replacement from ``pool`` (the
-    conversation's memories as lines, with their dialog ids): the chance control of answer-bearing@k."""
-    idx = rng.sample(range(len(pool)), min(size, len(pool)))
-    return answer_bearing(answer, category, [pool[i] for i in idx], [pool_sources[i] for i in idx], asked)

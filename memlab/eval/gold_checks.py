@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache, lru_cache
 
 from memlab.answer.temporal import resolve
 from memlab.data.locomo import format_day
@@ -34,28 +35,30 @@ class EvidenceTurn:
     date: datetime | None = None
 
 
-#: Stop words that carry an answer: numbers (a count's "three") and nouns scikit-learn's list holds.
+#: Stop words that carry an answer: numbers (a count's "three"), the month "may" and nouns scikit-learn's list holds.
 _NOT_FUNCTION = frozenset("one two three four five six seven eight nine ten eleven twelve fifteen twenty forty fifty "
                           "sixty hundred first third once twice fire bill system interest call name find found full "
                           "side top bottom front back move part show serious cry thick thin fill empty detail mill "
-                          "describe".split())
+                          "describe may".split())
 
 
 #: Chat filler every conversation says everywhere ("like", "use", "really"): no more a tie than "of".
 _FILLER = frozenset("like use used using way thing things really just get got lot lots does did doing".split())
 
 
+@cache
 def function_words() -> frozenset[str]:
     """Words that tie no text to an answer ("of", "with", "it", "like" ...): scikit-learn's English stop words
     less the numbers and nouns among them, plus chat filler."""
     return (stop_words() - _NOT_FUNCTION) | _FILLER
 
 
-def content_tokens(text: str) -> set[str]:
+@lru_cache(maxsize=200_000)
+def content_tokens(text: str) -> frozenset[str]:
     """The official stemmed tokens of ``text`` that are not `function_words`: the words that can tie a text to
-    an answer. Empty when ``text`` has none."""
+    an answer. Empty when ``text`` has none. Cached: attribution reads the same lines for many questions."""
     stops = function_words()
-    return set(stemmed_tokens(" ".join(w for w in normalize_answer(text).split() if w not in stops)))
+    return frozenset(stemmed_tokens(" ".join(w for w in normalize_answer(text).split() if w not in stops)))
 
 
 def best_span_f1(gold: Sequence[str], lines_tokens: Iterable[Sequence[str]], content: set[str] | None = None) -> float:
@@ -163,7 +166,7 @@ def _dates_agree(gold: tuple[datetime, datetime, str], said: tuple[datetime, dat
 
 
 #: The form of a date question ("In which month ..."), not its event.
-_WHEN_WORDS = frozenset(content_tokens("month months year years week weeks day days date time when"))
+_WHEN_WORDS = frozenset(stemmed_tokens("month months year years week weeks day days date time"))
 
 
 def date_contradiction(answer: str, turns: Sequence[EvidenceTurn], question: str = "") -> str | None:
