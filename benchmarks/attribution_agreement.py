@@ -151,7 +151,7 @@ def markdown(both: pd.DataFrame, left_out: dict[str, list[str]], n_boot: int = 2
     blind = both[both["sample"].isin(BLIND)]
     if len(blind):
         names = " + ".join(f"`{n}`" for n in blind["sample"].unique())
-        rows.append(_row(f"labelled blind, from the sheet alone ({names})", blind, n_boot=n_boot))
+        rows.append(_row(f"labelled blind, without the rules or their output ({names})", blind, n_boot=n_boot))
     rows.append(_row("all", both, n_boot=n_boot))
     labels = sorted(set(held.hand_label) | set(held.rule_label))
     table = pd.crosstab(held.hand_label, held.rule_label).reindex(index=labels, columns=labels, fill_value=0)

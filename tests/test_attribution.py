@@ -499,7 +499,7 @@ def test_handcheck_markdown_tables():
     assert "| every sample but `dev`, categories 1–4 (category 5 is always `abstain-error`) | 2 | 0.500 |" in out
     assert "labelled blind" not in out  # no blind sample among h1, h2
     blind = mod.markdown(both.assign(sample=both["sample"].replace({"h2": "holdout5"})), {}, n_boot=20)
-    assert "| labelled blind, from the sheet alone (`holdout5`) | 2 | 1.000 |" in blind
+    assert "| labelled blind, without the rules or their output (`holdout5`) | 2 | 1.000 |" in blind
     assert "Confusion on every sample but `dev`, 4 questions" in out
     # rows: hand, columns: rules, over the union of both label sets; the diagonal is agreement
     assert "| reading-miss | 0 | 1 | 0 | 0 | 1 |" in out  # hand reading-miss called partial-retrieval once
