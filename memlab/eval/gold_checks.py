@@ -306,6 +306,13 @@ def conversation_bigrams(texts: Iterable[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+@lru_cache(maxsize=16)
+def _pair_words(bigrams: frozenset[str]) -> frozenset[str]:
+    """The words of a conversation's word pairs (computed once per conversation: a frozenset hashes once)."""
+    return frozenset(w for pair in bigrams for w in pair.split())
+
+
+@lru_cache(maxsize=100_000)
 def deglue(answer: str, bigrams: frozenset[str] = frozenset()) -> str:
     """The gold with its glued words split for matching: punctuation between words ("April.2023"), a number and
     a word ("3June"), and a word the conversation never says whose split is a word pair it does say
@@ -314,7 +321,7 @@ def deglue(answer: str, bigrams: frozenset[str] = frozenset()) -> str:
     text = _NUMBER_GLUE.sub(" ", _GLUED.sub(" ", str(answer)))
     if not bigrams:
         return text
-    words = {w for pair in bigrams for w in pair.split()}
+    words = _pair_words(bigrams)
 
     def split(m: re.Match[str]) -> str:
         w = m.group(0)
