@@ -171,6 +171,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from memlab.run.compare import compare
+    from memlab.run.labels import legend_lines, run_legend
+    from memlab.run.results import load_run
 
     runs = list(args.runs)
     if args.baseline:
@@ -179,9 +181,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise SystemExit("memlab compare: give at least two runs (the first, or --baseline, is the baseline)")
     metrics = args.metrics.split(",") if args.metrics else None
     kw = {"metrics": metrics} if metrics else {}
-    cmp = compare(*runs, questions="intersection" if args.intersection else "same",
+    loaded = [load_run(r) for r in runs]
+    cmp = compare(*loaded, questions="intersection" if args.intersection else "same",
                   threshold_metric=args.threshold_metric, threshold=args.threshold, **kw)
     print(cmp)
+    print("Runs (label: folder (config values that differ between the runs)):")
+    print("\n".join(legend_lines(run_legend(loaded))))
     for name in cmp.runs:
         fl = cmp.flipped[cmp.flipped["run"] == name] if len(cmp.flipped) else cmp.flipped
         if len(fl):

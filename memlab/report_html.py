@@ -46,6 +46,7 @@ from memlab.run.report import (
     report_comparison,
     report_table,
     run_labels,
+    run_legend,
 )
 from memlab.run.runner import Run
 
@@ -387,8 +388,8 @@ def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table
     parts = [f"<h1>{html.escape(title or 'memlab report')}</h1>",
              f'<p class="meta">{len(loaded)} run(s); generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. '
              f"Correct = F1 &ge; {CORRECT_F1}.</p>",
-             _table_html(pd.DataFrame({"run": labels, "folder": [str(r.run_dir) for r in loaded],
-                                       "questions": [len(r.predictions) for r in loaded]}), "runs"),
+             _table_html(run_legend(loaded).drop(columns=["name"]).assign(
+                 questions=[len(r.predictions) for r in loaded]), "runs"),
              '<h2 id="summary">Summary per category</h2>', _table_html(display_frame(table), "summary"),
              "".join(f'<p class="note">{html.escape(n)}</p>' for n in notes)]
     if isinstance(cmp, str):
