@@ -17,7 +17,8 @@ MODEL_ONLY = ("answer_tokens_qa", "prompt_tokens_qa", "completion_tokens_qa", "c
 HEADERS = {"f1": "F1", "bleu1": "BLEU-1", "em": "EM", "j": "J", "answer_tokens_qa": "answer tokens/QA",
            "prompt_tokens_qa": "prompt tokens/QA", "context_tokens_qa": "context tokens/QA", "calls_qa": "Calls/QA",
            "latency_p50_s": "latency p50 (s)",
-           "latency_p95_s": "latency p95 (s)", "context_recall": "context recall"}
+           "latency_p95_s": "latency p95 (s)", "context_recall": "context recall", "answer_ceiling": "answer ceiling",
+           "answer_bearing": "answer-bearing"}
 TOKEN_NOTE = ("prompt tokens: sent to the answer model (provider counts); context tokens: the retrieved context "
               "placed before the reader, counted offline (o200k), for every arm.")
 
