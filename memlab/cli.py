@@ -104,6 +104,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     rc = 0
     for run in runs:
         judged = ("j", "j_lo", "j_hi", "j_sd", "judge_errors") if run.config.judge.model else ()
+        if judged:  # J under the profile's other verdict rule (LongMemEval's official one), where it differs
+            from memlab.eval.longmemeval import differs_from_j
+
+            judged += tuple(f"{c}{s}" for c in ("j_strict", "j_official") if differs_from_j(run.predictions, c)
+                            for s in ("", "_lo", "_hi"))
         called = "calls_qa" in run.summary and bool((run.summary["calls_qa"].fillna(0) > 0).any())
         # an offline reader sends nothing to a model: its prompt tokens and calls are not printed
         cols = [c for c in ("label", "n", "n_scored", "errors", "f1", "f1_lo", "f1_hi", "bleu1", *judged, "recall@10",

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from memlab.eval.profiles import RULE_J
 from memlab.eval.stats import N_BOOT, Comparison, ComparisonError, ci_columns
 from memlab.run.labels import (
     IGNORED_KEYS,
@@ -183,8 +184,10 @@ def report_table(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFA
 
     Columns: ``run`` (short label), ``group`` (1..5, ``overall 1-4``, ``overall 1-5``), ``category``
     (``1 multi-hop``), ``n``, then per metric the value and its ``_lo`` / ``_hi`` bounds, ``errors``,
-    ``model_calls`` (whether the run called an answer model) and ``run_dir``. A metric a run lacks (J
-    without a judge) is NaN, never a 0; each token column is what its name says (no substitution).
+    ``model_calls`` (whether the run called an answer model) and ``run_dir``. With ``j`` among the metrics, J under
+    the profile's other verdict rule (``j_official`` or ``j_strict``, LongMemEval) is added where it differs.
+    A metric a run lacks (J without a judge) is NaN, never a 0; each token column is what its name says (no
+    substitution).
     With ``compare`` and two or more runs, ``attrs["comparison"]`` holds every run against the first
     (`report_comparison`; ``questions`` as in `memlab.compare`) and `format_report` prints it;
     ``attrs["legend"]`` maps each run label to the config values it changes (`run_legend`).
@@ -194,6 +197,11 @@ def report_table(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFA
         raise ReportError("nothing to report: " + "; ".join(f"{d} {why}" for d, why in skipped)
                           + (f" (finish a run with: memlab run --resume {skipped[0][0]})" if skipped else ""))
     labels = run_labels(loaded)
+    if "j" in metrics:  # J under the other verdict rule (LongMemEval's official one), where it differs from J
+        from memlab.eval.longmemeval import differs_from_j
+
+        metrics = [*metrics, *(c for c in RULE_J if c not in metrics
+                               and any(differs_from_j(r.predictions, c) for r in loaded))]
     frames = []
     for run, label in zip(loaded, labels):
         s = run.summary

@@ -14,7 +14,9 @@ from memlab.run.labels import category_name, legend_lines
 
 #: Metrics that count answer-model calls or their tokens: shown as "-" for a run that made no such call.
 MODEL_ONLY = ("answer_tokens_qa", "prompt_tokens_qa", "completion_tokens_qa", "cached_tokens_qa", "calls_qa")
-HEADERS = {"f1": "F1", "bleu1": "BLEU-1", "em": "EM", "j": "J", "answer_tokens_qa": "answer tokens/QA",
+HEADERS = {"f1": "F1", "bleu1": "BLEU-1", "em": "EM", "j": "J",
+           "j_strict": "J (strict yes/no rule)", "j_official": "J (official rule: reply contains yes)",
+           "answer_tokens_qa": "answer tokens/QA",
            "prompt_tokens_qa": "prompt tokens/QA", "context_tokens_qa": "context tokens/QA", "calls_qa": "Calls/QA",
            "latency_p50_s": "latency p50 (s)",
            "latency_p95_s": "latency p95 (s)", "context_recall": "context recall", "answer_ceiling": "answer ceiling",
