@@ -5,7 +5,8 @@
 "before" is the page builder of a git ref (``--before-ref``, default ``main``: its ``memlab`` package, extracted
 with ``git archive`` into a temporary folder), "after" is this checkout's; each build runs in its own Python
 process (imports included: what a user waits for), alternating before / after ``--repeat`` times, so both see the
-same machine load. Timings on a shared machine are noisy: read the ratio.
+same machine load. Wall time on a shared machine is noisy (read the ratio); CPU time (the process's own, all
+threads) is what the build costs on a quiet machine, give or take contention's cache effects.
 
 It then checks that the pages show the same numbers: the question browser's data (every question's outcome and
 three layers, the string table), the paired comparisons' rows, and every cell of the summary table the before
@@ -29,11 +30,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 BUILD = """
 import sys, time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 from memlab.report_html import build_html
 page = build_html(sys.argv[2:])
 open(sys.argv[1], "w", encoding="utf-8").write(page)
-print(time.perf_counter() - t0)
+print(time.perf_counter() - t0, time.process_time() - c0)
 """
 
 
@@ -48,13 +49,15 @@ def extract_ref(ref: str, into: Path) -> Path:
     return into
 
 
-def build(tree: Path, runs: list[str], out: Path) -> float:
+def build(tree: Path, runs: list[str], out: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of one page build (imports included) in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     res = subprocess.run([sys.executable, "-c", BUILD, str(out), *runs], env=env, capture_output=True, text=True,
                          cwd=tree)
     if res.returncode:
         raise SystemExit(f"build with {tree} failed:\n{res.stderr[-3000:]}")
-    return float(res.stdout.strip().splitlines()[-1])
+    wall, cpu = res.stdout.strip().splitlines()[-1].split()
+    return float(wall), float(cpu)
 
 
 def payload(text: str) -> dict:
@@ -93,19 +96,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         before_tree = extract_ref(args.before_ref, (t / "before"))
-        times: dict[str, list[float]] = {"before": [], "after": []}
+        times: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
         for _ in range(args.repeat):
             for side, tree in (("before", before_tree), ("after", REPO)):
                 times[side].append(build(tree, args.runs, t / f"{side}.html"))
-                print(f"{side}: {times[side][-1]:.1f} s", flush=True)
+                print(f"{side}: {times[side][-1][0]:.1f} s wall, {times[side][-1][1]:.1f} s CPU", flush=True)
         pages = {s: (t / f"{s}.html").read_text(encoding="utf-8") for s in times}
         diff = same_numbers(pages["before"], pages["after"])
-    med = {s: statistics.median(v) for s, v in times.items()}
-    print(f"\n{'':8}{'seconds (median of ' + str(args.repeat) + ')':>24}{'page bytes':>14}")
+    wall = {s: statistics.median(w for w, _ in v) for s, v in times.items()}
+    cpu = {s: statistics.median(c for _, c in v) for s, v in times.items()}
+    print(f"\n{'':8}{'wall s':>10}{'CPU s':>10}{'page bytes':>14}   (medians of {args.repeat})")
     for s in ("before", "after"):
-        print(f"{s:8}{med[s]:>24.1f}{len(pages[s].encode()):>14,}")
-    print(f"speed-up: {med['before'] / med['after']:.1f}x ({args.before_ref} -> this checkout), "
-          f"{len(args.runs)} runs: {', '.join(args.runs)}")
+        print(f"{s:8}{wall[s]:>10.1f}{cpu[s]:>10.1f}{len(pages[s].encode()):>14,}")
+    print(f"speed-up: {wall['before'] / wall['after']:.1f}x wall, {cpu['before'] / cpu['after']:.1f}x CPU "
+          f"({args.before_ref} -> this checkout), {len(args.runs)} runs: {', '.join(args.runs)}")
     print("numbers shown: " + ("identical (browser data, comparisons, every summary cell of the before page)"
                                if not diff else "DIFFER in " + ", ".join(diff)))
     if diff:

@@ -13,7 +13,6 @@ type's field names are looked up once.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -55,21 +54,16 @@ def plain(value: Any) -> Any:
     return value
 
 
-@functools.cache
-def _field_names(cls: type) -> frozenset[str]:
-    """A dataclass's field names, looked up once per class (a run's traces read ~100,000 records)."""
-    return frozenset(f.name for f in dataclasses.fields(cls))
-
-
 def from_fields(cls: type[T], d: Mapping[str, Any], where: str, error: type[Exception] = ValueError) -> T:
     """``cls(**d)`` for a dataclass read back from a file, strictly: a key that is not one of its fields or a
     missing required field raises ``error`` naming ``where`` (the file, line or record), the class and the
     fields, never a bare TypeError."""
-    names = _field_names(cls)
-    if not names.issuperset(d):
-        unknown = sorted(set(d) - names)
-        order = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-        raise error(f"{where}: unknown field(s) {unknown} for {cls.__name__}; its fields: {', '.join(order)}")
+    names = _field_names(cls)  # looked up once per class: a run's traces read ~100,000 records
+    if names is None:
+        raise error(f"{where}: {cls.__name__} is not a dataclass")
+    unknown = sorted(set(d).difference(names))
+    if unknown:
+        raise error(f"{where}: unknown field(s) {unknown} for {cls.__name__}; its fields: {', '.join(names)}")
     try:
         return cls(**d)
     except TypeError as e:

@@ -293,10 +293,10 @@ def pack_runs(runs: Sequence[Run], attributions: Sequence[pd.DataFrame], flipped
             "ops": t.table(ops, OP_FIELDS, OP_STRINGS), "opref": op_refs,
             "queries": t.table(queries, ("query", "error", "dropped", "fallback", "nh"), ("query", "error")),
             "hits": t.table(hits, HIT_FIELDS[1:] if sequential else HIT_FIELDS, ("via",))})
-    return _clean({"questions": t.table(questions, ("qid", "cat", "catName", "conv", "q", "gold", "ev", "flip"),
-                                        ("qid", "catName", "conv", "q", "gold", "ev")),
-                   "mems": t.table(mems, ("text", "src"), ("text", "src")), "runs_data": out_runs,
-                   "strings": t.finish()})
+    # every value is JSON-safe already (the layers are cleaned, the rest are str, int, rounded floats or None)
+    return {"questions": t.table(questions, ("qid", "cat", "catName", "conv", "q", "gold", "ev", "flip"),
+                                 ("qid", "catName", "conv", "q", "gold", "ev")),
+            "mems": t.table(mems, ("text", "src"), ("text", "src")), "runs_data": out_runs, "strings": t.finish()}
 
 
 def embed_json(data: Any) -> str:
