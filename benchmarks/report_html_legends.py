@@ -4,7 +4,8 @@
 
 Builds the page with a git ref's page builder (``--before-ref``, extracted as in `report_html_time`) and with this
 checkout's, opens each in headless Chromium (tests/headless.py; ``apt-get install chromium``) and saves the plots
-section as ``OUT_PREFIX-before.png`` and ``OUT_PREFIX-after.png``; prints each page's run labels and the width
+section as ``OUT_PREFIX-before.png`` and ``OUT_PREFIX-after.png`` (the page's top, with the runs table, as
+``…-top.png``); prints each page's run labels and the width
 the browser gives each plot.
 """
 
@@ -26,9 +27,11 @@ WIDTH, HEIGHT = 1400, 1000
 
 
 def shoot(page: Path, out: Path) -> list[dict]:
-    """The plots section of ``page`` as a PNG at ``out``; each plot's caption and displayed width."""
+    """The plots section of ``page`` as a PNG at ``out`` (and the top of the page, its runs table and summary,
+    at ``out`` with ``-top``); each plot's caption and displayed width."""
     with Chromium(WIDTH, HEIGHT) as br:
         br.goto(page.resolve().as_uri())
+        br.screenshot(out.with_name(out.stem + "-top.png"))
         figs = br.eval("[...document.querySelectorAll('.plots figure')].map(f => ({caption: "
                        "f.querySelector('figcaption').innerText, shown: f.querySelector('img').width, "
                        "natural: f.querySelector('img').naturalWidth}))")
