@@ -1,11 +1,14 @@
 """One self-contained HTML page over finished runs (``memlab report --html OUT.html RUN [RUN ...]``).
 
 The page needs no server and no network: plots are embedded as base64 PNG, the data as inline JSON, and
-the script and style are inline. The data holds only what the page shows, packed (`Tables`: column tables,
-one shared string table; about 3.8 MB for two full LoCoMo-10 offline runs, from 23 MB as one nested record per
-question), and is escaped (`embed_json`) so that no question or model reply can end the script block.
+the script and style are inline. The data holds only what the page shows, packed (`memlab.report_data`:
+`Tables`, column tables, one shared string table; about 3.8 MB for two full LoCoMo-10 offline runs, from 23 MB as
+one nested record per question), and is escaped (`embed_json`) so that no question or model reply can end the
+script block. Each run's traces are read once, for the attribution and the browser both.
 
-It holds the per-category table with 95 % intervals, the paired comparisons of every run against the first
+It holds the runs table (each run's short label, folder and the config values the runs differ in:
+`memlab.run.labels.run_legend`), the per-category table with 95 % intervals (with the answer ceiling and
+answer-bearing of what retrieval delivered, `CEILING_METRICS`), the paired comparisons of every run against the first
 (runs in the order given; each delta is run − A, the same numbers ``memlab compare`` prints, also in the page's
 data as ``comparisons``), the plots (evidence recall for every run), and a question browser: filter by
 category, failure label (`memlab.attribution`), correct / incorrect (F1 >= 0.5) and flipped between runs; click
