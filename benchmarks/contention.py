@@ -32,7 +32,8 @@ def start(config: str, conversation: str, results: Path, threads: int | None, pa
         cmd += ["--set", f"run.threads={threads}"]
     if path:
         cmd += ["--set", f"dataset.path={path}"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # cold: a machine cache of the results folder's own (`memlab.index.machine_cache`), nothing encoded before
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MEMLAB_CACHE_DIR": str(results / "machine-cache")}
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True), time.perf_counter()
 

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from memlab.run.executors import run_grid
     from memlab.run.ray_cluster import connect
     from memlab.testing import Reply, ScriptedServer
-    from tests.scripted_model import responder
+    from memlab.testing.models import scripted_model as responder
 
     convs = [c.sample_id for c in load_locomo(args.path)][: args.conversations]
     subset = {"dataset.path": args.path, "dataset.conversations": convs, "dataset.question_limit": args.questions}

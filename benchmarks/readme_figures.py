@@ -1,12 +1,13 @@
-"""Regenerate the README's measured figures, each in its marked region, with the date and the command.
+"""Regenerate the documentation's measured figures, each in its marked region, with the date and the command.
 
     python benchmarks/readme_figures.py offline-run dead-endpoint   # the cheap ones (a few minutes)
     python benchmarks/readme_figures.py --all                        # every figure (an hour or more on 2 cores)
     python benchmarks/readme_figures.py --list                       # names, commands, rough cost
 
-A figure lives in README.md between ``<!-- figures:NAME -->`` and ``<!-- /figures -->``; this script
-rewrites only that text (a region without a generator, or a generator without a region, is an error), so
-every number in those regions comes from one command run on one date. Run from the repository root with
+A figure lives between ``<!-- figures:NAME -->`` and ``<!-- /figures -->`` in README.md or in a page of the
+documentation site (``docs/**/*.md``; `find_region` says which); this script rewrites only that text (a region
+without a generator, a generator without a region, or a name in two pages is an error), so every number in
+those regions comes from one command run on one date. Run from the repository root with
 ``MEMLAB_LOCOMO`` pointing at locomo10.json. Timings depend on the machine and its load: each region says
 the cores and the load average it was measured under.
 """
@@ -27,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
 REGION = re.compile(r"(<!-- figures:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
 
 
@@ -199,11 +199,11 @@ FIGURES: dict[str, Figure] = {
 
 
 def regions(text: str) -> dict[str, str]:
-    """The README's figure regions by name (a region opened but not closed, or named twice, is an error)."""
+    """A page's figure regions by name (a region opened but not closed, or named twice, is an error)."""
     found = [m.group("name") for m in REGION.finditer(text)]
     opened = re.findall(r"<!-- figures:([\w-]+) -->", text)
     if sorted(found) != sorted(opened) or len(set(found)) != len(found):
-        raise ValueError(f"README figure regions: opened {opened}, closed {found}; each name once, each closed "
+        raise ValueError(f"figure regions: opened {opened}, closed {found}; each name once, each closed "
                          f"by <!-- /figures -->")
     return {m.group("name"): m.group("body") for m in REGION.finditer(text)}
 
@@ -212,8 +212,40 @@ def replace_region(text: str, name: str, body: str) -> str:
     """``text`` with region ``name``'s body replaced (an unknown region is an error naming the known ones)."""
     known = regions(text)
     if name not in known:
-        raise KeyError(f"README has no region <!-- figures:{name} --> (it has: {', '.join(known) or 'none'})")
+        raise KeyError(f"page has no region <!-- figures:{name} --> (it has: {', '.join(known) or 'none'})")
     return REGION.sub(lambda m: m.group(1) + body + m.group(4) if m.group("name") == name else m.group(0), text)
+
+
+def pages(root: Path = ROOT) -> list[Path]:
+    """Where figure regions may live: README.md and every markdown page of the documentation site."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def all_regions(root: Path = ROOT) -> dict[str, Path]:
+    """Every figure region's name and the page holding it (a name in two pages is an error naming both)."""
+    out: dict[str, Path] = {}
+    for page in pages(root):
+        if not page.is_file():
+            continue
+        try:
+            names = regions(page.read_text(encoding="utf-8"))
+        except ValueError as e:
+            raise ValueError(f"{page.relative_to(root)}: {e}") from None
+        for name in names:
+            if name in out:
+                raise ValueError(f"figure region {name!r} is in {out[name].relative_to(root)} and "
+                                 f"{page.relative_to(root)}; each name once")
+            out[name] = page
+    return out
+
+
+def find_region(name: str, root: Path = ROOT) -> Path:
+    """The page (README.md or docs/**/*.md) holding region ``name``; an unknown name is an error listing them."""
+    found = all_regions(root)
+    if name not in found:
+        raise KeyError(f"no page has <!-- figures:{name} --> (README.md and docs/**/*.md have: "
+                       f"{', '.join(sorted(found)) or 'none'})")
+    return found[name]
 
 
 def provenance(name: str, when: dt.date | None = None) -> str:
@@ -228,10 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args(argv)
-    text = README.read_text(encoding="utf-8")
-    have = regions(text)
+    have = all_regions()
     if set(have) != set(FIGURES):
-        raise SystemExit(f"README regions {sorted(have)} and generators {sorted(FIGURES)} differ")
+        raise SystemExit(f"figure regions {sorted(have)} (README.md and docs/) and generators {sorted(FIGURES)} "
+                         f"differ")
     if args.list or not (args.names or args.all):
         for n, f in FIGURES.items():
             print(f"{n:18s} {f.cost:55s} {f.command}")
@@ -243,9 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     for n in names:
         t0 = time.perf_counter()
         body = FIGURES[n].make() + "\n" + provenance(n)
-        text = replace_region(README.read_text(encoding="utf-8"), n, body)
-        README.write_text(text, encoding="utf-8")  # one region at a time: a later failure keeps the earlier ones
-        print(f"{n}: regenerated in {time.perf_counter() - t0:.0f} s")
+        page = find_region(n)
+        text = replace_region(page.read_text(encoding="utf-8"), n, body)
+        page.write_text(text, encoding="utf-8")  # one region at a time: a later failure keeps the earlier ones
+        print(f"{n}: regenerated in {time.perf_counter() - t0:.0f} s ({page.relative_to(ROOT)})")
     return 0
 
 

@@ -24,6 +24,7 @@ import time
 import pandas as pd
 
 from memlab.eval.retrieval import Arm, cross_validate, recall_table, run_arms, run_recall, weight_grid
+from memlab.index.machine_cache import embeddings_path
 from memlab.run.config import ExperimentConfig
 
 #: today's turn-level hybrid (the issue's 0.683 figure)
@@ -73,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grid-session", default="0.5,1,1.5,2",
                     help="weights of the session list (configs with index.session_text)")
     ap.add_argument("--conversations", help="comma-separated sample ids (default: all)")
-    ap.add_argument("--embedding-cache", default="results/.cache/embeddings.sqlite",
-                    help="on-disk embedding cache shared with runs ('' for none)")
+    ap.add_argument("--embedding-cache", default=str(embeddings_path()),
+                    help="on-disk embedding cache shared with runs (default: the machine cache, "
+                         "memlab.index.machine_cache; '' for none)")
     ap.add_argument("--save", help="write the per-question table here (parquet or csv)")
     args = ap.parse_args(argv)
     ks = [int(k) for k in args.ks.split(",")]

@@ -1,4 +1,4 @@
-"""Memory systems side by side from finished run folders: the figures of the README's systems table,
+"""Memory systems side by side from finished run folders: the figures of the systems table (docs/benchmarks/systems.md),
 regenerated rather than typed.
 
     python benchmarks/systems_comparison.py RUN_DIR [RUN_DIR ...] [--baseline offline] [--md]
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--results", type=Path, help="with --configs: take each config's newest complete run here")
     ap.add_argument("--configs", default="mem0-offline,offline,retrieval-best")
     ap.add_argument("--baseline", default="offline", help="config name of the paired comparison's baseline A")
-    ap.add_argument("--md", action="store_true", help="markdown tables (for the README)")
+    ap.add_argument("--md", action="store_true", help="markdown tables (for docs/benchmarks/systems.md)")
     args = ap.parse_args(argv)
     dirs = [Path(r) for r in args.runs] or (latest_runs(args.results, args.configs.split(",")) if args.results
                                             else ap.error("give run folders or --results"))
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     others = [r for r in runs if r is not base]
     if not others:
         return
-    for other in others:  # each pair its own Holm family: the README asks one question per pair
+    for other in others:  # each pair its own Holm family: the docs ask one question per pair
         cmp = memlab.compare(base, other, metrics=("f1", "recall@10"), names=[base.config.name, other.config.name])
         t = cmp.table
         t = t[t["group"].astype(str).isin(["1", "2", "3", "4", "5", "overall 1-4"])]

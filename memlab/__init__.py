@@ -1,7 +1,7 @@
 """memlab: a Jupyter-first research toolkit for long-term conversational memory (LoCoMo-10).
 
 Stages, one direction: data -> memory -> index -> extract -> answer -> eval -> run -> trace/attribution -> plots.
-Heavy modules load on first use, so ``import memlab`` stays fast. The public verbs (README, "Public API"):
+Heavy modules load on first use, so ``import memlab`` stays fast. The public verbs (docs/reference):
 ``run_experiment``, ``report`` (the per-category table of runs), ``compare`` (runs against a baseline).
 """
 

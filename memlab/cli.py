@@ -124,14 +124,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
               f"{m.get('malformed_tool_calls', 0)}; " + (f"errors: {errs}; " if errs else "") + "extraction "
               f"{'from cache' if ext.get('from_cache') else 'ran'}, ops failed {ext.get('ops_failed', 0)}, "
               f"malformed {ext.get('malformed_tool_calls', 0)})")
-        from memlab.run.plan import plan_vs_actual
+        from memlab.run.plan import format_plan_vs_actual
 
-        rows = plan_vs_actual(run.info)
-        if rows:
-            print("  plan vs actual (per role; planned completion tokens are the max_tokens bound): " + "; ".join(
-                f"{r['role']} calls {r['calls_planned']} / {r['calls']}, prompt tokens {r['prompt_tokens_planned']:,}"
-                f" / {r['prompt_tokens'] or 0:,}, completion tokens <= {r['completion_tokens_max']:,} / "
-                f"{r['completion_tokens'] or 0:,}" for r in rows if r["calls_planned"] is not None))
+        line = format_plan_vs_actual(run.info)
+        if line:
+            print("  " + line)
         roles = run.info.get("model_roles", [])
         if len(roles) > 1 or any(not r.startswith("embedder:") for r in roles):
             print("  " + "\n  ".join(roles))  # which endpoint each role used, and the local embedder
@@ -167,6 +164,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"wrote {write_report(table, args.out, args.format)}")
     else:
         print(format_report(table, args.format or "text"))
+        from pathlib import Path
+
+        from memlab.run.plan import format_plan_vs_actual
+        from memlab.run.results import read_run_json
+
+        for d in table.run_dir.unique():  # what each run planned to ask of its models, beside what it asked
+            line = format_plan_vs_actual(read_run_json(Path(d) / "run.json"))
+            if line:
+                print(f"{d}: {line}")
     if args.html:
         from memlab.report_html import write_html
 
@@ -188,7 +194,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     kw = {"metrics": metrics} if metrics else {}
     loaded = [load_run(r) for r in runs]
     cmp = compare(*loaded, questions="intersection" if args.intersection else "same",
-                  threshold_metric=args.threshold_metric, threshold=args.threshold, **kw)
+                  threshold_metric=args.threshold_metric, threshold=args.threshold, token_matched=args.token_matched,
+                  **kw)
     print(cmp)
     print("Runs (label: folder (config values that differ between the runs)):")
     print("\n".join(legend_lines(run_legend(loaded))))
@@ -235,6 +242,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return serve(ServeSettings(model=args.model, alias=args.alias, ctx=args.ctx, slots=args.slots,
                                threads=args.threads, port=args.port, verbose=args.verbose),
                  say=lambda line: print(line, flush=True), stdin_eof=args.stop_on_stdin_eof)
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from memlab.index.machine_cache import clear, info_text
+
+    if args.cache_command == "clear":
+        n = clear(args.dir, args.model)
+        print(f"removed {n:,} entries" + (f" of {args.model}" if args.model else ""))
+    print(info_text(args.dir))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -314,6 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--metrics", help="comma-separated (default f1,bleu1,em,j,context_recall)")
     cp.add_argument("--threshold-metric", default="f1", help="metric that defines correct for McNemar/flips")
     cp.add_argument("--threshold", type=float, default=0.5, help="correct = metric >= this (default 0.5)")
+    cp.add_argument("--token-matched", type=int, metavar="BUDGET",
+                    help="a comparison at equal context budget: every run must have been made with "
+                         "retrieval.context_tokens=BUDGET (refused otherwise, with the command that makes it); the "
+                         "context tokens per question are compared too")
     cp.set_defaults(func=_cmd_compare)
 
 
@@ -330,6 +351,18 @@ def build_parser() -> argparse.ArgumentParser:
     cm = sub.add_parser("components", help="every registered component (extractors, answer arms, embedders, keyword "
                         "scorers, judges, systems) with its settings and the config key that takes them")
     cm.set_defaults(func=_cmd_components)
+    ca = sub.add_parser("cache", help="the machine cache of model vectors (minilm, e5, litellm embedders, SPLADE) "
+                        "every results root shares: info, clear")
+    casub = ca.add_subparsers(dest="cache_command", required=True)
+    for name, what in (("info", "its folder, size and entries per model"),
+                       ("clear", "delete its entries (all, or one model's with --model)")):
+        c = casub.add_parser(name, help=what)
+        c.add_argument("--dir", help="the cache folder (default $MEMLAB_CACHE_DIR, else $XDG_CACHE_HOME/memlab, "
+                                     "else ~/.cache/memlab; a config's run.cache_dir)")
+        if name == "clear":
+            c.add_argument("--model", metavar="ID", help="only this model's entries (its id as `memlab cache info` "
+                                                         "lists it)")
+        c.set_defaults(func=_cmd_cache)
     sv = sub.add_parser("serve", help="serve a GGUF model with llama.cpp on 127.0.0.1 (OpenAI-compatible; default: "
                                       "the packaged SmolLM2-135M-Instruct); prints the api_base, Ctrl-C stops it")
     sv.add_argument("--model", metavar="GGUF", help="a GGUF model file (default: SmolLM2-135M-Instruct from "
@@ -349,6 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: The exit status of a run the spend cap stopped (2: an error, 3: errors over run.max_error_rate, 130/143: signals).
+SPEND_CAP_EXIT = 4
+
+
 def main(argv: list[str] | None = None) -> int:
     from memlab.data import ChecksumMismatchError, ChecksumNotPinnedError, DataNotFoundError, LoCoMoFormatError
 
@@ -359,6 +396,10 @@ def main(argv: list[str] | None = None) -> int:
         from memlab.llm.serve import ServeError
 
         errors += (ServeError,)
+    if args.command == "cache":  # an unknown --model, a cache file failing its integrity check, a locked file
+        import sqlite3
+
+        errors += (ValueError, RuntimeError, sqlite3.OperationalError)
     if args.command in ("run", "report", "compare", "rescore"):
         from memlab.eval.errata import ErrataError
         from memlab.eval.profiles import ProfileError
@@ -384,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memlab: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # the run printed how to resume; 128 + the signal, as a shell reports it
+        if type(e).__name__ == "SpendCapReached":  # stopped by run.max_calls / run.max_usd (it said so)
+            return SPEND_CAP_EXIT
         return 143 if type(e).__name__ == "Terminated" else 130
     except Exception as e:  # disk full, read-only folder, name too long: one line, no traceback
         if args.command not in ("run", "report", "compare", "rescore"):

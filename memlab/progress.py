@@ -8,6 +8,7 @@ one when it ends, with the elapsed time.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -28,11 +29,46 @@ def progress_bar(iterable: Iterable[Any] | None = None, *, total: int | None = N
     ``total +=``, ``refresh()``, ``close()``."""
     out = file if file is not None else sys.stderr
     isatty = getattr(out, "isatty", None)
-    if in_notebook() or (isatty is not None and isatty()):
+    if in_notebook():
+        from tqdm.auto import tqdm
+        from tqdm.notebook import tqdm as widget_tqdm
+
+        if issubclass(tqdm, widget_tqdm):  # ipywidgets present: the widget bar
+            return notebook_bar_class()(iterable, total=total, desc=desc, disable=disable, leave=leave, file=file)
+        return tqdm(iterable, total=total, desc=desc, disable=disable, leave=leave, file=file)
+    if isatty is not None and isatty():
         from tqdm.auto import tqdm
 
         return tqdm(iterable, total=total, desc=desc, disable=disable, leave=leave, file=file)
     return LineProgress(iterable, total=total, desc=desc, disable=disable, file=out)
+
+
+@functools.cache
+def notebook_bar_class() -> type:
+    """tqdm's notebook widget whose saved output ends as the bar ended. tqdm displays its widget once, and the
+    output's plain-text copy (what GitHub, an offline HTML export or a viewer without widgets shows) stays the first
+    frame, ``0/1986``, while only the widget state moves on. This bar is displayed with a display id and, when it
+    closes, its output is replaced (``update_display_data``, which nbclient applies to the saved notebook) by the
+    final frame; a bar with ``leave=False`` is replaced by nothing, as it disappears on screen."""
+    from IPython.display import display
+    from tqdm.notebook import tqdm as widget_tqdm
+
+    class NotebookBar(widget_tqdm):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, display=False, **kwargs)
+            self._handle = None if self.disable else display(self.container, display_id=True)
+
+        def close(self) -> None:
+            handle, self._handle = getattr(self, "_handle", None), None
+            super().close()
+            if handle is None:
+                return
+            if self.leave or (self.total and self.n < self.total):  # kept, or stopped early (shown red): final frame
+                handle.update(self.container)
+            else:
+                handle.update({"text/plain": ""}, raw=True)
+
+    return NotebookBar
 
 
 class LineProgress:

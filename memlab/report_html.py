@@ -42,6 +42,7 @@ from memlab.report_data import (  # noqa: F401 (re-exported: the page's data is 
     layers,
     pack_runs,
 )
+from memlab.run.plan import PLAN_NOTE, plan_vs_actual
 from memlab.run.report import (
     CORRECT_F1,
     DEFAULT_METRICS,
@@ -169,11 +170,14 @@ def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table
     if any(c.endswith("tokens_qa") for c in table.columns):
         notes.append(TOKEN_NOTE)
     notes += [f"Skipped {d}: the run {why}." for d, why in skipped]
+    plan_rows = [{"run": lab, **r} for lab, run in zip(labels, loaded) for r in plan_vs_actual(run.info)]
     parts = [f"<h1>{html.escape(title or 'memlab report')}</h1>",
              f'<p class="meta">{len(loaded)} run(s); generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. '
              f"Correct = F1 &ge; {CORRECT_F1}.</p>",
              _table_html(run_legend(loaded).drop(columns=["name"]).assign(
                  questions=[len(r.predictions) for r in loaded]), "runs"),
+             *([f'<h2 id="plan">Plan vs actual (model calls and tokens per role)</h2><p class="note">{PLAN_NOTE}</p>',
+                _table_html(pd.DataFrame(plan_rows), "plan")] if plan_rows else []),
              '<h2 id="summary">Summary per category</h2>', _table_html(display_frame(table), "summary"),
              "".join(f'<p class="note">{html.escape(n)}</p>' for n in notes)]
     if isinstance(cmp, str):

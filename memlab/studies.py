@@ -133,20 +133,21 @@ def store_bytes(run: Any) -> int | None:
 
 
 def system_table(runs: Sequence[Any]) -> pd.DataFrame:
-    """Per run and conversation: the memory system, how its provenance is known, memories stored and ingest
-    seconds (a memlab run: its extraction stage's memories and seconds for all its conversations together), and
-    the store's size on disk for the whole run (`store_bytes`)."""
+    """Per run and conversation: the memory system, how its provenance is known, memories stored, ingest seconds and
+    the bytes its ingest added to the store on disk (a system's conversations share one store: each row is its
+    growth; None for a run recorded before memlab measured it per conversation). A memlab run is one row, ``(all)``:
+    its extraction stage's memories and seconds, and its store and index files (`store_bytes`), for all its
+    conversations together."""
     rows = []
     for run in runs:
         info = run.info
         sysinfo = info.get("system")
-        size = store_bytes(run)
         if sysinfo:
             for c in sysinfo.get("per_conversation", []):
                 rows.append({"run": run.run_dir.name, "system": sysinfo["name"], "provenance": sysinfo["provenance"],
                              "features": ", ".join(k for k, v in sysinfo.get("features", {}).items() if v is True),
                              "conversation": c["conversation"], "memories": c["memories"],
-                             "ingest_s": c["ingest_s"], "store_bytes": size})
+                             "ingest_s": c["ingest_s"], "store_bytes": c.get("store_bytes")})
         else:
             ext = info.get("extraction") or {}
             t = info.get("timings", {})
@@ -154,5 +155,5 @@ def system_table(runs: Sequence[Any]) -> pd.DataFrame:
                          "features": "hybrid" if run.config.retrieval.hybrid else "dense",
                          "conversation": "(all)", "memories": ext.get("memories"),
                          "ingest_s": (t.get("extraction_s") or 0.0) + (t.get("indexing_s") or 0.0),
-                         "store_bytes": size})
+                         "store_bytes": store_bytes(run)})
     return pd.DataFrame(rows)

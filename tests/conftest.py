@@ -20,6 +20,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 # memlab's per-user state (which endpoints each run was started with) goes to a scratch folder, not ~/.local/state
 os.environ.setdefault("MEMLAB_STATE", tempfile.mkdtemp(prefix="memlab-state-"))
+# the machine cache (model vectors shared by results roots) of this session, never the user's ~/.cache/memlab
+os.environ["MEMLAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="memlab-machine-cache-")
 
 
 def real_locomo_path() -> Path | None:
@@ -70,8 +72,6 @@ def warm_results(tmp_path, warm_cache) -> Path:
     root = tmp_path / "results"
     (root / ".cache").mkdir(parents=True)
     shutil.copytree(warm_cache / "extract", root / ".cache" / "extract")
-    if (warm_cache / "embeddings.sqlite").exists():
-        shutil.copy2(warm_cache / "embeddings.sqlite", root / ".cache" / "embeddings.sqlite")
     return root
 
 

@@ -53,9 +53,10 @@ def test_a_bad_setting_is_a_config_error_naming_it(key, value, message):
         cfg_with(**{key: value})
 
 
-def test_settings_reach_the_cache_keys_and_run_json(synthetic_path, tmp_path):
-    """Two values of each setting: two extraction cache keys, two saved indexes, two embedding ids, two answer
-    arm labels; run.json records every setting with its default filled in."""
+def test_settings_reach_the_cache_keys_and_run_json(synthetic_path, tmp_path, monkeypatch):
+    """Two values of each setting: two extraction cache keys, two saved indexes, two embedding ids (in the machine
+    cache), two answer arm labels; run.json records every setting with its default filled in."""
+    monkeypatch.setenv("MEMLAB_CACHE_DIR", str(tmp_path / "machine-cache"))
     one = run_experiment(cfg_with(synthetic_path), results=tmp_path, progress=False)
     two = run_experiment(cfg_with(synthetic_path, extraction__params={"sentences": 2}, answer__params={"rank": 2},
                                   index__embedder_params={"dim": 32}, index__keyword_params={"min_chars": 4}),
@@ -72,7 +73,7 @@ def test_settings_reach_the_cache_keys_and_run_json(synthetic_path, tmp_path):
     assert two.info["components"]["answerer"] == "example-top-memory(2)"
     indexes = sorted(p.name for p in tmp_path.rglob("index-*.npz"))
     assert len(indexes) == 2, indexes  # one index per (extraction, index settings)
-    db = next(tmp_path.rglob("embeddings.sqlite"))
+    db = tmp_path / "machine-cache" / "embeddings.sqlite"
     eids = {r[0] for r in sqlite3.connect(db).execute("SELECT DISTINCT eid FROM emb")}
     assert eids == {"example-hashing(64)", "example-hashing(32)"}
     # the settings did reach the components: the second sentence is stored, the answer comes from rank 2
@@ -93,7 +94,7 @@ def test_sparse_settings_reach_validation_the_index_and_run_json(synthetic_path,
     with pytest.raises(ConfigError, match=r"index\.sparse_params\.k1 = -1; expected a number >= 0"):
         cfg_with(index__sparse="bm25", index__sparse_params={"k1": -1})
     with pytest.raises(ConfigError, match=r"index\.sparse_params\.cache_path = 'x'; not a setting of keyword scorer "
-                                          r"'splade': the run gives it from the results root"):
+                                          r"'splade': the run gives it from the machine cache"):
         cfg_with(index__sparse="splade", index__sparse_params={"cache_path": "x"})
     one = run_experiment(cfg_with(synthetic_path, index__sparse="example-overlap"), results=tmp_path, progress=False)
     five = run_experiment(cfg_with(synthetic_path, index__sparse="example-overlap",

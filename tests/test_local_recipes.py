@@ -1,4 +1,4 @@
-"""Each README "Run with a local model" recipe, run as written against the scripted server imitating
+"""Each recipe of docs/guides/models.md ("Recipes"), run as written against the scripted server imitating
 that server's quirks (`memlab.testing.QUIRKS`). No test compiles llama.cpp or downloads weights."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from memlab.run import ExperimentConfig, run_experiment
 from memlab.testing import Reply, ScriptedServer
 from tests.scripted_model import responder
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "models.md"
 
 
 def recipes() -> dict[str, dict]:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Run with a local model", 1)[1].split("\n## ", 1)[0]
+    text = GUIDE.read_text(encoding="utf-8")
+    section = text.split("\n## Recipes", 1)[1].split("\n## ", 1)[0]
     out = {}
     for block in re.findall(r"```yaml\n(.*?)```", section, re.S):
         m = re.match(r"# recipe: (\S+)", block)
@@ -34,14 +34,14 @@ def judging(body: dict) -> Reply:
     return Reply(text="CORRECT") if system.startswith("You grade answers") else responder(body)
 
 
-def test_readme_has_the_four_recipes_complete_and_their_commands():
+def test_the_guide_has_the_four_recipes_complete_and_their_commands():
     assert set(recipes()) == {"llama-cpp-python", "ollama", "vllm", "openai"}
     for name, doc in recipes().items():  # every role named, and the key variable stated (null: no key)
         assert doc["extraction"]["model"] and doc["answer"]["model"] and doc["judge"]["model"], name
         assert doc["index"]["embedder"] and "api_key_env" in doc["models"], name
     assert recipes()["openai"]["models"]["api_key_env"] == "OPENAI_API_KEY"
     assert recipes()["vllm"]["models"]["api_key_env"] == "VLLM_API_KEY"
-    text = README.read_text(encoding="utf-8")
+    text = GUIDE.read_text(encoding="utf-8")
     for needle in ("--chat_format chatml-function-calling", "OLLAMA_NUM_PARALLEL=1",
                    "--enable-auto-tool-choice --tool-call-parser hermes", "make test-local",
                    "export OPENAI_API_KEY=", "--api-key \"$VLLM_API_KEY\"", "memlab run local"):
@@ -60,7 +60,7 @@ def test_recipe_runs_against_an_imitation_of_its_server(server, synthetic_path, 
             doc = {**doc, "models": {**doc["models"], "api_base": srv.api_base}}
         doc = json.loads(json.dumps(doc).replace(doc["models"]["api_base"], srv.api_base))
         doc.update(name=f"recipe-{server}", dataset={"path": str(synthetic_path)})
-        cfg = ExperimentConfig.from_dict(doc, where=f"README recipe {server}")
+        cfg = ExperimentConfig.from_dict(doc, where=f"models guide recipe {server}")
         run = run_experiment(cfg, results=tmp_path, progress=False)
         pred = run.predictions
         assert len(pred) == 7 and pred["error"].isna().all(), pred[["error"]].to_dict()

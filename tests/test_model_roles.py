@@ -112,7 +112,7 @@ def test_job_timeout_from_config_bounds_a_slow_extraction(synthetic_path, tmp_pa
 
 # ------------------------------------------------------------------ endpoints checked before any work
 def every_role(path, base: str, **over) -> ExperimentConfig:
-    """The README's `original` recipe pointed at one address: extractor, embedder, reader and judge."""
+    """The models guide's `original` recipe pointed at one address: extractor, embedder, reader and judge."""
     c = ExperimentConfig.from_dict({
         "name": "roles", "dataset": {"path": str(path)},
         "extraction": {"extractor": "llm", "model": "gpt-4o-mini"},

@@ -30,8 +30,9 @@ SMALL = {
     # minilm and SPLADE indexes (~45 s): tests/test_systems.py runs mem0; here two arms on the warm tf-idf caches
     "07_compare_systems.ipynb": SHARED + '\nconfigs = ["offline", "session-recall"]',
     # the real model (SmolLM2 on llama.cpp, started by the notebook): conv-26's first session, 4 questions, the
-    # turns as memories (the model's extraction runs in tests/test_real_model.py), the model answering and judging
-    "08_real_model.ipynb": 'sessions = 1\nextractor = "turns"',
+    # turns as memories (the model's extraction runs in tests/test_real_model.py), the model answering over 3 memories
+    # (answers capped at 48 tokens: a rambling reply is an error in the table) and judging
+    "08_real_model.ipynb": 'sessions = 1\nextractor = "turns"\nreader_max_tokens = 48\ntop_k = 3',
 }
 #: Notebooks that start the real model (`memlab serve`'s code) themselves.
 NEEDS_LOCAL_MODEL = ("08_real_model.ipynb",)
@@ -41,6 +42,8 @@ REUSED = {"02_topk_ablation.ipynb": 1, "03_f1_vs_tokens.ipynb": 1, "04_multihop_
 #: tqdm's text bar (``45%|████▌     | 9/20 [00:01<00:01, 7.9it/s]``): what floods an output as a pink block.
 TQDM_TEXT = re.compile(r"\d+%\|.*\|\s*\d+/\d+")
 WIDGET = "application/vnd.jupyter.widget-view+json"
+#: A tqdm frame's count: ``| 9/20``.
+FRAME = re.compile(r"\|\s*(\d+)/(\d+)")
 
 
 def output_problems(nb) -> list[str]:
@@ -57,6 +60,10 @@ def output_problems(nb) -> list[str]:
                 text = str(o.get("data", {}).get("text/plain", ""))
                 if TQDM_TEXT.search(text) or "Warning" in text:
                     bad.append(f"cell {i}: {text[:120]!r}")
+            elif o.output_type == "display_data":  # a widget bar: its plain-text copy is what viewers without
+                bar = FRAME.search(str(o.data.get("text/plain", "")))  # widgets show: the bar as it ended
+                if bar and int(bar[1]) < int(bar[2]):
+                    bad.append(f"cell {i}: a progress bar saved unfinished ({bar[0]})")
     return bad
 
 
@@ -82,9 +89,11 @@ def test_output_check_catches_floods():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x")])
     nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stderr", text="answer:  45%|####5     | 9/20 [00:01")]
     assert len(output_problems(nb)) == 2
-    nb.cells[0].outputs = [nbformat.v4.new_output("display_data", data={"text/plain": "0%|  | 0/9 [00:00<?, ?it/s]",
+    nb.cells[0].outputs = [nbformat.v4.new_output("display_data", data={"text/plain": "100%|##| 9/9 [00:01<00:00]",
                                                                         WIDGET: {"model_id": "x"}})]
     assert output_problems(nb) == []
+    nb.cells[0].outputs[0].data["text/plain"] = "0%|  | 0/9 [00:00<?, ?it/s]"  # frozen at its first frame
+    assert output_problems(nb) == ["cell 0: a progress bar saved unfinished (| 0/9)"]
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +102,6 @@ def notebook_results(tmp_path_factory, warm_cache) -> Path:
     the complete runs an earlier one made (``reuse = True``), as the notebooks do under ``../results``."""
     root = tmp_path_factory.mktemp("notebook-results")
     shutil.copytree(warm_cache / "extract", root / ".cache" / "extract")
-    if (warm_cache / "embeddings.sqlite").exists():
-        shutil.copy2(warm_cache / "embeddings.sqlite", root / ".cache" / "embeddings.sqlite")
     return root
 
 
@@ -139,3 +146,30 @@ def test_notebooks_share_their_runs(notebook_results):
     copied = {json.loads((d / "run.json").read_text()).get("copied_from", "").split("-2")[0]: d.name.split("-2")[0]
               for d in notebook_results.glob("*-2*/") if "copied_from" in (d / "run.json").read_text()}
     assert copied == {"offline": "topk-top_k10", "offline-observations": "offline-reconcile"}
+
+
+def test_notebook_times_keeps_the_figures(tmp_path, capsys):
+    """``notebook_times.py --save`` writes the images a notebook displayed and its timing figures; ``--markdown``
+    prints the table again from them without running anything."""
+    import base64
+
+    spec = importlib.util.spec_from_file_location("notebook_times", NOTEBOOKS[0].parents[1] / "benchmarks" /
+                                                  "notebook_times.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(40))  # the bytes are kept as displayed
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x"), nbformat.v4.new_code_cell("y")])
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="hi"),
+                           nbformat.v4.new_output("display_data", data={"image/png": base64.b64encode(png).decode(),
+                                                                        "text/plain": "<Figure>"})]
+    (saved,) = mod.save_figures(nb, tmp_path / "figures" / "07_compare_systems")
+    assert Path(saved).name == "cell1-1.png" and Path(saved).read_bytes() == png
+    figures = {"params": 'conversations = ["conv-26"]', "notebooks": [
+        {"notebook": "07_compare_systems.ipynb", "wall_s": 61.2, "cpu_s": 80.4, "reused_runs": 1, "stderr_outputs": 0,
+         "figures": [saved]}], "all": {"wall_s": 61.5, "cpu_s": 80.9, "load_mean": 3.2, "load_max": 5.0}}
+    (tmp_path / "notebook_times.json").write_text(json.dumps(figures))
+    assert mod.main(["--markdown", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| `07_compare_systems` | 61 | 80 | 1 | 0 | 1 |" in out and "| all | 62 | 81 |" in out
+    assert 'Parameters: `conversations = ["conv-26"]`; load' in out and "mean 3.2, max 5.0" in out
+    assert mod.main(["--markdown", str(tmp_path / "nothing")]) == 2

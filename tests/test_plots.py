@@ -185,3 +185,23 @@ def test_reconcile_thresholds_panels_legend_and_file(tmp_path):
     assert (tmp_path / "reconcile.png").is_file()
     zeros = sweep_table().assign(near_duplicates=0)
     assert plots.reconcile_thresholds(zeros).axes[3].get_ylim() == (0.0, 1.0)  # no axis centred on 0
+
+
+def test_a_narrow_token_range_still_gets_plain_ticks():
+    """Token-matched arms all sit near one budget (e.g. 460-480 tokens): no 1-2-5 step falls in that range, and the
+    axis had no tick at all; it gets even steps, as plain numbers."""
+    import matplotlib.pyplot as plt
+
+    from memlab.plots.style import plain_log_ticks
+
+    fig, ax = plt.subplots()
+    ax.set_xscale("log")
+    ax.set_xlim(455, 485)
+    plain_log_ticks(ax)
+    ticks = [t for t in ax.get_xticks() if 455 <= t <= 485]
+    assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks)
+    assert ax.xaxis.get_major_formatter()(ticks[0], 0) == f"{ticks[0]:,.0f}"
+    ax.set_xlim(100, 5000)
+    plain_log_ticks(ax)
+    assert {200.0, 1000.0, 2000.0} <= set(ax.get_xticks())  # a wide range keeps its 1-2-5 steps
+    plt.close(fig)

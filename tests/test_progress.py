@@ -77,3 +77,27 @@ def test_the_time_shown_counts_from_when_the_bar_is_made():
     bar.close()
     shown = float(out.getvalue().splitlines()[-1].split(", ")[-1].removesuffix(" s"))
     assert shown >= 0.3
+
+
+def test_a_saved_notebook_shows_each_bar_as_it_ended():
+    """In a notebook the bar is tqdm's widget; the output's plain-text copy (what a viewer without widgets shows)
+    is replaced when the bar closes: the final frame, nothing for ``leave=False``, the stopping point for a bar
+    that did not finish (before: every bar frozen at its first frame, ``0/1986``)."""
+    import re
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    code = ("from memlab.progress import progress_bar\n"
+            "b = progress_bar(total=50, desc='answer')\nb.update(20)\nb.update(30)\nb.close()\n"
+            "c = progress_bar(total=30, desc='encode', leave=False)\nc.update(30)\nc.close()\n"
+            "for x in progress_bar(range(7), desc='iter'):\n    pass\n"
+            "d = progress_bar(total=9, desc='stopped')\nd.update(4)\nd.close()\n")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    NotebookClient(nb, kernel_name="python3", timeout=120).execute()
+    plain = [o.get("data", {}).get("text/plain") for o in nb.cells[0].outputs if o.output_type == "display_data"]
+    assert len(plain) == 4
+    assert re.match(r"answer: 100%\|.*\| 50/50 ", plain[0]) and plain[1] == ""
+    assert re.match(r"iter: 100%\|.*\| 7/7 ", plain[2]) and re.match(r"stopped:  44%\|.*\| 4/9 ", plain[3])
+    widgets = [o for o in nb.cells[0].outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert len(widgets) == 3  # the kept bars stay widgets (their state is saved as it ended)

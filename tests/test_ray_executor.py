@@ -114,7 +114,7 @@ def test_units_run_anywhere_from_what_they_are_sent(data_path, tmp_path):
     (cfg, _) = offline_grid(data_path).expand()
     (local,) = run_grid(cfg, results=tmp_path, executor="local", progress=False)
     conv = list(load_locomo(data_path))[0]
-    snap = cache_snapshot(tmp_path / ".cache", set())
+    snap = cache_snapshot(tmp_path / ".cache", set(), tmp_path / "no-embeddings.sqlite")
     ext = extract_unit(cfg, conv, None, None, None, snap, "extract syn-1")
     assert ext["where"]["node_id"] is None and ext["failures"] == [] and ext["state"]
     mems = [json.loads(x) for x in (local.run_dir / "traces" / "memories.jsonl").read_text().splitlines()]

@@ -1,5 +1,5 @@
-"""The README's measured figures: every marked region has a generator in `benchmarks/readme_figures.py`
-(and every generator a region), and regenerating one rewrites that region only."""
+"""The documentation's measured figures: every marked region, in README.md or a docs/ page, has a generator in
+`benchmarks/readme_figures.py` (and every generator a region), and regenerating one rewrites that region only."""
 
 from __future__ import annotations
 
@@ -21,9 +21,11 @@ def figures_module():
     return mod
 
 
-def test_every_readme_region_has_a_generator_and_back():
+def test_every_region_has_a_generator_and_back():
     rf = figures_module()
-    assert set(rf.regions((ROOT / "README.md").read_text(encoding="utf-8"))) == set(rf.FIGURES)
+    found = rf.all_regions()
+    assert set(found) == set(rf.FIGURES)
+    assert all(p == ROOT / "README.md" or p.is_relative_to(ROOT / "docs") for p in found.values())
 
 
 def test_regenerating_a_region_touches_nothing_else():
@@ -37,3 +39,21 @@ def test_regenerating_a_region_touches_nothing_else():
         rf.regions("<!-- figures:open -->\nno end\n")
     line = rf.provenance("offline-run", dt.date(2026, 12, 3))
     assert "Regenerated 2026-12-03 by `python benchmarks/readme_figures.py offline-run` (memlab run offline)" in line
+
+
+def test_find_region_looks_in_the_readme_and_every_docs_page(tmp_path):
+    rf = figures_module()
+    (tmp_path / "docs" / "guides").mkdir(parents=True)
+    (tmp_path / "README.md").write_text("<!-- figures:demo -->\nd\n<!-- /figures -->\n", encoding="utf-8")
+    page = tmp_path / "docs" / "guides" / "x.md"
+    page.write_text("text\n<!-- figures:topk -->\nt\n<!-- /figures -->\n", encoding="utf-8")
+    assert rf.find_region("topk", tmp_path) == page
+    assert rf.find_region("demo", tmp_path) == tmp_path / "README.md"
+    with pytest.raises(KeyError, match="no page has <!-- figures:nope -->.*demo, topk"):
+        rf.find_region("nope", tmp_path)
+    (tmp_path / "docs" / "y.md").write_text("<!-- figures:topk -->\nu\n<!-- /figures -->\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="'topk' is in docs/guides/x.md and docs/y.md"):
+        rf.all_regions(tmp_path)
+    (tmp_path / "docs" / "y.md").write_text("<!-- figures:open -->\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="docs/y.md: figure regions: opened"):
+        rf.all_regions(tmp_path)

@@ -123,6 +123,7 @@ def test_llm_extraction_answer_and_judge_run_end_to_end_on_the_real_model(smol, 
     run = _run({"name": "smol", "dataset": {"path": str(one_session)},
                 "extraction": {"extractor": "turns+llm", "prompt": "basic", "model": smol.model},
                 "answer": {"arm": "original", "model": smol.model}, "judge": {"model": smol.model},
+                "retrieval": {"top_k": 3},  # short reader prompts: the suite's time goes to prompt processing
                 "models": {"api_base": smol.api_base, "structured_output": "json_schema", "timeout": 120,
                            "extractor": {"max_tokens": 768}, "reader": {"max_tokens": 96}}}, tmp_path)
     info = run.info
@@ -247,3 +248,37 @@ def _wait_busy(api_base: str, timeout: float, proc: subprocess.Popen | None = No
             pass
         time.sleep(0.2)
     return False
+
+
+@needs_model
+def test_a_spend_capped_run_stops_before_the_call_and_resumes_on_the_real_model(smol, one_session, tmp_path):
+    """run.max_calls=2 over four reader questions: two requests reach llama.cpp, the run is stopped (not scored);
+    resumed with a raised cap it sends the other two, keeps the first two answers as they were, and completes."""
+    from memlab.llm import SpendCapReached
+    from memlab.run import ExperimentConfig, run_experiment
+    from memlab.run.plan import plan_vs_actual
+
+    cfg = ExperimentConfig.from_dict({
+        "name": "capped", "dataset": {"path": str(one_session)}, "extraction": {"extractor": "turns"},
+        "answer": {"arm": "original", "model": smol.model}, "run": {"max_calls": 2},
+        "retrieval": {"top_k": 3},  # short reader prompts: the suite's real-model time is prompt processing
+        "models": {"api_base": smol.api_base, "timeout": 120, "reader": {"max_tokens": 48}}})
+    with pytest.raises(SpendCapReached, match=r"run.max_calls=2 reached \(2 calls made\); the next \(reader"):
+        run_experiment(cfg, results=tmp_path, progress=False)
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "stopped" and info["spend"]["calls"] == 2
+    assert info["sessions"][0]["models_by_role"]["reader"]["prompt_tokens"] > 0  # the server's own count
+    assert not (run_dir / "summary.parquet").exists()
+    before = {json.loads(x)["qid"]: json.loads(x) for x in (run_dir / "predictions.jsonl").read_text().splitlines()}
+    assert len(before) == 2
+    done = run_experiment(None, resume=run_dir, overrides=["run.max_calls=20"], progress=False)
+    assert done.status in ("complete", "complete-with-errors")
+    assert done.info["resumed_skipped"] == sum(r["error"] is None for r in before.values())
+    # one reader call a question (a reply cut off at max_tokens is an error, asked again on resume, never retried)
+    assert done.info["spend"]["calls"] == 2 + done.info["answered_now"] == 6 - done.info["resumed_skipped"]
+    kept = done.predictions.set_index("qid")
+    for qid, r in before.items():
+        if r["error"] is None:  # a finished answer is kept as it was (a cut-off one is asked again)
+            assert kept.loc[qid, "prediction"] == r["prediction"]
+    assert {r["role"]: r["calls"] for r in plan_vs_actual(done.info)}["reader"] == done.info["spend"]["calls"]

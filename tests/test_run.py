@@ -70,6 +70,12 @@ def test_overrides():
         ExperimentConfig().with_overrides(["retrieval.top=3"])
 
 
+@pytest.mark.parametrize("values", [5, "5", [], {"a": 1}])
+def test_a_grid_value_that_is_not_a_non_empty_list_is_refused_naming_the_key(values):
+    with pytest.raises(ConfigError, match=r"grid\.retrieval\.top_k = .*expected a non-empty list"):
+        ExperimentConfig.from_dict({"grid": {"retrieval.top_k": values}})
+
+
 def test_preload_rule():
     svc = open_service("memory")
     k = UserKey("a", "u")

@@ -243,8 +243,14 @@ def test_compare_report_html_and_attribution_across_systems_through_the_cli(mem0
     att = attribute(b.run_dir)
     assert len(att) and set(att["provenance"]) == {"exact"} and "total" in attribution_table(att).index
     st = system_table([a, b])
-    assert (st.loc[st.run == b.run_dir.name, "store_bytes"] > 0).all()
+    per_conv = st.loc[st.run == b.run_dir.name, "store_bytes"]
+    assert len(per_conv) == 2 and (per_conv > 0).all()  # each conversation's own growth of the one mem0 store
+    assert per_conv.sum() <= info_of(b)["system"]["store_bytes"]  # before: the whole folder on every row
     assert (st.loc[st.run == a.run_dir.name, "store_bytes"] > 0).all()
+
+
+def info_of(run) -> dict:
+    return json.loads((run.run_dir / "run.json").read_text())
 
 
 def _mem0_infer(tmp_path, api_base):
@@ -470,3 +476,23 @@ def test_a_mem0_reply_that_is_not_json_is_one_line(synthetic_path, tmp_path, cap
     assert "extraction reply is not JSON" in line and "Traceback" not in err
     (run_dir,) = (tmp_path / "r").glob("*-*")
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
+
+
+@needs_mem0
+def test_mem0s_own_calls_are_held_to_the_spend_cap(synthetic_path, tmp_path, no_network):
+    from memlab.llm import SpendCapReached
+    from memlab.testing import ScriptedServer
+
+    with ScriptedServer(responder=_mem0_model) as srv:
+        cfg = ExperimentConfig.from_yaml("mem0").with_overrides({"dataset.path": str(synthetic_path),
+                                                                 "models.api_base": srv.api_base,
+                                                                 "run.max_calls": 2})
+        with pytest.raises(SpendCapReached, match=r"run.max_calls=2 reached \(2 calls made\); the next "
+                                                  r"\(extractor \(mem0\) gpt-4o-mini\)"):
+            run_experiment(cfg, results=tmp_path, progress=False)
+        assert len(srv.requests) == 2  # one call a session: the third session's was not sent
+        (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        assert json.loads((run_dir / "run.json").read_text())["status"] == "stopped"
+        done = run_experiment(None, resume=run_dir, overrides=["run.max_calls=10"], progress=False)
+    # a resumed mem0 run ingests everything again (its store is emptied): its calls count on from the first two
+    assert done.info["status"] == "complete" and done.info["spend"]["calls"] == 2 + 3 == len(srv.requests)

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from memlab.data.locomo import Conversation, Question
-from memlab.llm import CallStats, ModelError, Usage
+from memlab.llm import CallStats, ModelError, Usage, count_tokens
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import HitRecord, SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
@@ -96,6 +96,8 @@ class AnswerContext:
     """Base search options (top-k, hybrid, RRF k, dedupe, kind fallback ...); the query is filled per search."""
     preload_budget: int = 0
     now: datetime | None = None
+    context_tokens: int | None = None
+    """``retrieval.context_tokens``: each search's hits are cut to this many tokens (`within_budget`); None: k."""
 
 
 class Answerer(Component, ABC):
@@ -200,10 +202,31 @@ JUDGES: Registry[Judge] = Registry("judge")
 
 
 def retrieve(ctx: AnswerContext, query: str, **overrides: Any) -> tuple[SearchResult, QueryTrace]:
-    """Search the question's key with the run's options (``overrides`` for one call, e.g. a tool's top_k)."""
+    """Search the question's key with the run's options (``overrides`` for one call, e.g. a tool's top_k), the hits
+    cut to ``ctx.context_tokens`` where set (the trace's options then carry the budget and the tokens kept)."""
     opts = replace(ctx.search, query=query, **overrides)
     res = ctx.service.search(ctx.key, opts)
-    return res, QueryTrace.from_result(res)
+    if ctx.context_tokens is None:
+        return res, QueryTrace.from_result(res)
+    res, used = within_budget(res, ctx.context_tokens)
+    trace = QueryTrace.from_result(res)
+    trace.options.update(context_tokens=ctx.context_tokens, context_tokens_used=used)
+    return res, trace
+
+
+def within_budget(res: SearchResult, budget: int) -> tuple[SearchResult, int]:
+    """The hits in rank order while their texts fit ``budget`` tokens (o200k, the count behind
+    ``context_tokens_qa``; each text plus its line break), and the tokens they use. The first hit that does not fit
+    ends the context: a later, shorter one is not taken instead (the context stays a prefix of the ranking, so a
+    system's order decides what it reads, as with k)."""
+    kept, used = [], 0
+    for h in res.hits:
+        n = count_tokens(h.entry.text + "\n")
+        if used + n > budget:
+            break
+        kept.append(h)
+        used += n
+    return replace(res, hits=kept), used
 
 
 def preload(ctx: AnswerContext, message: str) -> tuple[list[MemoryEntry], dict[str, Any]]:

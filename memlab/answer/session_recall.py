@@ -75,7 +75,7 @@ class SessionRecallAnswerer(Answerer):
                     "embedder_params": "index.embedder_params", "sparse": "index.sparse",
                     "session_text": "index.session_text", "ef_search": "index.ef_search",
                     "ef_construction": "index.ef_construction",
-                    "embedding_cache": "the results root (.cache/embeddings.sqlite)"}
+                    "embedding_cache": "the machine cache (run.cache_dir; memlab.index.machine_cache)"}
     answer_settings = ("model", "prompt", "recall_unit", "recall_window", "recall_max",
                        *ExtractiveAnswerer.answer_settings)  # the extractive reader's, for the offline read
 

@@ -13,6 +13,7 @@ from memlab.extract.extractors import EXTRACTORS, Extractor
 from memlab.extract.messages import ChatSession, replay_locomo
 from memlab.extract.reconcile import ReconcileConfig
 from memlab.extract.worker import AutoMemoryWorker, JobResult
+from memlab.llm.spend import SpendCapReached
 from memlab.memory.entry import UserKey
 from memlab.memory.service import MemoryService
 from memlab.progress import progress_bar
@@ -85,10 +86,29 @@ def extract_conversation(
     worker = AutoMemoryWorker(service, extractor, checkers=checkers, reconcile_config=reconcile,
                               **(worker_params or {}))
     chat = session
-    for chat in replay_locomo(conv, key, user_speaker=user_speaker, session=session):
-        worker.run_job(chat)
-    worker.close()
+    try:
+        for chat in replay_locomo(conv, key, user_speaker=user_speaker, session=session):
+            worker.run_job(chat)
+    except SpendCapReached as e:  # refused before a job's call: the cursor is after the last finished job
+        e.extraction = (chat, worker)  # type: ignore[attr-defined]
+        raise
+    finally:
+        worker.close()
     return chat, worker
+
+
+def _save_conversation(service: MemoryService, conv: Conversation, chat: ChatSession, worker: AutoMemoryWorker,
+                       saved: dict[str, Any], build_cost: BuildCost | None) -> None:
+    """Save a conversation's cursor (none when it wrote nothing), its build cost and trace lines, in one go."""
+    state: dict[str, Any] = {}
+    if not (service.count(conversation_key(conv)) == 0 and conv.turns):  # nothing written: never cached as done
+        state = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in chat.state.items()}
+    # the cost so far: a conversation saved without a cursor (it wrote nothing) was extracted from scratch
+    previous = saved.get(BUILD_COST) if set(saved) - {BUILD_COST} else None
+    cost = build_cost(conv, worker, previous) if build_cost is not None else None
+    if cost is not None:  # what it cost, even when it wrote nothing (a model whose every op was dropped)
+        state[BUILD_COST] = cost
+    service.save_extraction(conv.sample_id, state, keyed_trace_rows(conv.sample_id, worker.results))
 
 
 def extract_dataset(
@@ -127,18 +147,14 @@ def extract_dataset(
         saved = service.extraction_state(conv.sample_id) or {}
         chat = ChatSession(id=f"locomo:{conv.sample_id}", key=key, state=dict(saved))
         ex = base.bind(conv)
-        chat, worker = extract_conversation(service, conv, ex, checkers, reconcile, session=chat,
-                                            worker_params=worker_params)
+        try:
+            chat, worker = extract_conversation(service, conv, ex, checkers, reconcile, session=chat,
+                                                worker_params=worker_params)
+        except SpendCapReached as e:  # the jobs done so far are kept: a resume goes on at the refused one
+            _save_conversation(service, conv, *e.extraction, saved, build_cost)  # type: ignore[attr-defined]
+            raise
         c = worker.counters
-        state: dict[str, Any] = {}
-        if not (service.count(key) == 0 and conv.turns):  # nothing written: never cached as done (no cursor)
-            state = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in chat.state.items()}
-        # the cost so far: a conversation saved without a cursor (it wrote nothing) was extracted from scratch
-        previous = saved.get(BUILD_COST) if set(saved) - {BUILD_COST} else None
-        cost = build_cost(conv, worker, previous) if build_cost is not None else None
-        if cost is not None:  # what it cost, even when it wrote nothing (a model whose every op was dropped)
-            state[BUILD_COST] = cost
-        service.save_extraction(conv.sample_id, state, keyed_trace_rows(conv.sample_id, worker.results))
+        _save_conversation(service, conv, chat, worker, saved, build_cost)
         if on_conversation is not None:
             on_conversation(conv, worker)
         rows.append({"conversation": conv.sample_id, "sessions": len(conv.sessions), "turns": len(conv.turns),

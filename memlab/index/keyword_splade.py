@@ -225,7 +225,7 @@ def _disk_put(path: str, vecs: dict[str, tuple[np.ndarray, np.ndarray]], dtype: 
         rows.append((mid, h, bi, bw, crc(mid, h, bi, bw)))
     db = _db(path)
     with db:
-        db.executemany("INSERT OR REPLACE INTO vec VALUES (?,?,?,?,?)", rows)
+        db.executemany("INSERT OR IGNORE INTO vec VALUES (?,?,?,?,?)", rows)
 
 
 def encode_uncached(texts: list[str], dtype: str = "float32") -> list[tuple[np.ndarray, np.ndarray]]:
@@ -330,7 +330,7 @@ class SpladeScorer(KeywordScorer):
 
     name = "splade"
     uses_cache = True
-    fixed_params = {"cache_path": "the results root (.cache/sparse-vectors.sqlite, beside the embedding cache)"}
+    fixed_params = {"cache_path": "the machine cache (sparse-vectors.sqlite beside embeddings.sqlite; run.cache_dir)"}
 
     def __init__(self, cache_path: str | os.PathLike[str] | None = None, dtype: ModelDtype = "float32"):
         self.cache_path = cache_path

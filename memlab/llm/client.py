@@ -17,16 +17,12 @@ from memlab.llm.cancel import Cancelled, cancellable_http_client, cancelled
 from memlab.llm.endpoints import (
     _CONTEXT_WINDOWS,
     _CONTEXT_WINDOWS_LOCK,
-    _NO_RETRY,
-    MAX_RETRY_AFTER_S,
     _connection_error,
     _Endpoint,
     _is_timeout,
-    _retry_after,
     context_window_from_models,
     endpoint,
     http_get_json,
-    is_local,
     prompt_tokens_estimate,
 )
 from memlab.llm.errors import (
@@ -42,6 +38,8 @@ from memlab.llm.errors import (
     register_secret,
 )
 from memlab.llm.imports import count_tokens, import_litellm
+from memlab.llm.retry import default_concurrency, retry_wait, retryable
+from memlab.llm.spend import billed_tokens, spending
 from memlab.llm.toolcalls import explicit_content, tool_call_text
 from memlab.llm.types import CallStats, Completion, ToolCall, Usage, normalise_endpoint, request_hash
 
@@ -54,8 +52,8 @@ STRUCTURED_OUTPUTS = ("tools", "json_schema")
 class ModelClient:
     """A model by litellm name (``gpt-4o-mini``, ``openai/<name>`` + ``api_base`` for local servers).
 
-    Local endpoints (``api_base`` on this machine) get ``concurrency`` = 1 by default: one request in
-    flight per endpoint, shared by every client of that ``api_base`` in the process. After a timeout
+    Local endpoints (``api_base`` on this machine) get ``concurrency`` = 1 by default, hosted ones 4 (`retry`):
+    requests in flight per endpoint, shared by every client of that ``api_base`` in the process. After a timeout
     the client waits (holding the slot, up to ``busy_wait`` s) until the endpoint's ``/models``
     answers again, so a one-request server is not handed a new request while it still computes the
     old one. ``context_window`` (or the one ``/models`` states) is checked before every call.
@@ -92,10 +90,10 @@ class ModelClient:
         self.backoff = backoff
         self.temperature = temperature
         self.cache_path = None if cache_path is None else str(cache_path)
-        if concurrency is None and is_local(api_base):
-            concurrency = 1
-        if concurrency is not None and concurrency < 1:
-            raise ValueError(f"{model}: concurrency = {concurrency}; expected an integer >= 1 (or None: unlimited)")
+        if concurrency is None:  # never unlimited (`memlab.llm.retry`): 1 on this machine, 4 hosted
+            concurrency = default_concurrency(api_base)
+        if concurrency < 1:
+            raise ValueError(f"{model}: concurrency = {concurrency}; expected an integer >= 1 (or None: the default)")
         self.concurrency = concurrency
         self.context_window = context_window
         self.busy_wait = 4 * timeout if busy_wait is None else busy_wait
@@ -108,6 +106,8 @@ class ModelClient:
                              f"{', '.join(STRUCTURED_OUTPUTS)}")
         self.structured_output = structured_output
         self._http: Any = None
+        self.role = ""
+        """The run's role it serves (set by the run's clients): named when the spend cap refuses a request."""
         if concurrency is not None:
             endpoint(api_base or f"provider:{model}", concurrency)  # registered now: a conflict fails early
         self._cache: ResponseCache | None = None
@@ -129,9 +129,7 @@ class ModelClient:
         return self._cache
 
     @property
-    def endpoint(self) -> _Endpoint | None:
-        if self.concurrency is None:
-            return None
+    def endpoint(self) -> _Endpoint:
         return endpoint(self.api_base or f"provider:{self.model}", self.concurrency)
 
     # ------------------------------------------------------------------------ context window
@@ -305,7 +303,9 @@ class ModelClient:
     def _call(self, payload: dict[str, Any], messages: list[dict[str, Any]]) -> Completion:
         litellm = import_litellm()
         kw = self._endpoint_kw(payload)
-        resp, attempts, spent = self._retrying(lambda: litellm.completion(**kw))
+        resp, attempts, spent = self._retrying(lambda: litellm.completion(**kw),
+                                               prompt_tokens_estimate(messages, payload.get("tools")),
+                                               int(payload.get("max_tokens") or 0))
         comp = self._parse(resp, messages)
         with self._lock:
             self.usage = self.usage + comp.usage
@@ -318,7 +318,7 @@ class ModelClient:
         and accounting; usage is the provider's, else counted (``estimated``)."""
         litellm = import_litellm()
         kw = self._endpoint_kw({"model": self.model, "input": list(texts)})
-        resp, attempts, spent = self._retrying(lambda: litellm.embedding(**kw))
+        resp, attempts, spent = self._retrying(lambda: litellm.embedding(**kw), sum(count_tokens(t) for t in texts), 0)
         data = sorted(resp.data, key=lambda d: d["index"] if isinstance(d, dict) else d.index)
         vecs = [d["embedding"] if isinstance(d, dict) else d.embedding for d in data]
         u = getattr(resp, "usage", None)
@@ -347,10 +347,12 @@ class ModelClient:
                                            max_retries=0, http_client=cancellable_http_client())
             return self._http
 
-    def _retrying(self, send: Any) -> tuple[Any, int, float]:
+    def _retrying(self, send: Any, prompt_tokens: int = 0, max_tokens: int = 0) -> tuple[Any, int, float]:
         """``send()`` with bounded retries (backoff, Retry-After, the endpoint's slots, the busy wait
         after a timeout); returns (response, attempts, seconds) or raises `ModelCallError` /
-        `EndpointUnreachable` carrying the attempts as partial cost."""
+        `EndpointUnreachable` carrying the attempts as partial cost. Each attempt is first admitted by the
+        run's spend cap (`memlab.llm.spend`; ``prompt_tokens``/``max_tokens``: its worst case), which may stop
+        the run with `SpendCapReached` before it is sent."""
         last: Exception | None = None
         spent = 0.0
         ep = self.endpoint
@@ -366,13 +368,20 @@ class ModelClient:
                 last, attempt = e, attempt - 1
                 break
             t0 = time.perf_counter()
-            wait = 0.0
             if ep is not None:
                 ep.slots.acquire()
             try:
-                with self._lock:
-                    self.calls += 1
-                resp = send()
+                with spending(self.role, self.model, self.api_base, prompt_tokens, max_tokens) as paid:
+                    with self._lock:
+                        self.calls += 1
+                    try:
+                        resp = send()
+                    except Exception as e:
+                        if _is_timeout(e):  # the provider may have computed (and billed) it
+                            paid(worst=True)
+                        raise
+                    billed = billed_tokens(resp)
+                    paid(billed, worst=billed is None)
                 br.record(True)
                 return resp, attempt, spent + time.perf_counter() - t0
             except Exception as e:  # litellm maps provider errors to its own exception classes
@@ -380,14 +389,13 @@ class ModelClient:
                 br.record(not _connection_error(e), f"{type(e).__name__}: {e}")
                 if _is_timeout(e) and ep is not None:
                     self._wait_until_idle()  # still holding the slot: nothing new reaches a busy server
-                wait = _retry_after(e) or 0.0
             finally:
                 if ep is not None:
                     ep.slots.release()
                 spent += time.perf_counter() - t0
-            if type(last).__name__ in _NO_RETRY or attempt > self.max_retries or cancelled():
+            if not retryable(last) or attempt > self.max_retries or cancelled():
                 break
-            wait = min(MAX_RETRY_AFTER_S, max(wait, self.backoff * (2 ** (attempt - 1))))
+            wait = retry_wait(last, attempt, self.backoff)  # Retry-After, else backoff with jitter
             time.sleep(wait)
             spent += wait
         with self._lock:
@@ -424,13 +432,8 @@ class ModelClient:
             args = fn.arguments if isinstance(fn.arguments, str) else json.dumps(fn.arguments)
             calls.append(ToolCall(id=getattr(tc, "id", None) or f"call_{i}", name=fn.name or "", arguments=args))
         text = msg.content or ""
-        u = getattr(resp, "usage", None)
-        if u is not None and getattr(u, "prompt_tokens", None):
-            details = getattr(u, "prompt_tokens_details", None)
-            cached = getattr(details, "cached_tokens", None) if details is not None else None
-            usage = Usage(int(u.prompt_tokens), int(u.completion_tokens or 0), int(cached or 0), False)
-        else:
-            usage = self.estimate_usage(messages, text)
+        billed = billed_tokens(resp)
+        usage = Usage(*billed, False) if billed is not None else self.estimate_usage(messages, text)
         return Completion(text=text, tool_calls=calls, usage=usage,
                           finish_reason=str(getattr(choice, "finish_reason", "") or ""))
 
@@ -444,3 +447,4 @@ class ModelClient:
             p = litellm.token_counter(model="gpt-4o-mini", messages=messages)
             c = litellm.token_counter(model="gpt-4o-mini", text=text) if text else 0
         return Usage(int(p), int(c), 0, True)
+

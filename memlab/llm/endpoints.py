@@ -5,22 +5,15 @@ from __future__ import annotations
 
 import json
 import threading
-import urllib.parse
 import urllib.request
 from typing import Any
 
 from memlab.breaker import CircuitOpen
 from memlab.llm.imports import count_tokens
+from memlab.llm.retry import is_local  # noqa: F401 - public here too (memlab.llm re-exports it)
 
 
 # ------------------------------------------------------------------------------- endpoints
-def is_local(api_base: str | None) -> bool:
-    if not api_base:
-        return False
-    host = (urllib.parse.urlsplit(api_base).hostname or "").lower()
-    return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0") or host.startswith("127.")
-
-
 class _Endpoint:
     """One shared slot counter per ``api_base``: at most ``concurrency`` requests in flight to it."""
 
@@ -114,25 +107,5 @@ def _connection_error(e: BaseException) -> bool:
     return False
 
 
-def _retry_after(e: BaseException) -> float | None:
-    """Seconds from a 429/503's ``Retry-After`` header, when the error carries the response."""
-    for obj in (e, getattr(e, "__cause__", None)):
-        resp = getattr(obj, "response", None)
-        headers = getattr(resp, "headers", None) or getattr(obj, "litellm_response_headers", None)
-        if headers is None:
-            continue
-        v = headers.get("retry-after") if hasattr(headers, "get") else None
-        try:
-            return float(v) if v is not None else None
-        except ValueError:
-            return None
-    return None
-
-
 def _is_timeout(e: BaseException) -> bool:
     return "Timeout" in type(e).__name__ or "timed out" in str(e).lower()
-
-
-_NO_RETRY = ("AuthenticationError", "BadRequestError", "NotFoundError", "PermissionDeniedError",
-             "ContextWindowExceededError", "ContentPolicyViolationError", "UnsupportedParamsError")
-MAX_RETRY_AFTER_S = 120.0

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 from memlab.run.labels import category_name
 from memlab.run.report import ci_frame
@@ -116,6 +116,8 @@ def plain_log_ticks(ax: plt.Axes) -> None:
     steps = (1, 2, 5) if hi / lo > 6 else (1, 1.5, 2, 3, 5, 7)
     ticks = [m * 10.0 ** e for e in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
              for m in steps if lo <= m * 10.0 ** e <= hi]
+    if len(ticks) < 2:  # a narrow range (a token-matched comparison: every arm near one budget): even steps
+        ticks = [t for t in MaxNLocator(4).tick_values(lo, hi) if lo <= t <= hi]
     ax.set_xticks(ticks)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.xaxis.set_minor_formatter(NullFormatter())

@@ -25,7 +25,7 @@ from memlab.atomic import write_text
 from memlab.data import Conversation, Question
 from memlab.eval.ceiling import answer_bearing, answer_ceiling, context_lines
 from memlab.extract.pipeline import conversation_key
-from memlab.llm import EndpointUnreachable, redact
+from memlab.llm import EndpointUnreachable, SpendCapReached, redact
 from memlab.memory import MemoryService
 from memlab.progress import progress_bar
 from memlab.run.config import ExperimentConfig
@@ -126,7 +126,8 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
                conv: Conversation, q: Question) -> tuple[PredictionRecord, RetrievalRecord, AnswerRecord]:
     """Answer, judge and trace one question; an arm's exception becomes the record's ``error``."""
     ctx = AnswerContext(service=svc, key=conversation_key(conv), conversation=conv,  # type: ignore[arg-type]
-                        search=cfg.retrieval.search_options(), preload_budget=cfg.retrieval.preload)
+                        search=cfg.retrieval.search_options(), preload_budget=cfg.retrieval.preload,
+                        context_tokens=cfg.retrieval.context_tokens)
     row = question_row(q)
     try:
         a = answerer.timed(q, ctx)
@@ -394,10 +395,18 @@ def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
                 pool = cf.ThreadPoolExecutor(max_workers=cfg.run.concurrency)
                 try:
                     futs = [pool.submit(answer_one, cfg, answerer, judge, svc, c, q) for c, q in todo]
+                    capped: SpendCapReached | None = None
                     for f in cf.as_completed(futs):
                         interrupted.stop()
-                        record(f.result())
+                        try:
+                            out = f.result()
+                        except SpendCapReached as e:  # the questions in flight still finish and are kept
+                            capped = capped or e
+                            continue
+                        record(out)
                         bar.update()
+                    if capped is not None:
+                        raise capped
                 finally:
                     pool.shutdown(wait=True, cancel_futures=True)
             interrupted.stop()

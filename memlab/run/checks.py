@@ -18,7 +18,7 @@ def inert_knobs(cfg: ExperimentConfig, recall_ks: Sequence[int] = (), warn: bool
     arm = ANSWERERS.get(a.arm)  # what it reads is declared on the class (`memlab.answer.Answerer`)
     if not arm.uses_retrieval:
         changed = [f"retrieval.{k}" for k in ("top_k", "hybrid", "rrf_k", "dedupe", "kind_fallback",
-                                               "participant_boost", "preload")
+                                               "participant_boost", "preload", "context_tokens")
                    if getattr(r, k) != getattr(base_r, k)]
         if changed:  # said when a setting the arm ignores was moved off its default (an ablation over it is flat)
             notes.append(f"the {a.arm} arm does not search memory: retrieval settings do not change its "

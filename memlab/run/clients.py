@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from memlab.breaker import breaker
+from memlab.index.machine_cache import embeddings_path
 from memlab.llm import ModelClient, is_local
 from memlab.llm.endpoints import http_get_json, served_model_id
 from memlab.run.config import ExperimentConfig
@@ -40,9 +41,10 @@ class Clients:
     """`for_role(role)` gives the role's client (one per role, so calls, tokens and cut-off replies are counted per
     role; roles on one endpoint share its concurrency slots, `memlab.llm.endpoints.endpoint`)."""
 
-    def __init__(self, cfg: ExperimentConfig, cache_path: Path):
+    def __init__(self, cfg: ExperimentConfig, cache_path: Path, embedding_cache: Path | None = None):
         self.cfg = cfg
         self.cache_path = cache_path
+        self._embedding_cache = embedding_cache  # a Ray task's private copy; None: the machine cache
         self._clients: dict[str, ModelClient] = {}
         self._requested: set[str] = set()
         self._lock = threading.Lock()
@@ -57,6 +59,12 @@ class Clients:
         return {"api_base": m["api_base"], "api_key": key, "timeout": m["timeout"], "max_retries": m["max_retries"],
                 "concurrency": m["concurrency"], "context_window": m["context_window"], "max_tokens": m["max_tokens"],
                 "structured_output": m["structured_output"]}
+
+    @property
+    def embedding_cache(self) -> Path:
+        """The machine cache's vector file (``run.cache_dir``; `memlab.index.machine_cache`), shared by every
+        results root on this machine (a Ray task's private copy where it was given one)."""
+        return self._embedding_cache or embeddings_path(self.cfg.run.cache_dir)
 
     def embedder_params(self) -> dict[str, Any]:
         """The embedder's settings (``index.embedder_params``) plus, for a model-backed one, its endpoint (the
@@ -76,6 +84,7 @@ class Clients:
             self._requested.add(role)
             if role not in self._clients:  # one client per role (its own counts); endpoint slots are shared
                 self._clients[role] = ModelClient(model, cache_path=self.cache_path, **ep)
+                self._clients[role].role = role
             return self._clients[role]
 
     def roles_in_use(self, answerer: Any) -> tuple[str, ...]:

@@ -6,7 +6,6 @@ objects instead of the configured names; everything else (caching, traces, scori
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import memlab.eval.profiles  # noqa: F401 - registers the llm judge (ProfileJudge) in JUDGES
@@ -30,7 +29,7 @@ def build_answerer(cfg: ExperimentConfig, clients: Clients) -> Answerer:
         params = cfg.index.service_params()
         del params["append_citing"]  # its index holds the turns only: nothing cites them
         arm.use_index(**params, turn_style=cfg.extraction.turn_style, embedder_params=clients.embedder_params(),
-                      embedding_cache=str(Path(clients.cache_path).parent / "embeddings.sqlite"))
+                      embedding_cache=str(clients.embedding_cache))
     return arm
 
 

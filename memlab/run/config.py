@@ -26,6 +26,7 @@ from memlab.eval.profiles import PROFILES
 from memlab.extract.extractors import EXTRACTORS
 from memlab.index.embedders import EMBEDDERS, parse_embedder_spec, spec_forms
 from memlab.index.keyword import KEYWORD_SCORERS
+from memlab.llm.retry import default_concurrency
 from memlab.params import ParamError, check_params, param_specs, secret_names
 from memlab.prompts import load_prompt
 from memlab.run.config_models import ROLES, ModelsConfig, RoleConfig  # noqa: F401  (re-exported)
@@ -167,8 +168,11 @@ class ExperimentConfig:
         if ANSWERERS.get(self.answer.arm).requires_model and not self.answer.model:
             raise ConfigError(f"{where}: answer.model is required for answer.arm = {self.answer.arm!r}")
         self._validate_models(where)
-        for key in self.grid:
+        for key, values in self.grid.items():
             get_dotted(self, key, where=f"{where}: grid")
+            if not isinstance(values, list) or not values:
+                raise ConfigError(f"{where}: grid.{key} = {values!r}; expected a non-empty list of values (one run "
+                                  f"per value, e.g. [{values!r}])")
 
     def _validate_settings(self, where: str) -> None:
         """Each component's settings (``extraction.params``, ``answer.params``, ``index.embedder_params``,
@@ -268,8 +272,7 @@ class ExperimentConfig:
             if not self.role_in_use(role):
                 continue
             where = r["api_base"] or "provider default endpoint"
-            conc = r["concurrency"] if r["concurrency"] is not None else (1 if r["api_base"] and _local(
-                r["api_base"]) else "unlimited")
+            conc = r["concurrency"] if r["concurrency"] is not None else default_concurrency(r["api_base"])
             lines.append(f"{role}: {names[role]} at {where} (timeout {r['timeout']:g} s, max_retries "
                          f"{r['max_retries']}, concurrency {conc}, context window "
                          f"{r['context_window'] or 'from /models or unchecked'}, max_tokens {r['max_tokens']}, "
@@ -330,13 +333,6 @@ def slug(value: Any, limit: int = 40) -> str:
     import hashlib
 
     return f"{text}_{hashlib.sha256(raw.encode()).hexdigest()[:6]}".lstrip("_")
-
-
-def _local(api_base: str) -> bool:
-    from urllib.parse import urlsplit
-
-    host = (urlsplit(api_base).hostname or "").lower()
-    return host in ("localhost", "::1", "0.0.0.0") or host.startswith("127.")
 
 
 def shipped_configs() -> list[str]:

@@ -38,8 +38,9 @@ ROLE_MAX_TOKENS: dict[str, int | None] = {"extractor": 2048, "reader": 256, "jud
 class ModelsConfig:
     """Where model names resolve: a local OpenAI-compatible server (``api_base``) or a provider.
 
-    ``concurrency``: requests in flight per endpoint (None: 1 for a local ``api_base``, unlimited for a
-    provider); ``context_window``: tokens, checked before each call (None: what the server's
+    ``concurrency``: requests in flight per endpoint, shared by its roles (None: 1 for a local ``api_base``, 4
+    for a hosted one or a provider's own API; `memlab.llm.retry` states the retry and rate-limit policy);
+    ``context_window``: tokens, checked before each call (None: what the server's
     ``/models`` states, else unchecked); ``max_tokens``: each reply's cap (None: the role's default,
     `ROLE_MAX_TOKENS`; a reply cut off there is an error, never an answer); ``structured_output``: how the
     endpoint gives a reply of a set form (extraction ops, a memory-tool round, a judge verdict): ``tools``

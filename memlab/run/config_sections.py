@@ -210,8 +210,8 @@ class IndexConfig:
 
 @dataclass
 class RetrievalConfig:
-    """Search options of the answering stage; every field but ``top_k`` (``max_results``) and
-    ``preload`` maps to the `SearchOptions` field of the same name."""
+    """Search options of the answering stage; every field but ``top_k`` (``max_results``), ``preload`` and
+    ``context_tokens`` maps to the `SearchOptions` field of the same name."""
 
     top_k: int = 10
     """Memories per question, 1 to `MAX_TOP_K`."""
@@ -231,6 +231,11 @@ class RetrievalConfig:
     preload: int = 0
     include_superseded: bool = True
     """Whether answering searches memories superseded under ``extraction.policy: preserve-history``."""
+    context_tokens: int | None = None
+    """A token budget for the reader's context (equal budgets across systems and arms): each search's hits, in rank
+    order, while their texts fit this many o200k tokens (as ``context_tokens_qa`` counts them; the first that does
+    not fit ends the context). ``top_k`` stays the most memories read: set it high (e.g. 100) for the budget to
+    bind. null: no budget, ``top_k`` alone."""
 
     def search_options(self) -> SearchOptions:
         names = {f.name for f in dataclasses.fields(SearchOptions)}
@@ -252,6 +257,7 @@ class RetrievalConfig:
         integer(where, "retrieval.top_k", self.top_k, 1, MAX_TOP_K)
         integer(where, "retrieval.rrf_k", self.rrf_k, 1)
         integer(where, "retrieval.feedback", self.feedback, 0)
+        integer(where, "retrieval.context_tokens", self.context_tokens, 1, optional=True)
         if self.preload < -1:
             raise ConfigError(f"{where}: retrieval.preload = {self.preload}; expected -1 (all), 0 (off) or N")
 
@@ -387,9 +393,27 @@ class RunConfig:
     the process. Without a model pass (a corpus-fitted index, a model-free arm) the local executor spends them
     as keys built side by side and forked answering processes (`memlab.run.forked`), with equal results. A Ray
     task gets the CPUs Ray assigned it, at most this."""
+    cache_dir: str | None = None
+    """The machine cache folder (pretrained models' vectors, shared by every results root;
+    `memlab.index.machine_cache`); null: ``$MEMLAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/memlab``, else
+    ``~/.cache/memlab``. Never changes a result."""
+
+    max_calls: int | None = None
+    """Spend cap: the run stops cleanly before the model request that would be its ``max_calls + 1``-th (every
+    role's, retries included; counted over its resumes); ``memlab run --resume`` with a raised cap goes on."""
+    max_usd: float | None = None
+    """Spend cap in US dollars: the run stops before a request whose worst case (its prompt tokens and the role's
+    max_tokens, priced as ``--plan`` prices them) could take the run's spend past it (`memlab.llm.spend`)."""
 
     def check(self, where: str) -> None:
         one_of(where, "run.executor", self.executor, EXECUTORS)
+        integer(where, "run.max_calls", self.max_calls, 1, optional=True)
+        v = self.max_usd
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf")):
+            raise ConfigError(f"{where}: run.max_usd = {v!r}; expected a number of US dollars > 0 (or null: no cap)")
+        if (self.max_calls is not None or v is not None) and self.executor != "local":
+            raise ConfigError(f"{where}: run.max_calls / run.max_usd with run.executor = {self.executor!r}: the "
+                              f"spend cap counts one process's calls; use the local executor")
         integer(where, "run.concurrency", self.concurrency, 1)
         integer(where, "run.ray_max_retries", self.ray_max_retries, 0)
         integer(where, "run.seed", self.seed, 0, MAX_SEED)

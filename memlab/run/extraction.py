@@ -158,7 +158,7 @@ def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Cli
     if embedder is not None:
         common["embedder"] = embedder
     if cfg.store.backend == "sqlite":
-        return open_service("sqlite", path=cdir / "store.db", embedding_cache=cache_root / "embeddings.sqlite",
+        return open_service("sqlite", path=cdir / "store.db", embedding_cache=clients.embedding_cache,
                             index_path=cdir / index_file(cfg, embedder), on_corrupt="rebuild", **common)
     return open_service("memory", **common)
 

@@ -23,7 +23,7 @@ from memlab.systems.base import read_by_system
 KEY_ALIASES = {"retrieval.top_k": "k", "dataset.path": "data"}
 #: Config keys that never change a result (names, how a run is driven): left out of run labels.
 IGNORED_KEYS = ("name", "grid", "run.concurrency", "run.max_error_rate", "run.check_endpoint", "models.timeout",
-                "models.max_retries")
+                "models.max_retries", "run.cache_dir")
 #: A label names at most this many config keys; the legend (`run_legend`) holds the full difference.
 LABEL_KEYS = 2
 #: A value in a label is cut to this many characters, a whole label to `LABEL_MAX` (the legend keeps both whole).

@@ -270,7 +270,24 @@ def make_plan(cfg: ExperimentConfig, picks: list[tuple[Conversation, Question]],
                               f"(throughput probe, 2 requests)")
     if any(p.usd is None for p in roles.values()):
         plan.notes.append("unknown price: a model litellm's price map does not list; give cost.prices a table")
+    plan.notes += cap_notes(cfg, roles)
     return plan
+
+
+def cap_notes(cfg: ExperimentConfig, roles: dict[str, RolePlan]) -> list[str]:
+    """The spend cap (``run.max_calls``, ``run.max_usd``) beside the plan: would a cold run stop before it ends?"""
+    out = []
+    calls = sum(p.calls for p in roles.values())
+    if cfg.run.max_calls is not None:
+        out.append(f"spend cap run.max_calls={cfg.run.max_calls:,}: the plan needs {calls:,} calls (retries add more): "
+                   + ("a cold run stops before it ends (resume with a raised cap)" if calls > cfg.run.max_calls
+                      else "within the cap"))
+    if cfg.run.max_usd is not None and roles and all(p.usd is not None for p in roles.values()):
+        bound = sum(p.usd or 0.0 for p in roles.values())
+        out.append(f"spend cap run.max_usd={cfg.run.max_usd:g}: the plan's bound is ${bound:.4f} (every reply at "
+                   f"max_tokens): " + ("a cold run may stop before it ends" if bound > cfg.run.max_usd
+                                       else "within the cap"))
+    return out
 
 
 def format_plan(plan: Plan) -> str:
@@ -308,11 +325,30 @@ def plan_config(cfg: ExperimentConfig, probe: bool = False) -> Plan:
         return make_plan(p.cfg, p.picks, p.convs, comps, clients, probe=probe)
 
 
+PLAN_NOTE = ("Planned before any call (memlab run --plan); completion_tokens_max is the bound calls x max_tokens; "
+             "actual counts every session of the run.")
+
+
+def used_by_role(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What each role used over every session of the run (a run stopped or interrupted, then resumed, counts all of
+    them), else what its last session recorded (``models.by_role``, a run.json older than per-session counts)."""
+    sessions = info.get("sessions") or []
+    if not sessions or any("models_by_role" not in s for s in sessions):
+        return (info.get("models") or {}).get("by_role") or {}
+    out: dict[str, dict[str, Any]] = {}
+    for s in sessions:
+        for role, r in s["models_by_role"].items():
+            acc = out.setdefault(role, {})
+            for k, v in r.items():
+                acc[k] = acc.get(k, 0) + v if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+    return out
+
+
 def plan_vs_actual(info: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per role, the plan run.json kept (``plan``) beside what the run used (``models.by_role``): calls, prompt
+    """Per role, the plan run.json kept (``plan``) beside what the run used (`used_by_role`): calls, prompt
     tokens, completion tokens (planned: the max_tokens bound)."""
     planned = (info.get("plan") or {}).get("roles") or {}
-    used = (info.get("models") or {}).get("by_role") or {}
+    used = used_by_role(info)
     rows = []
     for role in [r for r in ("extractor", "reader", "judge") if r in planned or r in used]:
         p, a = planned.get(role, {}), used.get(role, {})
@@ -321,3 +357,14 @@ def plan_vs_actual(info: dict[str, Any]) -> list[dict[str, Any]]:
                      "completion_tokens_max": p.get("completion_tokens_max"),
                      "completion_tokens": a.get("completion_tokens"), "truncated": a.get("truncated")})
     return rows
+
+
+def format_plan_vs_actual(info: dict[str, Any]) -> str | None:
+    """One line: per role, planned / actual calls and tokens (None: the run kept no plan)."""
+    rows = [r for r in plan_vs_actual(info) if r["calls_planned"] is not None]
+    if not rows:
+        return None
+    return "plan vs actual (per role; planned completion tokens are the max_tokens bound): " + "; ".join(
+        f"{r['role']} calls {r['calls_planned']:,} / {r['calls'] or 0:,}, prompt tokens {r['prompt_tokens_planned']:,}"
+        f" / {r['prompt_tokens'] or 0:,}, completion tokens <= {r['completion_tokens_max']:,} / "
+        f"{r['completion_tokens'] or 0:,}" for r in rows)

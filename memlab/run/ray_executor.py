@@ -32,6 +32,7 @@ import pandas as pd
 from memlab import cache_integrity
 from memlab.data import Conversation, Question, dataset_sha256, load_dataset
 from memlab.extract.pipeline import conversation_key
+from memlab.index.machine_cache import embeddings_path
 from memlab.memory import MemoryService
 from memlab.progress import progress_bar
 from memlab.run.answering import (
@@ -75,6 +76,7 @@ from memlab.run.ray_units import (  # noqa: F401 - the worker side; cache_snapsh
     store_cache_rows,
 )
 from memlab.run.results import Run
+from memlab.run.spend import counted_spend
 from memlab.run.steps import (
     Components,
     Prepared,
@@ -231,7 +233,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
     if env_vars:
         opts["runtime_env"] = {"env_vars": env_vars}
     models = {m for cfg in cfgs for r in ("extractor", "reader", "judge") if (m := role_model(cfg, r))}
-    snapshot = ray.put(cache_snapshot(cache_root, models))
+    snapshot = ray.put(cache_snapshot(cache_root, models, embeddings_path(cfgs[0].run.cache_dir)))
     remote_extract = ray.remote(extract_unit)
     remote_answer = ray.remote(answer_unit)
     stores: dict[str, tuple[MemoryService, Path]] = {}
@@ -303,7 +305,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
             else:
                 svc.import_index(ck, res["index"])
             svc.save_extraction(conv.sample_id, res["state"] or {}, [tuple(t) for t in res["trace"]])
-            store_cache_rows(cache_root, res["cache"])
+            store_cache_rows(cache_root, res["cache"], embeddings_path(owner.cfg.run.cache_dir))
             # only what the extraction tables use is kept (the rows and index are in the store and its files now)
             ext_results[(key, conv.sample_id)] = {"table": res["table"], "failures": res.get("failures", []),
                                                   "owner": owner.index}
@@ -391,7 +393,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                 cell.units.append({"unit": f"answer {conv.sample_id}", "questions": len(qs), "error": msg})
             else:
                 _append_records(cell.run_dir, res["records"])
-                store_cache_rows(cache_root, res["cache"])
+                store_cache_rows(cache_root, res["cache"], embeddings_path(cell.cfg.run.cache_dir))
                 _add_models(cell, res["models"])
                 cell.units.append({"unit": f"answer {conv.sample_id}", "questions": len(qs), **res["where"],
                                    "seconds": res["seconds"]})
@@ -436,7 +438,9 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                 cell.info["executor"].update(
                     units=cell.units, nodes=sorted({u["node_id"] for u in cell.units if u.get("node_id")}))
                 cell.info["peak_rss_mb"] = {"driver": peak_rss_mb()}  # the workers' are their own processes'
-                close_session(cell.run_dir, cell.info, cell.timings, integrity_mark, {"executor": "ray"})
+                cell.info["spend"] = counted_spend(cell.p.cfg, cell.p.prev, cell.models)  # as the local executor
+                close_session(cell.run_dir, cell.info, cell.timings, integrity_mark,
+                              {"executor": "ray", "models_by_role": cell.models.get("by_role", {})})
         finally:
             for svc, _ in stores.values():
                 svc.close()

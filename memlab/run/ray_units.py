@@ -30,6 +30,7 @@ from typing import Any
 from memlab.data import Conversation, Question
 from memlab.extract.messages import ChatSession, locomo_messages
 from memlab.extract.pipeline import conversation_key, extract_dataset, keyed_trace_rows
+from memlab.index.machine_cache import EMBEDDINGS
 from memlab.run.answering import answer_one, prepare_queries
 from memlab.run.clients import Clients
 from memlab.run.components import build_answerer, build_extractor, build_judge, import_component_modules
@@ -41,10 +42,11 @@ from memlab.threads import set_threads, worker_threads
 UnitHook = Callable[[str], None]
 
 
-def cache_snapshot(cache_root: Path, models: set[str]) -> dict[str, list[tuple]]:
-    """The cached responses of ``models`` and the cached vectors of model embedders (``litellm:*``):
-    what a worker needs so that a cached rerun makes no model call. Rows are copied whole (checksums
-    included). Corpus-fitted embedders (tfidf-lsa) are not shipped: their fit travels in the index state."""
+def cache_snapshot(cache_root: Path, models: set[str], embeddings: Path) -> dict[str, list[tuple]]:
+    """The cached responses of ``models`` (under ``cache_root``) and the cached vectors of model embedders
+    (``litellm:*``, in the ``embeddings`` file: the driver's machine cache): what a worker needs so that a cached
+    rerun makes no model call. Rows are copied whole (checksums included). Corpus-fitted embedders (tfidf-lsa) are
+    not shipped: their fit travels in the index state."""
     out: dict[str, list[tuple]] = {"responses": [], "embeddings": []}
     resp = cache_root / "responses.sqlite"
     if resp.is_file() and models:
@@ -52,17 +54,16 @@ def cache_snapshot(cache_root: Path, models: set[str]) -> dict[str, list[tuple]]
             if c.execute("SELECT name FROM sqlite_master WHERE name='responses'").fetchone():
                 q = f"SELECT * FROM responses WHERE model IN ({','.join('?' * len(models))})"
                 out["responses"] = list(c.execute(q, sorted(models)))
-    emb = cache_root / "embeddings.sqlite"
-    if emb.is_file():
-        with sqlite3.connect(emb) as c:
+    if embeddings.is_file():
+        with sqlite3.connect(embeddings) as c:
             if c.execute("SELECT name FROM sqlite_master WHERE name='emb'").fetchone():
                 out["embeddings"] = list(c.execute("SELECT * FROM emb WHERE eid LIKE 'litellm:%'"))
     return out
 
 
-def store_cache_rows(cache_root: Path, rows: dict[str, list[tuple]]) -> None:
-    """Insert the cache rows a worker returned into the results root's caches (each file created, with its
-    format, by the class that owns it)."""
+def store_cache_rows(cache_root: Path, rows: dict[str, list[tuple]], embeddings: Path) -> None:
+    """Insert the cache rows a worker returned into the results root's response cache and the ``embeddings`` file
+    (each file created, with its format, by the class that owns it)."""
     if rows.get("responses"):
         from memlab.llm import ResponseCache
 
@@ -73,17 +74,17 @@ def store_cache_rows(cache_root: Path, rows: dict[str, list[tuple]]) -> None:
     if rows.get("embeddings"):
         from memlab.index.embedders import CachedEmbedder, TfidfLSAEmbedder
 
-        CachedEmbedder(TfidfLSAEmbedder(), cache_root / "embeddings.sqlite").open()  # creates or checks the file
-        with sqlite3.connect(cache_root / "embeddings.sqlite") as c:
+        CachedEmbedder(TfidfLSAEmbedder(), embeddings).open()  # creates or checks the file
+        with sqlite3.connect(embeddings) as c:
             n = len(rows["embeddings"][0])
-            c.executemany(f"INSERT OR REPLACE INTO emb VALUES ({','.join('?' * n)})", rows["embeddings"])
+            c.executemany(f"INSERT OR IGNORE INTO emb VALUES ({','.join('?' * n)})", rows["embeddings"])
 
 
 def _new_rows(root: Path, snapshot: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
     """Cache rows a task added beyond its snapshot (model responses and model-embedder vectors)."""
     seen_r = {r[0] for r in snapshot.get("responses", [])}
     seen_e = {(r[0], r[1]) for r in snapshot.get("embeddings", [])}
-    got = cache_snapshot(root, models=_all_models(root))
+    got = cache_snapshot(root, _all_models(root), root / EMBEDDINGS)
     return {"responses": [r for r in got["responses"] if r[0] not in seen_r],
             "embeddings": [r for r in got["embeddings"] if (r[0], r[1]) not in seen_e]}
 
@@ -127,8 +128,8 @@ def _private_root(cfg: ExperimentConfig, snapshot: dict[str, list[tuple]], unit:
     set_threads(worker_threads(cfg.run.threads))  # this task's share of the node, not every core per worker
     with tempfile.TemporaryDirectory(prefix="memlab-ray-") as tmp:
         root = Path(tmp)
-        store_cache_rows(root, snapshot)
-        yield root, Clients(cfg, root / "responses.sqlite")
+        store_cache_rows(root, snapshot, root / EMBEDDINGS)  # the driver's vectors, in a private copy
+        yield root, Clients(cfg, root / "responses.sqlite", embedding_cache=root / EMBEDDINGS)
 
 
 def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str, Any]] | None,

@@ -34,6 +34,8 @@ class RunStatus(str, Enum):
     COMPLETE = "complete"
     COMPLETE_WITH_ERRORS = "complete-with-errors"
     INTERRUPTED = "interrupted"
+    STOPPED = "stopped"
+    """The spend cap (``run.max_calls`` / ``run.max_usd``) refused a request: resumable with a raised cap."""
     FAILED = "failed"
 
 
@@ -262,6 +264,11 @@ class RunInfo(Record):
     cache_integrity: list[dict[str, Any]] | None = None
     resume: str | None = None
     failure: str | None = None
+    stopped: str | None = None
+    """Why the spend cap stopped the run (status ``stopped``)."""
+    spend: dict[str, Any] | None = None
+    """Model requests sent and their dollars over every session of the run, and the cap held to
+    (`memlab.run.spend`)."""
     schema: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 

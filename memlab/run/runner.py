@@ -25,6 +25,7 @@ from memlab.answer import Answerer, Judge
 from memlab.extract.extractors import Extractor
 from memlab.index.embedders import Embedder
 from memlab.llm.cancel import allow_calls, cancel_calls
+from memlab.llm.spend import SpendCapReached, capped
 from memlab.memory.search_types import Searcher
 from memlab.run.answering import (
     StopFlag,
@@ -40,6 +41,7 @@ from memlab.run.config import ConfigError, ExperimentConfig, parse_sets
 from memlab.run.extraction import run_extraction
 from memlab.run.results import Run, RunFileError, load_run, read_config, read_run_json
 from memlab.run.reuse import copy_as, renamed_twin, reusable_run
+from memlab.run.spend import SPEND_KEYS, record_stop, spend_cap, spend_overrides
 from memlab.run.steps import (  # noqa: F401 - RunStorageError, is_storage_error, storage_message: public here too
     Prepared,
     RunStorageError,
@@ -80,9 +82,10 @@ def resolve_run_config(config: ExperimentConfig | str | Path | None, resume: str
         raise FileNotFoundError(f"{run_dir}: not a run folder (no config.yaml)")
     cfg = read_config(run_dir / "config.yaml")
     if overrides:
-        if not force_config:
+        if not force_config and not spend_overrides(overrides):
             raise ConfigError(f"--resume {run_dir}: refusing --set {overrides!r}: a resumed run keeps its config "
-                              f"(add --force-config to apply the overrides to the remaining questions)")
+                              f"(add --force-config to apply the overrides to the remaining questions; "
+                              f"{' and '.join(SPEND_KEYS)} need none)")
         cfg = cfg.with_overrides(overrides)
     check_trust(run_dir, cfg, parse_sets(overrides) if isinstance(overrides, list) else overrides or {},
                 trust_run_config)
@@ -171,6 +174,7 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
     integrity_mark = cache_integrity.mark()
     clients = Clients(cfg, cache_root / "responses.sqlite")
     comps = build_components(cfg, clients, p.errata, **given)
+    cap = held.enter_context(capped(spend_cap(cfg, p.prev)))  # every model request counted, and capped if asked
     # -- the run folder
     run_dir = open_run_dir(cfg.name, cfg.to_yaml(), root, resume)
     if resume is None:
@@ -239,11 +243,16 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
                 peak["answering"] = peak_rss_mb()
                 if workers > 1:  # each forked process's own (pages shared with this one count in both)
                     peak["answer_processes"] = peak_rss_mb(children=True)
+        if cap.reason is not None:  # a refused request whose stop a component swallowed: still not complete
+            raise SpendCapReached(cap.reason)
         # -- 5. scoring
         run = finish_run(p, run_dir, comps.answerer, info, timings, len(done), answered, clients.totals(),
                          on_system=comps.on_system)
         peak["scoring"] = peak_rss_mb()
         return run
+    except SpendCapReached as e:  # the cap refused a request: nothing in flight is cut (what it buys is cached)
+        record_stop(info, str(e), resume_cmd)
+        raise
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM, in any stage
         how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
         cancel_calls(f"the run was {how}")  # calls in flight end now, and their servers stop generating
@@ -256,9 +265,11 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
         raise
     finally:
         timings["total_s"] = time.perf_counter() - t_start
+        info["spend"] = cap.record()
         info["peak_rss_mb"] = peak  # this session's, per stage (a process's peak only grows: the last is the run's)
         try:
-            close_session(run_dir, info, timings, integrity_mark, {"peak_rss_mb": peak})
+            close_session(run_dir, info, timings, integrity_mark,  # per session: plan vs actual sums them
+                          {"peak_rss_mb": peak, "models_by_role": clients.totals()["by_role"]})
         finally:
             if svc is not None:
                 svc.close()

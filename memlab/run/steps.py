@@ -267,7 +267,7 @@ def close_session(run_dir: Path, info: dict[str, Any], timings: dict[str, float]
     except OSError as e:  # the disk is full or the folder read-only: say so, without hiding the first error
         print(f"memlab: could not record the run's status in {run_dir / 'run.json'}: {e.strerror or e}",
               file=sys.stderr)
-        if info["status"] not in (RunStatus.FAILED.value, RunStatus.INTERRUPTED.value):
+        if info["status"] not in (RunStatus.FAILED.value, RunStatus.INTERRUPTED.value, RunStatus.STOPPED.value):
             raise RunStorageError(storage_message(e, run_dir)) from e
 
 

@@ -67,9 +67,10 @@ def run_system(cfg: ExperimentConfig, convs: list[Conversation], system: MemoryS
     empty: list[str] = []
     for conv in convs:
         key = conversation_key(conv)
-        t0 = time.perf_counter()
+        size0, t0 = system.store_bytes(), time.perf_counter()
         system.ingest_conversation(key, conv)
         ingest_s = time.perf_counter() - t0
+        size1 = system.store_bytes()  # what this conversation added to the store on disk (one shared store)
         mems = system.memories(key)
         aligned = recover(svc, key, conv, mems, aligner) if isinstance(svc, SystemService) else {}
         for h in mems:
@@ -83,7 +84,8 @@ def run_system(cfg: ExperimentConfig, convs: list[Conversation], system: MemoryS
         if conv.turns and not mems:
             empty.append(conv.sample_id)
         per_conv.append({"conversation": conv.sample_id, "ingest_s": round(ingest_s, 3), "memories": len(mems),
-                         "recovered": len(aligned), "sessions": len(conv.sessions), "turns": len(conv.turns)})
+                         "recovered": len(aligned), "sessions": len(conv.sessions), "turns": len(conv.turns),
+                         "store_bytes": None if size1 is None else size1 - (size0 or 0)})
     if empty and not cfg.run.allow_failed_extraction:
         svc.close()
         raise ExtractionFailed(f"system {system.name!r} stored no memory for {len(empty)} conversation(s) with "

@@ -180,8 +180,15 @@ class Mem0System(MemorySystem):
         inner = llm.generate_response
 
         def generate(*a: Any, **kw: Any) -> Any:
-            self._counts["model_calls"] += 1
-            out = inner(*a, **kw)
+            from memlab.llm import prompt_tokens_estimate
+            from memlab.llm.spend import spending
+
+            messages = kw.get("messages", a[0] if a else [])
+            with spending("extractor (mem0)", self.model or "", self.api_base, prompt_tokens_estimate(
+                    messages if isinstance(messages, list) else []), int(self.max_tokens or 0)) as paid:
+                self._counts["model_calls"] += 1  # (the run's spend cap admits it first, `memlab.llm.spend`)
+                out = inner(*a, **kw)
+                paid(worst=True)  # mem0 hands back the text only: counted at its worst case
             if kw.get("response_format") is not None:  # the extraction call (JSON mode)
                 check_reply(out)
             return out

@@ -11,6 +11,9 @@ measured; see `QUIRKS`): tool calls written as text, HTTP 500 on a tool-call mes
 ``content``, no or per-token embeddings, a ``/v1/models`` listing with or without a context length,
 and one request at a time (``serial``: a request that arrives while another runs waits, and is
 counted in ``busy_arrivals``). `closed_port_api_base` gives an endpoint that is down.
+
+Scripted 'models' (functions of the request that read their prompt) are in `memlab.testing.models`; ``python -m
+memlab.testing serve`` starts a server for a dry run of a config from the shell (`memlab.testing.__main__`).
 """
 
 from __future__ import annotations
@@ -96,10 +99,12 @@ class ScriptedServer:
                  require_content: bool = False, embeddings: str = "ok", serial: bool = False,
                  models: list[dict[str, Any]] | None = None, ignore_tool_choice: bool = False,
                  models_delay: float = 0.0, n_ctx: int | None = None, any_model: str | None = None,
-                 prompt_cache: bool = False):
+                 prompt_cache: bool = False, port: int = 0):
         if embeddings not in ("ok", "per-token", "error", "unsupported"):
             raise ValueError(f"embeddings = {embeddings!r}; expected ok, per-token, error or unsupported")
         self.n_ctx = n_ctx
+        self.port = port
+        """The port on 127.0.0.1 (0: a free one)."""
         self.any_model = any_model
         self.prompt_cache = prompt_cache
         self._last_prompt = ""
@@ -183,7 +188,7 @@ class ScriptedServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._httpd.daemon_threads = True
         threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
         from memlab.breaker import breaker
@@ -382,3 +387,6 @@ class ScriptedServer:
         n = sum(len(str(t).split()) for t in inputs)
         h._send(200, {"object": "list", "data": data, "model": body.get("model"),
                       "usage": {"prompt_tokens": n, "total_tokens": n}})
+
+
+from memlab.testing.models import dry_run_model, echo, fixed, load_script, scripted_model  # noqa: E402,F401
