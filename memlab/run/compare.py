@@ -77,8 +77,9 @@ def compare(baseline: Run | str | Path, *runs: Run | str | Path, metrics: Sequen
 def check_token_matched(runs: Sequence[Run], labels: Sequence[str], budget: int) -> None:
     """Every run made with ``retrieval.context_tokens = budget``; a `ComparisonError` naming each that was not and
     the command that makes it (the budget changes what a reader reads: it cannot be applied to a finished run)."""
-    off = [f"{lab} (retrieval.context_tokens = {r.config.retrieval.context_tokens}, top_k = {r.config.retrieval.top_k})"
-           for lab, r in zip(labels, runs) if r.config.retrieval.context_tokens != budget]
+    off = [f"{lab} ({r.run_dir}: retrieval.context_tokens = {r.config.retrieval.context_tokens}, "
+           f"top_k = {r.config.retrieval.top_k})" for lab, r in zip(labels, runs)
+           if r.config.retrieval.context_tokens != budget]
     if off:
         raise ComparisonError(
             f"compare --token-matched {budget}: not made at that budget: {'; '.join(off)}. Run each config as "
