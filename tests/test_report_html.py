@@ -109,6 +109,9 @@ def test_one_order_and_one_sign_in_compare_report_and_html(two_arms, tmp_path, c
     assert main(["compare", str(a.run_dir), str(b.run_dir)]) == 0
     out = capsys.readouterr().out
     assert "every delta is B \u2212 A" in out
+    # the legend under the comparison: each label, its folder and what its config changes
+    assert (f"offline extractor=observations: {b.run_dir} (extraction.extractor=observations)" in out
+            and f"offline extractor=turns+observations: {a.run_dir} (extraction.extractor=turns+observations)" in out)
     line = next(ln for ln in out.splitlines() if ln.split()[:3] == ["overall", "1-5", "f1"])
     assert f"{sh[0]:.3f}" in line.split() and f"{sh[1]:.3f}" in line.split()
 
