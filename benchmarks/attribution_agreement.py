@@ -47,15 +47,24 @@ HANDCHECK = HERE / "attribution_handcheck.csv"
 PER_CATEGORY = 12
 SEED = 21
 EXCLUDED_CONVERSATION = "conv-26"
-#: The samples in the order they were drawn, each excluding the earlier ones: (per category, seed).
-SAMPLES = {"dev": (PER_CATEGORY, SEED), "holdout": (5, 22), "holdout2": (5, 23), "holdout3": (6, 24),
-           "holdout4": (8, 25), "holdout5": (8, 26)}
+ALL_CATEGORIES = (1, 2, 3, 4, 5)
+#: The samples in the order they were drawn, each excluding the earlier ones: (per category, seed[, categories]).
+#: ``blind2`` (issue 36): 10 per category 1-4, drawn on main's full offline run and labelled blind from the sheet
+#: of ``--blind`` (no rule output), each category committed before agreement is computed.
+SAMPLES: dict[str, tuple[int, int] | tuple[int, int, tuple[int, ...]]] = {
+    "dev": (PER_CATEGORY, SEED), "holdout": (5, 22), "holdout2": (5, 23), "holdout3": (6, 24),
+    "holdout4": (8, 25), "holdout5": (8, 26), "blind2": (10, 27, (1, 2, 3, 4))}
+#: Samples labelled blind (without the rules or their output): none was used to design issue 36's rule changes.
+BLIND = ("holdout4", "holdout5", "blind2")
 
 
 def draw(att: pd.DataFrame, per_category: int = PER_CATEGORY, seed: int = SEED,
-         exclude: set[str] = frozenset()) -> pd.DataFrame:  # type: ignore[assignment]
-    """The hand-check sample: ``per_category`` failed questions per category, none from conv-26 nor ``exclude``."""
-    pool = att[(att.conversation_id != EXCLUDED_CONVERSATION) & ~att.qid.isin(exclude)].sort_values("qid")
+         exclude: set[str] = frozenset(), categories: tuple[int, ...] = ALL_CATEGORIES  # type: ignore[assignment]
+         ) -> pd.DataFrame:
+    """The hand-check sample: ``per_category`` failed questions per category of ``categories``, none from conv-26
+    nor ``exclude``."""
+    pool = att[(att.conversation_id != EXCLUDED_CONVERSATION) & ~att.qid.isin(exclude)
+               & att.category.isin(list(categories))].sort_values("qid")
     return pd.concat([g.sample(n=min(per_category, len(g)), random_state=seed)
                       for _, g in pool.groupby("category", sort=True)]).reset_index(drop=True)
 
@@ -67,9 +76,11 @@ def samples(att: pd.DataFrame, labelled: pd.DataFrame | None = None) -> dict[str
     so a sample's draw stays the same once its own labels are written."""
     out: dict[str, pd.DataFrame] = {}
     seen: set[str] = set()
-    for name, (per, seed) in SAMPLES.items():
+    for name, spec in SAMPLES.items():
+        per, seed = spec[0], spec[1]
+        cats = spec[2] if len(spec) > 2 else ALL_CATEGORIES  # type: ignore[misc]
         old = set() if labelled is None else set(labelled.qid[labelled["sample"].isin(list(out))])
-        out[name] = draw(att, per, seed, seen | old)
+        out[name] = draw(att, per, seed, seen | old, cats)
         seen |= set(out[name].qid)
     return out
 
@@ -138,6 +149,10 @@ def markdown(both: pd.DataFrame, left_out: dict[str, list[str]], n_boot: int = 2
                      True, n_boot))
     rows.append(_row("every sample but `dev`, categories 1–4 (category 5 is always `abstain-error`)",
                      held[held.category != 5], n_boot=n_boot))
+    blind = both[both["sample"].isin(BLIND)]
+    if len(blind):
+        names = " + ".join(f"`{n}`" for n in blind["sample"].unique())
+        rows.append(_row(f"labelled blind, without the rules or their output ({names})", blind, n_boot=n_boot))
     rows.append(_row("all", both, n_boot=n_boot))
     labels = sorted(set(held.hand_label) | set(held.rule_label))
     table = pd.crosstab(held.hand_label, held.rule_label).reindex(index=labels, columns=labels, fill_value=0)
@@ -173,6 +188,96 @@ def dump(tr, att: pd.DataFrame, data, sample: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
+def _day(when: object) -> str:
+    from memlab.data.locomo import format_day
+
+    try:
+        return format_day(pd.Timestamp(when).to_pydatetime())
+    except (TypeError, ValueError):
+        return "no date"
+
+
+def blind_question(tr, data, qid: str) -> str:
+    """One question as a blind labeller reads it: question, gold, prediction, evidence turns, the reader's
+    context in rank order (best hit rank over the question's queries; ``preload`` when no query returned it) and
+    each evidence turn's retrieval rank when it is not in the context. Nothing the rules compute is shown."""
+    q = tr.questions.set_index("qid").loc[qid]
+    conv = data[q["conversation_id"]]
+    mems = tr.memories.set_index("id")
+    hits = tr.retrieval[tr.retrieval.qid == qid]
+    best = hits.groupby("id")["rank"].min().to_dict() if len(hits) else {}
+    ctx = tr.contexts.get(qid, [])
+    order = sorted(ctx, key=lambda m: (best.get(m) is None or pd.isna(best.get(m)), best.get(m) or 0, ctx.index(m)))
+    def is_turn(text: str) -> bool:  # a turn memory is the turn as said ("Jon: ..."); else an observation
+        return text.startswith(tuple(f"{sp}:" for sp in conv.speakers))
+
+    def rank_of(m: str) -> str:
+        r = best.get(m)
+        return "preload" if r is None or pd.isna(r) else str(int(r))
+
+    in_ctx: dict[str, list[str]] = {}
+    for m in ctx:
+        if m in mems.index:
+            for s in mems.loc[m, "source_ids"] or []:
+                kind = "" if is_turn(str(mems.loc[m, "text"])) else " (observation)"
+                in_ctx.setdefault(s, []).append(f"rank {rank_of(m)}{kind}")
+    ranks = tr.best_ranks(qid)
+    depth = tr.rank_depth.get(qid)
+    out = [f"### {qid} (category {int(q['category'])})", "", f"- **Question**: {q['question']}",
+           f"- **Gold**: {q['answer']}", f"- **Prediction**: {q['prediction']}  (F1 {float(q['f1']):.2f})", "",
+           "Evidence turns:", ""]
+    raw = [str(x) for x in (q.get("evidence_raw") if q.get("evidence_raw") is not None else [])]
+    for e in list(q["evidence"]) or []:
+        t = conv.turn_index.get(e)
+        if t is None:
+            out.append(f"- `{e}`: names no turn of the conversation")
+            continue
+        where = f"in context: {', '.join(in_ctx[e])}" if e in in_ctx else (
+            "not in context, " + (f"retrieval rank {ranks[e]}" if ranks.get(e) is not None else
+                                  f"beyond retrieval rank {depth}" if e in ranks and depth else
+                                  "retrieval rank not traced"))
+        out.append(f"- `{e}` [{conv.session_by_index[t.session_index].date_time_raw}] **{t.speaker}**: "
+                   f"{t.searchable_text}  — *{where}*")
+    dangling = [r for r in raw if r not in set(q["evidence"])]
+    if dangling:
+        out.append(f"- raw evidence entries as the dataset writes them: {raw}")
+    out += ["", f"Context the reader saw ({len(order)} lines, best rank first):", "",
+            "| rank | dia ids | date | text |", "|---|---|---|---|"]
+    for m in order:
+        row = mems.loc[m] if m in mems.index else None
+        ids = ", ".join(row["source_ids"] or []) if row is not None else "?"
+        text = str(row["text"]) if row is not None else "(memory not in the trace)"
+        kind = "" if row is None or is_turn(text) else " (observation)"
+        date = _day(row["event_time"]) if row is not None else ""
+        out.append(f"| {rank_of(m)} | {ids}{kind} | {date} | {text.replace('|', '/')} |")
+    return "\n".join(out) + "\n"
+
+
+def write_blind(tr, att: pd.DataFrame, data, name: str, sample: pd.DataFrame, out: Path,
+                definitions: Path | None) -> list[Path]:
+    """The blind labelling sheet of sample ``name``: ``sheet.md`` (the label definitions, then every question),
+    one ``sheet-cat<N>.md`` per category, and ``labels.csv`` with qid and category filled and hand_label, reason
+    blank. No rule label, reason, ceiling or answer-bearing is written."""
+    out.mkdir(parents=True, exist_ok=True)
+    defs = definitions.read_text() if definitions is not None else ""
+    head = (f"# Blind labelling sheet: sample `{name}` ({len(sample)} failed questions of {tr.run_dir.name})\n\n"
+            "Label each question with one label from the definitions below, in `labels.csv` (hand_label, and a "
+            "reason naming the line(s) you decided on). Commit each category before moving to the next.\n\n")
+    sample = sample.sort_values(["category", "qid"])
+    blocks = {qid: blind_question(tr, data, qid) for qid in sample.qid}
+    written = []
+    for c, g in sample.groupby("category"):
+        p = out / f"sheet-cat{int(c)}.md"
+        p.write_text(head + f"## Category {int(c)}\n\n" + "\n".join(blocks[q] for q in g.qid))
+        written.append(p)
+    body = "\n".join(f"## Category {int(c)}\n\n" + "\n".join(blocks[q] for q in g.qid)
+                      for c, g in sample.groupby("category"))
+    (out / "sheet.md").write_text(head + defs + "\n\n---\n\n" + body)
+    blank = sample[["qid", "category"]].assign(hand_label="", reason="")
+    blank.to_csv(out / "labels.csv", index=False)
+    return [out / "sheet.md", *written, out / "labels.csv"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run_dir", help="a finished offline run folder")
@@ -181,6 +286,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="print one sample's drawn questions for labelling, without the rules' labels "
                          f"(per category and seed: {SAMPLES}); 'stale': the CSV's still-failed questions "
                          "whose run prediction is not the labelled one")
+    ap.add_argument("--blind", choices=list(SAMPLES), metavar="NAME",
+                    help="write the blind labelling sheet of sample NAME (no rule output) under --out")
+    ap.add_argument("--out", help="--blind: the folder for sheet.md, sheet-cat<N>.md and labels.csv")
+    ap.add_argument("--definitions", help="--blind: a markdown file of the label definitions, put atop sheet.md")
     ap.add_argument("--markdown", action="store_true",
                     help="print only the docs' tables (per sample, held out pooled, held-out confusion)")
     ap.add_argument("--sample", action="append", choices=list(SAMPLES),
@@ -194,6 +303,15 @@ def main(argv: list[str] | None = None) -> int:
     data = load_locomo()
     att = attribution.attribute(tr, data)
     hand = pd.read_csv(args.handcheck, keep_default_na=False)
+    if args.blind:
+        if not args.out:
+            raise SystemExit("--blind needs --out FOLDER (where the sheet and labels.csv are written)")
+        defs = Path(args.definitions) if args.definitions else None
+        if defs is not None and not defs.is_file():
+            raise SystemExit(f"--definitions {defs}: no such file (expected the label definitions, markdown)")
+        for p in write_blind(tr, att, data, args.blind, samples(att, hand)[args.blind], Path(args.out), defs):
+            print(p)
+        return 0
     if args.dump and args.dump != "stale":
         print(dump(tr, att, data, samples(att, hand)[args.dump]))
         return 0

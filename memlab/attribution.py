@@ -1,48 +1,47 @@
 """Failure attribution: every failed question gets exactly one label, by a documented rule.
 
-A question *fails* when its F1 is below ``threshold`` (0.5), or, for adversarial questions
-(category 5), when the reader did not abstain; when the run had a judge, also when the judge said
-wrong (J = 0) or failed. Questions an errata file marks ``invalid`` are listed too (label-issue).
+The labels' definitions, in the words a hand labeller uses, are the attribution guide's "Failure labels"
+page; these rules are their computable form, and a hand check measures how far the two agree
+(``benchmarks/attribution_agreement.py``).
 
-Terms. *Gold tokens*: the gold answer's normalised, stemmed tokens (the official tokenisation,
-`memlab.eval.scoring.stemmed_tokens`). *Coverage* of a text: the share of gold tokens found in it; a
-text *carries the answer* at coverage >= 0.5. *Evidence memories*: stored memories whose
-``source_ids`` meet the question's evidence dialog ids; an evidence id is *written* when some
-evidence memory is sourced from it. The *context*: the memories the reader was given (all queries'
-hits plus preload), each as the line a reader sees (`memlab.eval.ceiling.memory_line`: date, text).
-The context is *answer-bearing* when every gold token occurs in it, whichever turn brought it; its
-*answer ceiling* is the best official F1 a span of it could score (`memlab.eval.ceiling`).
-An evidence id is *reached* by content: a context memory sourced from it holds a gold content token
-(a gold token that is not a stop word: every text holds "with" or "it"), or the evidence turn itself
-holds none (a bridge hop) and a memory sourced from it is in the context; a summary (an observation)
-that dropped the answer's words does not reach its turn. A gold's leading "yes"/"no" is never a word a
-turn states (a turn's "Yes" answers something else): content tokens, coverage of the evidence turns and
-reach leave it out, so a bare "Yes" is inferred from whatever evidence reached the reader. The *answer
-kind* (`answer_kind`): a ``count`` needs every evidence turn (each is one instance), an ``inferred``
-answer (open-domain, yes/no, likely) is supported by any sufficient part of its evidence, a ``date`` is
-computed from a turn's date, a ``literal`` answer is read off a turn.
-The evidence memories *lost the answer* when there are none, or when the evidence turns carry the
-answer but the evidence memories together do not.
+A question *fails* when its F1 is below ``threshold`` (0.5), or, for adversarial questions (category 5), when
+the reader did not abstain; with a judge, also when it said wrong (J = 0) or failed. Questions an errata file
+marks ``invalid`` are listed too (label-issue).
 
-Rules, tried in this order; the first that holds names the label (so labels are mutually
-exclusive; ``abstain-error`` and ``reading-miss`` have two rules each). Rules 4-7 are only tried
-when the context is not answer-bearing (a reader who had every word of the answer lost it itself),
-and, for an inferred answer whose words are not in its evidence turns, when no evidence id was
-reached.
+Terms. *Gold words*: the gold answer's content words (`memlab.eval.gold_checks.content_tokens`: the official
+stemmed tokens less function words, which any text holds), matched with its glued words split
+("watchingmovies" -> "watching movies": `memlab.eval.gold_checks.deglue`); *coverage* of a text: the share of
+gold words found in it; a text *carries the answer* at coverage >= 0.5. A gold's leading "yes"/"no" is never
+a word a turn states (a turn's "Yes" answers something else), so a bare "Yes" is inferred. *Evidence
+memories*: stored memories whose ``source_ids`` meet the question's evidence dialog ids; an evidence id is
+*written* when some evidence memory is sourced from it. The *context*: the memories the reader was given, each
+as the line a reader sees (`memlab.eval.ceiling.memory_line`). A context line is *about* the question when it
+shares the question's content words or comes from an evidence turn or a turn beside one in its session; the
+context is *answer-bearing* (supports the answer) when the lines about the question hold every gold word —
+for a question about two people, each person's own lines at least half — and its *answer ceiling* is the best
+official F1 a span of those lines (or a date they imply) could score (`memlab.eval.ceiling`).
+An evidence id is *reached* when a context memory sourced from it holds a gold word (or the evidence turn
+holds none — a bridge hop — and a memory sourced from it is in the context), or when a context line from its
+same-session neighbour holds a gold word the evidence turn holds (the neighbour carried the same fact); a
+summary that dropped the answer's words does not reach its turn. The *answer kind* (`answer_kind`): a
+``count`` needs every evidence turn (each is one instance), an ``inferred`` answer (open-domain, yes/no,
+likely) is supported by any sufficient part of its evidence, a ``date`` is computed from a turn's date, a
+``literal`` answer is read off a turn. The evidence memories *lost the answer* when there are none, or when
+the evidence turns carry the answer but the evidence memories together do not.
 
-1. ``label-issue`` — the gold or its evidence is wrong or unusable: the errata file marks the gold
-   invalid; the question has no valid evidence id; a raw evidence entry names no existing turn even
-   after recovery (``'D8:6; D9:17'`` is recovered to two ids and is fine); a dated gold answer
-   contradicts its evidence turns (the date each turn implies — its session's date moved by the
-   turn's own "yesterday", "last year", ... — is more than 10 days, a month or a year, at the gold's
-   precision, from the gold date); or the question names one speaker while every evidence turn is
-   the other speaker's, about themself (no "you", no name of the person asked about; a short form
-   such as "Deb" names Deborah; not category 5, whose questions swap the person on purpose); or the
-   gold is only a relative time ("Last year"), which depends on when it was said; or the official
-   normalisation glues two words of the gold across punctuation into a token no answer can hold
-   (``'April.2023'`` -> ``april2023``) and the prediction passes against the gold read with a space there;
-2. ``judge-error`` — the judge call failed, or the judge said wrong (J = 0) to an exact match
-   (EM = 1);
+Rules, tried in this order; the first that holds names the label (``abstain-error`` and ``reading-miss`` have
+two rules each). Rules 4-7 are only tried when the context is not answer-bearing, and, for an inferred answer
+whose words are not in its evidence turns, when no evidence id was reached.
+
+1. ``label-issue`` — the gold or its evidence is wrong or unusable (`memlab.eval.gold_checks.gold_issue`):
+   the errata file marks it invalid; no valid evidence id; a raw evidence entry names no existing turn even
+   after recovery; the gold is only a relative time ("Last year"); glued words ("April.2023",
+   "watchingmovies") fail a prediction that passes with them split; a dated gold contradicts its evidence
+   turns (the turn naming the event: "last week" said on 16 July 2023 is not "June 2023"); a duration its
+   turns' dates contradict ("19 days" for 9 to 20 July); the question names one speaker while every evidence
+   turn is the other's, about themself, and the person asked never says it (not category 5, whose questions
+   swap the person on purpose); an open-ended suggestion whose words are nowhere in the conversation;
+2. ``judge-error`` — the judge call failed, or the judge said wrong (J = 0) to an exact match (EM = 1);
 3. ``abstain-error`` — an adversarial question (category 5) answered instead of abstaining;
 4. ``reconcile-loss`` — the evidence memories lost the answer, and reconcile is why: an extractor
    proposal sourced from the evidence was *skipped* as a duplicate (and it carried the answer, or
@@ -50,16 +49,15 @@ reached.
    whose final text does not carry the answer although the proposal did;
 5. ``write-miss`` — the evidence memories lost the answer (none stored, or the answer's words
    are in the evidence turns but not in the memories);
-6. ``retrieval-miss`` — evidence memories exist, no evidence id was reached, and no comma part of
-   a multi-hop gold reached the reader through another turn (coverage of its content tokens >= 0.5);
-7. ``partial-retrieval`` — some written evidence ids (or gold parts) were reached, others not (the
-   typical multi-hop failure: one hop found, the other not), and a missed one could have added what the
-   answer needs: for a count, every instance; otherwise a gold content token the context lacks, or, for a
-   turn that holds none of the gold's words (a bridge hop, a photo, a paraphrase), no evidence turn of its
-   session (its date) reached the reader. A missed turn whose gold words were all in the context through
-   other memories, or a wordless one beside a reached turn of its session, is redundant: the rules go on
-   (a stricter test, that one context line must hold at least half a gold part's words, agreed better with
-   the hand labels it was designed on and worse with the next blind sample, ``holdout5``: not kept);
+6. ``retrieval-miss`` — evidence memories exist, no evidence id was reached, and no part of the answer
+   reached the reader through another turn (a comma part of a multi-part gold, at coverage >= 0.5 in the lines
+   about the question; for a question about two people, one person's support);
+7. ``partial-retrieval`` — some written evidence ids (or gold parts, or people) were reached, others not,
+   and a missed one could have added what the answer needs: for a count, every instance; for a question about
+   two people, the turn of a person the context does not support; otherwise a gold word the context lacks,
+   or, for a turn that holds none of the gold's words (a bridge hop, a photo, a paraphrase), no evidence
+   turn of its session reached the reader. A missed turn whose gold words were all in the context through
+   other memories, or a wordless one beside a reached turn of its session, is redundant: the rules go on;
 8. ``abstain-error`` — a non-adversarial question abstained although the context was
    answer-bearing or every written evidence id was reached;
 9. ``reading-miss`` — the context could have given a better answer: it was answer-bearing, or
@@ -70,21 +68,17 @@ reached.
    evidence turns nor the context and nothing marks the answer as inferred: the gold is not
    supported by its evidence (a title that appears in no text).
 
-The retrieval trace records where each evidence memory sat in each query's full ranking (up to
-depth 100, `memlab.answer.base.evidence_ranks`); retrieval-miss and partial-retrieval reasons
-quote the best rank of each missed evidence id, so a reader sees whether a larger k would help.
-Each attribution row carries the question's ``ceiling`` and ``bearing``: the run's own (its predictions carry
-them, `memlab.eval.ceiling`), recomputed here only where the run has none or errata corrected the gold.
-The gold-versus-evidence checks of rule 1 and `answer_kind` live in `memlab.eval.gold_checks`.
+Retrieval-miss and partial-retrieval reasons quote each missed evidence id's best rank in the full ranking
+(depth 100, `memlab.answer.base.evidence_ranks`): would a larger k help? Each row carries ``ceiling`` and
+``bearing``, computed here against the gold after errata (a run's own may predate supported lines).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,21 +86,32 @@ import pandas as pd
 
 from memlab.data import LoCoMo, load_dataset
 from memlab.data.locomo import recover_evidence_ids
-from memlab.eval.ceiling import answer_bearing, answer_ceiling, memory_line
-from memlab.eval.errata import INVALID, Errata, apply_errata, load_errata
+from memlab.eval.ceiling import (
+    POLARITY,
+    Asked,
+    answer_bearing,
+    answer_ceiling,
+    jointly_asked,
+    memory_line,
+    neighbours,
+)
+from memlab.eval.ceiling import about as _about
+from memlab.eval.errata import INVALID, Errata, rescored
 from memlab.eval.gold_checks import (
     DATE_SLACK_DAYS,
     EvidenceTurn,
     answer_kind,
+    content_tokens,
+    conversation_bigrams,
     date_contradiction,
-    glued_gold,
+    deglue,
+    gold_issue,
+    line_subjects,
     parse_date,
-    relative_time_only,
     speaker_contradiction,
 )
-from memlab.eval.scoring import is_abstention, normalize_answer, score_answer, stemmed_tokens
-from memlab.index.text import stop_words
-from memlab.trace import Traces, as_list, load
+from memlab.eval.scoring import is_abstention, stemmed_tokens
+from memlab.trace import SourceIndex, Traces, as_list, load, run_judged
 
 __all__ = ["ATTRIBUTION_COLUMNS", "COVERAGE", "DATE_SLACK_DAYS", "F1_THRESHOLD", "LABELS", "EvidenceTurn",
            "QuestionEvidence", "answer_kind", "attribute", "attribution_table", "coverage", "date_contradiction",
@@ -121,25 +126,23 @@ ATTRIBUTION_COLUMNS = ("qid", "conversation_id", "category", "label", "reason", 
 
 
 def coverage(answer: str, text: str) -> float:
-    gold = set(stemmed_tokens(str(answer)))
+    """The share of the gold's content words (`_content`) found in ``text``."""
+    gold = _content(answer)
     if not gold:
         return 0.0
-    return len(gold & set(stemmed_tokens(text))) / len(gold)
+    return len(gold & content_tokens(text)) / len(gold)
 
 
 def _num(v: Any) -> float:
     try:
-        f = float(v)
+        return float(v)
     except (TypeError, ValueError):
         return math.nan
-    return f
 
 
 def _judge_failed(row: Mapping[str, Any]) -> bool:
     err = row.get("judge_error")
-    if isinstance(err, str) and err:
-        return True
-    return "(judge failed" in str(row.get("rule") or "")
+    return bool(isinstance(err, str) and err) or "(judge failed" in str(row.get("rule") or "")
 
 
 def failed(row: Mapping[str, Any], threshold: float = F1_THRESHOLD, judged: bool = False) -> bool:
@@ -178,45 +181,71 @@ class QuestionEvidence:
     """The evidence turns with speaker and date (the gold-versus-evidence checks need them)."""
     speakers: Sequence[str] = ()
     """The conversation's two speakers."""
+    context_sources: Sequence[Sequence[str]] | None = None
+    """Each context line's dialog ids (what makes it an evidence turn's or its neighbour's); None: unknown."""
+    spoken: Mapping[str, Sequence[str]] | None = None
+    """Each speaker's turns in the whole conversation (whether the person asked ever says the gold)."""
+    said: set[str] | None = None
+    """The conversation's content words (a suggestion found nowhere); None: from ``spoken``."""
+    bigrams: frozenset[str] = frozenset()
+    """The conversation's word pairs, to split the gold's glued words (`memlab.eval.gold_checks.deglue`)."""
     ceiling: float | None = None
     bearing: float | None = None
-    """The run's own answer ceiling and answer-bearing share of the context (computed while answering,
-    `memlab.eval.ceiling`); None: computed here from the context."""
+    """Answer ceiling and answer-bearing already computed (`attribute`, or by hand in tests); None: computed
+    from the context."""
 
 
 def _where(ev: QuestionEvidence, ids: Sequence[str]) -> str:
     if not ev.ranks:
         return ", ".join(ids)
-    out = []
-    for s in ids:
-        r = ev.ranks.get(s)
-        out.append(f"{s} at rank {r}" if r is not None else f"{s} absent (beyond rank {ev.depth or '?'})")
-    return ", ".join(out)
+    return ", ".join(f"{s} at rank {ev.ranks[s]}" if ev.ranks.get(s) is not None else
+                     f"{s} absent (beyond rank {ev.depth or '?'})" for s in ids)
 
 
 def _content(answer: str) -> set[str]:
-    """Gold tokens without stop words ("with", "it" ...), which any text holds."""
-    stops = stop_words()
-    kept = " ".join(w for w in normalize_answer(answer).split() if w not in stops)
-    return set(stemmed_tokens(kept)) or set(stemmed_tokens(answer))
+    """Gold tokens without function words ("with", "it" ...), which any text holds; all of them for a gold of
+    function words only ("two")."""
+    return content_tokens(answer) or set(stemmed_tokens(answer))
 
 
 def _holds_gold(gold: set[str], text: str) -> bool:
-    return bool(gold & set(stemmed_tokens(text)))
+    return bool(gold & content_tokens(text))
 
 
 def _adds(gold: set[str], have: set[str], turn: str, same_session: bool) -> bool:
     """Whether a missed evidence turn could have added what the answer needs: a gold content token the
     context lacks; a turn with none of the gold's words adds nothing by content when an evidence turn of
     its session (its date) reached the reader, and may otherwise (a bridge hop, a photo, a paraphrase)."""
-    carried = gold & set(stemmed_tokens(turn))
+    carried = gold & content_tokens(turn)
     if carried:
         return bool(carried - have)
     return not same_session
 
 
-#: A leading yes/no: a turn that says "Yes" replies to something else, so the polarity is always inferred.
-_POLARITY = re.compile(r"^\W*(yes|no)\b\W*", re.IGNORECASE)
+def _reached(ev: QuestionEvidence, gold: set[str], evs: set[str], lines: Sequence[str]) -> list[str]:
+    """The evidence ids that reached the reader (module doc): a context memory sourced from one holds a gold word
+    (or its turn holds none), or a context line from its same-session neighbour holds a gold word its turn holds."""
+    turn_of = {t.id: t.text for t in ev.turns}
+    out = {s for m in ev.memories if m["id"] in ev.context_ids for s in m["source_ids"] if s in evs
+           and (_holds_gold(gold, str(m["text"])) or not _holds_gold(gold, turn_of.get(s, ev.turn_text)))}
+    for s in evs - out:
+        fact = gold & content_tokens(turn_of.get(s, ""))
+        near = neighbours([s]) - {s}
+        if fact and any(near & set(src) and fact & content_tokens(line)
+                        for line, src in zip(lines, ev.context_sources or ())):
+            out.add(s)
+    return sorted(out)
+
+
+def _supported_people(ev: QuestionEvidence, question: str, answer: str, lines: Sequence[str],
+                      about: Sequence[bool]) -> tuple[list[str], list[str]]:
+    """(people asked together, those whose own lines about the question hold half the gold's words)."""
+    people = jointly_asked(question, ev.speakers)
+    gold = _content(POLARITY.sub("", answer)) - content_tokens(" ".join(ev.speakers))  # "Evan and Sam use ..."
+    held = [p for p in people if gold and 2 * len(gold & {t for line, a in zip(lines, about) if a
+                                                   and line_subjects(line, ev.speakers) == {p}
+                                                   for t in content_tokens(line)}) >= len(gold)]
+    return people, held
 
 
 def label_question(ev: QuestionEvidence) -> tuple[str, str]:
@@ -226,7 +255,10 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     raw = as_list(row.get("evidence_raw")) or evidence
     cat = int(row["category"])
     answer = str(row.get("answer") or "")
+    question = str(row.get("question") or "")
     abstained = is_abstention(str(row.get("prediction") or ""))
+    bigrams = ev.bigrams or (conversation_bigrams(x for xs in ev.spoken.values() for x in xs) if ev.spoken
+                             else frozenset())
     # 1. label-issue
     if row.get("errata") == INVALID:
         return "label-issue", "errata: the gold answer is marked invalid"
@@ -236,11 +268,8 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     if unusable:
         return "label-issue", f"evidence ids that name no turn {sorted(unusable)}"
     if cat != 5:
-        if relative_time_only(answer):
-            return "label-issue", f"the gold {answer!r} is a relative time with no date: it depends on when it was said"
-        why = glued_gold(answer, str(row.get("prediction") or ""), cat, F1_THRESHOLD) or \
-            date_contradiction(answer, ev.turns) or \
-            speaker_contradiction(str(row.get("question") or ""), ev.turns, ev.speakers)
+        why = gold_issue(answer, str(row.get("prediction") or ""), question, cat, ev.turns, ev.speakers, ev.spoken,
+                         ev.said, bigrams, F1_THRESHOLD)
         if why:
             return "label-issue", why
     # 2. judge-error
@@ -251,42 +280,45 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     # 3. abstain-error (adversarial)
     if cat == 5:
         return "abstain-error", "adversarial question answered instead of abstained"
-    lines = list(ev.context) if ev.context is not None else \
-        [str(m["text"]) for m in ev.memories if m["id"] in ev.context_ids]
-    if ev.ceiling is not None and ev.bearing is not None:
-        ceiling, bearing = ev.ceiling, ev.bearing == 1.0
+    if ev.context is not None:
+        lines, sources = list(ev.context), ev.context_sources
     else:
-        ceiling, bearing = answer_ceiling(answer, cat, lines), answer_bearing(answer, cat, lines) == 1.0
+        shown = [m for m in ev.memories if m["id"] in ev.context_ids]
+        lines, sources = [str(m["text"]) for m in shown], [list(m["source_ids"]) for m in shown]
+        ev = replace(ev, context_sources=sources)
+    asked = Asked(question, tuple(evidence), tuple(ev.speakers), bigrams)
+    ceiling = ev.ceiling if ev.ceiling is not None else answer_ceiling(answer, cat, lines, sources, asked)
+    bearing = (ev.bearing if ev.bearing is not None else answer_bearing(answer, cat, lines, sources, asked)) == 1.0
+    about = _about(lines, sources, asked, answer)
     f1 = _num(row.get("f1"))
     ctx = f"ceiling {ceiling:.2f}"
     evs = set(evidence)
-    stated = _POLARITY.sub("", answer)  # the answer's words a turn can state ("" for a bare yes/no)
+    matched = deglue(answer, bigrams)  # the gold's words as a text can hold them
+    stated = POLARITY.sub("", matched)  # the answer's words a turn can state ("" for a bare yes/no)
     gold = _content(stated) if stated.strip() else set()
     turn_of = {t.id: t.text for t in ev.turns}
     date_of = {t.id: t.date for t in ev.turns}
     redundant: list[str] = []
     written = sorted({s for m in ev.memories for s in m["source_ids"] if s in evs})
-    reached = sorted({s for m in ev.memories if m["id"] in ev.context_ids for s in m["source_ids"] if s in evs
-                      and (_holds_gold(gold, str(m["text"])) or
-                           not _holds_gold(gold, turn_of.get(s, ev.turn_text)))})
+    reached = _reached(ev, gold, evs, lines)
     turn_cov = coverage(stated, ev.turn_text)
     kind = answer_kind(answer, cat)
     # an inferred answer is supported by any sufficient part of its evidence: a reached turn leaves it to the reader
     supported = kind == "inferred" and turn_cov < COVERAGE and bool(reached)
     if not bearing and not supported:
-        mem_cov = coverage(answer, " ".join(m["text"] for m in ev.memories))  # multi-hop: answers span memories
+        mem_cov = coverage(matched, " ".join(m["text"] for m in ev.memories))  # multi-hop: answers span memories
         lost = not ev.memories or (turn_cov >= COVERAGE and mem_cov < COVERAGE)
         # 4. reconcile-loss
         if lost:
             for p in ev.proposals:
                 rec = p.get("reconcile") or {}
-                carried = coverage(answer, str(p.get("text") or "")) >= COVERAGE
+                carried = coverage(matched, str(p.get("text") or "")) >= COVERAGE
                 if p.get("result") == "skipped" and (carried or not ev.memories):
                     return "reconcile-loss", (f"reconcile skipped an evidence proposal as a duplicate of "
                                               f"{p.get('memory_id')} (score {_fmt(rec.get('score'))}, Jaccard "
                                               f"{_fmt(rec.get('jaccard'))}): {str(p.get('text'))[:80]!r}")
                 if (p.get("result") == "updated" and rec.get("tier") == "update" and rec.get("rewritten")
-                        and carried and coverage(answer, str(ev.memory_text.get(p.get("memory_id") or "", "")))
+                        and carried and coverage(matched, str(ev.memory_text.get(p.get("memory_id") or "", "")))
                         < COVERAGE):
                     return "reconcile-loss", (f"reconcile merged an evidence proposal into {p.get('memory_id')}, "
                                               f"whose final text lost the answer")
@@ -294,12 +326,15 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
             if not ev.memories:
                 return "write-miss", "no stored memory is sourced from the evidence"
             return "write-miss", f"answer lost in extraction (turns cover {turn_cov:.2f}, memories {mem_cov:.2f})"
-        # 6. retrieval-miss (a multi-hop part that reached the reader through another turn still counts)
-        parts = [p.strip() for p in answer.split(",") if p.strip()] if cat == 1 else []
-        have = set(stemmed_tokens(" ".join(lines)))
+        # 6. retrieval-miss (a multi-hop part, or one person's support, that reached the reader through another
+        # turn still counts)
+        parts = [p.strip() for p in matched.split(",") if p.strip()] if cat == 1 else []
+        have = {t for line, a in zip(lines, about) if a for t in content_tokens(line)}
         carried = [p for p in parts if len(parts) > 1 and len(_content(p) & have) >= COVERAGE * len(_content(p))]
-        if not reached and carried:
-            return "partial-retrieval", (f"no evidence id reached, but the context carries {carried} through other "
+        people, held = _supported_people(ev, question, matched, lines, about)
+        if not reached and (carried or held):
+            what = carried or [f"{p}'s part" for p in held]
+            return "partial-retrieval", (f"no evidence id reached, but the context carries {what} through other "
                                          f"turns; missed {_where(ev, written)} ({ctx})")
         if not reached:
             return "retrieval-miss", (f"{len(ev.memories)} evidence memories stored, none that holds the answer "
@@ -307,13 +342,16 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
         # 7. partial-retrieval, when a missed evidence turn could have added what the answer needs
         missed = [s for s in written if s not in reached]
         reached_dates = {t.date for t in ev.turns if t.id in reached and t.date is not None}
+        lacking = set(people) - set(held)
+        speaker_of = {t.id: t.speaker for t in ev.turns}
         needed = [s for s in missed if kind == "count" or s not in turn_of  # no turn text: it may have
+                  or speaker_of.get(s) in lacking
                   or _adds(gold, have, turn_of[s], date_of.get(s) in reached_dates)]
         if needed:
             return "partial-retrieval", f"reached {', '.join(reached)}; missed {_where(ev, needed)} ({ctx})"
         redundant = missed
     # 8. abstain-error (non-adversarial)
-    where = ("the context held every answer word" if bearing else
+    where = ("the context supported every answer word" if bearing else
              f"evidence {', '.join(reached)} reached the reader and the answer is inferred" if supported else
              f"evidence {', '.join(reached)} reached the reader; missed {', '.join(redundant)} carry nothing the "
              f"context lacks" if redundant else
@@ -335,55 +373,6 @@ def _fmt(v: Any) -> str:
     return "-" if v is None else f"{float(v):.2f}"
 
 
-def _run_judged(tr: Traces) -> bool:
-    p = tr.run_dir / "config.yaml"
-    if p.is_file():
-        import yaml
-
-        return bool(((yaml.safe_load(p.read_text()) or {}).get("judge") or {}).get("model"))
-    return "j" in tr.questions and tr.questions["j"].notna().any()
-
-
-def run_ceiling(row: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    """(answer ceiling, answer-bearing) the run computed while answering (`memlab.eval.ceiling`: the reader's
-    context against the dataset's gold); (None, None) where it has none (category 5, a run from before them)
-    or errata corrected the gold since."""
-    c, b = _num(row.get("answer_ceiling")), _num(row.get("answer_bearing"))
-    if math.isnan(c) or math.isnan(b) or row.get("errata") == "corrected":
-        return None, None
-    return c, b
-
-
-def _with_errata(qs: pd.DataFrame, errata: Errata | str | Path | None) -> pd.DataFrame:
-    if errata is None:
-        return qs
-    e = errata if isinstance(errata, Errata) else load_errata(errata)
-    out = apply_errata(qs.drop(columns=["errata"], errors="ignore"), e)
-    fixed = out["errata"] == "corrected"
-    out.loc[fixed, "f1"] = [score_answer(str(p or ""), a, int(c)) for p, a, c in
-                            zip(out.loc[fixed, "prediction"], out.loc[fixed, "answer"], out.loc[fixed, "category"])]
-    return out
-
-
-class _SourceIndex:
-    """Per conversation, which of its items (memories, proposed ops) cite each dialog id, so a question's evidence
-    items are found by its evidence ids rather than by a scan of the conversation's items (quadratic over a run)."""
-
-    def __init__(self, by_conv: Mapping[str, list[dict[str, Any]]]):
-        self.by_conv = by_conv
-        self.rows: dict[str, dict[str, list[int]]] = {}
-        for conv, items in by_conv.items():
-            index = self.rows[conv] = {}
-            for i, item in enumerate(items):
-                for sid in dict.fromkeys(item.get("source_ids") or []):
-                    index.setdefault(sid, []).append(i)
-
-    def citing(self, conv: str, evidence: set[str]) -> list[dict[str, Any]]:
-        """The conversation's items citing any of ``evidence``, in their order."""
-        index, items = self.rows.get(conv, {}), self.by_conv.get(conv, [])
-        return [items[i] for i in sorted({i for s in evidence for i in index.get(s, ())})]
-
-
 def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, threshold: float = F1_THRESHOLD,
               errata: Errata | str | Path | None = None) -> pd.DataFrame:
     """One row per failed (or errata-invalid) question: qid, category, label, reason, F1, the context's answer
@@ -396,8 +385,8 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
     if data is None:
         info = json.loads((tr.run_dir / "run.json").read_text()) if (tr.run_dir / "run.json").is_file() else {}
         data = load_dataset(info.get("dataset"))  # LoCoMo or LongMemEval
-    judged = _run_judged(tr)
-    qs = _with_errata(tr.questions, errata)
+    judged = run_judged(tr)
+    qs = rescored(tr.questions, errata)
     memories = tr.memories.to_dict("records")
     mems_by_conv: dict[str, list[dict[str, Any]]] = {}
     for m in memories:
@@ -407,34 +396,45 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
     ops_by_conv: dict[str, list[dict[str, Any]]] = {}
     for o in tr.extraction.to_dict("records") if len(tr.extraction) else []:
         ops_by_conv.setdefault(o["conversation"], []).append(o)
-    mems_citing, ops_citing = _SourceIndex(mems_by_conv), _SourceIndex(ops_by_conv)
+    mems_citing, ops_citing = SourceIndex(mems_by_conv), SourceIndex(ops_by_conv)
     recovered = {c for c, ms in mems_by_conv.items() if any(m.get("provenance") == "recovered" for m in ms)}
     contexts = {qid: set(ids) for qid, ids in tr.contexts.items()}
+    sources_of = {m["id"]: list(m["source_ids"]) for m in memories}
+    heard: dict[str, tuple[dict[str, list[str]], set[str], frozenset[str]]] = {}
     rows = []
     for row in qs.to_dict("records"):
         if row.get("errata") != INVALID and not failed(row, threshold, judged):
             continue
         evidence = set(as_list(row.get("evidence")))
         conv = data[row["conversation_id"]]
+        if conv.sample_id not in heard:  # what each person says, the conversation's words and word pairs
+            spoken: dict[str, list[str]] = {}
+            for t in conv.turns:
+                spoken.setdefault(t.speaker, []).append(t.searchable_text)
+            texts = [x for xs in spoken.values() for x in xs]
+            heard[conv.sample_id] = (spoken, {w for x in texts for w in content_tokens(x)}, conversation_bigrams(texts))
+        spoken, said, bigrams = heard[conv.sample_id]
         turns = [EvidenceTurn(e, conv.turn_index[e].speaker, conv.turn_index[e].searchable_text,
                               conv.session_by_index[conv.turn_index[e].session_index].date_time)
                  for e in as_list(row.get("evidence")) if e in conv.turn_index]
         ev_text = " ".join(t.text for t in turns)
         ev_mems = mems_citing.citing(row["conversation_id"], evidence)
         props = ops_citing.citing(row["conversation_id"], evidence)
-        ceiling, bearing = run_ceiling(row)
+        shown = [i for i in tr.contexts.get(row["qid"], []) if i in line_of]
+        cat = int(row["category"])
+        asked = Asked(str(row["question"]), tuple(as_list(row.get("evidence"))), tuple(conv.speakers), bigrams)
+        lines, sources = [line_of[i] for i in shown], [sources_of[i] for i in shown]
+        ceiling, bearing = (answer_ceiling(row["answer"], cat, lines, sources, asked),
+                            answer_bearing(row["answer"], cat, lines, sources, asked))
         ev = QuestionEvidence(row=row, memories=ev_mems, context_ids=contexts.get(row["qid"], set()),
                               turn_text=ev_text, proposals=props, memory_text=text_of, judged=judged,
                               ranks=tr.best_ranks(row["qid"]), depth=tr.rank_depth.get(row["qid"]),
-                              context=[line_of[i] for i in tr.contexts.get(row["qid"], []) if i in line_of],
-                              turns=turns, speakers=conv.speakers, ceiling=ceiling, bearing=bearing)
+                              context=lines, context_sources=sources, turns=turns, speakers=conv.speakers,
+                              spoken=spoken, said=said, bigrams=bigrams,
+                              ceiling=None if cat == 5 else ceiling, bearing=None if cat == 5 else bearing)
         label, reason = label_question(ev)
-        cat = int(row["category"])
-        context = ev.context or []
         rows.append({"qid": row["qid"], "conversation_id": row["conversation_id"], "category": cat,
-                     "label": label, "reason": reason, "f1": row["f1"],
-                     "ceiling": ceiling if ceiling is not None else answer_ceiling(row["answer"], cat, context),
-                     "bearing": bearing if bearing is not None else answer_bearing(row["answer"], cat, context),
+                     "label": label, "reason": reason, "f1": row["f1"], "ceiling": ceiling, "bearing": bearing,
                      "question": row["question"],
                      "answer": row["answer"], "prediction": row["prediction"],
                      # a black-box system's memories got their dialog ids by alignment (memlab.systems)

@@ -15,6 +15,7 @@ Layers, joined by question id and memory id:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -305,3 +306,32 @@ def _op_text(op: Any) -> str:
         dup = op.get("final_text")
         return f"{str(op.get('text'))[:80]!r}" + (f" (kept instead: {str(dup)[:60]!r})" if isinstance(dup, str) else "")
     return str(op.get("final_text") or op.get("text"))[:110]
+
+
+def run_judged(tr: Traces) -> bool:
+    """Whether the run had a judge (its config names a judge model; an older folder: a J column with values)."""
+    p = tr.run_dir / "config.yaml"
+    if p.is_file():
+        import yaml
+
+        return bool(((yaml.safe_load(p.read_text()) or {}).get("judge") or {}).get("model"))
+    return "j" in tr.questions and tr.questions["j"].notna().any()
+
+
+class SourceIndex:
+    """Per conversation, which of its items (memories, proposed ops) cite each dialog id, so a question's evidence
+    items are found by its evidence ids rather than by a scan of the conversation's items (quadratic over a run)."""
+
+    def __init__(self, by_conv: Mapping[str, list[dict[str, Any]]]):
+        self.by_conv = by_conv
+        self.rows: dict[str, dict[str, list[int]]] = {}
+        for conv, items in by_conv.items():
+            index = self.rows[conv] = {}
+            for i, item in enumerate(items):
+                for sid in dict.fromkeys(item.get("source_ids") or []):
+                    index.setdefault(sid, []).append(i)
+
+    def citing(self, conv: str, evidence: set[str]) -> list[dict[str, Any]]:
+        """The conversation's items citing any of ``evidence``, in their order."""
+        index, items = self.rows.get(conv, {}), self.by_conv.get(conv, [])
+        return [items[i] for i in sorted({i for s in evidence for i in index.get(s, ())})]

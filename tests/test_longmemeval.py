@@ -323,7 +323,10 @@ def test_offline_run_end_to_end(lme_path, tmp_path):
     assert retr.loc["6", "turn_ndcg_any@10"] < 1.0  # the old value (Boston) outranks the update
     att = attribution.attribute(run)
     assert set(att["qid"]) <= {q for q in run.predictions.qid}
-    assert "label-issue" not in set(att["label"])  # the abstention question has no evidence by design
+    labels = att.set_index("qid")["label"]
+    assert labels["q-ssu_abs/q0"] == "abstain-error"  # the abstention question has no evidence by design: no issue
+    # this fixture dates the dress and the wedding sessions a day apart, so its "10 days" contradicts them
+    assert labels["q-tr/q0"] == "label-issue" and "10 days" in att.set_index("qid").loc["q-tr/q0", "reason"]
 
 
 def test_scripted_judge_run(lme_path, tmp_path):

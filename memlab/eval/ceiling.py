@@ -8,33 +8,90 @@ Porter-stemmed).
 
 - A **span** is any contiguous run of tokens of one line, ``tokens[i:j]``, of any length; a span never
   crosses two memories.
-- **Answer ceiling** — the best official LoCoMo F1 a prediction made of spans can score, i.e. what a
-  perfect extractive reader of this context would get. Categories 2 and 4: the best span; category 3:
+- A line is **about** the question (`about`, when the question is known: `Asked`) when it shares a content
+  word of the question (not a function word, not a person's name, not the gold's words when the question
+  offers them as a choice: "a beach or the mountains?"), or it comes
+  from an evidence turn or a turn beside one in its session (``D3:6``-``D3:8`` for ``D3:7``: the neighbour
+  often carries the same fact). A turn's words count, not those of the turn it replies to (``(replying to
+  ...)``). A line holding the gold's words by coincidence — "beach" in unrelated holiday
+  pictures, a "yes" somewhere — is not about it. Without `Asked` every line counts.
+- **Answer ceiling** — the best official LoCoMo F1 a prediction made of spans of lines about the question can
+  score, i.e. what a perfect extractive reader of this context would get; a span credited for function words
+  alone ("of" against a three-title gold) scores nothing. Categories 2 and 4: the best span; category 3:
   the same against the gold cut at its first ``;``; category 1 (the official comma split): one span per
   gold part, joined by commas — the mean over gold parts of each part's best span, which is exactly the
-  best the official multi-hop F1 allows. Exact, not sampled: trimming a token that is not (or is an
-  excess copy of) a gold token from either end of a span never lowers its F1, so only spans that start
-  and end on gold tokens are tried (O(m·n) per line, m gold-token positions, n tokens).
-- **Answer-bearing** — every normalised, stemmed token of the gold answer (after the category-3 cut)
-  occurs somewhere in the context (set inclusion over the whole context, not one line): the words of the
-  answer were there to be found.
+  best the official multi-hop F1 allows. A date part is also scored against the dates the lines imply (each
+  line's date moved by its "yesterday", "last week" ...: `memlab.answer.temporal.resolve`; as a day, its month
+  and its year), so the ceiling bounds a reader that computes dates too. Exact, not sampled: trimming a token
+  that is not (or is an excess copy of) a gold token from either end of a span never lowers its F1, so only
+  spans that start and end on gold tokens are tried (O(m·n) per line, m gold-token positions, n tokens).
+- **Answer-bearing** (supported) — every content word of the gold (after the category-3 cut; a leading
+  "yes"/"no" is never stated, it is inferred) occurs in the lines about the question; for a question about
+  two people, also each person's own lines (a turn they said, or another line naming only them) hold at
+  least half of those words: one person's volunteering does not support "both volunteer".
+
+The **answer-bearing@k control** (``benchmarks/bearing_control.py``) is the same measure over a random context
+of the same size drawn from the conversation's memories: how often the gold's words are supported by chance.
+The definitions a hand labeller reads are the attribution guide's ("Failure labels"); these are their
+computable form.
 
 Category 5 has neither (NaN): its score is the abstention rule, not a span of the context. A gold answer
 with no token left after normalisation has ceiling 0 and is not answer-bearing (no F1 above 0 exists).
-Limit: both count literal words only, so an answer that must be computed from the context (a relative
-date, a count) is neither bearing nor above ceiling 0 even when a reasoning reader could derive it.
+Limit: both count literal words, and dates computed from a line's own date; an answer that must be counted or
+inferred from the context is neither bearing nor above ceiling 0 even when a reasoning reader could derive it.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from memlab.answer.temporal import fmt_month, resolve
 from memlab.data.locomo import format_day
+from memlab.eval.gold_checks import (
+    asked_people,
+    best_span_f1,
+    content_tokens,
+    conversation_bigrams,
+    deglue,
+    line_subjects,
+    parse_date,
+)
 from memlab.eval.scoring import stemmed_tokens
+
+#: A gold's leading yes/no: never a word a line states (a line's "Yes" answers something else).
+POLARITY = re.compile(r"^\W*(yes|no)\b\W*", re.IGNORECASE)
+#: Share of a gold's content words one person's lines must hold for a two-person question.
+PERSON_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What makes a context line about a question (see the module doc): the question, its evidence dialog ids,
+    the conversation's speakers (the people a question can be about) and word pairs for `deglue`."""
+
+    question: str = ""
+    evidence: tuple[str, ...] = ()
+    speakers: tuple[str, ...] = ()
+    bigrams: frozenset[str] = frozenset()
+
+
+_BIGRAMS: dict[int, tuple[Any, frozenset[str]]] = {}
+
+
+def asked_of(conv: Any, question: str, evidence: Iterable[str]) -> Asked:
+    """`Asked` for a question of a loaded conversation (its word pairs computed once per conversation object)."""
+    hit = _BIGRAMS.get(id(conv))
+    if hit is None or hit[0] is not conv:
+        if len(_BIGRAMS) > 64:
+            _BIGRAMS.clear()
+        hit = _BIGRAMS[id(conv)] = (conv, conversation_bigrams(t.searchable_text for t in conv.turns))
+    return Asked(question, tuple(evidence), tuple(conv.speakers), hit[1])
 
 
 def memory_line(text: str, event_time: Any = None) -> str:
@@ -65,53 +122,120 @@ def gold_parts(answer: Any, category: int) -> list[str]:
     return [p.strip() for p in gold.split(",")] if category == 1 else [gold]
 
 
-def best_span_f1(gold: Sequence[str], lines_tokens: Iterable[Sequence[str]]) -> float:
-    """Highest token F1 (official multiset F1) of any contiguous span of any line against ``gold`` tokens."""
-    need = Counter(gold)
-    g = len(gold)
-    if not g:
-        return 0.0
-    best = 0.0
-    for toks in lines_tokens:
-        starts = [i for i, t in enumerate(toks) if t in need]
-        for i in starts:
-            have: Counter[str] = Counter()
-            same = 0
-            for j in range(i, len(toks)):
-                t = toks[j]
-                if t in need:
-                    if have[t] < need[t]:
-                        same += 1
-                    have[t] += 1
-                    f1 = 2 * same / (j - i + 1 + g)
-                    if f1 > best:
-                        best = f1
-                        if best == 1.0:
-                            return 1.0
-    return best
+def neighbours(ids: Iterable[str]) -> set[str]:
+    """The dialog ids and the turns beside each in its session: ``D3:7`` -> ``D3:6``, ``D3:7``, ``D3:8``."""
+    out = set()
+    for d in ids:
+        m = re.fullmatch(r"(D\d+):(\d+)", str(d))
+        out.add(str(d))
+        if m:
+            out.update(f"{m.group(1)}:{int(m.group(2)) + k}" for k in (-1, 1))
+    return out
 
 
-def answer_ceiling(answer: Any, category: int, lines: Sequence[str]) -> float:
-    """The answer ceiling of one question over its context ``lines`` (see the module doc); NaN for category 5."""
+def about(lines: Sequence[str], sources: Sequence[Sequence[str]] | None, asked: Asked | None,
+          answer: Any = "") -> list[bool]:
+    """Per line, whether it is about the question (see the module doc); every line without ``asked``."""
+    if asked is None:
+        return [True] * len(lines)
+    names = {w.lower() for sp in asked.speakers for w in sp.split()}
+    topic = content_tokens(asked.question) - set(stemmed_tokens(" ".join(names)))
+    gold = content_tokens(POLARITY.sub("", str(answer or "")))
+    if gold <= topic:  # a choice the question offers ("a beach or the mountains?"): its words are no topic
+        topic -= gold
+    near = neighbours(asked.evidence)
+    srcs = list(sources) if sources is not None else [()] * len(lines)
+    return [bool(near & set(src)) or bool(topic & content_tokens(line.split(" (replying to ")[0]))
+            for line, src in zip(lines, srcs)]
+
+
+_LINE_DATE = re.compile(r"^(\d{1,2} [A-Z][a-z]+ \d{4}) ")
+
+
+def implied_dates(lines: Iterable[str]) -> list[str]:
+    """The dates lines imply, as a reader computing them would write them: each dated line's date moved by its
+    relative phrase ("yesterday" on 8 May 2023 -> ``7 May 2023``; "last week" -> ``the week before 8 May
+    2023``), and the day, month and year of its own date."""
+    out: list[str] = []
+    for line in lines:
+        m = _LINE_DATE.match(line)
+        if not m:
+            continue
+        when = datetime.strptime(m.group(1), "%d %B %Y")
+        out += [format_day(when), fmt_month(when), str(when.year)]
+        for x in re.split(r"(?<=[.!?])\s+", line[m.end():]):
+            said, phrase = resolve(x, when)
+            if phrase is not None:
+                out.append(said)
+                d = parse_date(said)
+                if d is not None and d[1] == "day":
+                    out += [fmt_month(d[0]), str(d[0].year)]
+    return list(dict.fromkeys(out))
+
+
+def _token_f1(pred: Sequence[str], gold: Sequence[str]) -> float:
+    same = sum((Counter(pred) & Counter(gold)).values())
+    return 0.0 if not same else 2 * same / (len(pred) + len(gold))
+
+
+def answer_ceiling(answer: Any, category: int, lines: Sequence[str], sources: Sequence[Sequence[str]] | None = None,
+                   asked: Asked | None = None) -> float:
+    """The answer ceiling of one question over its context ``lines`` (see the module doc); NaN for category 5.
+    ``sources``: each line's dialog ids; ``asked``: the question (None: every line is about it)."""
     if int(category) == 5:
         return math.nan
-    toks = [stemmed_tokens(s) for s in lines]
+    kept = [s for s, a in zip(lines, about(lines, sources, asked, answer)) if a]
+    toks = [stemmed_tokens(s) for s in kept]
     parts = gold_parts(answer, int(category))
-    return math.fsum(best_span_f1(stemmed_tokens(p), toks) for p in parts) / len(parts)
+    dates = None
+    total = 0.0
+    for p in parts:
+        gold = stemmed_tokens(p)
+        best = best_span_f1(gold, toks, content_tokens(p))
+        if best < 1.0 and parse_date(p) is not None:
+            dates = implied_dates(kept) if dates is None else dates
+            best = max([best, *(_token_f1(stemmed_tokens(d), gold) for d in dates)])
+        total += best
+    return total / len(parts)
 
 
-def answer_bearing(answer: Any, category: int, lines: Sequence[str]) -> float:
-    """1.0 when every gold token occurs in the context ``lines``, else 0.0; NaN for category 5."""
+def jointly_asked(question: str, speakers: Sequence[str]) -> list[str]:
+    """The two people a question asks about together ("What have John and Maria both done?", "Jon and Gina"),
+    or [] for a question about one (or about one person's dealings with the other: "What did Sam tell Evan?")."""
+    people = asked_people(question, speakers)
+    if len(people) != 2:
+        return []
+    a, b = (re.escape(p.split()[0][:3]) for p in people)
+    pair = rf"\b({a}\w*\W+and\W+{b}|{b}\w*\W+and\W+{a})"
+    return people if re.search(rf"\bboth\b|{pair}", question, re.IGNORECASE) else []
+
+
+def _stated(answer: Any, category: int, bigrams: frozenset[str] = frozenset()) -> set[str]:
+    """The gold's content words a line can state (glued words split, a leading yes/no dropped)."""
+    return content_tokens(POLARITY.sub("", deglue(" ".join(gold_parts(answer, int(category))), bigrams)))
+
+
+def answer_bearing(answer: Any, category: int, lines: Sequence[str], sources: Sequence[Sequence[str]] | None = None,
+                   asked: Asked | None = None) -> float:
+    """1.0 when the context supports the gold (see the module doc), else 0.0; NaN for category 5."""
     if int(category) == 5:
         return math.nan
-    gold = set(stemmed_tokens(" ".join(gold_parts(answer, int(category)))))
+    gold = _stated(answer, category, asked.bigrams if asked else frozenset())
     if not gold:
         return 0.0
-    have = {t for s in lines for t in stemmed_tokens(s)}
-    return float(gold <= have)
+    kept = [s for s, a in zip(lines, about(lines, sources, asked, answer)) if a]
+    if not gold <= {t for s in kept for t in content_tokens(s)}:
+        return 0.0
+    people = jointly_asked(asked.question, asked.speakers) if asked is not None else []
+    words = gold - content_tokens(" ".join(people))  # the names in "Evan and Sam use ..." say nothing of either
+    for person in people:
+        own = {t for s in kept if line_subjects(s, asked.speakers) == {person} for t in content_tokens(s)}
+        if not words or len(words & own) < PERSON_SHARE * len(words):
+            return 0.0
+    return 1.0
 
 
 def bearing_lines(answer: Any, category: int, lines: Sequence[str]) -> list[int]:
-    """Indices of the lines that hold at least one gold token (which memories carried the answer)."""
-    gold = set(stemmed_tokens(" ".join(gold_parts(answer, int(category)))))
-    return [i for i, s in enumerate(lines) if gold & set(stemmed_tokens(s))]
+    """Indices of the lines that hold at least one gold content token (which memories carried the answer)."""
+    gold = _stated(answer, category)
+    return [i for i, s in enumerate(lines) if gold & content_tokens(s)]

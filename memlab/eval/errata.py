@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from memlab.eval.scoring import score_answer
+
 INVALID = "invalid"
 COLUMNS = ("qid", "answer")
 
@@ -129,3 +131,16 @@ def errata_columns(frame: pd.DataFrame, groups: Iterable[object]) -> pd.DataFram
             part = frame[frame["category"] == int(g)]
         rows[g] = errata_counts(part)
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def rescored(frame: pd.DataFrame, errata: Errata | str | Path | None) -> pd.DataFrame:
+    """``frame`` (predictions) with ``errata`` (a file or `Errata`; None: unchanged) applied on top of any the run
+    was scored with, each corrected gold's F1 rescored with the official metric."""
+    if errata is None:
+        return frame
+    e = errata if isinstance(errata, Errata) else load_errata(errata)
+    out = apply_errata(frame.drop(columns=["errata"], errors="ignore"), e)
+    fixed = out["errata"] == "corrected"
+    out.loc[fixed, "f1"] = [score_answer(str(p or ""), a, int(c)) for p, a, c in
+                            zip(out.loc[fixed, "prediction"], out.loc[fixed, "answer"], out.loc[fixed, "category"])]
+    return out

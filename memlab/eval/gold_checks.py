@@ -1,21 +1,28 @@
-"""A gold answer checked against its evidence turns, with no run needed: whether its date contradicts what
-the turns imply, whether the turns are the other speaker's, whether it is only a relative time, and how
-the answer relates to its evidence (`answer_kind`). Failure attribution (`memlab.attribution`) labels a
-question whose gold fails one of these a ``label-issue``."""
+"""A gold answer checked against its evidence turns, with no run needed: whether its date or duration contradicts
+what the turns imply, whether the turns are the other speaker's, whether it is only a relative time, an
+open-ended suggestion found nowhere, or glued words, and how the answer relates to its evidence (`answer_kind`).
+Failure attribution (`memlab.attribution`) labels a question whose gold fails one of these a ``label-issue``;
+the definitions a hand labeller reads are the attribution guide's ("Failure labels"), and these checks are
+their computable form."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from functools import cache, lru_cache
 
 from memlab.answer.temporal import resolve
 from memlab.data.locomo import format_day
-from memlab.eval.scoring import normalize_answer, score_answer
+from memlab.eval.scoring import normalize_answer, score_answer, stemmed_tokens
+from memlab.index.text import stop_words
 
-#: How far a gold date may sit from the date its evidence turn implies, by the gold's precision.
-DATE_SLACK_DAYS = {"day": 10, "month": 31}
+#: How far (days) a gold date may sit from the date or period its evidence turn implies, by the gold's
+#: precision: a day gold 10 days; a month gold a week past the month's ends ("last week" said on 16 July 2023
+#: is 9 July, not June 2023); a year gold none (the years must be equal).
+DATE_SLACK_DAYS = {"day": 10, "month": 7, "year": 0}
 
 
 @dataclass
@@ -26,6 +33,84 @@ class EvidenceTurn:
     speaker: str
     text: str
     date: datetime | None = None
+
+
+#: Stop words that carry an answer: numbers (a count's "three"), the month "may" and nouns scikit-learn's list holds.
+_NOT_FUNCTION = frozenset("one two three four five six seven eight nine ten eleven twelve fifteen twenty forty fifty "
+                          "sixty hundred first third once twice fire bill system interest call name find found full "
+                          "side top bottom front back move part show serious cry thick thin fill empty detail mill "
+                          "describe may".split())
+
+
+#: Chat filler every conversation says everywhere ("like", "use", "really"): no more a tie than "of".
+_FILLER = frozenset("like use used using way thing things really just get got lot lots does did doing".split())
+
+
+@cache
+def function_words() -> frozenset[str]:
+    """Words that tie no text to an answer ("of", "with", "it", "like" ...): scikit-learn's English stop words
+    less the numbers and nouns among them, plus chat filler."""
+    return (stop_words() - _NOT_FUNCTION) | _FILLER
+
+
+@lru_cache(maxsize=200_000)
+def content_tokens(text: str) -> frozenset[str]:
+    """The official stemmed tokens of ``text`` that are not `function_words`: the words that can tie a text to
+    an answer. Empty when ``text`` has none. Cached: attribution reads the same lines for many questions."""
+    stops = function_words()
+    return frozenset(stemmed_tokens(" ".join(w for w in normalize_answer(text).split() if w not in stops)))
+
+
+def best_span_f1(gold: Sequence[str], lines_tokens: Iterable[Sequence[str]], content: set[str] | None = None) -> float:
+    """Highest token F1 (official multiset F1) of any contiguous span of any line against ``gold`` tokens; with
+    ``content`` (the gold's content tokens), a span scores only when it holds one of them."""
+    need = Counter(gold)
+    g = len(gold)
+    if not g:
+        return 0.0
+    content = content or set()
+    best = 0.0
+    for toks in lines_tokens:
+        starts = [i for i, t in enumerate(toks) if t in need]
+        for i in starts:
+            have: Counter[str] = Counter()
+            same = 0
+            credited = not content
+            for j in range(i, len(toks)):
+                t = toks[j]
+                if t in need:
+                    credited = credited or t in content
+                    if have[t] < need[t]:
+                        same += 1
+                    have[t] += 1
+                    f1 = 2 * same / (j - i + 1 + g)
+                    if f1 > best and credited:
+                        best = f1
+                        if best == 1.0:
+                            return 1.0
+    return best
+
+
+def _first(name: str) -> str:
+    return name.split()[0].lower() if name.split() else ""
+
+
+def asked_people(question: str, speakers: Sequence[str]) -> list[str]:
+    """The conversation's speakers the question names, in ``speakers`` order; a short form names its speaker
+    ("Deb" names Deborah, "Mel" Melanie: a capitalised word of two or more letters that starts the first name)."""
+    words = {w.lower() for w in re.findall(r"\b[A-Z][a-z]+", question)}
+    return [s for s in speakers if any(len(w) >= 2 and _first(s).startswith(w) for w in words)]
+
+
+def line_subjects(text: str, speakers: Sequence[str]) -> set[str]:
+    """Whom a context line is about: a turn (``"Jon: ..."``, maybe after its date) is its speaker's; another line
+    (an observation, a summary) is about every speaker whose first name it holds."""
+    body = re.sub(r"^\d{1,2} [A-Z][a-z]+ \d{4} ", "", text)
+    for sp in speakers:
+        if body.startswith(f"{sp}:"):
+            return {sp}
+    low = set(re.findall(r"[a-z]+", body.lower()))
+    return {sp for sp in speakers if _first(sp) in low}
 
 
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
@@ -54,63 +139,119 @@ def parse_date(text: str) -> tuple[datetime, str] | None:
     return (datetime(int(m.group(1)), 1, 1), "year") if m else None
 
 
-def _dates_agree(a: tuple[datetime, str], b: tuple[datetime, str]) -> bool:
-    prec = {"day": 0, "month": 1, "year": 2}
-    coarse = max(a[1], b[1], key=prec.__getitem__)
-    if coarse == "year":
-        return a[0].year == b[0].year
-    if coarse == "month":
-        ma, mb = a[0].year * 12 + a[0].month, b[0].year * 12 + b[0].month
-        return abs(ma - mb) <= 1
-    return abs((a[0] - b[0]).days) <= DATE_SLACK_DAYS["day"]
+_BEFORE = re.compile(r"\bthe (?:week|weekend|monday|tuesday|wednesday|thursday|friday|saturday|sunday) before\b",
+                     re.IGNORECASE)
 
 
-def date_contradiction(answer: str, turns: Sequence[EvidenceTurn]) -> str | None:
-    """Why a dated gold answer contradicts every evidence turn, or None (no date, or one turn agrees).
+def _period(text: str) -> tuple[datetime, datetime, str] | None:
+    """The days a date phrase covers (first, last, precision): ``7 May 2023`` one day, ``May 2023`` the month,
+    ``2022`` the year, ``the week before 9 June 2023`` (LoCoMo's and the resolver's form) the seven days before."""
+    d = parse_date(text)
+    if d is None:
+        return None
+    when, prec = d
+    if prec == "day":
+        week = _BEFORE.search(text)
+        return (when - timedelta(days=7), when - timedelta(days=1), prec) if week else (when, when, prec)
+    if prec == "month":
+        nxt = when.replace(year=when.year + when.month // 12, month=when.month % 12 + 1)
+        return when, nxt - timedelta(days=1), prec
+    return when, when.replace(month=12, day=31), prec
+
+
+def _dates_agree(gold: tuple[datetime, datetime, str], said: tuple[datetime, datetime, str]) -> bool:
+    """Whether two periods lie within the gold precision's slack (`DATE_SLACK_DAYS`) of each other."""
+    gap = max((said[0] - gold[1]).days, (gold[0] - said[1]).days, 0)
+    return gap <= DATE_SLACK_DAYS[gold[2]]
+
+
+#: The form of a date question ("In which month ..."), not its event.
+_WHEN_WORDS = frozenset(stemmed_tokens("month months year years week weeks day days date time"))
+
+
+def date_contradiction(answer: str, turns: Sequence[EvidenceTurn], question: str = "") -> str | None:
+    """Why a dated gold answer contradicts its evidence turns, or None (no date, or a turn agrees).
 
     A turn implies its session's date and, for each sentence with a relative phrase, that date moved
-    by it (`memlab.answer.temporal.resolve`: "yesterday", "last year", "two weeks ago"); the gold agrees
-    with a turn when it agrees with any of these (LoCoMo writes "the week before <session date>"). A
-    turn with no relative phrase but time words of its own ("since 2016", "in June", "years") implies
-    nothing and the check stays silent.
+    by it (`memlab.answer.temporal.resolve`: "yesterday", "last year", "two weeks ago"; "last week" is the
+    seven days before); the gold agrees with a turn when it lies within `DATE_SLACK_DAYS` of any of these. A
+    turn with no relative phrase but time words of its own ("since 2016", "in June", "years") implies nothing
+    and the check stays silent. When some evidence turns name the event (hold a content word of
+    ``question``) and others do not, only the naming turns date it: an unnamed "last week" turn does not
+    excuse a gold that the naming turn's "last Friday" contradicts; within a turn, the sentences naming it
+    ("Last week I scored 40 points", not "So much has happened in the last month").
     """
-    gold = parse_date(str(answer))
+    gold = _period(str(answer))
     if gold is None or not turns or any(t.date is None for t in turns):
         return None
+    topic = content_tokens(question) - {_first(w) for w in re.findall(r"\b[A-Z][a-z]+", question)} - _WHEN_WORDS
+    sentences = {t.id: re.split(r"(?<=[.!?])\s+", t.text) for t in turns}
+    resolved = {t.id: [(x, *resolve(x, t.date)) for x in sentences[t.id]] for t in turns}  # type: ignore[arg-type]
+    if any(all(p is None for _, _, p in resolved[t.id]) and _OWN_TIME.search(t.text) for t in turns):
+        return None
+    naming = {t.id: [(a, p) for x, a, p in resolved[t.id] if p is not None and topic & content_tokens(x)]
+              for t in turns}
     implied = []
-    for t in turns:
-        said = [resolve(x, t.date) for x in re.split(r"(?<=[.!?])\s+", t.text)]  # type: ignore[arg-type]
-        phrases = [(a, p) for a, p in said if p is not None]
-        if not phrases and _OWN_TIME.search(t.text):
-            return None
-        dates = [parse_date(a) for a, _ in phrases] + [(t.date, "day")]
-        if any(d is None or _dates_agree(gold, d) for d in dates):
+    for t in [t for t in turns if naming[t.id] or topic & content_tokens(t.text)] or turns:
+        phrases = naming[t.id] or [(a, p) for _, a, p in resolved[t.id] if p is not None]
+        periods = [_period(a) for a, _ in phrases] + [(t.date, t.date, "day")]
+        if any(d is None or _dates_agree(gold, d) for d in periods):  # type: ignore[arg-type]
             return None
         implied.append(f"{t.id} said {format_day(t.date)}"  # type: ignore[arg-type]
                        + "".join(f" ({p!r} -> {a})" for a, p in phrases))
     return f"gold date {answer!r} contradicts its evidence: " + "; ".join(implied)
 
 
-_YOU = re.compile(r"\b(you|your|yours|you're|you've|you'd|you'll|ya)\b", re.IGNORECASE)
+#: A name said to someone, not about them: "Hey Evan!", "Thanks, Sam", "Evan, ..." at a sentence's start.
+_VOCATIVE = r"(?:^|[.!?]\s+)(?:(?:hey|hi|hello|thanks|thank you|wow|oh|yeah|yes|no|congrats|sorry)\W+)?{name}\b\W"
 
 
-def speaker_contradiction(question: str, turns: Sequence[EvidenceTurn], speakers: Sequence[str]) -> str | None:
-    """Why the evidence was spoken by the other person than the one the question asks about, or None."""
+def speaker_contradiction(question: str, turns: Sequence[EvidenceTurn], speakers: Sequence[str], answer: str = "",
+                          spoken: Mapping[str, Sequence[str]] | None = None) -> str | None:
+    """Why the evidence was spoken by the other person than the one the question asks about, or None.
+
+    Every evidence turn is the other speaker's and none names the person asked other than in a greeting ("Hey
+    Evan!"), and either no evidence turn says "you" (the other person speaks about themself) or — given
+    ``spoken``, each speaker's turns in the whole conversation — the person asked never says the gold
+    themself (no span of a turn of theirs, photo captions aside, scores `SAYS` F1 against the gold: a few
+    shared words are chat, not the answer)."""
     if len(speakers) != 2 or not turns:
         return None
-    first = {s: s.split()[0].lower() for s in speakers}
-    words = {w.lower() for w in re.findall(r"\b[A-Z][a-z]+", question)}  # names and short forms: Deb, Mel, Jo
-    named = [s for s in speakers if any(len(w) >= 2 and first[s].startswith(w) for w in words)]
+    named = asked_people(question, speakers)
+    if len(named) == 2:  # "What did Evan share with Sam?" asks about Evan; "... learn from Sam?" about both
+        low = question.lower()
+        first, second = sorted(named, key=lambda p: low.find(_first(p)[:3]))
+        later = re.escape(_first(second)[:3])
+        if re.search(rf"\b(and|from|about|by|of|for)\s+{later}|{later}\w*'s|\bboth\b", low):
+            return None
+        named = [first]
     if len(named) != 1:
         return None
     asked = named[0]
     other = next(s for s in speakers if s != asked)
+    name = re.escape(_first(asked))
     for t in turns:
-        if t.speaker != other or _YOU.search(t.text) or re.search(rf"\b{re.escape(first[asked])}\b", t.text,
-                                                                  re.IGNORECASE):
+        mentions = len(re.findall(rf"\b{name}\b", t.text, re.IGNORECASE))
+        greetings = len(re.findall(_VOCATIVE.format(name=name), t.text, re.IGNORECASE))
+        if t.speaker != other or mentions > greetings:
             return None
-    return (f"the question asks about {asked}, but every evidence turn ({', '.join(t.id for t in turns)}) is "
-            f"{other} speaking about themself")
+    why = f"the question asks about {asked}, but every evidence turn ({', '.join(t.id for t in turns)}) is {other}"
+    if not any(_YOU.search(t.text) for t in turns):
+        return f"{why} speaking about themself"
+    gold = content_tokens(_POLARITY.sub("", answer))
+    own = [_CAPTION.sub(" ", x) for x in (spoken or {}).get(asked, ())]  # their words, not their photos' captions
+    if spoken is None or not gold or best_span_f1(stemmed_tokens(_POLARITY.sub("", answer)),
+                                                  [stemmed_tokens(x) for x in own], gold) >= SAYS:
+        return None
+    return f"{why}'s, and {asked} never says it"
+
+
+#: F1 a span of one turn must score against the gold for its speaker to have said it.
+SAYS = 2 / 3
+_CAPTION = re.compile(r"\[shared a photo:[^\]]*\]")
+_YOU = re.compile(r"\b(you|your|yours|you're|you've|you'd|you'll|ya)\b", re.IGNORECASE)
+#: A leading yes/no: a turn that says "Yes" replies to something else, so the polarity is always inferred.
+_POLARITY = re.compile(r"^\W*(yes|no)\b\W*", re.IGNORECASE)
 
 
 _INFERRED = re.compile(r"^\s*(likely|probably|maybe|possibly|yes|no|not|unlikely|somewhat)\b", re.IGNORECASE)
@@ -151,15 +292,156 @@ def relative_time_only(answer: str) -> bool:
 #: Punctuation between a letter and a letter or digit ("April.2023", "S.Lewis"), not in a decimal ("3.5"):
 #: the official normalisation deletes it and glues the two words into one token ("april2023").
 _GLUED = re.compile(r"(?<=[A-Za-z])[.;:/](?=[A-Za-z0-9])|(?<=[0-9])[.;:/](?=[A-Za-z])")
+#: A number glued to a month or word ("3June"), a word to a number ("Sunday3").
+_NUMBER_GLUE = re.compile(r"(?<=\d)(?=[A-Za-z]{3})|(?<=[a-z])(?=\d)")
 
 
-def glued_gold(answer: str, prediction: str, category: int, threshold: float = 0.5) -> str | None:
-    """Why the gold's own punctuation failed a right prediction, or None: the official normalisation glues two
-    words of the gold into a token no prediction can hold ("April.2023" -> "april2023"), and the prediction
-    scores ``threshold`` or more against the gold with that punctuation read as a space ("April 2023")."""
-    spaced = _GLUED.sub(" ", answer)
+def conversation_bigrams(texts: Iterable[str]) -> frozenset[str]:
+    """Adjacent lower-case word pairs of a conversation's turns ("watching movies"): what a glued gold word is
+    split into (`deglue`)."""
+    out: set[str] = set()
+    for t in texts:
+        ws = re.findall(r"[a-z0-9]+", t.lower())
+        out.update(f"{a} {b}" for a, b in zip(ws, ws[1:]))
+    return frozenset(out)
+
+
+@lru_cache(maxsize=16)
+def _pair_words(bigrams: frozenset[str]) -> frozenset[str]:
+    """The words of a conversation's word pairs (computed once per conversation: a frozenset hashes once)."""
+    return frozenset(w for pair in bigrams for w in pair.split())
+
+
+@lru_cache(maxsize=100_000)
+def deglue(answer: str, bigrams: frozenset[str] = frozenset()) -> str:
+    """The gold with its glued words split for matching: punctuation between words ("April.2023"), a number and
+    a word ("3June"), and a word the conversation never says whose split is a word pair it does say
+    ("watchingmovies" -> "watching movies", "hanging withfriends" -> "hanging with friends"; ``bigrams``:
+    `conversation_bigrams`). The official score is never computed on it: LoCoMo's F1 reads the gold as written."""
+    text = _NUMBER_GLUE.sub(" ", _GLUED.sub(" ", str(answer)))
+    if not bigrams:
+        return text
+    words = _pair_words(bigrams)
+
+    def split(m: re.Match[str]) -> str:
+        w = m.group(0)
+        low = w.lower()
+        if low in words:
+            return w
+        cuts = range(2, len(low) - 1)
+        for i in cuts:  # a pair the conversation says, else two words it says ("localzoo": "local", "zoo")
+            if f"{low[:i]} {low[i:]}" in bigrams:
+                return f"{w[:i]} {w[i:]}"
+        for i in cuts:
+            if low[:i] in words and low[i:] in words:
+                return f"{w[:i]} {w[i:]}"
+        return w
+
+    return re.sub(r"[A-Za-z]{5,}", split, text)
+
+
+def glued_gold(answer: str, prediction: str, category: int, threshold: float = 0.5,
+               bigrams: frozenset[str] = frozenset()) -> str | None:
+    """Why the gold's glued words failed a right prediction, or None: the official normalisation glues two words
+    of the gold into a token no prediction can hold ("April.2023" -> "april2023"; or LoCoMo wrote them glued,
+    "watchingmovies"), and the prediction scores ``threshold`` or more against the gold with its words split
+    (`deglue`)."""
+    spaced = deglue(answer, bigrams)
     if spaced == answer or score_answer(prediction, answer, category) >= threshold \
             or score_answer(prediction, spaced, category) < threshold:
         return None
-    return (f"the gold {answer!r} normalises to {normalize_answer(answer)!r}, gluing two words; the prediction "
+    return (f"the gold {answer!r} normalises to {normalize_answer(answer)!r}, gluing words; the prediction "
             f"matches {spaced!r}")
+
+
+#: A question asking for a suggestion, whose gold is an idea rather than a fact of the conversation.
+_SUGGESTION = re.compile(r"\b(gifts?|advice|advise|suggest\w*|recommend\w*|appropriate|tips?|ideas?)\b", re.IGNORECASE)
+_HEDGE = re.compile(r"\b(likely|probably|presumably|maybe|possibly|yes|no|not|unlikely|somewhat|would|could)\b",
+                    re.IGNORECASE)
+
+
+def unfounded_suggestion(answer: str, question: str, category: int, turns: Sequence[EvidenceTurn],
+                         said: set[str]) -> str | None:
+    """Why an open-ended suggestion gold is supported by nothing, or None: an open-domain question (category 3)
+    asking for a suggestion (a gift, advice, a recommendation, an idea), whose gold has three or more content
+    words beyond the question's, fewer than half of them said anywhere in the conversation (``said``: the
+    conversation's `content_tokens`) and fewer than half in its evidence turns (which point elsewhere: a hike,
+    a painting class). World knowledge is not a suggestion: a short answer ("Florida"), or one of names
+    ("Skellig Michael, Malin Head": capitalised past its first word)."""
+    if category != 3 or not _SUGGESTION.search(question) or answer_kind(answer, category) in ("date", "count"):
+        return None
+    # proper names the conversation never says ("Skellig Michael") are world knowledge, not a suggestion
+    names = content_tokens(" ".join(w for w in answer.split()[1:] if w[:1].isupper()))
+    gold = content_tokens(_HEDGE.sub(" ", answer)) - content_tokens(question)
+    if len(gold) < 3 or 2 * len(gold & names) >= len(gold):
+        return None
+    found, ev = gold & said, gold & content_tokens(" ".join(t.text for t in turns))
+    if 2 * len(found) >= len(gold) or 2 * len(ev) >= len(gold):
+        return None
+    return (f"the gold suggests what the conversation never says: {sorted(gold - found)} are in no turn and its "
+            f"evidence turns hold {len(ev)} of its {len(gold)} words")
+
+
+_WORD_NUM = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+             "ten": 10, "eleven": 11, "twelve": 12, "a": 1, "an": 1}
+_DAYS = re.compile(r"^\W*(?:(?:about|around|nearly|almost|roughly|approximately|over)\s+)?(\d+|[a-z]+)\s+(days?|weeks?)"
+                   r"\W*$", re.IGNORECASE)
+_ORD = "(?:st|nd|rd|th)?"
+_MONTH_DAY = re.compile(rf"\b(?:({_MON})\s+(\d{{1,2}}){_ORD}|(\d{{1,2}}){_ORD}\s+(?:of\s+)?({_MON}))\b", re.IGNORECASE)
+
+
+def duration_contradiction(answer: str, turns: Sequence[EvidenceTurn]) -> str | None:
+    """Why a gold duration in days or weeks contradicts its evidence turns, or None: the turns date both ends
+    (their session dates, the days their "yesterday" / "tomorrow" / "last Friday" resolve to, the days they
+    name: "return on July 20"), the gold is not said by a turn, and it is more than 3 days and 30 % off the span
+    those dates cover (a trip "19 days" long whose turns give 9 July to 20 July)."""
+    m = _DAYS.match(str(answer))
+    if m is None or not turns or any(t.date is None for t in turns):
+        return None
+    n = int(m.group(1)) if m.group(1).isdigit() else _WORD_NUM.get(m.group(1).lower())
+    if n is None:
+        return None
+    days = n * (7 if m.group(2).lower().startswith("week") else 1)
+    if any(re.search(rf"\b{m.group(1)}\s+{m.group(2)[:3]}", t.text, re.IGNORECASE) for t in turns):
+        return None
+    dates = set()
+    for t in turns:  # a turn's days: those it names, else those its phrases resolve to, else its session's
+        named, phrased = set(), set()
+        for mon, day, day2, mon2 in _MONTH_DAY.findall(t.text):
+            try:
+                named.add(datetime(t.date.year, _MONTHS.index((mon or mon2).lower()) + 1,  # type: ignore[union-attr]
+                                   int(day or day2)).date())
+            except ValueError:
+                continue
+        for x in re.split(r"(?<=[.!?])\s+", t.text):
+            a, p = resolve(x, t.date)  # type: ignore[arg-type]
+            d = _period(a) if p is not None else None
+            if d is not None and d[2] == "day" and not _BEFORE.search(a):
+                phrased.add(d[0].date())
+        dates |= named or phrased or {t.date.date()}  # type: ignore[union-attr]
+    if len(dates) < 2:
+        return None
+    span = (max(dates) - min(dates)).days
+    if abs(span - days) <= max(3, 0.3 * days):
+        return None
+    return (f"gold duration {answer!r} contradicts its evidence: its turns date {min(dates):%d %B %Y} to "
+            f"{max(dates):%d %B %Y}, {span} days")
+
+
+def gold_issue(answer: str, prediction: str, question: str, category: int, turns: Sequence[EvidenceTurn],
+               speakers: Sequence[str], spoken: Mapping[str, Sequence[str]] | None = None,
+               said: set[str] | None = None, bigrams: frozenset[str] = frozenset(),
+               threshold: float = 0.5) -> str | None:
+    """Why a (non-adversarial) gold is wrong or unusable against its evidence, or None: only a relative time,
+    glued words that fail a right prediction, a date or duration its turns contradict, the other person's
+    turns, a suggestion found nowhere. ``spoken``: each speaker's turns; ``said``: the conversation's content
+    words (derived from ``spoken`` when None)."""
+    if relative_time_only(answer):
+        return f"the gold {answer!r} is a relative time with no date: it depends on when it was said"
+    if said is None and spoken is not None:
+        said = {t for texts in spoken.values() for x in texts for t in content_tokens(x)}
+    matched = deglue(answer, bigrams)
+    return (glued_gold(answer, prediction, category, threshold, bigrams)
+            or date_contradiction(answer, turns, question) or duration_contradiction(answer, turns)
+            or speaker_contradiction(question, turns, speakers, matched, spoken)
+            or (unfounded_suggestion(matched, question, category, turns, said) if said is not None else None))

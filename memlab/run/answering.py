@@ -23,7 +23,7 @@ from memlab.answer import AnswerContext, Answerer
 from memlab.answer.base import evidence_ranks
 from memlab.atomic import write_text
 from memlab.data import Conversation, Question
-from memlab.eval.ceiling import answer_bearing, answer_ceiling, context_lines
+from memlab.eval.ceiling import answer_bearing, answer_ceiling, asked_of, context_lines
 from memlab.extract.pipeline import conversation_key
 from memlab.llm import EndpointUnreachable, SpendCapReached, redact
 from memlab.memory import MemoryService
@@ -143,9 +143,10 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     row.rule = a.rule
     row.context_tokens = a.context_tokens
     if svc is not None and q.category != 5:  # reader-independent: what the context offered
-        lines = context_lines(a.context)
-        row.answer_ceiling = answer_ceiling(q.answer, q.category, lines)
-        row.answer_bearing = answer_bearing(q.answer, q.category, lines)
+        lines, sources = context_lines(a.context), [list(e.source_ids) for e in a.context]
+        asked = asked_of(conv, q.question, q.evidence_ids)  # the lines about the question support it
+        row.answer_ceiling = answer_ceiling(q.answer, q.category, lines, sources, asked)
+        row.answer_bearing = answer_bearing(q.answer, q.category, lines, sources, asked)
     row.retrieved_ids = a.context_source_ids
     first = a.queries[0].hits if a.queries else []
     row.first_query_ids = [list(h["source_ids"]) for h in first]

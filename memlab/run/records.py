@@ -108,10 +108,11 @@ class PredictionRecord(Record):
     malformed_tool_calls: int = 0
     """Tool calls the model wrote as text (recovered by parsing or a forced re-ask, or the error)."""
     answer_ceiling: float | None = None
-    """Best official F1 any span of the reader's context could score (`memlab.eval.ceiling`; None: category 5
-    or an arm that reads no memory)."""
+    """Best official F1 any span (or implied date) of the context lines about the question could score
+    (`memlab.eval.ceiling`; None: category 5 or an arm that reads no memory)."""
     answer_bearing: float | None = None
-    """1.0 when every gold answer token is in the reader's context (`memlab.eval.ceiling`)."""
+    """1.0 when the reader's context supports the gold: its lines about the question hold every gold content
+    word, each person's for a two-person question (`memlab.eval.ceiling`)."""
     schema: int = SCHEMA_VERSION
 
 
