@@ -19,11 +19,12 @@ import sys
 import pandas as pd
 
 import memlab
+from memlab.run.labels import run_labels, run_legend
 from memlab.run.report_format import markdown_table
 from memlab.run.results import Run, load_run
 
 
-def row(run: Run) -> dict:
+def row(run: Run, label: str) -> dict:
     s = run.summary.copy()
     s.index = s.index.astype(str)
     o = s.loc["overall 1-4"]
@@ -31,7 +32,7 @@ def row(run: Run) -> dict:
     p = p[pd.to_numeric(p.category) <= 4]
     mems = p.retrieved_ids.map(lambda x: 0 if x is None else len(x))
     r = run.config.retrieval
-    return {"run": run.run_dir.name, "top_k": r.top_k, "context_tokens": r.context_tokens if r.context_tokens else "-",
+    return {"run": label, "top_k": r.top_k, "context_tokens": r.context_tokens if r.context_tokens else "-",
             "F1 1-4 [95 % CI]": f"{o.f1:.3f} [{o.f1_lo:.3f}, {o.f1_hi:.3f}]", "n": int(o.n),
             "R@10 1-4": f"{o['recall@10']:.3f}", "context recall 1-4": f"{o['context_recall']:.3f}",
             "context tokens/QA": f"{p.context_tokens.mean():.0f} (max {p.context_tokens.max()})",
@@ -50,10 +51,13 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     (budget,) = budgets
-    table = pd.DataFrame([row(r) for r in runs] + [row(load_run(d)) for d in a.reference])
+    every = runs + [load_run(d) for d in a.reference]
+    labels = run_labels(every)  # one naming for the table, the comparison and the legend
+    table = pd.DataFrame([row(r, lab) for r, lab in zip(every, labels)])
     print(f"### Systems at a {budget:,}-token context budget\n")
     print(markdown_table(table))
-    cmp = memlab.compare(*runs, token_matched=budget, metrics=("f1",))
+    print("\nRuns:\n\n" + markdown_table(run_legend(every)))
+    cmp = memlab.compare(*runs, token_matched=budget, metrics=("f1",), names=labels[:len(runs)])
     t = cmp.table[(cmp.table.group == "overall 1-4")]
     deltas = pd.DataFrame({"run": t.run, "metric": t.metric, "n": t.n, "A": t.a.round(3), "B": t.b.round(3),
                            "B - A [95 % CI]": [f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for d, lo, hi in zip(t.delta, t.lo,

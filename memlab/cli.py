@@ -104,6 +104,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     rc = 0
     for run in runs:
         judged = ("j", "j_lo", "j_hi", "j_sd", "judge_errors") if run.config.judge.model else ()
+        if judged:  # J under the profile's other verdict rule (LongMemEval's official one), where it differs
+            from memlab.eval.longmemeval import differs_from_j
+
+            judged += tuple(f"{c}{s}" for c in ("j_strict", "j_official") if differs_from_j(run.predictions, c)
+                            for s in ("", "_lo", "_hi"))
         called = "calls_qa" in run.summary and bool((run.summary["calls_qa"].fillna(0) > 0).any())
         # an offline reader sends nothing to a model: its prompt tokens and calls are not printed
         cols = [c for c in ("label", "n", "n_scored", "errors", "f1", "f1_lo", "f1_hi", "bleu1", *judged, "recall@10",
@@ -177,6 +182,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from memlab.run.compare import compare
+    from memlab.run.labels import legend_lines, run_legend
+    from memlab.run.results import load_run
 
     runs = list(args.runs)
     if args.baseline:
@@ -185,10 +192,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise SystemExit("memlab compare: give at least two runs (the first, or --baseline, is the baseline)")
     metrics = args.metrics.split(",") if args.metrics else None
     kw = {"metrics": metrics} if metrics else {}
-    cmp = compare(*runs, questions="intersection" if args.intersection else "same",
+    loaded = [load_run(r) for r in runs]
+    cmp = compare(*loaded, questions="intersection" if args.intersection else "same",
                   threshold_metric=args.threshold_metric, threshold=args.threshold, token_matched=args.token_matched,
                   **kw)
     print(cmp)
+    print("Runs (label: folder (config values that differ between the runs)):")
+    print("\n".join(legend_lines(run_legend(loaded))))
     for name in cmp.runs:
         fl = cmp.flipped[cmp.flipped["run"] == name] if len(cmp.flipped) else cmp.flipped
         if len(fl):

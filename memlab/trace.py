@@ -210,6 +210,7 @@ def load(run_dir: str | Path) -> Traces:
     contexts: dict[str, list[str]] = {}
     ev_mems: dict[str, list[dict[str, Any]]] = {}
     depth: dict[str, int] = {}
+    where = str(d / "traces" / "retrieval.jsonl")  # named in a bad hit's error (joined once, not per hit)
     for r in _read_jsonl(d / "traces" / "retrieval.jsonl"):
         contexts[r["qid"]] = list(r.get("context_ids") or [])
         if "evidence_memories" in r:
@@ -221,7 +222,7 @@ def load(run_dir: str | Path) -> Traces:
                           "fallback_added": qt.get("fallback_added", []), "error": qt.get("error"),
                           "evidence_ranks": qt.get("evidence_ranks"), "memory_ranks": qt.get("memory_ranks")})
             for i, h in enumerate(qt["hits"]):
-                hit = HitRecord.from_dict(h, where=f"{d / 'traces' / 'retrieval.jsonl'}: {r['qid']} query {qi} hit {i}")
+                hit = HitRecord.from_dict(h, where=f"{where}: {r['qid']} query {qi} hit {i}")
                 rows.append({"qid": r["qid"], "query_index": qi, "query": qt["query"], **vars(hit)})  # flat fields
     retrieval = pd.DataFrame(rows, columns=["qid", "query_index", "query", *HIT_COLUMNS])  # every field, always
     for col in ("rank", "dense_rank", "keyword_rank", "fused_rank"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import SearchHit, SearchOptions, SearchResult
 from memlab.run import ConfigError, ExperimentConfig, run_experiment
 from memlab.run.compare import compare
+from memlab.run.labels import run_labels
 from tests.test_systems import Paraphraser
 
 KEY = UserKey("app", "alice")
@@ -91,9 +93,10 @@ def test_compare_token_matched(synthetic_path, tmp_path, capsys):
     plain = _run(synthetic_path, tmp_path, None)
     cmp = compare(a, b, token_matched=40)
     assert "context_tokens" in set(cmp.table.metric) and any("token-matched" in n for n in cmp.notes)
-    with pytest.raises(ComparisonError, match=rf"not made at that budget: {plain.run_dir.name} \(retrieval"
-                                              r"\.context_tokens = None, top_k = 10\).*--set retrieval\.context_tokens"
-                                              r"=40 --set retrieval\.top_k=100"):
+    # the run is named by its label and its folder
+    with pytest.raises(ComparisonError, match=rf"not made at that budget: \S+ \({re.escape(str(plain.run_dir))}: "
+                                              r"retrieval\.context_tokens = None, top_k = 10\).*--set "
+                                              r"retrieval\.context_tokens=40 --set retrieval\.top_k=100"):
         compare(a, plain, token_matched=40)
     with pytest.raises(ComparisonError, match="not made at that budget"):
         compare(a, b, token_matched=30)
@@ -105,8 +108,10 @@ def test_compare_token_matched(synthetic_path, tmp_path, capsys):
     script = load_script("token_matched")
     assert script.main([str(a.run_dir), str(b.run_dir), "--reference", str(plain.run_dir)]) == 0
     out = capsys.readouterr().out
-    assert "### Systems at a 40-token context budget" in out and f"| {plain.run_dir.name} | 10 | - |" in out
-    assert f"| {b.run_dir.name} | context_tokens |" in out and "token-matched: every run read at most 40" in out
+    la, lb, lplain = run_labels([a, b, plain])  # the script names runs as every comparison does
+    assert "### Systems at a 40-token context budget" in out and f"| {lplain} | 10 | - |" in out
+    assert f"| {lb} | context_tokens |" in out and "token-matched: every run read at most 40" in out
+    assert f"| {la} | " in out and str(a.run_dir) in out  # the legend: label, folder, what differs
     assert script.main([str(a.run_dir), str(plain.run_dir)]) == 2  # two budgets: refused
 
 

@@ -14,6 +14,7 @@ STAGES = {
     "stemming": 0,
     "memory": 1, "index": 2, "extract": 3, "answer": 4, "systems": 4, "eval": 5,
     "rundir": 6, "run": 6, "demo": 7, "trace": 7, "attribution": 8, "studies": 8, "plots": 9, "report_html": 9,
+    "report_data": 9,
     "cli": 10, "__main__": 10, "__init__": 10,
 }
 

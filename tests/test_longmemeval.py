@@ -554,5 +554,5 @@ def test_a_longmemeval_run_is_not_rescored_under_a_locomo_profile(lme_path, tmp_
         assert main(args) == 2  # before: rc 0, single-session-user relabelled "multi-hop"
         err = capsys.readouterr().err
         assert "scoring profile 'mem0' scores locomo runs; this run is longmemeval (profiles for it: " \
-               "longmemeval)" in err
+               "longmemeval, longmemeval-official)" in err
     assert main(["rescore", str(run.run_dir), "--profile", "longmemeval"]) == 0

@@ -143,6 +143,12 @@ def test_llm_extraction_answer_and_judge_run_end_to_end_on_the_real_model(smol, 
     assert (answered["prompt_tokens"] > 0).all() and not answered["tokens_estimated"].any()
     judged = answered[answered["judge_error"].isna()]
     assert len(judged) == len(answered) and judged["j"].isin([0.0, 1.0]).all()  # a JSON verdict the profile reads
+    # the reply the model wrote stays on record, and it is the verdict J was read from
+    from memlab.eval.profiles import get_profile
+
+    assert all(len(r) == 1 and get_profile("locomo").judge_score(r[0]) == j
+               for r, j in zip(judged["judge_replies"], judged["j"]))
+    assert "j_official" not in pred.columns  # LoCoMo's profile has one verdict rule
     roles = info["models"]["by_role"]
     assert roles["reader"]["calls"] == 4 and roles["judge"]["calls"] == len(judged)
 

@@ -51,14 +51,19 @@ def test_labels_name_the_distinguishing_values_and_runs_keep_the_order_given(swe
     assert list(dict.fromkeys(table.run)) == ["offline k=20", "offline k=5", "offline k=10"]  # never re-sorted
     mixed = report_table([sweep["obs"].run_dir, *dirs])
     labels = list(dict.fromkeys(mixed.run))
-    # every value that differs is named
-    assert labels[0] == "offline-obs extractor=observations, k=10, allow_failed_extraction=True"
-    assert labels[1:] == [f"offline extractor=turns+observations, k={k}, allow_failed_extraction=False"
-                          for k in (20, 5, 10)]
+    # the name tells offline-obs apart; k the offline runs; the legend names every value that differs
+    assert labels == ["offline-obs", "offline k=20", "offline k=5", "offline k=10"]
+    legend = pd.DataFrame(mixed.attrs["legend"])
+    assert legend.run.tolist() == labels and legend.folder.tolist()[1:] == [str(d) for d in dirs]
+    assert legend.differs[0] == ("extraction.extractor=observations; retrieval.top_k=10; "
+                                 "run.allow_failed_extraction=True") or set(legend.differs[0].split("; ")) == {
+        "extraction.extractor=observations", "retrieval.top_k=10", "run.allow_failed_extraction=True"}
+    text = format_report(mixed)
+    assert f"offline k=5: {dirs[1]} (" in text and "retrieval.top_k=5" in text
     twin = sweep["root"] / "results" / "offline-rerun"
     shutil.copytree(dirs[0], twin)
     same = load_runs([dirs[0], twin, dirs[0]])[0]  # a folder given twice is reported once
-    assert len(same) == 2 and run_labels(same) == [f"offline [{dirs[0].name}]", "offline [offline-rerun]"]
+    assert len(same) == 2 and run_labels(same) == ["offline #1", "offline #2"]
 
 
 def test_table_is_tidy_with_intervals_n_and_context_tokens(sweep):
@@ -160,7 +165,10 @@ def test_exports_markdown_latex_csv(sweep):
     table = report_table([sweep["k"][5].run_dir, sweep["k"][10].run_dir])
     md = format_report(table, "md").splitlines()
     assert md[0].startswith("| run | category | n | F1 |") and set(md[1]) <= set("|:-")
-    assert len([ln for ln in md if ln.startswith("| offline")]) == len(table)
+    body, legend = md[:md.index("Runs:")], md[md.index("Runs:"):]
+    assert len([ln for ln in body if ln.startswith("| offline")]) == len(table)
+    assert legend[2].startswith("| run | name | folder | differs |") and legend[4].startswith(
+        f"| offline k=5 | offline | {sweep['k'][5].run_dir} | retrieval.top_k=5 |")
     row = next(ln for ln in md if "| 4 single-hop |" in ln and "k=10" in ln)
     r = table[(table.group.astype(str) == "4") & table.run.str.contains("k=10")].iloc[0]
     assert f"{r.f1:.3f} [{r.f1_lo:.3f}, {r.f1_hi:.3f}]" in row and f"{r.context_tokens_qa:,.0f}" in row

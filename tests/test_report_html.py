@@ -55,8 +55,11 @@ def test_page_is_self_contained(two_arms):
     assert text.count("data:image/png;base64,") >= 4  # category bars, F1 vs tokens, attribution, recall
     data = payload(text)
     a, b = two_arms["a"], two_arms["b"]
-    assert [r["label"] for r in data["runs"]] == ["offline extractor=turns+observations",
-                                                  "offline-obs extractor=observations"]
+    assert [r["label"] for r in data["runs"]] == ["offline", "offline-obs"]  # the names tell them apart
+    # the runs table is the legend: each label's folder and the config values the runs differ in
+    runs_table = text.split('<table class="runs">')[1].split("</table>")[0]
+    assert "<th>differs</th>" in runs_table and "extraction.extractor=observations" in runs_table
+    assert f"<td>offline-obs</td><td>{b.run_dir}</td>" in runs_table
     qids = column(data, data["questions"], "qid")
     assert qids == a.predictions.qid.tolist()
     f1a = dict(zip(a.predictions.qid, a.predictions.f1))
@@ -69,6 +72,13 @@ def test_page_is_self_contained(two_arms):
         for r in (ra, rb):  # a label exactly for each failed question
             assert (r["label"][i] is None) == bool(r["ok"][i]) or data["questions"]["cat"][i] == 5
     assert "Paired comparisons" in text and "Summary per category" in text
+    # what retrieval delivered, per category, beside the scores: the summaries' answer ceiling and answer-bearing
+    summary = text.split('<table class="summary">')[1].split("</table>")[0]
+    assert "<th>answer ceiling</th>" in summary and "<th>answer-bearing</th>" in summary
+    s = a.summary.loc["overall 1-4"]
+    assert (f"{s.answer_ceiling:.3f} [{s.answer_ceiling_lo:.3f}, {s.answer_ceiling_hi:.3f}]" in summary
+            and f"{s.answer_bearing:.3f} [{s.answer_bearing_lo:.3f}, {s.answer_bearing_hi:.3f}]" in summary)
+    assert "answer ceiling: the best official F1 any span" in text
     # every run's evidence recall is drawn, not only the first's
     assert [f"Evidence recall ({r['label']})" in text for r in data["runs"]] == [True, True]
 
@@ -99,6 +109,9 @@ def test_one_order_and_one_sign_in_compare_report_and_html(two_arms, tmp_path, c
     assert main(["compare", str(a.run_dir), str(b.run_dir)]) == 0
     out = capsys.readouterr().out
     assert "every delta is B \u2212 A" in out
+    # the legend under the comparison: each label, its folder and what its config changes
+    assert (f"offline extractor=observations: {b.run_dir} (extraction.extractor=observations)" in out
+            and f"offline extractor=turns+observations: {a.run_dir} (extraction.extractor=turns+observations)" in out)
     line = next(ln for ln in out.splitlines() if ln.split()[:3] == ["overall", "1-5", "f1"])
     assert f"{sh[0]:.3f}" in line.split() and f"{sh[1]:.3f}" in line.split()
 
@@ -120,6 +133,7 @@ def test_one_order_and_one_sign_in_compare_report_and_html(two_arms, tmp_path, c
     for k in want:
         assert [None if x is None else pytest.approx(x) for x in want[k]] == list(got[k]), k
     assert "B &minus; A = offline extractor=observations &minus; offline extractor=turns+observations" in text
+    assert "<th>answer ceiling</th>" in text  # added to the table `memlab report --metrics f1` made
 
     # given the other way round, every view swaps the runs and the sign
     flipped = payload(build_html([b.run_dir, a.run_dir]))

@@ -4,6 +4,7 @@ implementation, provenance recovery, and mem0 (skipped with a reason when the me
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import socket
 from collections.abc import Iterator
@@ -215,9 +216,16 @@ def test_compare_report_html_and_attribution_across_systems_through_the_cli(mem0
     out = capsys.readouterr().out
     data = payload(page.read_text(encoding="utf-8"))
     labels = [r["label"] for r in data["runs"]]
-    # mem0 reads no extractor or retrieval setting of memlab's: its label must not claim one (it said
-    # "extractor=observations, participant_boost=False" although mem0 used neither)
-    assert labels[1] == "mem0-offline name=mem0, infer=False" and labels[0].startswith("offline name=memlab")
+    # the config names tell the runs apart; mem0 reads no extractor or retrieval setting of memlab's, so its
+    # legend row must not claim one (a label said "extractor=observations, participant_boost=False" although mem0
+    # used neither)
+    from memlab.run.labels import run_legend
+
+    assert labels == ["offline", "mem0-offline"]
+    legend = run_legend([a, b])
+    assert "system.name=mem0" in legend.differs[1] and "system.params.infer=False" in legend.differs[1]
+    assert not any(k in legend.differs[1] for k in ("extraction.", "participant_boost"))
+    assert html.escape(legend.differs[1]) in page.read_text(encoding="utf-8")  # the page's runs table
     assert all(lab in out for lab in labels) and data["comparisons"]
     q = [str(x) for x in column(data, data["questions"], "qid")].index("syn-1/q3")
     m0 = data["runs_data"][1]
@@ -226,6 +234,12 @@ def test_compare_report_html_and_attribution_across_systems_through_the_cli(mem0
     shown = load(b.run_dir).show("syn-1/q3")
     assert "store  -> mem0:exact   [D1:2]  Bob: Nice! I adopted a dog named Rex" in shown
     assert "nothing was written" not in shown.split("-- 2.")[0]
+    # the page's indexed layers are memlab.trace's own for a memory system's run too (its stores as ops)
+    from memlab.report_html import QuestionTraces, layers
+
+    tr = load(b.run_dir)
+    fast, mem_text = QuestionTraces(tr), dict(zip(tr.memories.id, tr.memories.text))
+    assert all(layers(fast.question(q), mem_text) == layers(tr.question(q), mem_text) for q in tr.questions.qid)
     att = attribute(b.run_dir)
     assert len(att) and set(att["provenance"]) == {"exact"} and "total" in attribution_table(att).index
     st = system_table([a, b])

@@ -180,6 +180,12 @@ class Judge(Component, ABC):
         v, usage, _ = self.judge(question, prediction)
         return (None if v is None else [v]), usage
 
+    def judge_recorded(self, question: Question, prediction: str) -> tuple[list[float] | None, Usage, list[str]]:
+        """`judge_repeats` and the reply text behind each verdict, for the run's record (a judge without
+        model replies: none)."""
+        verdicts, usage = self.judge_repeats(question, prediction)
+        return verdicts, usage, []
+
 
 def section_settings(cls: type, section: Any) -> dict[str, Any]:
     """The ``judge.*`` fields that name one of ``cls``'s settings (`memlab.params.settable_specs`), by value:

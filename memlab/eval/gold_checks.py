@@ -166,7 +166,10 @@ def _dates_agree(gold: tuple[datetime, datetime, str], said: tuple[datetime, dat
 
 
 #: The form of a date question ("In which month ..."), not its event.
-_WHEN_WORDS = frozenset(stemmed_tokens("month months year years week weeks day days date time"))
+@cache
+def _when_words() -> frozenset[str]:
+    """Words of time that say nothing about a question's topic (stemmed on first use: the stemmer costs an import)."""
+    return frozenset(stemmed_tokens("month months year years week weeks day days date time"))
 
 
 def date_contradiction(answer: str, turns: Sequence[EvidenceTurn], question: str = "") -> str | None:
@@ -184,7 +187,7 @@ def date_contradiction(answer: str, turns: Sequence[EvidenceTurn], question: str
     gold = _period(str(answer))
     if gold is None or not turns or any(t.date is None for t in turns):
         return None
-    topic = content_tokens(question) - {_first(w) for w in re.findall(r"\b[A-Z][a-z]+", question)} - _WHEN_WORDS
+    topic = content_tokens(question) - {_first(w) for w in re.findall(r"\b[A-Z][a-z]+", question)} - _when_words()
     sentences = {t.id: re.split(r"(?<=[.!?])\s+", t.text) for t in turns}
     resolved = {t.id: [(x, *resolve(x, t.date)) for x in sentences[t.id]] for t in turns}  # type: ignore[arg-type]
     if any(all(p is None for _, _, p in resolved[t.id]) and _OWN_TIME.search(t.text) for t in turns):

@@ -51,7 +51,7 @@ from memlab.data.longmemeval import (
     TYPE_CATEGORY,
 )
 from memlab.eval import scoring
-from memlab.eval.verdicts import json_object, parse_yes_no, verdict_label, verdict_word
+from memlab.eval.verdicts import json_object, official_yes, parse_yes_no, verdict_label, verdict_word
 from memlab.prompts import load_prompt, render
 
 #: Questions per category number on the full LoCoMo-10 (the guard's reference).
@@ -96,6 +96,13 @@ class ScoringProfile:
     def judge_score(self, text: str) -> float:
         """The J score of one judge reply (raises ValueError when the reply cannot be read)."""
         raise NotImplementedError
+
+    #: Where a benchmark's published script reads verdicts differently from memlab's rule, each rule by name
+    #: (``strict``, ``official``): the J of one reply under it (ValueError: unreadable under that rule). A run
+    #: records its judge's replies and reports J under every rule (`memlab.eval.profiles.judge_rule_columns`).
+    judge_rules: ClassVar[dict[str, Any]] = {}
+    judge_rule: ClassVar[str | None] = None
+    """Which of `judge_rules` this profile's `judge_score` is."""
 
     def judge_prompt_for(self, category: int, prompt: str | None = None) -> str:
         """The judge prompt a category is judged with (one prompt for all, unless the harness has several)."""
@@ -308,5 +315,20 @@ class LongMemEvalProfile(ScoringProfile):
     def judge_prompt_for(self, category: int, prompt: str | None = None) -> str:
         return self.PROMPTS.get(int(category), self.judge_prompt)
 
+    judge_rules: ClassVar[dict[str, Any]] = {"strict": lambda text: 1.0 if parse_yes_no(text) else 0.0,
+                                             "official": lambda text: 1.0 if official_yes(text) else 0.0}
+    judge_rule: ClassVar[str | None] = "strict"
+
     def judge_score(self, text: str) -> float:
-        return 1.0 if parse_yes_no(text) else 0.0
+        return self.judge_rules[self.judge_rule](text)
+
+
+class LongMemEvalOfficialProfile(LongMemEvalProfile):
+    """LongMemEval scored exactly as its official script decides a verdict (``official_yes``): any judge reply that
+    contains "yes" is correct, every other reply wrong, none unreadable. Prompts, categories and the other
+    metrics are `LongMemEvalProfile`'s. The default ``longmemeval`` profile is stricter (the reply must be yes or
+    no and nothing else; anything else is a judge error): a run under either records the replies and reports J
+    under both rules where they differ (``j_strict``, ``j_official``)."""
+
+    name = "longmemeval-official"
+    judge_rule = "official"

@@ -115,11 +115,22 @@ def retrieval_table(retrieval: pd.DataFrame, predictions: pd.DataFrame | None = 
     return out.drop(index=[g for g in ("overall 1-5",) if g in out.index]).rename(index={"overall 1-4": "overall"})
 
 
-def type_accuracy(predictions: pd.DataFrame, data: LoCoMo, metrics: Sequence[str] = ("j", "f1", "em"),
-                  seed: int = 0, n_boot: int = N_BOOT) -> pd.DataFrame:
+def differs_from_j(pred: pd.DataFrame, col: str) -> bool:
+    """Whether a J column under another verdict rule (``j_official``, ``j_strict``) differs from the run's J on any
+    question (NaN against a number counts: one rule could read a reply the other could not)."""
+    if col not in pred.columns or "j" not in pred.columns:
+        return False
+    a, b = pd.to_numeric(pred[col], errors="coerce"), pd.to_numeric(pred["j"], errors="coerce")
+    return bool(((a != b) & ~(a.isna() & b.isna())).any())
+
+
+def type_accuracy(predictions: pd.DataFrame, data: LoCoMo,
+                  metrics: Sequence[str] = ("j", "j_strict", "j_official", "f1", "em"), seed: int = 0,
+                  n_boot: int = N_BOOT) -> pd.DataFrame:
     """Mean of each metric per published type (abstention questions in their type), then ``abstention``
     and ``overall``, each with ``<metric>_lo`` / ``_hi``; F1 and EM columns are renamed to say they are
-    not the official metric. Errored or unscored questions drop out (NaN)."""
+    not the official metric. Errored or unscored questions drop out (NaN). J under the other verdict rule
+    (``j_official`` / ``j_strict``, `memlab.eval.profiles.judge_rule_columns`) is shown where it differs from J."""
     qs = {q.qid: q for q in data.questions}
     pred = predictions[predictions["qid"].isin(qs)].copy()
     if "scored" in pred.columns:
@@ -128,7 +139,8 @@ def type_accuracy(predictions: pd.DataFrame, data: LoCoMo, metrics: Sequence[str
                 pred.loc[~pred["scored"].astype(bool), m] = np.nan
     pred["question_type"] = [qs[q].question_type for q in pred["qid"]]  # type: ignore[attr-defined]
     pred["abstention"] = [qs[q].category == ABSTENTION for q in pred["qid"]]
-    metrics = [m for m in metrics if m in pred.columns and pd.to_numeric(pred[m], errors="coerce").notna().any()]
+    metrics = [m for m in metrics if m in pred.columns and pd.to_numeric(pred[m], errors="coerce").notna().any()
+               and (not m.startswith("j_") or differs_from_j(pred, m))]
     groups = [(t, pred[pred.question_type == t]) for t in QUESTION_TYPES]
     groups += [("abstention", pred[pred.abstention]), ("overall", pred)]
     rows = []

@@ -1,14 +1,18 @@
 """Scoring profiles: the same predictions scored the way each published LoCoMo harness scores them.
 
-A profile (`memlab.eval.harnesses`: ``locomo``, the default, ``mem0``, ``trpc-agent-go``, ``longmemeval``; the
-table there says how each tokenises and scores) is chosen by name (`get_profile`) and applied to a run's
-predictions (`apply_scoring`, `score_predictions`) on top of its errata.
+A profile (`memlab.eval.harnesses`: ``locomo``, the default, ``mem0``, ``trpc-agent-go``, ``longmemeval``,
+``longmemeval-official``; the table there says how each tokenises and scores) is chosen by name (`get_profile`)
+and applied to a run's predictions (`apply_scoring`, `score_predictions`) on top of its errata.
 
 A label mapping is always applied to category *numbers* (as stored in the dataset), never to
 another profile's labels; `check_categories` guards it (LoCoMo-10 has 282/321/96/841/446
 questions in categories 1-5). Verdicts are read strictly, by one rule per profile (`ScoringProfile.judge_score`,
 the only verdict rule, built from `memlab.eval.verdicts`; `ProfileJudge` is the registered ``llm`` judge): an
 unreadable verdict is a ``judge_error``, never a score and never cached.
+
+Where a benchmark's own script reads verdicts another way (LongMemEval's counts any reply containing "yes"), the
+profile names both rules (`ScoringProfile.judge_rules`), the run records every judge reply (``judge_replies``)
+and `judge_rule_columns` gives J under each rule (``j_strict``, ``j_official``) beside the profile's own ``j``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from memlab.eval.harnesses import (
     LOCOMO10_CATEGORY_COUNTS,
     LONGMEMEVAL_CATEGORY_BOUNDS,
     LocomoProfile,
+    LongMemEvalOfficialProfile,
     LongMemEvalProfile,
     Mem0Profile,
     ScoringProfile,
@@ -35,13 +40,13 @@ from memlab.eval.harnesses import (
 )
 from memlab.eval.summary import score_frame
 from memlab.eval.verdicts import parse_yes_no
-from memlab.llm import ModelClient, Usage
+from memlab.llm import BadReply, ModelClient, Usage
 from memlab.params import PromptName, Range, Trust
 
 __all__ = ["LOCOMO10_CATEGORY_COUNTS", "LONGMEMEVAL_CATEGORY_BOUNDS", "PROFILES", "LocomoProfile",
-           "LongMemEvalProfile", "Mem0Profile", "ProfileError", "ProfileJudge", "ScoringProfile",
-           "TrpcAgentGoProfile", "apply_scoring", "check_categories", "get_profile", "parse_yes_no",
-           "score_predictions"]
+           "LongMemEvalOfficialProfile", "LongMemEvalProfile", "Mem0Profile", "ProfileError", "ProfileJudge",
+           "ScoringProfile", "TrpcAgentGoProfile", "apply_scoring", "check_categories", "get_profile",
+           "judge_rule_columns", "parse_yes_no", "RULE_J", "rule_verdict", "score_predictions"]
 
 
 class ProfileError(ValueError):
@@ -49,7 +54,7 @@ class ProfileError(ValueError):
 
 
 PROFILES: dict[str, type[ScoringProfile]] = {p.name: p for p in (LocomoProfile, Mem0Profile, TrpcAgentGoProfile,
-                                                                 LongMemEvalProfile)}
+                                                                 LongMemEvalProfile, LongMemEvalOfficialProfile)}
 
 
 def get_profile(name: str | ScoringProfile) -> ScoringProfile:
@@ -120,6 +125,42 @@ def apply_scoring(scored: pd.DataFrame, profile: str | ScoringProfile = "locomo"
     return out
 
 
+#: The J columns `judge_rule_columns` adds (one per verdict rule a profile may name).
+RULE_J = ("j_strict", "j_official")
+
+
+def rule_verdict(profile: str | ScoringProfile, rule: str, replies: Any, repeats: int = 1) -> float:
+    """A question's J under one of the profile's verdict rules, from its recorded judge replies: the mean over the
+    ``repeats`` replies; NaN when the judge did not answer every repeat (a failed call) or a reply is unreadable
+    under that rule (the strict rule's judge error)."""
+    fn = get_profile(profile).judge_rules[rule]
+    texts = list(replies) if isinstance(replies, (list, tuple)) or hasattr(replies, "tolist") else []
+    if len(texts) != repeats:
+        return math.nan
+    try:
+        return float(sum(fn(str(t)) for t in texts) / repeats)
+    except ValueError:
+        return math.nan
+
+
+def judge_rule_columns(scored: pd.DataFrame, profile: str | ScoringProfile, repeats: int = 1) -> pd.DataFrame:
+    """``j_<rule>`` per question for each verdict rule of the profile (LongMemEval: ``j_strict``,
+    ``j_official``), read from the recorded ``judge_replies`` of an `apply_scoring` frame; questions that are not
+    scored or errored are NaN, as ``j`` is. The frame unchanged for a profile with one rule or a run without
+    recorded replies."""
+    prof = get_profile(profile)
+    if not prof.judge_rules or "judge_replies" not in scored.columns:
+        return scored
+    out = scored.copy()
+    ok = out["scored"].astype(bool) if "scored" in out.columns else pd.Series(True, index=out.index)
+    if "error" in out.columns:
+        ok &= out["error"].isna()
+    for rule in prof.judge_rules:
+        out[f"j_{rule}"] = [rule_verdict(prof, rule, r, repeats) if good else math.nan
+                            for r, good in zip(out["judge_replies"], ok)]
+    return out
+
+
 def score_predictions(predictions: pd.DataFrame, profile: str | ScoringProfile = "locomo",
                       errata: Errata | None = None) -> pd.DataFrame:
     """Unscored predictions (prediction, answer, category ...) scored under ``profile`` and ``errata``."""
@@ -161,16 +202,20 @@ class ProfileJudge(Judge):
 
     def judge(self, question: Question, prediction: str, repeat: int = 0) -> tuple[float | None, Usage, bool]:
         """One verdict (None: not judged); repeat ``r`` > 0 is cached under its own key (N repeats, N samples)."""
+        score, usage, cached, _ = self._verdict(question, prediction, repeat)
+        return score, usage, cached
+
+    def _verdict(self, question: Question, prediction: str, repeat: int) -> tuple[float | None, Usage, bool, str]:
         answer = question.answer
         if self.errata is not None and question.qid in self.errata.entries:
             answer = self.errata.entries[question.qid]
             if answer is None:
-                return None, Usage(), False
+                return None, Usage(), False, ""
         msgs = self.messages(question.question, answer, question.category, prediction)
         if msgs is None:
-            return None, Usage(), False
+            return None, Usage(), False, ""
         score, comp = self.ask(msgs, repeat)
-        return score, comp.usage, comp.from_cache
+        return score, comp.usage, comp.from_cache, comp.text
 
     def ask(self, msgs: list[dict[str, Any]], repeat: int = 0) -> tuple[float, Any]:
         """One verdict on a judge request and its completion; an unreadable reply raises `memlab.llm.BadReply`
@@ -185,12 +230,24 @@ class ProfileJudge(Judge):
 
     def judge_repeats(self, question: Question, prediction: str) -> tuple[list[float] | None, Usage]:
         """``repeats`` verdicts (J of the question = their mean; None: not judged) and their summed usage."""
+        verdicts, usage, _ = self.judge_recorded(question, prediction)
+        return verdicts, usage
+
+    def judge_recorded(self, question: Question, prediction: str) -> tuple[list[float] | None, Usage, list[str]]:
+        """`judge_repeats` and each repeat's reply text. A reply this profile cannot read raises `BadReply` with
+        ``replies``: the texts so far, that one last (a run keeps them: another rule may read it)."""
         verdicts: list[float] = []
+        replies: list[str] = []
         usage = Usage()
         for r in range(self.repeats):
-            v, u, _ = self.judge(question, prediction, repeat=r)
+            try:
+                v, u, _, text = self._verdict(question, prediction, r)
+            except BadReply as e:
+                e.replies = [*replies, *([e.reply] if e.reply is not None else [])]  # type: ignore[attr-defined]
+                raise
             if v is None:
-                return None, usage
+                return None, usage, []
             verdicts.append(v)
+            replies.append(text)
             usage = usage + u
-        return verdicts, usage
+        return verdicts, usage, replies

@@ -3,7 +3,9 @@ cannot be read, so an unreadable verdict becomes a ``judge_error`` (never a scor
 
 A JSON label where the prompt asks for one, else one word-bounded CORRECT or WRONG; a negated or hedged verdict
 ("NOT CORRECT", "partially correct"), both words, neither, or an unknown label is unreadable. LongMemEval's
-judge answers yes or no and nothing else. Each scoring profile picks its rule (`ScoringProfile.judge_score`).
+judge answers yes or no and nothing else (`parse_yes_no`), or, under the official script's rule
+(`official_yes`), counts any reply containing "yes". Each scoring profile picks its rule
+(`ScoringProfile.judge_score`).
 """
 
 from __future__ import annotations
@@ -72,3 +74,10 @@ def parse_yes_no(text: str) -> bool:
     if m is None:
         raise ValueError(f"judge reply {str(text)[:80]!r} is not one verdict (yes or no)")
     return m.group(1).lower() == "yes"
+
+
+def official_yes(text: str) -> bool:
+    """LongMemEval's official verdict rule (``src/evaluation/evaluate_qa.py``): the reply, stripped and lowercased,
+    contains ``yes`` anywhere ("Yes.", "yes, because", "eyes", even "no, not yes"); every other reply is a no. Never
+    unreadable. (An empty reply never gets here: memlab's client makes it a failed call, not a no.)"""
+    return "yes" in str(text).strip().lower()

@@ -266,7 +266,7 @@ class ModelClient:
             e.partial = comp.stats()
             raise
         except ValueError as e:
-            raise BadReply(f"{self.model}: {e}", comp.stats()) from e
+            raise BadReply(f"{self.model}: {e}", comp.stats(), reply=comp.text) from e
 
     def _count_malformed(self, n: int) -> None:
         with self._lock:

@@ -85,3 +85,9 @@ class TruncatedReply(ModelError):
 
 class BadReply(ModelError):
     """The reply has text, but not the form the caller asked for (e.g. a judge verdict)."""
+
+    def __init__(self, message: str, partial: CallStats | None = None, reply: str | None = None):
+        super().__init__(message, partial)
+        self.reply = reply
+        """The reply's text, so a run can keep it on record (a LongMemEval verdict the strict rule cannot read
+        is still the official rule's verdict: `memlab.eval.profiles.judge_rule_columns`)."""

@@ -152,7 +152,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     row.first_query_ids = [list(h["source_ids"]) for h in first]
     if judge is not None:
         try:
-            verdicts, usage = judge.judge_repeats(q, a.prediction)  # J = the verdicts' mean
+            verdicts, usage, row.judge_replies = judge.judge_recorded(q, a.prediction)  # J = the verdicts' mean
             if verdicts:
                 row.j, row.j_repeats = float(sum(verdicts) / len(verdicts)), list(verdicts)
             row.judge_prompt_tokens = usage.prompt_tokens
@@ -162,6 +162,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             if is_connection_error(e):
                 raise EndpointUnreachable(f"{q.qid}: the judge endpoint could not be reached: {e}") from e
             row.judge_error = error_text(e)
+            row.judge_replies = list(getattr(e, "replies", None) or [])  # an unreadable verdict stays on record
     queries = [_trace_dict(t) for t in a.queries]
     ev = set(q.evidence_ids)
     recovered = None if svc is None else svc.recovered_ids(ctx.key)  # a memory system's (None: all exact)

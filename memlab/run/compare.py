@@ -9,6 +9,7 @@ from pathlib import Path
 from memlab.data import sha256_file
 from memlab.eval.comparison import ComparisonError
 from memlab.eval.stats import Comparison, check_scored, compare_grid
+from memlab.run.labels import run_labels
 from memlab.run.results import Run, load_run
 
 DEFAULT_METRICS = ("f1", "bleu1", "em", "j", "context_recall")
@@ -29,12 +30,6 @@ def _load(r: Run | str | Path) -> Run:
     return r if isinstance(r, Run) else load_run(r)
 
 
-def run_names(runs: Sequence[Run]) -> list[str]:
-    """Folder names, or full paths where two folders share a name."""
-    names = [r.run_dir.name for r in runs]
-    return names if len(set(names)) == len(names) else [str(r.run_dir) for r in runs]
-
-
 def compare(baseline: Run | str | Path, *runs: Run | str | Path, metrics: Sequence[str] = DEFAULT_METRICS,
             questions: str = "same", threshold_metric: str = "f1", threshold: float = 0.5, unit: str = "auto",
             n_boot: int = 2000, seed: int | None = None, names: Sequence[str] | None = None,
@@ -47,7 +42,8 @@ def compare(baseline: Run | str | Path, *runs: Run | str | Path, metrics: Sequen
     compares the shared questions) and a run whose every question errored. ``unit``: ``auto`` (conversations when
     there are at least 6, else questions), ``conversation`` or ``question``, shared by the interval and the
     permutation test. ``seed`` defaults to the baseline's ``run.seed``; ``names`` label the runs (default: their
-    folder names). ``token_matched``: a comparison at equal context budget -- every run must have been made with
+    short labels, `memlab.run.labels.run_labels`, whose legend ``run_legend`` maps each to its folder and config).
+    ``token_matched``: a comparison at equal context budget -- every run must have been made with
     ``retrieval.context_tokens`` equal to it (`check_token_matched`), and the context tokens each question read
     are compared too.
     """
@@ -58,7 +54,7 @@ def compare(baseline: Run | str | Path, *runs: Run | str | Path, metrics: Sequen
     twice = sorted({str(f) for f in folders if folders.count(f) > 1})
     if twice:  # a run against itself: every delta 0, every test meaningless
         raise ComparisonError(f"compare: {', '.join(twice)} given more than once; compare different runs")
-    labels = list(names) if names is not None else run_names(loaded)
+    labels = list(names) if names is not None else run_labels(loaded)
     if len(labels) != len(loaded) or len(set(labels)) != len(labels):
         raise ComparisonError(f"compare: names must be {len(loaded)} distinct labels, got {labels}")
     for lab, r in zip(labels, loaded):
@@ -81,8 +77,9 @@ def compare(baseline: Run | str | Path, *runs: Run | str | Path, metrics: Sequen
 def check_token_matched(runs: Sequence[Run], labels: Sequence[str], budget: int) -> None:
     """Every run made with ``retrieval.context_tokens = budget``; a `ComparisonError` naming each that was not and
     the command that makes it (the budget changes what a reader reads: it cannot be applied to a finished run)."""
-    off = [f"{lab} (retrieval.context_tokens = {r.config.retrieval.context_tokens}, top_k = {r.config.retrieval.top_k})"
-           for lab, r in zip(labels, runs) if r.config.retrieval.context_tokens != budget]
+    off = [f"{lab} ({r.run_dir}: retrieval.context_tokens = {r.config.retrieval.context_tokens}, "
+           f"top_k = {r.config.retrieval.top_k})" for lab, r in zip(labels, runs)
+           if r.config.retrieval.context_tokens != budget]
     if off:
         raise ComparisonError(
             f"compare --token-matched {budget}: not made at that budget: {'; '.join(off)}. Run each config as "

@@ -1,6 +1,10 @@
-"""How runs and categories are named in reports, tables and plots: a run's label is its name plus the config
-values that distinguish it from the runs beside it (the runs' ``config.yaml`` files are diffed); a category's
-name is its number and label (``1 multi-hop``), with ``(n=…)`` when asked."""
+"""How runs and categories are named in reports, tables and plots, the one place every comparison takes them from
+(``memlab report``, ``memlab compare``, the HTML page, `memlab.plots`, the notebooks).
+
+A run's label (`run_labels`) is its config name plus at most two ``key=value`` that tell it apart from runs of the
+same name beside it (``offline k=20``; the runs' ``config.yaml`` files are diffed), short enough for a plot
+legend; `run_legend` is the table that maps each label to everything its config changes. A category's name is
+its number and label (``1 multi-hop``), with ``(n=…)`` when asked."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import yaml
 
 from memlab.data.locomo import CATEGORY_LABELS
@@ -15,10 +20,15 @@ from memlab.run.results import Run
 from memlab.systems.base import read_by_system
 
 #: Short names for swept keys in run labels.
-KEY_ALIASES = {"retrieval.top_k": "k"}
+KEY_ALIASES = {"retrieval.top_k": "k", "dataset.path": "data"}
 #: Config keys that never change a result (names, how a run is driven): left out of run labels.
 IGNORED_KEYS = ("name", "grid", "run.concurrency", "run.max_error_rate", "run.check_endpoint", "models.timeout",
                 "models.max_retries", "run.cache_dir")
+#: A label names at most this many config keys; the legend (`run_legend`) holds the full difference.
+LABEL_KEYS = 2
+#: A value in a label is cut to this many characters, a whole label to `LABEL_MAX` (the legend keeps both whole).
+VALUE_MAX = 18
+LABEL_MAX = 48
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -54,14 +64,16 @@ def _short_keys(keys: Iterable[str]) -> dict[str, str]:
     return {k: KEY_ALIASES.get(k, s if last.count(s) == 1 else k) for k, s in zip(keys, last)}
 
 
-def _fmt_value(v: Any) -> str:
+def _fmt_value(v: Any, width: int | None = VALUE_MAX) -> str:
     if isinstance(v, list):
-        return "[" + ",".join(map(str, v)) + "]"
-    if isinstance(v, float):
-        return f"{v:g}"
-    if isinstance(v, str) and ("/" in v or "\\" in v):
-        return Path(v).name
-    return str(v)
+        s = "[" + ",".join(map(str, v)) + "]"
+    elif isinstance(v, float):
+        s = f"{v:g}"
+    elif isinstance(v, str) and ("/" in v or "\\" in v) and width is not None:
+        s = Path(v).name
+    else:
+        s = str(v)
+    return s if width is None or len(s) <= width else s[: width - 1] + "…"
 
 
 def _base_name(run: Run, diff: dict[str, Any]) -> str:
@@ -73,21 +85,78 @@ def _base_name(run: Run, diff: dict[str, Any]) -> str:
     return "-".join(parts)
 
 
-def run_labels(runs: Sequence[Run]) -> list[str]:
-    """Short, unique labels: name plus ``key=value`` for each config value that differs between the runs."""
+def _value_key(v: Any) -> str:
+    return yaml.safe_dump(v)
+
+
+def _label_keys(diffs: Sequence[dict[str, Any]], group: Sequence[int]) -> list[str]:
+    """At most `LABEL_KEYS` keys that tell the runs of ``group`` (one base name) apart: greedily the key that
+    separates the most runs not yet told apart (ties: an aliased key such as ``k``, then the shorter text)."""
+    keys = list(dict.fromkeys(k for i in group for k in diffs[i]))
+    keys = [k for k in keys if len({_value_key(diffs[i].get(k)) for i in group}) > 1]
+    chosen: list[str] = []
+
+    def classes(ks: Sequence[str]) -> int:
+        return len({tuple(_value_key(diffs[i].get(k)) for k in ks) for i in group})
+
+    while len(chosen) < LABEL_KEYS and classes(chosen) < len(group):
+        best = max((k for k in keys if k not in chosen), default=None, key=lambda k: (
+            classes([*chosen, k]), k in KEY_ALIASES, -sum(len(_fmt_value(diffs[i].get(k))) for i in group)))
+        if best is None or classes([*chosen, best]) == classes(chosen):
+            break
+        chosen.append(best)
+    return chosen
+
+
+def _labels_and_keys(runs: Sequence[Run]) -> tuple[list[str], list[dict[str, Any]]]:
     diffs = distinguishing(runs)
+    bases = [_base_name(r, d) for r, d in zip(runs, diffs)]
+    shown: list[list[str]] = [[] for _ in runs]
+    for base in dict.fromkeys(bases):
+        group = [i for i, b in enumerate(bases) if b == base]
+        if len(group) > 1:
+            keys = _label_keys(diffs, group)
+            # the first key on every run; a second only where the run's value is not the group's usual one
+            usual = {k: max(vals := [_value_key(diffs[i].get(k)) for i in group], key=vals.count) for k in keys}
+            for i in group:
+                shown[i] = [k for j, k in enumerate(keys)
+                            if k in diffs[i] and (j == 0 or _value_key(diffs[i].get(k)) != usual[k])]
     short = _short_keys(dict.fromkeys(k for d in diffs for k in d))
     labels = []
-    for r, d in zip(runs, diffs):
-        base = _base_name(r, d)
-        parts = [f"{short[k]}={_fmt_value(v)}" for k, v in d.items()]
-        labels.append(" ".join([base, ", ".join(parts)]) if parts else base)
+    for base, d, ks in zip(bases, diffs, shown):
+        parts = [f"{short[k]}={_fmt_value(d[k])}" for k in ks]
+        lab = " ".join([base, ", ".join(parts)]) if parts else base
+        labels.append(lab if len(lab) <= LABEL_MAX else lab[: LABEL_MAX - 1] + "…")
+    counts = {lab: labels.count(lab) for lab in labels}
     seen: dict[str, int] = {}
-    for lab in labels:
-        seen[lab] = seen.get(lab, 0) + 1
-    if any(c > 1 for c in seen.values()):  # identical configs (reruns): the folder tells them apart
-        labels = [f"{lab} [{r.run_dir.name}]" if seen[lab] > 1 else lab for lab, r in zip(labels, runs)]
-    return labels
+    for i, lab in enumerate(labels):  # identical configs (reruns), or values cut alike: numbered in order
+        if counts[lab] > 1:
+            seen[lab] = seen.get(lab, 0) + 1
+            labels[i] = f"{lab} #{seen[lab]}"
+    return labels, diffs
+
+
+def run_labels(runs: Sequence[Run]) -> list[str]:
+    """Short, unique labels, one per run, in order: the config name plus at most `LABEL_KEYS` ``key=value``
+    that tell apart runs of the same name (``offline k=20``), at most `LABEL_MAX` characters; runs still alike
+    (identical configs) get `` #1``, `` #2``. `run_legend` maps each label to the runs' full difference."""
+    return _labels_and_keys(runs)[0]
+
+
+def run_legend(runs: Sequence[Run]) -> pd.DataFrame:
+    """The legend of `run_labels`: per run its ``run`` label, config ``name``, ``folder`` and ``differs``, every
+    config value that is not the same in all the runs (full key and value, ``; ``-joined; ``identical config``
+    when there is none), so a short label never hides what a run changed."""
+    labels, diffs = _labels_and_keys(runs)
+    return pd.DataFrame({
+        "run": labels, "name": [r.config.name for r in runs], "folder": [str(r.run_dir) for r in runs],
+        "differs": ["; ".join(f"{k}={_fmt_value(v, None)}" for k, v in d.items()) or "identical config"
+                    for d in diffs]})
+
+
+def legend_lines(legend: pd.DataFrame) -> list[str]:
+    """The legend as lines for a text report: ``label: folder (differs)``."""
+    return [f"{r.run}: {r.folder} ({r.differs})" for r in legend.itertuples(index=False)]
 
 
 def category_name(group: Any, n: int | None = None, label: str | None = None) -> str:

@@ -99,6 +99,9 @@ class PredictionRecord(Record):
     j_repeats: list[float] = field(default_factory=list)
     """Each judge repeat's verdict (``judge.repeats``); ``j`` is their mean."""
     judge_error: str | None = None
+    judge_replies: list[str] = field(default_factory=list)
+    """Each judge repeat's reply as the model wrote it (an unreadable one too, last): J under another verdict
+    rule is read from these (`memlab.eval.profiles.judge_rule_columns`)."""
     judge_prompt_tokens: int = 0
     judge_completion_tokens: int = 0
     judge_cached_tokens: int = 0

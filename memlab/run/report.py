@@ -1,8 +1,8 @@
 """Reports over finished runs (``memlab report``): one tidy row per run x category, ready for a paper.
 
 - `load_runs`: reopen run folders, skipping unfinished ones with a warning that says how to finish them;
-- `run_labels`: short labels — the run's name plus the config values that distinguish it from the others
-  (the runs' ``config.yaml`` files are diffed);
+- `run_labels`: short labels — the run's name plus at most two config values that tell it apart from the others
+  (the runs' ``config.yaml`` files are diffed); `run_legend` maps each to the runs' full difference;
 - `report_table` (``memlab.report``): the long table — run, category (number, label), n, each metric with its
   95 % interval (``<metric>_lo`` / ``<metric>_hi``), errors, and whether the run called an answer model;
 - `report_comparison`: every run against the first with `memlab.compare`, labelled like the table;
@@ -32,8 +32,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from memlab.eval.profiles import RULE_J
 from memlab.eval.stats import N_BOOT, Comparison, ComparisonError, ci_columns
-from memlab.run.labels import IGNORED_KEYS, KEY_ALIASES, category_name, distinguishing, run_labels
+from memlab.run.labels import (
+    IGNORED_KEYS,
+    KEY_ALIASES,
+    category_name,
+    distinguishing,
+    legend_lines,
+    run_labels,
+    run_legend,
+)
 from memlab.run.outputs import verify_outputs
 from memlab.run.report_format import (
     HEADERS,
@@ -53,7 +62,8 @@ from memlab.run.results import Run, load_run
 __all__ = ["CORRECT_F1", "DEFAULT_METRICS", "HEADERS", "IGNORED_KEYS", "KEY_ALIASES", "MODEL_ONLY", "NO_CI",
            "PER_QUESTION", "TOKEN_NOTE", "ReportError", "category_name", "ci_frame", "comparison_display",
            "comparison_heading", "correct", "display_frame", "distinguishing", "format_report", "format_wide",
-           "latex_escape", "load_runs", "report_comparison", "report_table", "run_labels", "unfinished_reason",
+           "latex_escape", "legend_lines", "load_runs", "report_comparison", "report_table", "run_labels",
+           "run_legend", "unfinished_reason",
            "write_report"]
 
 DEFAULT_METRICS = ("f1", "bleu1", "j", "recall@10", "prompt_tokens_qa", "context_tokens_qa", "calls_qa",
@@ -174,16 +184,24 @@ def report_table(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFA
 
     Columns: ``run`` (short label), ``group`` (1..5, ``overall 1-4``, ``overall 1-5``), ``category``
     (``1 multi-hop``), ``n``, then per metric the value and its ``_lo`` / ``_hi`` bounds, ``errors``,
-    ``model_calls`` (whether the run called an answer model) and ``run_dir``. A metric a run lacks (J
-    without a judge) is NaN, never a 0; each token column is what its name says (no substitution).
+    ``model_calls`` (whether the run called an answer model) and ``run_dir``. With ``j`` among the metrics, J under
+    the profile's other verdict rule (``j_official`` or ``j_strict``, LongMemEval) is added where it differs.
+    A metric a run lacks (J without a judge) is NaN, never a 0; each token column is what its name says (no
+    substitution).
     With ``compare`` and two or more runs, ``attrs["comparison"]`` holds every run against the first
-    (`report_comparison`; ``questions`` as in `memlab.compare`) and `format_report` prints it.
+    (`report_comparison`; ``questions`` as in `memlab.compare`) and `format_report` prints it;
+    ``attrs["legend"]`` maps each run label to the config values it changes (`run_legend`).
     """
     loaded, skipped = load_runs(runs, warn=warn)
     if not loaded:
         raise ReportError("nothing to report: " + "; ".join(f"{d} {why}" for d, why in skipped)
                           + (f" (finish a run with: memlab run --resume {skipped[0][0]})" if skipped else ""))
     labels = run_labels(loaded)
+    if "j" in metrics:  # J under the other verdict rule (LongMemEval's official one), where it differs from J
+        from memlab.eval.longmemeval import differs_from_j
+
+        metrics = [*metrics, *(c for c in RULE_J if c not in metrics
+                               and any(differs_from_j(r.predictions, c) for r in loaded))]
     frames = []
     for run, label in zip(loaded, labels):
         s = run.summary
@@ -209,6 +227,7 @@ def report_table(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFA
         frames.append(t)
     out = pd.concat(frames, ignore_index=True)
     out.attrs["skipped"] = [(str(d), why) for d, why in skipped]
+    out.attrs["legend"] = run_legend(loaded).to_dict("records")  # records: pandas compares attrs when joining
     if compare and len(loaded) > 1:
         out.attrs["comparison"] = report_comparison(loaded, labels, questions)
     return out

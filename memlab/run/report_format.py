@@ -10,16 +10,23 @@ from typing import Any
 import pandas as pd
 
 from memlab.eval.stats import Comparison, format_p
-from memlab.run.labels import category_name
+from memlab.run.labels import category_name, legend_lines
 
 #: Metrics that count answer-model calls or their tokens: shown as "-" for a run that made no such call.
 MODEL_ONLY = ("answer_tokens_qa", "prompt_tokens_qa", "completion_tokens_qa", "cached_tokens_qa", "calls_qa")
-HEADERS = {"f1": "F1", "bleu1": "BLEU-1", "em": "EM", "j": "J", "answer_tokens_qa": "answer tokens/QA",
+HEADERS = {"f1": "F1", "bleu1": "BLEU-1", "em": "EM", "j": "J",
+           "j_strict": "J (strict yes/no rule)", "j_official": "J (official rule: reply contains yes)",
+           "answer_tokens_qa": "answer tokens/QA",
            "prompt_tokens_qa": "prompt tokens/QA", "context_tokens_qa": "context tokens/QA", "calls_qa": "Calls/QA",
            "latency_p50_s": "latency p50 (s)",
-           "latency_p95_s": "latency p95 (s)", "context_recall": "context recall"}
+           "latency_p95_s": "latency p95 (s)", "context_recall": "context recall", "answer_ceiling": "answer ceiling",
+           "answer_bearing": "answer-bearing"}
 TOKEN_NOTE = ("prompt tokens: sent to the answer model (provider counts); context tokens: the retrieved context "
               "placed before the reader, counted offline (o200k), for every arm.")
+
+
+#: Columns of words (left-aligned in Markdown and LaTeX): the run and category names, the run legend's.
+TEXT_COLUMNS = ("run", "category", "name", "folder", "differs")
 
 
 class ReportError(ValueError):
@@ -95,7 +102,7 @@ def markdown_table(df: pd.DataFrame) -> str:
     def cell(x: Any) -> str:
         return str(x).replace("|", "\\|")
 
-    right = [c not in ("run", "category") for c in df.columns]
+    right = [c not in TEXT_COLUMNS for c in df.columns]
     lines = ["| " + " | ".join(cell(c) for c in df.columns) + " |",
              "|" + "|".join("---:" if r else ":---" for r in right) + "|"]
     lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in df.itertuples(index=False)]
@@ -117,7 +124,7 @@ def latex_escape(s: str) -> str:
 
 def _latex(df: pd.DataFrame, caption: str | None) -> str:
     """A booktabs table that fits the column: ``\\resizebox`` to ``\\linewidth`` (needs graphicx and booktabs)."""
-    spec = "".join("r" if c not in ("run", "category") else "l" for c in df.columns)
+    spec = "".join("r" if c not in TEXT_COLUMNS else "l" for c in df.columns)
     lines = [r"\begin{table}[t]", r"\centering", r"\small", r"\resizebox{\linewidth}{!}{%",
              rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
              " & ".join(latex_escape(c) for c in df.columns) + r" \\", r"\midrule"]
@@ -149,12 +156,20 @@ def format_report(table: pd.DataFrame, fmt: str = "text") -> str:
     if fmt not in ("text", "md", "latex"):
         raise ReportError(f"--format {fmt!r}; expected one of: text, md, latex, csv")
     cmp = table.attrs.get("comparison")
+    legend = pd.DataFrame(table.attrs["legend"]) if len(table.attrs.get("legend") or ()) > 1 else None
     if fmt == "text":
         out = df.to_string(index=False) + "\n\n" + "\n".join(notes)
+        if legend is not None:
+            out += "\n\nRuns (label: folder (config values that differ between the runs)):\n" + "\n".join(
+                legend_lines(legend))
     elif fmt == "md":
         out = markdown_table(df) + "\n\n" + "\n".join(f"_{n}_" if i == 0 else n for i, n in enumerate(notes))
+        if legend is not None:
+            out += "\n\nRuns:\n\n" + markdown_table(legend)
     else:
         out = _latex(df, " ".join(notes))
+        if legend is not None:
+            out += "\n\n" + _latex(legend, "Runs: the config values that differ between the runs.")
     if isinstance(cmp, str):
         return out + "\n\n" + cmp
     if cmp is None:

@@ -20,7 +20,7 @@ import yaml
 from memlab.atomic import write_json, write_table
 from memlab.eval import OVERALL_GROUPS, category_summary, evidence_recall, score_frame
 from memlab.eval import cost as costs
-from memlab.eval.profiles import get_profile
+from memlab.eval.profiles import RULE_J, get_profile
 from memlab.eval.stats import judge_disagreements, judge_repeat_sd
 from memlab.run.config import ExperimentConfig
 from memlab.run.records import (  # noqa: F401  (RunFileError: re-exported, it was defined here)
@@ -95,6 +95,7 @@ def summarize(pred: pd.DataFrame, cfg: ExperimentConfig) -> pd.DataFrame:
         ok &= pred["scored"].astype(bool)
     scored = pred[ok]
     metrics = ["f1", "bleu1", "em"] + (["j"] if cfg.judge.model else [])
+    metrics += [c for c in RULE_J if cfg.judge.model and c in scored and scored[c].notna().any()]
     metrics += [f"recall@{k}" for k in RECALL_KS if k <= cfg.retrieval.top_k] + ["context_recall"]
     metrics += [c for c in CEILING_COLS if c in scored and scored[c].notna().any()]
     summ = category_summary(scored, metrics=metrics, labels=get_profile(cfg.scoring.profile).labels,

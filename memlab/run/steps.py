@@ -20,7 +20,7 @@ from memlab.atomic import write_json, write_text
 from memlab.data import Conversation, LoCoMo, Question, dataset_name, dataset_sha256, load_dataset
 from memlab.eval import cost as costs
 from memlab.eval.errata import errata_columns, errata_counts, load_errata
-from memlab.eval.profiles import apply_scoring
+from memlab.eval.profiles import apply_scoring, judge_rule_columns
 from memlab.extract.extractors import EXTRACTORS, Extractor
 from memlab.run.answering import read_log
 from memlab.run.checks import inert_knobs
@@ -166,6 +166,8 @@ def finish_run(p: Prepared, run_dir: Path, answerer: Any, info: dict[str, Any], 
     records = sorted(read_log(run_dir), key=lambda r: order.get(r.qid, len(order)))
     pred = score_records(records, top_k=cfg.retrieval.top_k if answerer.uses_top_k else None)
     pred = apply_scoring(pred, cfg.scoring.profile, p.errata)  # errata, then the profile's scores
+    if cfg.judge.model:  # J under each verdict rule the profile names (LongMemEval: strict and official)
+        pred = judge_rule_columns(pred, cfg.scoring.profile, cfg.judge.repeats)
     pred, info["cost"] = add_costs(run_dir, cfg, pred, {c.sample_id: len(c.questions) for c in p.convs},
                                    expect_build=(answerer.needs_memory and not on_system) or answerer.own_index)
     if info["cost"].get("build_unknown"):
