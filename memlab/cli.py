@@ -340,7 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     rs = sub.add_parser("rescore", help="score a finished run under another scoring profile (no model calls)")
     rs.add_argument("run", help="a finished run folder")
-    rs.add_argument("--profile", default="locomo", help="locomo (default), mem0 or trpc-agent-go")
+    rs.add_argument("--profile", default="locomo",
+                    help="locomo (default), mem0, trpc-agent-go (LoCoMo runs); longmemeval, longmemeval-official "
+                         "(LongMemEval runs; the official rule: any reply containing yes)")
     rs.add_argument("--errata", help="CSV qid,answer (corrected answer or 'invalid'); default: the run's")
     rs.add_argument("--allow-model-calls", action="store_true",
                     help="call the judge model for verdicts not in the response cache (default: leave J empty)")

@@ -97,9 +97,11 @@ def comparison_data(cmp: Comparison) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------- page
 #: What retrieval delivered to the reader, per category: shown beside the scores on every page.
 CEILING_METRICS = ("answer_ceiling", "answer_bearing")
-CEILING_NOTE = ("answer ceiling: the best official F1 any span of the reader's context could score (what a perfect "
-                "reader of that context would get); answer-bearing: the share of questions whose every gold answer "
-                "token is in the context (memlab.eval.ceiling; category 5 and arms that read no memory: n/a).")
+CEILING_NOTE = ("answer ceiling: the best official F1 any span of the supported lines could score (what a perfect "
+                "reader of that context would get); answer-bearing: the share of questions whose gold is supported by "
+                "the context: its content words in lines about the question (sharing its words, naming the person "
+                "asked about, or an evidence turn or its same-session neighbour), each person or part supported "
+                "(memlab.eval.ceiling; category 5 and arms that read no memory: n/a).")
 
 
 def with_ceiling(runs: Sequence[Run], table: pd.DataFrame) -> pd.DataFrame:
