@@ -267,6 +267,7 @@ def learned_main(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     import reader_learning as rl
 
+    rl.RELATIVE, rl.DEDUPE, rl.CAT5_FLOOR = args.relative_target, args.dedupe, args.cat5_floor
     config, over = rl.FAMILY_CAPTURE[args.learned]
     over = {**over, **dict(kv.split("=", 1) for kv in args.override)}
     over = {k: {"true": True, "false": False}.get(v, v) if isinstance(v, str) else v for k, v in over.items()}
@@ -289,7 +290,13 @@ def learned_main(args: argparse.Namespace) -> None:
           f"{time.perf_counter() - t0:.0f} s", flush=True)
     convs = sorted({q["conversation_id"] for q in store})
     folds = [convs[i::args.folds] for i in range(args.folds)]
-    df = rl.cross_validate(groups, store, folds, log=sys.stdout)
+    if args.from_held_out:  # the cross-validation of these settings, written before by --held-out
+        df = pd.read_csv(args.from_held_out, keep_default_na=False)
+        if len(df) != len(groups) or set(df.qid) != {q["qid"] for q in store}:
+            sys.exit(f"{args.from_held_out}: {len(df)} rows, not the {len(groups)} (question, k) groups of this "
+                     "capture")
+    else:
+        df = rl.cross_validate(groups, store, folds, log=sys.stdout)
     if args.held_out:
         df.to_csv(args.held_out, index=False)
     summary = rl.held_out_summary(df)
@@ -301,7 +308,8 @@ def learned_main(args: argparse.Namespace) -> None:
     info = {"command": "python benchmarks/fit_reader.py " + " ".join(sys.argv[1:]), "config": config,
             "overrides": over, "ks": ks, "folds": folds, "objective": "mean official F1 of the chosen answer, "
             "categories 1-5, pooled over ks; conversations held out by fold", "held_out": summary,
-            "importances": rl.importances(groups, store, np.arange(len(groups)), m)}
+            "importances": rl.importances(groups, store, np.arange(len(groups)), m),
+            **({"held_out_from": args.from_held_out} if args.from_held_out else {})}
     print(json.dumps(info, indent=1))
     if args.write_model:
         path = Path(args.write_model)
@@ -317,6 +325,14 @@ def main() -> None:
                     help="fit the learned reader (memlab.answer.learned) of this family instead of the weights")
     ap.add_argument("--override", nargs="*", default=[], help="config overrides KEY=VALUE for the capture")
     ap.add_argument("--write-model", default=None, help="with --learned: the model file to store the family in")
+    ap.add_argument("--relative-target", action="store_true",
+                    help="with --learned: fit the forests to F1 minus the question's mean candidate F1")
+    ap.add_argument("--dedupe", action="store_true", help="with --learned: composition skips repeated words")
+    ap.add_argument("--cat5-floor", type=float, default=0.62,
+                    help="with --learned: the category-5 F1 the abstain threshold keeps on the training questions")
+    ap.add_argument("--from-held-out", default=None,
+                    help="with --learned: take the held-out predictions from this CSV (an earlier --held-out of the "
+                         "same settings) instead of cross-validating again")
     ap.add_argument("--cv-only", action="store_true", help="with --learned: report the held-out figures only")
     ap.add_argument("--held-out", default=None, help="with --learned: write each held-out prediction to this CSV")
     ap.add_argument("--folds", type=int, default=5)

@@ -165,4 +165,8 @@ def test_a_reader_weight_set_for_a_model_arm_is_said_to_do_nothing():
     cfg = ExperimentConfig.from_dict({"answer": {"arm": "original", "model": "m", "rank_weight": 2.0}})
     notes = inert_knobs(cfg, warn=False)
     assert any("answer.rank_weight is not read by the original arm" in n for n in notes)
-    assert not inert_knobs(ExperimentConfig.from_dict({"answer": {"rank_weight": 2.0}}), warn=False)
+    assert not inert_knobs(ExperimentConfig.from_dict({"answer": {"scorer": "weights", "rank_weight": 2.0}}),
+                           warn=False)
+    learned = inert_knobs(ExperimentConfig.from_dict({"answer": {"scorer": "learned", "rank_weight": 2.0}}),
+                          warn=False)
+    assert any("answer.rank_weight is not read by the learned scorer" in n for n in learned)

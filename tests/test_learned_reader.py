@@ -62,7 +62,11 @@ def test_the_shipped_model_holds_fitted_families_with_their_held_out_figures():
     with pytest.raises(ValueError, match="reader_family: expected one of .* got 'nope'"):
         family_model("nope")
     with pytest.raises(ValueError, match="reader_family: expected one of"):
-        ExtractiveAnswerer(reader_family="nope")
+        ExtractiveAnswerer(scorer="learned", reader_family="nope")
+    missing = [f for f in FAMILIES if f not in data["families"]]
+    if missing:  # a declared family the model file does not hold is an error naming the file's families
+        with pytest.raises(ValueError, match=f"reader_family: expected one of .*got '{missing[0]}'"):
+            ExtractiveAnswerer(scorer="learned", reader_family=missing[0])
 
 
 def _constant(value: float, extra: list[str] | None = None) -> Forest:
@@ -150,3 +154,16 @@ def test_the_fit_scripts_held_out_answers_are_the_readers_answers():
         expect = choose_learned(r, g.k, again, True, {})[0] if r.candidates else r.top_memory
         assert answer == expect, (q["question"], g.k, kind)
     assert np.mean([f for _, _, f in got]) > 0.5  # it learned the synthetic answers
+
+
+def test_the_multi_part_gate_decides_which_questions_are_composed():
+    reader = ExtractiveAnswerer(scorer="weights")
+    hits = [(1, mem(0, "Bob: I love pottery.", "Bob")), (2, mem(1, "Bob: Camping with the kids.", "Bob"))]
+    spans_of = lambda r: [Scored(c.answer, "novel", i, np.zeros(1), s)  # noqa: E731
+                          for i, (c, s) in enumerate(zip(r.candidates, (0.9, 0.8)))]
+    gate = {"vocab": {"hobbies": 3.0}, "intercept": -1.0, "threshold": 0.5}
+    m = _model(compose_max=3, compose_ratio=0.5, multi=gate)
+    asks = reader.read("What hobbies does Bob have?", hits, ("Alice", "Bob"))
+    plain = reader.read("What does Bob love?", hits, ("Alice", "Bob"))
+    assert "," in compose(spans_of(asks), np.array([0, 1]), asks, m)[0]  # p = sigmoid(3 - 1) > .5
+    assert "," not in compose(spans_of(plain), np.array([0, 1]), plain, m)[0]  # p = sigmoid(-1) < .5

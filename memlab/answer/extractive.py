@@ -1,5 +1,12 @@
 """The offline reader: builds a short answer from the whole retrieved context, no model.
 
+Two scorers choose among the candidates read here: ``scorer="weights"`` (the default) is the hand-weighted
+score described below; ``scorer="learned"`` hands them to the fitted model of `memlab.answer.learned` (a
+candidate's official F1 predicted from the features of `memlab.answer.reading_features`, shorter spans,
+multi-part composition, a learned abstain rule; one model per ``reader_family`` of context). Held out by
+conversation the learned scorer does not beat the weights on categories 1-4 (issue 36; its FIT in
+``reader_model.json``), so it is opt-in.
+
 Every retrieved memory is read. A memory is cut into *segments*, each with its owner: a turn memory
 ("Bob: ... (replying to Ann: ...)") gives Bob's own words and Ann's quoted words; another memory
 (an observation) is owned by its participants. Each sentence (``split="sentence"``; or clause) of
@@ -240,12 +247,14 @@ class ExtractiveAnswerer(Answerer):
                  phrase_bonus: Annotated[float | None, Range()] = None,
                  temporal_rank_weight: Annotated[float | None, Range(0)] = None,
                  abstain_margin: Annotated[float | None, Range()] = None,
-                 scorer: Annotated[str, OneOf(SCORERS)] = "learned",
+                 scorer: Annotated[str, OneOf(SCORERS)] = "weights",
                  reader_family: Annotated[str, OneOf(FAMILIES)] = "offline"):
         if span not in SPANS:
             raise ValueError(f"span: expected one of {SPANS}, got {span!r}")
         if scorer not in SCORERS:
             raise ValueError(f"scorer: expected one of {SCORERS}, got {scorer!r}")
+        if reader_family not in FAMILIES:
+            raise ValueError(f"reader_family: expected one of {FAMILIES}, got {reader_family!r}")
         self.scorer = scorer
         self.reader_family = reader_family
         #: the fitted model of ``reader_family`` (`memlab.answer.learned`), loaded here so a bad family fails early

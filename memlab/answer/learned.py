@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -118,6 +119,12 @@ class FamilyModel:
     abstain_intercept: float
     abstain_threshold: float
     abstain_names: tuple[str, ...]
+    compose_dedupe: bool = False
+    """Skip a part whose words are (a subset of) a part already composed, or hold all of one."""
+    multi: dict[str, Any] | None = None
+    """The multi-part gate: {"vocab": {word: coef}, "intercept", "threshold"} over the question's words; a
+    question whose probability of asking for several things exceeds the threshold is composed (None: the
+    ``compose_types`` rule alone)."""
 
 
 @lru_cache(maxsize=1)
@@ -157,7 +164,20 @@ def family_from_spec(spec: dict[str, Any]) -> FamilyModel:
     c, a = spec["compose"], spec["abstain"]
     return FamilyModel(Forest(spec["sentence"]), Forest(spec["span"]), int(spec["top"]), int(spec["longest"]),
                        int(c["max"]), float(c["ratio"]), tuple(c["types"]), np.asarray(a["coef"], float),
-                       float(a["intercept"]), float(a["threshold"]), tuple(a["features"]))
+                       float(a["intercept"]), float(a["threshold"]), tuple(a["features"]), bool(c.get("dedupe", False)),
+                       c.get("multi"))
+
+
+def multi_part_p(question: str, gate: dict[str, Any]) -> float:
+    """The gate's probability that a question asks for several things (a logistic over its words)."""
+    vocab = gate["vocab"]
+    z = float(gate["intercept"]) + sum(vocab.get(w, 0.0) for w in set(question_words(question)))
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+def question_words(question: str) -> list[str]:
+    """The lower-cased words of a question (the multi-part gate's vocabulary)."""
+    return re.findall(r"[a-z]+", question.lower())
 
 
 @dataclass
@@ -269,15 +289,24 @@ def compose(spans: list[Scored], order: np.ndarray, r: Any, m: FamilyModel) -> t
     """The best span, joined by the best spans of other memories when the question asks for several things."""
     best = spans[int(order[0])]
     qt = question_type(r.question)
-    if not (r.list_question or qt in m.compose_types) or m.compose_max < 2 or best.kind not in ("novel", "window"):
+    wanted = r.list_question or qt in m.compose_types
+    if m.multi is not None:
+        wanted = multi_part_p(r.question, m.multi) > float(m.multi["threshold"])
+    if not wanted or m.compose_max < 2 or best.kind not in ("novel", "window"):
         return best.answer, [int(order[0])]
     floor = best.score * m.compose_ratio
     picked, ranks = [int(order[0])], {r.candidates[best.parent].rank}
+    said = [frozenset(analyze(best.answer))]
     for j in order[1:]:
         s = spans[int(j)]
         rank = r.candidates[s.parent].rank
         if s.score < floor or rank in ranks or s.kind not in ("novel", "window"):
             continue
+        if m.compose_dedupe:
+            words = frozenset(analyze(s.answer))
+            if not words or any(words <= w or w <= words for w in said):
+                continue
+            said.append(words)
         picked.append(int(j))
         ranks.add(rank)
         if len(picked) == m.compose_max:
