@@ -167,3 +167,46 @@ def test_the_multi_part_gate_decides_which_questions_are_composed():
     plain = reader.read("What does Bob love?", hits, ("Alice", "Bob"))
     assert "," in compose(spans_of(asks), np.array([0, 1]), asks, m)[0]  # p = sigmoid(3 - 1) > .5
     assert "," not in compose(spans_of(plain), np.array([0, 1]), plain, m)[0]  # p = sigmoid(-1) < .5
+
+
+class _Ranked:
+    """A service with fixed memories in a fixed order, cut at max_results."""
+
+    def __init__(self, entries: list[MemoryEntry]):
+        self.entries = entries
+
+    def search(self, key, opts):
+        from memlab.memory.search_types import SearchHit, SearchResult
+
+        hits = [SearchHit(entry=e, score=1.0 / (i + 1), rank=i + 1)
+                for i, e in enumerate(self.entries[: opts.max_results])]
+        return SearchResult(query=opts.query, options=opts, hits=hits)
+
+
+def test_the_shipped_learned_reader_reads_deeper_memories_and_abstains_on_the_wrong_person(synthetic_path):
+    from memlab.answer import AnswerContext
+    from memlab.data import Question, load_locomo
+    from memlab.memory import SearchOptions
+    from memlab.trace import format_reading
+
+    conv = load_locomo(synthetic_path)["syn-1"]
+
+    def ask(entries, text, k, category=4):
+        ctx = AnswerContext(service=_Ranked(entries), key=KEY, conversation=conv, search=SearchOptions(max_results=k))
+        return ExtractiveAnswerer(scorer="learned").answer(Question("syn-1", 0, text, "x", None, (), (), category, "x"),
+                                                           ctx)
+
+    deep = [mem(0, "Bob: I like the weather today.", "Bob", None), mem(1, "Bob: Rex is fine.", "Bob", None),
+            mem(2, "Bob: My blue guitar strings from Fender broke at the Boston jazz concert, so I bought Gibson.",
+                "Bob", None)]
+    q = "Which strings broke on the blue guitar at the Boston jazz concert?"
+    assert "weather" in ask(deep, q, 1).prediction
+    a = ask(deep, q, 3)
+    assert "Fender" in a.prediction and a.rule.startswith("learned:") and "rank 3" in a.rule
+    dated = [mem(0, "Bob: The concert was fun.", "Bob", datetime(2023, 6, 1)),
+             mem(1, "Bob: We went to the concert yesterday.", "Bob", D)]
+    assert ask(dated, "When did Bob go to the concert?", 2).prediction == "7 May 2023"
+    wrong = ask([mem(0, "Bob: I adopted a dog named Rex.", "Bob"), mem(1, "Alice: I love pottery.", "Alice")],
+                "What is the name of Alice's dog?", 2, category=5)
+    assert wrong.prediction == ABSTAIN and wrong.rule.startswith("abstain: learned rule")
+    assert "learned abstain rule" in "\n".join(format_reading(wrong.reading))
