@@ -16,6 +16,14 @@
    with clustered bootstrap CIs), with the share of predictions that change between the smallest
    and largest k and the abstain rates. The weights fit on all conversations are written to
    ``--write`` (the reader's default).
+
+``--learned FAMILY`` fits the learned scorer instead (`memlab.answer.learned`; the fit is in
+``benchmarks/reader_learning.py``) on that family's contexts (`reader_learning.FAMILY_CAPTURE`), with the
+same leave-conversations-out folds; only held-out figures are reported (``--held-out CSV`` keeps every
+held-out prediction), then the family fit on all conversations is stored in ``--write-model`` with its FIT:
+
+    python benchmarks/fit_reader.py --learned offline --write-model memlab/answer/reader_model.json \\
+        --held-out results/.cache/fit_reader/heldout-offline.csv
 """
 
 from __future__ import annotations
