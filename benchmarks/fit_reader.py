@@ -16,11 +16,20 @@
    with clustered bootstrap CIs), with the share of predictions that change between the smallest
    and largest k and the abstain rates. The weights fit on all conversations are written to
    ``--write`` (the reader's default).
+
+``--learned FAMILY`` fits the learned scorer instead (`memlab.answer.learned`; the fit is in
+``benchmarks/reader_learning.py``) on that family's contexts (`reader_learning.FAMILY_CAPTURE`), with the
+same leave-conversations-out folds; only held-out figures are reported (``--held-out CSV`` keeps every
+held-out prediction), then the family fit on all conversations is stored in ``--write-model`` with its FIT:
+
+    python benchmarks/fit_reader.py --learned offline --write-model memlab/answer/reader_model.json \\
+        --held-out results/.cache/fit_reader/heldout-offline.csv
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import pickle
 import pprint
@@ -75,19 +84,24 @@ class _Capture(Answerer):
         return Answer(prediction=ABSTAIN)
 
 
-def capture(ks: list[int], cache: Path, overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Each question's context at every k under the `offline` config (``overrides``: config keys, e.g. the
-    dataset); cached in ``cache`` by the k's and the overrides."""
+def capture(ks: list[int], cache: Path, overrides: dict[str, Any] | None = None,
+            config: str = "offline") -> list[dict[str, Any]]:
+    """Each question's context at every k under ``config`` (``overrides``: config keys, e.g. the dataset);
+    cached in ``cache`` by the config, the k's and the overrides."""
     tag = "-".join(f"{k}={v}" for k, v in sorted((overrides or {}).items())).replace("/", "_")
-    path = cache / f"contexts-k{'-'.join(map(str, ks))}{'-' + tag if tag else ''}.pkl"
+    name = "" if config == "offline" else f"{config}-"
+    path = cache / f"contexts-{name}k{'-'.join(map(str, ks))}{'-' + tag if tag else ''}.pkl"
     if path.is_file():
         with open(path, "rb") as f:
             return pickle.load(f)
     from memlab.run import ExperimentConfig, run_experiment
 
     cap = _Capture(ks)
-    cfg = ExperimentConfig.from_yaml("offline").with_overrides(overrides or {})
+    # one answering process: forked workers (`memlab.run.forked`) would fill their own copies of the store
+    cfg = ExperimentConfig.from_yaml(config).with_overrides({**(overrides or {}), "run.threads": 1})
     run_experiment(cfg, results=cache / "runs", progress=False, answerer=cap)
+    if not cap.store:
+        raise RuntimeError(f"capture: the run answered no question into the capture store ({cfg.name})")
     cache.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
         pickle.dump(cap.store, f)
@@ -152,7 +166,7 @@ def read_all(store: list[dict[str, Any]], ks: list[int], reader: ExtractiveAnswe
 
 
 def weight_vector(w: dict[str, float]) -> np.ndarray:
-    return ExtractiveAnswerer(**w).weight_vector()
+    return ExtractiveAnswerer(**{"scorer": "weights", **w}).weight_vector()
 
 
 def predict(t: Table, w: dict[str, float], groups: np.ndarray, store: list[dict[str, Any]], list_spans: int,
@@ -255,18 +269,92 @@ def write_weights(path: Path, w: dict[str, float], fit_info: dict[str, Any]) -> 
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
+def learned_main(args: argparse.Namespace) -> None:
+    """``--learned FAMILY``: cross-validate the learned reader on the family's contexts, then fit it on all
+    conversations and (``--write-model``) store it in the model file beside the other families."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import reader_learning as rl
+
+    rl.RELATIVE, rl.DEDUPE, rl.CAT5_FLOOR = args.relative_target, args.dedupe, args.cat5_floor
+    config, over = rl.FAMILY_CAPTURE[args.learned]
+    over = {**over, **dict(kv.split("=", 1) for kv in args.override)}
+    over = {k: {"true": True, "false": False}.get(v, v) if isinstance(v, str) else v for k, v in over.items()}
+    ks = sorted(args.ks)
+    t0 = time.perf_counter()
+    store = capture(ks, Path(args.cache), over or None, config=config)
+    tag = "-".join(f"{k}={v}" for k, v in sorted(over.items())).replace("/", "_")
+    # keyed by the reading code too: a changed reader never reuses candidates read by an older one
+    src = hashlib.sha256(b"".join((Path(rl.__file__).parents[1] / "memlab" / "answer" / f).read_bytes() for f in
+                                  ("extractive.py", "learned.py", "reading_features.py"))).hexdigest()[:10]
+    read_cache = Path(args.cache) / f"read-{config}-k{'-'.join(map(str, ks))}{'-' + tag if tag else ''}-{src}.pkl"
+    if read_cache.is_file():  # the candidates of these contexts, read by this reader before
+        with open(read_cache, "rb") as f:
+            groups = pickle.load(f)
+    else:
+        groups = rl.read_groups(store, ks, ExtractiveAnswerer(scorer="weights", list_spans=args.list_spans))
+        with open(read_cache, "wb") as f:
+            pickle.dump(groups, f)
+    print(f"{args.learned}: {len(store)} questions, {len(groups)} (question, k) groups read in "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
+    convs = sorted({q["conversation_id"] for q in store})
+    folds = [convs[i::args.folds] for i in range(args.folds)]
+    if args.from_held_out:  # the cross-validation of these settings, written before by --held-out
+        df = pd.read_csv(args.from_held_out, keep_default_na=False)
+        if len(df) != len(groups) or set(df.qid) != {q["qid"] for q in store}:
+            sys.exit(f"{args.from_held_out}: {len(df)} rows, not the {len(groups)} (question, k) groups of this "
+                     "capture")
+    else:
+        df = rl.cross_validate(groups, store, folds, log=sys.stdout)
+    if args.held_out:
+        df.to_csv(args.held_out, index=False)
+    summary = rl.held_out_summary(df)
+    if args.cv_only:
+        print(json.dumps({"command": "python benchmarks/fit_reader.py " + " ".join(sys.argv[1:]), "held_out": summary},
+                         indent=1))
+        return
+    m, spec = rl.fit_family(groups, store, np.arange(len(groups)), log=sys.stdout)
+    info = {"command": "python benchmarks/fit_reader.py " + " ".join(sys.argv[1:]), "config": config,
+            "overrides": over, "ks": ks, "folds": folds, "objective": "mean official F1 of the chosen answer, "
+            "categories 1-5, pooled over ks; conversations held out by fold", "held_out": summary,
+            "importances": rl.importances(groups, store, np.arange(len(groups)), m),
+            **({"held_out_from": args.from_held_out} if args.from_held_out else {})}
+    print(json.dumps(info, indent=1))
+    if args.write_model:
+        path = Path(args.write_model)
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"families": {}}
+        data["families"][args.learned] = dict(spec, fit=info)
+        path.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
+        print(f"wrote family {args.learned!r} to {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--learned", choices=("offline", "observations", "turns", "retrieval-best"), default=None,
+                    help="fit the learned reader (memlab.answer.learned) of this family instead of the weights")
+    ap.add_argument("--override", nargs="*", default=[], help="config overrides KEY=VALUE for the capture")
+    ap.add_argument("--write-model", default=None, help="with --learned: the model file to store the family in")
+    ap.add_argument("--relative-target", action="store_true",
+                    help="with --learned: fit the forests to F1 minus the question's mean candidate F1")
+    ap.add_argument("--dedupe", action="store_true", help="with --learned: composition skips repeated words")
+    ap.add_argument("--cat5-floor", type=float, default=0.62,
+                    help="with --learned: the category-5 F1 the abstain threshold keeps on the training questions")
+    ap.add_argument("--from-held-out", default=None,
+                    help="with --learned: take the held-out predictions from this CSV (an earlier --held-out of the "
+                         "same settings) instead of cross-validating again")
+    ap.add_argument("--cv-only", action="store_true", help="with --learned: report the held-out figures only")
+    ap.add_argument("--held-out", default=None, help="with --learned: write each held-out prediction to this CSV")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--ks", type=int, nargs="+", default=[5, 10, 20, 40])
     ap.add_argument("--cache", default="results/.cache/fit_reader")
     ap.add_argument("--write", default=None, help="write the weights fit on all conversations to this module")
     ap.add_argument("--list-spans", type=int, default=3)
     args = ap.parse_args()
+    if args.learned:
+        return learned_main(args)
     t0 = time.perf_counter()
     store = capture(sorted(args.ks), Path(args.cache))
     t1 = time.perf_counter()
-    reader = ExtractiveAnswerer(list_spans=args.list_spans)
+    reader = ExtractiveAnswerer(scorer="weights", list_spans=args.list_spans)
     t = read_all(store, sorted(args.ks), reader)
     t2 = time.perf_counter()
     print(f"contexts {t1 - t0:.1f} s, read {t2 - t1:.1f} s: {len(t.start)} (question, k) groups, "
@@ -327,7 +415,7 @@ def main() -> None:
 def _check_against_reader(t: Table, store: list[dict[str, Any]], ks: list[int], w: dict[str, float],
                           list_spans: int) -> None:
     """The vectorised choice equals `ExtractiveAnswerer.choose` on a sample (else it fits another reader)."""
-    reader = ExtractiveAnswerer(list_spans=list_spans, **w)
+    reader = ExtractiveAnswerer(**{"scorer": "weights", "list_spans": list_spans, **w})
     sample = np.arange(0, len(t.start), max(1, len(t.start) // 300))
     _, preds = predict(t, w, sample, store, list_spans, {})
     for g, (kind, ans) in zip(sample, preds):

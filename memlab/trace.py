@@ -191,6 +191,12 @@ def format_reading(reading: Any) -> list[str]:
         lines.append(f"   abstain test: best candidate {t.get('best', float('nan')):.2f}, best owned by "
                      f"{'/'.join(people)} " + ("none" if own is None else f"{own:.2f}")
                      + f" (abstain when behind by more than {t.get('margin', float('nan')):.2f})")
+    rule = reading.get("abstain_rule")
+    if isinstance(rule, dict):
+        lines.append(f"   learned abstain rule: p(not mentioned) {rule.get('p', float('nan')):.2f} (abstain above "
+                     f"{rule.get('threshold', float('nan')):.2f})")
+    if reading.get("composed"):
+        lines.append(f"   composed the spans of ranks {', '.join(map(str, reading['composed']))}")
     for c in reading.get("top_candidates") or []:
         lines.append(f"     #{c.get('rank', '?'):<2} {'/'.join(c.get('owners') or []) or '-':10s} score "
                      f"{c.get('score', float('nan')):6.2f}  {str(c.get('text', ''))[:70]!r} -> {c.get('answer', '')!r}")

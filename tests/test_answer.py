@@ -64,14 +64,15 @@ def q(text, data_q=None):
 
 
 def test_temporal_answer_from_memory_date(ctx):
-    a = ExtractiveAnswerer().answer(q("When did Alice go to a pottery class?"), ctx)
+    a = ExtractiveAnswerer(scorer="weights").answer(q("When did Alice go to a pottery class?"), ctx)
     assert a.prediction == "7 May 2023" and a.rule.startswith("temporal: 'yesterday'")
 
 
 def test_abstains_when_named_person_is_not_the_speaker(ctx):
-    a = ExtractiveAnswerer().answer(q("What is the name of Alice's dog Rex adopted?"), ctx)
+    a = ExtractiveAnswerer(scorer="weights").answer(q("What is the name of Alice's dog Rex adopted?"), ctx)
     assert a.prediction == ABSTAIN and "outscores Alice's best" in a.rule
-    b = ExtractiveAnswerer(abstain=False).answer(q("What is the name of Alice's dog Rex adopted?"), ctx)
+    b = ExtractiveAnswerer(scorer="weights", abstain=False).answer(
+        q("What is the name of Alice's dog Rex adopted?"), ctx)
     assert b.prediction != ABSTAIN
 
 
@@ -87,7 +88,7 @@ def test_an_observation_is_owned_by_the_person_it_is_about():
                         (2, "Caroline loves horses."))]
     mel = MemoryEntry(id="3", key=key, text="Melanie realized after her charity race that self-care is important.",
                       participants=("Melanie",), source_ids=("D2:3",))
-    reader, question = ExtractiveAnswerer(), "What did Caroline realize after her charity race?"
+    reader, question = ExtractiveAnswerer(scorer="weights"), "What did Caroline realize after her charity race?"
     r = reader.read(question, [(1, mel), (2, car[0]), (3, car[1])], ["Caroline", "Melanie"])
     assert {c.owners for c in r.candidates} == {frozenset({"Caroline"}), frozenset({"Melanie"})}
     pred, rule, _ = reader.choose(r)
@@ -97,7 +98,7 @@ def test_an_observation_is_owned_by_the_person_it_is_about():
 
 
 def test_span_keeps_the_new_words_of_the_best_sentence(ctx):
-    a = ExtractiveAnswerer().answer(q("Where did Bob and Rex hike on Sunday?"), ctx)
+    a = ExtractiveAnswerer(scorer="weights").answer(q("Where did Bob and Rex hike on Sunday?"), ctx)
     assert a.prediction == "Mount Tam" and a.rule.startswith("span")  # "hiked" stems to the question's "hike"
     top = ExtractiveAnswerer(span="memory", abstain=False).answer(q("Where did Bob and Rex hike on Sunday?"), ctx)
     assert top.prediction == "Rex and I hiked Mount Tam on Sunday. It was great."

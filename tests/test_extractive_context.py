@@ -32,7 +32,8 @@ class Ranked:
 def ask(svc, text, k, **kw):
     conv = load_locomo(ask.path)["syn-1"]
     ctx = AnswerContext(service=svc, key=KEY, conversation=conv, search=SearchOptions(max_results=k))
-    return ExtractiveAnswerer(abstain=False, **kw).answer(Question("syn-1", 0, text, "x", None, (), (), 4, "x"), ctx)
+    reader = ExtractiveAnswerer(**{"abstain": False, "scorer": "weights", **kw})
+    return reader.answer(Question("syn-1", 0, text, "x", None, (), (), 4, "x"), ctx)
 
 
 @pytest.fixture(autouse=True)

@@ -24,7 +24,8 @@ from memlab.trace import format_reading
 
 KEY = UserKey("locomo", "syn-1")
 #: Weights pinned for these tests (the shipped ones are refit by benchmarks/fit_reader.py).
-PINNED = dict(rank_weight=1.0, memory_weight=0.0, agreement_weight=0.0, speaker_weight=1.0, date_weight=0.0,
+PINNED = dict(scorer="weights", rank_weight=1.0, memory_weight=0.0,
+              agreement_weight=0.0, speaker_weight=1.0, date_weight=0.0,
               length_weight=0.0, phrase_bonus=4.0, temporal_rank_weight=1.0, abstain_margin=0.5)
 
 
@@ -131,11 +132,11 @@ def test_the_fit_scripts_vectorised_choice_is_the_readers():
               "speakers": ("Alice", "Bob"),
               "contexts": {k: [(j + 1, e) for j, e in enumerate(ctx[:k])] for k in (2, 4)}}
              for i, (q, c) in enumerate(questions)]
-    table = fit.read_all(store, [2, 4], ExtractiveAnswerer())
+    table = fit.read_all(store, [2, 4], ExtractiveAnswerer(scorer="weights"))
     kinds = set()
     for w in (PINNED, dict(PINNED, abstain_margin=-1.0, length_weight=1.0), dict(WEIGHTS)):
         f1, preds = fit.predict(table, w, fit.np.arange(len(table.start)), store, 3, {})
-        reader = ExtractiveAnswerer(**w)
+        reader = ExtractiveAnswerer(**{"scorer": "weights", **w})
         kinds |= {kind for kind, _ in preds}
         for g, (kind, answer) in enumerate(preds):
             q = store[table.qi[g]]
@@ -152,7 +153,7 @@ def test_fit_script_captures_contexts_per_k_and_fits_on_them(synthetic_path, tmp
     assert len(list(tmp_path.glob("contexts-k1-3-*.pkl"))) == 1  # retrieved once, cached for the next fit
     again = fit.capture([1, 3], tmp_path, {"dataset.path": str(synthetic_path)})
     assert [q["qid"] for q in again] == [q["qid"] for q in store]
-    table = fit.read_all(store, [1, 3], ExtractiveAnswerer())
+    table = fit.read_all(store, [1, 3], ExtractiveAnswerer(scorer="weights"))
     groups = fit.np.arange(len(table.start))
     w, best = fit.fit(table, groups, store, dict(WEIGHTS), 3)
     assert set(w) == set(WEIGHTS) and best >= fit.predict(table, dict(WEIGHTS), groups, store, 3, {})[0].mean()
@@ -164,4 +165,8 @@ def test_a_reader_weight_set_for_a_model_arm_is_said_to_do_nothing():
     cfg = ExperimentConfig.from_dict({"answer": {"arm": "original", "model": "m", "rank_weight": 2.0}})
     notes = inert_knobs(cfg, warn=False)
     assert any("answer.rank_weight is not read by the original arm" in n for n in notes)
-    assert not inert_knobs(ExperimentConfig.from_dict({"answer": {"rank_weight": 2.0}}), warn=False)
+    assert not inert_knobs(ExperimentConfig.from_dict({"answer": {"scorer": "weights", "rank_weight": 2.0}}),
+                           warn=False)
+    learned = inert_knobs(ExperimentConfig.from_dict({"answer": {"scorer": "learned", "rank_weight": 2.0}}),
+                          warn=False)
+    assert any("answer.rank_weight is not read by the learned scorer" in n for n in learned)

@@ -1,5 +1,12 @@
 """The offline reader: builds a short answer from the whole retrieved context, no model.
 
+Two scorers choose among the candidates read here: ``scorer="weights"`` (the default) is the hand-weighted
+score described below; ``scorer="learned"`` hands them to the fitted model of `memlab.answer.learned` (a
+candidate's official F1 predicted from the features of `memlab.answer.reading_features`, shorter spans,
+multi-part composition, a learned abstain rule; one model per ``reader_family`` of context). Held out by
+conversation the learned scorer does not beat the weights on categories 1-4 (issue 36; its FIT in
+``reader_model.json``), so it is opt-in.
+
 Every retrieved memory is read. A memory is cut into *segments*, each with its owner: a turn memory
 ("Bob: ... (replying to Ann: ...)") gives Bob's own words and Ann's quoted words; another memory
 (an observation) is owned by its participants. Each sentence (``split="sentence"``; or clause) of
@@ -44,6 +51,7 @@ from typing import Annotated, Any
 import numpy as np
 
 from memlab.answer.base import ABSTAIN, ANSWERERS, Answer, AnswerContext, Answerer, retrieve
+from memlab.answer.learned import FAMILIES, choose_learned, family_model
 from memlab.answer.reader_weights import WEIGHTS
 from memlab.answer.temporal import is_temporal_question, resolve
 from memlab.data.locomo import Question
@@ -53,6 +61,8 @@ from memlab.memory.entry import MemoryEntry
 from memlab.params import OneOf, Range, settings
 
 SPANS = ("novel", "clause", "memory")
+#: How candidates are scored: the fitted model of `memlab.answer.learned`, or the hand-set weights below.
+SCORERS = ("learned", "weights")
 #: How a memory is cut into candidate segments: at sentence ends, or at clause boundaries too.
 SPLITS = ("sentence", "clause")
 _QUOTE = re.compile(r"\s\((replying to|answered by) ([^:]+): (.*)\)\s*$", re.DOTALL)
@@ -179,6 +189,12 @@ class Candidate:
     kind: str = "span"
     """``span`` or ``temporal`` (``temporal: '<phrase>'`` / ``temporal: date`` in the rule)."""
     phrase: str | None = None
+    segment: int = 0
+    """Which segment of its memory (0: the memory's own words; 1: the turn it quotes)."""
+    position: int = 0
+    """The sentence's place in its segment (0: the first)."""
+    when: datetime | None = None
+    memory_kind: str = ""
 
 
 @dataclass
@@ -192,6 +208,8 @@ class Reading:
     candidates: list[Candidate] = field(default_factory=list)
     top_memory: str = ""
     """The top memory's own words (the ``span="memory"`` answer and the fallback when no candidate adds a word)."""
+    memories: int = 0
+    """How many memories the context held."""
 
 
 @ANSWERERS.register("extractive")
@@ -205,7 +223,7 @@ class ExtractiveAnswerer(Answerer):
 
     name = "extractive"
     answer_settings = ("span", "abstain", "temporal_window", "span_window", "max_words", "split", "drop_filler",
-                       "list_spans", *WEIGHTS)
+                       "list_spans", "scorer", "reader_family", *WEIGHTS)
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
@@ -213,7 +231,8 @@ class ExtractiveAnswerer(Answerer):
         return cls(**settings(section, span=section.span, abstain=section.abstain,
                               temporal_window=section.temporal_window, span_window=section.span_window,
                               max_words=section.max_words, split=section.split, drop_filler=section.drop_filler,
-                              list_spans=section.list_spans, **weights))
+                              list_spans=section.list_spans, scorer=section.scorer,
+                              reader_family=section.reader_family, **weights))
 
     def __init__(self, span: Annotated[str, OneOf(SPANS)] = "novel", abstain: bool = True,
                  temporal_window: Annotated[int | None, Range(1)] = None,
@@ -227,9 +246,19 @@ class ExtractiveAnswerer(Answerer):
                  length_weight: Annotated[float | None, Range()] = None,
                  phrase_bonus: Annotated[float | None, Range()] = None,
                  temporal_rank_weight: Annotated[float | None, Range(0)] = None,
-                 abstain_margin: Annotated[float | None, Range()] = None):
+                 abstain_margin: Annotated[float | None, Range()] = None,
+                 scorer: Annotated[str, OneOf(SCORERS)] = "weights",
+                 reader_family: Annotated[str, OneOf(FAMILIES)] = "offline"):
         if span not in SPANS:
             raise ValueError(f"span: expected one of {SPANS}, got {span!r}")
+        if scorer not in SCORERS:
+            raise ValueError(f"scorer: expected one of {SCORERS}, got {scorer!r}")
+        if reader_family not in FAMILIES:
+            raise ValueError(f"reader_family: expected one of {FAMILIES}, got {reader_family!r}")
+        self.scorer = scorer
+        self.reader_family = reader_family
+        #: the fitted model of ``reader_family`` (`memlab.answer.learned`), loaded here so a bad family fails early
+        self.model = family_model(reader_family) if scorer == "learned" and span == "novel" else None
         self.span = span
         self.abstain = abstain
         self.temporal_window = temporal_window
@@ -275,6 +304,7 @@ class ExtractiveAnswerer(Answerer):
                     list_question=self.list_spans > 1 and is_list_question(question))
         if not hits:
             return r
+        r.memories = len(hits)
         r.top_memory = own_text(hits[0][1])
         if self.span == "memory":
             return r
@@ -302,7 +332,7 @@ class ExtractiveAnswerer(Answerer):
         out: list[Candidate] = []
         for i, (rank, e) in enumerate(hits):
             date = _date_fit(named, e.event_time)
-            for seg, owners in segs[i]:
+            for si, (seg, owners) in enumerate(segs[i]):
                 seg = _PHOTO.sub("", seg)
                 if temporal:
                     if e.event_time is None:
@@ -311,7 +341,7 @@ class ExtractiveAnswerer(Answerer):
                     parts = [(seg, answer, phrase)]
                 else:
                     parts = [(c, "", None) for c in _split(seg, splitter)]
-                for text, answer, phrase in parts:
+                for pos, (text, answer, phrase) in enumerate(parts):
                     novel, nstems = self.novel_words(text, qstems) if text else ([], set())
                     if not temporal and not novel:
                         continue
@@ -323,16 +353,21 @@ class ExtractiveAnswerer(Answerer):
                                       math.log2(max(rank, 1)) if temporal else 0.0,
                                       float(bool(r.people & owners)), date,
                                       0.0 if temporal else math.log2(1 + len(novel)), float(phrase is not None)])
+                    where = {"segment": si, "position": pos, "when": e.event_time, "memory_kind": e.kind}
                     if temporal:
-                        out.append(Candidate(rank, owners, text, answer, novel, feats, "temporal", phrase))
+                        out.append(Candidate(rank, owners, text, answer, novel, feats, "temporal", phrase, **where))
                     else:
-                        out.append(Candidate(rank, owners, text, " ".join(novel[: self.max_words]), novel, feats))
+                        out.append(Candidate(rank, owners, text, " ".join(novel[: self.max_words]), novel, feats,
+                                             **where))
         return out
 
     # ------------------------------------------------------------------ deciding: candidates -> answer
-    def choose(self, r: Reading) -> tuple[str, str, dict[str, Any]]:
-        """(prediction, rule, what was decided) from a `Reading` with this reader's weights."""
+    def choose(self, r: Reading, k: int | None = None) -> tuple[str, str, dict[str, Any]]:
+        """(prediction, rule, what was decided) from a `Reading` with this reader's scorer; ``k``: the context
+        size asked for (the learned scorer's ``context_size`` feature; None: the memories read)."""
         info: dict[str, Any] = {"people": sorted(r.people)}
+        if self.model is not None and r.candidates:
+            return choose_learned(r, k if k is not None else r.memories, self.model, self.abstain, info)
         if self.span == "memory" or not r.candidates:
             if not r.top_memory:
                 return ABSTAIN, "abstain: no memory retrieved", info
@@ -383,7 +418,7 @@ class ExtractiveAnswerer(Answerer):
         ans = Answer(prediction=ABSTAIN, context=res.entries, queries=[trace])
         ans.context_tokens = count_tokens("\n".join(e.text for e in res.entries) + "\n" + question.question)
         r = self.read(question.question, [(h.rank, h.entry) for h in res.hits], ctx.conversation.speakers)
-        ans.prediction, ans.rule, info = self.choose(r)
+        ans.prediction, ans.rule, info = self.choose(r, ctx.search.max_results)
         ans.reading = reading_trace(r, info)
         return ans
 
@@ -393,8 +428,9 @@ def reading_trace(r: Reading, info: dict[str, Any], limit: int = 5) -> dict[str,
     ``limit`` candidates (rank, owners, text, answer, score, non-zero features) of the context it was given."""
     out: dict[str, Any] = {"people": info.get("people", []), "temporal": r.temporal, "list": r.list_question,
                            "candidates_read": len(r.candidates)}
-    if "abstain_test" in info:
-        out["abstain_test"] = info["abstain_test"]
+    for key in ("abstain_test", "abstain_rule", "composed"):
+        if key in info:
+            out[key] = info[key]
     scores = info.get("scores")
     if scores:
         best = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:limit]

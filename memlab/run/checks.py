@@ -7,6 +7,7 @@ import warnings
 from collections.abc import Sequence
 
 from memlab.answer import ANSWERERS
+from memlab.answer.reader_weights import WEIGHTS
 from memlab.run.config import AnswerConfig, ExperimentConfig, RetrievalConfig
 
 
@@ -30,6 +31,11 @@ def inert_knobs(cfg: ExperimentConfig, recall_ks: Sequence[int] = (), warn: bool
     if unread:
         notes.append(f"{', '.join(unread)} {'is' if len(unread) == 1 else 'are'} not read by the {a.arm} arm "
                      f"(it reads: {', '.join(f'answer.{k}' for k in arm.answer_settings) or 'no answer.* field'})")
+    if a.arm == "extractive" and a.scorer == "learned":
+        hand = [f"answer.{k}" for k in WEIGHTS if getattr(a, k, None) is not None]
+        if hand:
+            notes.append(f"{', '.join(hand)} {'is' if len(hand) == 1 else 'are'} not read by the learned scorer "
+                         "(answer.scorer: learned); set answer.scorer: weights to score with them")
     above = [k for k in recall_ks if k > r.top_k]
     if above and arm.uses_retrieval:
         notes.append(f"recall@{'/'.join(map(str, above))} not reported: above retrieval.top_k = {r.top_k} "

@@ -285,6 +285,10 @@ class AnswerConfig:
     split: str = "sentence"
     drop_filler: bool = True
     list_spans: int = 3
+    scorer: str = "weights"
+    """How the extractive reader scores candidates: the ``weights`` below or ``learned`` (memlab.answer.learned)."""
+    reader_family: str = "offline"
+    """Which fitted family of the learned reader: the context distribution the arm gives it."""
     # the extractive reader's weights: None = the fitted default (memlab.answer.reader_weights)
     rank_weight: float | None = None
     memory_weight: float | None = None

@@ -1,0 +1,121 @@
+"""The reader's held-out table: per category and k, F1 [95% CI] of the learned reader (held out by
+conversation, from ``fit_reader.py --learned ... --held-out CSV``) beside the hand-weighted reader and the
+answer ceiling of the same contexts, and the predictions that change between the smallest and largest k.
+
+    python benchmarks/reader_table.py --held-out results/.cache/fit_reader/heldout-offline.csv \\
+        [--contexts results/.cache/fit_reader/contexts-k5-10-20-40.pkl]
+
+The hand-weighted column uses the shipped weights (`memlab.answer.reader_weights`, fit on all ten
+conversations, so it is not held out; its own cross-validated overall figures are in that module's FIT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from memlab.answer.extractive import ExtractiveAnswerer
+from memlab.eval.bootstrap import cluster_bootstrap, percentile_ci
+from memlab.eval.ceiling import answer_ceiling, context_lines
+from memlab.eval.scoring import score_answer
+from memlab.eval.summary import category_summary
+
+GROUPS = ("1", "2", "3", "4", "5", "overall 1-4", "overall 1-5")
+
+
+def cell(s: pd.DataFrame, grp: str, col: str) -> str:
+    if grp not in s.index:
+        return "-"
+    return f"{s.loc[grp, col]:.3f} [{s.loc[grp, col + '_lo']:.3f}, {s.loc[grp, col + '_hi']:.3f}]"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--held-out", default=None, help="the CSV fit_reader.py --learned --held-out wrote (without "
+                    "it: only the hand-weighted reader and the ceiling are computed, into --weights-csv)")
+    ap.add_argument("--contexts", default="results/.cache/fit_reader/contexts-k5-10-20-40.pkl")
+    ap.add_argument("--weights-csv", default=None, help="the hand-weighted reader's predictions and the ceiling "
+                    "per (question, k): read when present, else computed and written here")
+    ap.add_argument("--ks", type=int, nargs="+", default=[5, 10, 20, 40])
+    ap.add_argument("--compare", nargs=2, metavar=("A_CSV", "B_CSV"), default=None,
+                    help="two held-out CSVs of the same questions: paired F1 difference B - A [95%% CI] per group")
+    args = ap.parse_args()
+    if args.compare:
+        return compare(*args.compare)
+    for p in [args.contexts] + ([args.held_out] if args.held_out else []):
+        if not Path(p).is_file():
+            sys.exit(f"{p}: not found")
+    if args.weights_csv and Path(args.weights_csv).is_file():
+        weights = pd.read_csv(args.weights_csv, keep_default_na=False)
+    else:
+        weights = weights_frame(args.contexts, args.ks)
+        if args.weights_csv:
+            weights.to_csv(args.weights_csv, index=False)
+    if args.held_out:
+        table(pd.read_csv(args.held_out, keep_default_na=False), weights)
+
+
+def compare(a_csv: str, b_csv: str) -> None:
+    """Paired held-out comparison: per category and overall, mean F1 of A and B and B - A with its 95% interval
+    (clustered bootstrap over conversations, then questions; the same draws for both)."""
+    a = pd.read_csv(a_csv, keep_default_na=False)
+    b = pd.read_csv(b_csv, keep_default_na=False)
+    m = a.merge(b, on=["qid", "k", "conversation_id", "category"], suffixes=("_a", "_b"))
+    if len(m) != len(a) or len(m) != len(b):
+        sys.exit(f"{a_csv} and {b_csv} do not hold the same (question, k) rows ({len(a)}, {len(b)}, {len(m)} shared)")
+    print(f"A = {a_csv}\nB = {b_csv}")
+    print("| k | group | n | A F1 | B F1 | B - A [95% CI] |\n|---|---|---|---|---|---|")
+    for k, g in m.groupby("k"):
+        parts = [(str(c), g[g.category == c]) for c in sorted(g.category.unique())]
+        parts += [("overall 1-4", g[g.category != 5]), ("overall 1-5", g)]
+        for name, part in parts:
+            d = (part.f1_b - part.f1_a).to_numpy()
+            lo, hi = percentile_ci(cluster_bootstrap(d, part.conversation_id.tolist()))
+            print(f"| {k} | {name} | {len(part)} | {part.f1_a.mean():.3f} | {part.f1_b.mean():.3f} | "
+                  f"{d.mean():+.3f} [{float(np.ravel(lo)[0]):+.3f}, {float(np.ravel(hi)[0]):+.3f}] |")
+
+
+def weights_frame(contexts: str, ks: list[int]) -> pd.DataFrame:
+    """The hand-weighted reader's prediction, its F1 and the answer ceiling of every captured (question, k)."""
+    with open(contexts, "rb") as f:
+        store = pickle.load(f)
+    reader = ExtractiveAnswerer(scorer="weights")
+    rows = []
+    for q in store:
+        cat = int(q["category"])
+        for k in ks:
+            ctx = q["contexts"][k]
+            pred, _, _ = reader.choose(reader.read(q["question"], ctx, q["speakers"]), k)
+            ceil = answer_ceiling(q["answer"], cat, context_lines([e for _, e in ctx])) if cat != 5 else float("nan")
+            rows.append({"qid": q["qid"], "conversation_id": q["conversation_id"], "category": cat, "k": k,
+                         "f1": score_answer(pred, q["answer"], cat), "prediction": pred, "ceiling": ceil})
+    return pd.DataFrame(rows)
+
+
+def table(learned: pd.DataFrame, weights: pd.DataFrame) -> None:
+    weights = weights.assign(ceiling=pd.to_numeric(weights.ceiling, errors="coerce"))
+    print("| k | category | learned F1 (held out) | hand weights F1 | ceiling | n |")
+    print("|---|---|---|---|---|---|")
+    for k in sorted(learned.k.unique()):
+        sl = category_summary(learned[learned.k == k], metrics=("f1",))
+        sw = category_summary(weights[weights.k == k], metrics=("f1",))
+        sc = category_summary(weights[(weights.k == k) & (weights.category != 5)], metrics=("ceiling",))
+        for grp in GROUPS:
+            n = int(sl.loc[grp, "n"]) if "n" in sl.columns and grp in sl.index else "-"
+            print(f"| {k} | {grp} | {cell(sl, grp, 'f1')} | {cell(sw, grp, 'f1')} | "
+                  f"{cell(sc, grp, 'ceiling') if grp not in ('5', 'overall 1-5') else '-'} | {n} |")
+    ks = sorted(learned.k.unique())
+    for name, df in (("learned", learned), ("hand weights", weights)):
+        a = df[df.k == ks[0]].set_index("qid").prediction.astype(str)
+        b = df[df.k == ks[-1]].set_index("qid").prediction.astype(str)
+        print(f"{name}: predictions changed between k={ks[0]} and k={ks[-1]}: {int((a != b.loc[a.index]).sum())} "
+              f"of {len(a)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,362 @@
+"""The learned reader's decisions: score candidates with a fitted model, compose, abstain.
+
+The model is data, not code: ``reader_model.json`` (written by ``benchmarks/fit_reader.py``) holds, per
+*family* of context (``offline``: turns with observations; ``observations``; ``retrieval-best``), two
+gradient-boosted regression forests that predict the official F1 of a candidate answer and a logistic
+abstain rule, each as plain numbers. Evaluating them needs numpy only; the file is read on first use.
+
+1. ``sentence`` forest: every candidate of `ExtractiveAnswerer.read` (a sentence's novel words; a
+   temporal candidate's date at day, month and year grain) gets a predicted F1.
+2. ``span`` forest: the best ``top`` sentences are cut into windows of their novel words (shorter
+   spans), each scored with the sentence forest's prediction as a feature; the best scoring span wins.
+3. Composition: a multi-part question (a list question, or the family's ``compose_types``) joins the
+   best spans of up to ``compose_max`` different memories whose score is within ``compose_ratio`` of
+   the best (the official multi-hop F1 credits each gold part's best-matching part).
+4. Abstain: the logistic rule over the question's features and the gap between the named person's best
+   span and the best overall says "Not mentioned" when its probability exceeds ``abstain_threshold``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memlab.answer.base import ABSTAIN
+from memlab.answer.reading_features import (
+    FEATURE_NAMES,
+    INDEX,
+    date_grains,
+    idf_table,
+    question_row,
+    question_type,
+    stack,
+    type_match,
+    windows,
+    word_types,
+)
+from memlab.index.text import analyze
+
+MODEL_PATH = Path(__file__).with_name("reader_model.json")
+#: The context families a model may be fit for (``reader_family``; the model file says which it holds).
+FAMILIES = ("offline", "observations", "turns", "retrieval-best")
+#: The question-level features the abstain rule reads (besides the ``q_*`` features).
+ABSTAIN_FEATURES = ("best", "best_owned", "gap", "owned_none", "owned_share", "q_people")
+
+
+class Forest:
+    """A sum of regression trees (scikit-learn's HistGradientBoostingRegressor, exported as arrays).
+
+    All trees are walked at once (one array of nodes, every tree's root offset), so a question's candidates
+    cost one gather per tree level, not one per tree."""
+
+    def __init__(self, spec: dict[str, Any]):
+        self.base = float(spec["base"])
+        self.features = list(spec["features"])
+        parts = {k: [] for k in ("feature", "threshold", "left", "right", "value", "leaf", "nan_left")}
+        roots, offset, depth = [], 0, 0
+        for t in spec["trees"]:
+            n = len(t["value"])
+            roots.append(offset)
+            for k in parts:
+                v = np.asarray(t[k])
+                parts[k].append(v + offset if k in ("left", "right") else v)
+            offset += n
+            depth = max(depth, _depth(t))
+        cat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in parts.items()}
+        self.feature = cat["feature"].astype(np.int64)
+        self.threshold = cat["threshold"].astype(float)
+        self.left, self.right = cat["left"].astype(np.int64), cat["right"].astype(np.int64)
+        self.value = cat["value"].astype(float)
+        self.leaf, self.nan_left = cat["leaf"].astype(bool), cat["nan_left"].astype(bool)
+        self.roots = np.asarray(roots, dtype=np.int64)
+        self.depth = depth
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        if not len(self.roots):
+            return np.full(len(X), self.base)
+        node = np.broadcast_to(self.roots, (len(X), len(self.roots))).copy()
+        rows = np.arange(len(X))[:, None]
+        for _ in range(self.depth):
+            x = X[rows, self.feature[node]]
+            go_left = np.where(np.isnan(x), self.nan_left[node], x <= self.threshold[node])
+            node = np.where(self.leaf[node], node, np.where(go_left, self.left[node], self.right[node]))
+        return self.base + self.value[node].sum(axis=1)
+
+
+def _depth(tree: dict[str, Any]) -> int:
+    """The longest root-to-leaf path of one exported tree (in edges)."""
+    left, right, leaf = tree["left"], tree["right"], tree["leaf"]
+    best, stack = 0, [(0, 0)]
+    while stack:
+        n, d = stack.pop()
+        if leaf[n]:
+            best = max(best, d)
+        else:
+            stack += [(left[n], d + 1), (right[n], d + 1)]
+    return best
+
+
+@dataclass
+class FamilyModel:
+    """One context family's fitted reader (see the module docstring)."""
+
+    sentence: Forest
+    span: Forest
+    top: int
+    longest: int
+    compose_max: int
+    compose_ratio: float
+    compose_types: tuple[str, ...]
+    abstain_coef: np.ndarray
+    abstain_intercept: float
+    abstain_threshold: float
+    abstain_names: tuple[str, ...]
+    compose_dedupe: bool = False
+    """Skip a part whose words are (a subset of) a part already composed, or hold all of one."""
+    multi: dict[str, Any] | None = None
+    """The multi-part gate: {"vocab": {word: coef}, "intercept", "threshold"} over the question's words; a
+    question whose probability of asking for several things exceeds the threshold is composed (None: the
+    ``compose_types`` rule alone)."""
+
+
+@lru_cache(maxsize=1)
+def load_models(path: str = str(MODEL_PATH)) -> dict[str, Any]:
+    """The shipped model file: {"families": {name: spec}, "fit": {...}} (read once)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{p}: the learned reader's model file is missing (benchmarks/fit_reader.py "
+                                f"--write-model writes it)") from None
+    if not isinstance(data, dict) or not isinstance(data.get("families"), dict) or not data["families"]:
+        raise ValueError(f"{p}: expected a JSON object with a non-empty 'families' object")
+    return data
+
+
+def families() -> tuple[str, ...]:
+    return tuple(load_models()["families"])
+
+
+@lru_cache(maxsize=8)
+def family_model(name: str) -> FamilyModel:
+    data = load_models()["families"]
+    if name not in data:
+        raise ValueError(f"reader_family: expected one of {sorted(data)} (fitted in {MODEL_PATH.name}), got {name!r}")
+    return family_from_spec(data[name])
+
+
+def family_from_spec(spec: dict[str, Any]) -> FamilyModel:
+    for k in ("sentence", "span", "top", "longest", "compose", "abstain"):
+        if k not in spec:
+            raise ValueError(f"{MODEL_PATH.name}: a family lacks {k!r}")
+    for forest in (spec["sentence"], spec["span"]):
+        if list(forest["features"]) != list(FEATURE_NAMES) + ["parent"] * (forest is spec["span"]):
+            raise ValueError(f"{MODEL_PATH.name}: the forest's features differ from this reader's FEATURE_NAMES "
+                             f"(refit with benchmarks/fit_reader.py)")
+    c, a = spec["compose"], spec["abstain"]
+    return FamilyModel(Forest(spec["sentence"]), Forest(spec["span"]), int(spec["top"]), int(spec["longest"]),
+                       int(c["max"]), float(c["ratio"]), tuple(c["types"]), np.asarray(a["coef"], float),
+                       float(a["intercept"]), float(a["threshold"]), tuple(a["features"]), bool(c.get("dedupe", False)),
+                       c.get("multi"))
+
+
+def multi_part_p(question: str, gate: dict[str, Any]) -> float:
+    """The gate's probability that a question asks for several things (a logistic over its words)."""
+    vocab = gate["vocab"]
+    z = float(gate["intercept"]) + sum(vocab.get(w, 0.0) for w in set(question_words(question)))
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+def question_words(question: str) -> list[str]:
+    """The lower-cased words of a question (the multi-part gate's vocabulary)."""
+    return re.findall(r"[a-z]+", question.lower())
+
+
+@dataclass
+class Scored:
+    """One candidate answer of the learned reader."""
+
+    answer: str
+    kind: str
+    parent: int
+    """Index into `Reading.candidates` of the sentence it came from."""
+    row: np.ndarray
+    score: float = math.nan
+
+
+def sentence_rows(r: Any, k: int) -> list[Scored]:
+    """Every `Reading` candidate (and a temporal one's month / year grains) with its feature row."""
+    cands = r.candidates
+    if not cands:
+        return []
+    qstems = set(analyze(r.question))
+    idf = idf_table([c.text for c in cands])
+    q_idf = sum(idf.get(s, 1.0) for s in qstems) or 1.0
+    ov = np.array([c.features[0] for c in cands])
+    idf_ov = np.array([sum(idf.get(s, 1.0) for s in qstems & set(analyze(c.text))) / q_idf for c in cands])
+    qrow = question_row(r.question, r.list_question, len(r.people))
+    qt = question_type(r.question)
+    out: list[Scored] = []
+    max_ov, max_idf = max(ov.max(), 1.0), max(idf_ov.max(), 1e-9)
+    for i, c in enumerate(cands):
+        named = dict(zip(FEATURE_NAMES[:9], map(float, c.features)))
+        named.update(qrow, overlap_frac=ov[i] / max(len(qstems), 1), overlap_rel=ov[i] / max_ov,
+                    idf_overlap=idf_ov[i], idf_rel=idf_ov[i] / max_idf, rank_recip=1.0 / max(c.rank, 1),
+                    context_size=math.log2(1 + k), sentence_pos=float(c.position), quoted=float(c.segment > 0),
+                    observation=float(c.memory_kind != "episode"), n_owners=float(len(c.owners)))
+        base = stack([named])[0]
+        if c.kind == "temporal" and c.when is not None:
+            for kind, ans in date_grains(c.answer, c.phrase, c.when):
+                out.append(Scored(ans, kind, i, _row(base, kind, ans.split(), qt, c.text, 0, 1, 1)))
+        else:
+            out.append(Scored(c.answer, "novel", i, _row(base, "novel", c.novel, qt, c.text, 0, len(c.novel),
+                                                          len(c.novel))))
+    return out
+
+
+_KIND_AT = {n: INDEX[f"kind_{n}"] for n in ("novel", "window", "date", "month", "year")}
+_PLACE_WORDS = ("in", "at", "to", "from", "near", "visited")
+
+
+def _row(base: np.ndarray, kind: str, span: Sequence[str], qtype: str, text: str, start: int, end: int,
+         n: int) -> np.ndarray:
+    """``base`` (the sentence's and the question's features) with the span's own features set."""
+    num, cap, cap_frac, month = word_types(span)
+    place = float(kind in ("novel", "window") and bool(span) and any(
+        f" {p} {span[0]}" in f" {text}" for p in _PLACE_WORDS))
+    row = base.copy()
+    for i in _KIND_AT.values():
+        row[i] = 0.0
+    row[_KIND_AT[kind]] = 1.0
+    for name, v in (("words", math.log2(1 + len(span))), ("window_start", float(start == 0)),
+                    ("window_end", float(end == n)), ("window_frac", len(span) / max(n, 1)), ("has_number", num),
+                    ("has_cap", cap), ("has_place", place), ("has_month", month), ("cap_frac", cap_frac),
+                    ("type_match", type_match(qtype, num, cap, place, month, kind))):
+        row[INDEX[name]] = v
+    return row
+
+
+def span_rows(r: Any, sents: list[Scored], order: Sequence[int], top: int, longest: int) -> list[Scored]:
+    """The best ``top`` sentence candidates (``order``: best first) and the windows of their novel words,
+    each row extended by its parent's sentence score (the ``parent`` feature)."""
+    out: list[Scored] = []
+    qt = question_type(r.question)
+    qstems = set(analyze(r.question))
+    seen: set[int] = set()
+    for j in order:
+        s = sents[j]
+        if len(seen) >= top and s.parent not in seen:
+            continue
+        seen.add(s.parent)
+        out.append(Scored(s.answer, s.kind, s.parent, np.append(s.row, s.score)))
+        if s.kind != "novel":
+            continue
+        c = r.candidates[s.parent]
+        novel = c.novel[:24]
+        words_all = c.text.split()
+        near = {w.strip(".,!?;:\"'()") for a, b in zip(words_all, words_all[1:])
+                for w in (a, b) if set(analyze(a)) & qstems or set(analyze(b)) & qstems}
+        base = s.row
+        for a, b in windows(novel, longest):
+            span = novel[a:b]
+            row = _row(base, "window", span, qt, c.text, a, b, len(novel))
+            row[INDEX["next_to_question"]] = float(span[0].strip(".,!?;:\"'()") in near)
+            out.append(Scored(" ".join(span), "window", s.parent, np.append(row, s.score)))
+    return out
+
+
+def abstain_row(r: Any, spans: list[Scored], names: Sequence[str]) -> np.ndarray:
+    """The question-level features of the abstain rule, in ``names`` order."""
+    scores = np.array([s.score for s in spans]) if spans else np.zeros(0)
+    best = float(scores.max()) if len(scores) else 0.0
+    owned = [s.score for s in spans if r.people & r.candidates[s.parent].owners]
+    best_owned = max(owned) if owned else 0.0
+    vals = dict(question_row(r.question, r.list_question, len(r.people)), best=best, best_owned=best_owned,
+                gap=(best - best_owned) if owned else 1.0, owned_none=float(bool(r.people) and not owned),
+                owned_share=len(owned) / max(len(spans), 1) if r.people else 1.0)
+    return np.array([vals[n] for n in names])
+
+
+def compose(spans: list[Scored], order: np.ndarray, r: Any, m: FamilyModel) -> tuple[str, list[int]]:
+    """The best span, joined by the best spans of other memories when the question asks for several things."""
+    best = spans[int(order[0])]
+    qt = question_type(r.question)
+    wanted = r.list_question or qt in m.compose_types
+    if m.multi is not None:
+        wanted = multi_part_p(r.question, m.multi) > float(m.multi["threshold"])
+    if not wanted or m.compose_max < 2 or best.kind not in ("novel", "window"):
+        return best.answer, [int(order[0])]
+    floor = best.score * m.compose_ratio
+    picked, ranks = [int(order[0])], {r.candidates[best.parent].rank}
+    said = [frozenset(analyze(best.answer))]
+    for j in order[1:]:
+        s = spans[int(j)]
+        rank = r.candidates[s.parent].rank
+        if s.score < floor or rank in ranks or s.kind not in ("novel", "window"):
+            continue
+        if m.compose_dedupe:
+            words = frozenset(analyze(s.answer))
+            if not words or any(words <= w or w <= words for w in said):
+                continue
+            said.append(words)
+        picked.append(int(j))
+        ranks.add(rank)
+        if len(picked) == m.compose_max:
+            break
+    return ", ".join(spans[j].answer for j in picked), picked
+
+
+def decide(r: Any, k: int, m: FamilyModel, abstain: bool = True) -> dict[str, Any]:
+    """The learned reader's answer to a `Reading`: {answer, kind, spans, order, abstain_p, composed}."""
+    sents = sentence_rows(r, k)
+    if not sents:
+        return {"answer": None, "spans": [], "order": np.zeros(0, int), "abstain_p": None, "composed": []}
+    sc = m.sentence.predict(np.stack([s.row for s in sents]))
+    for s, v in zip(sents, sc):
+        s.score = float(v)
+    spans = span_rows(r, sents, np.argsort(-sc, kind="stable"), m.top, m.longest)
+    ss = m.span.predict(np.stack([s.row for s in spans]))
+    for s, v in zip(spans, ss):
+        s.score = float(v)
+    order = np.argsort(-ss, kind="stable")
+    p = None
+    if abstain and r.people:
+        z = abstain_row(r, spans, m.abstain_names) @ m.abstain_coef + m.abstain_intercept
+        p = 1.0 / (1.0 + math.exp(-z))
+    answer, picked = compose(spans, order, r, m)
+    return {"answer": answer, "spans": spans, "order": order, "abstain_p": p, "composed": picked}
+
+
+def choose_learned(r: Any, k: int, m: FamilyModel, abstain: bool,
+                   info: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """(prediction, rule, info) of the learned reader for a `Reading` with candidates (see `decide`);
+    ``info["scores"]`` is each `Reading` candidate's best span score (for `reading_trace`)."""
+    d = decide(r, k, m, abstain)
+    spans, order = d["spans"], d["order"]
+    best: dict[int, float] = {}
+    for s in spans:
+        best[s.parent] = max(best.get(s.parent, -math.inf), s.score)
+    info["scores"] = [best.get(i, -1.0) for i in range(len(r.candidates))]
+    top = spans[int(order[0])]
+    info["chosen"] = top.parent
+    if d["abstain_p"] is not None:
+        info["abstain_rule"] = {"p": round(d["abstain_p"], 4), "threshold": m.abstain_threshold}
+        if d["abstain_p"] > m.abstain_threshold:
+            return (ABSTAIN, f"abstain: learned rule p={d['abstain_p']:.2f} > {m.abstain_threshold:.2f}", info)
+    ranks = [r.candidates[spans[j].parent].rank for j in d["composed"]]
+    if len(ranks) > 1:
+        info["composed"] = ranks
+        return d["answer"], f"learned: {len(ranks)} spans composed (ranks {', '.join(map(str, ranks))})", info
+    what = {"novel": "novel words", "window": "a window of the novel words", "date": "date", "month": "month",
+            "year": "year"}[top.kind]
+    c = r.candidates[top.parent]
+    how = f" ('{c.phrase}')" if c.kind == "temporal" and c.phrase else ""
+    return d["answer"], f"learned: {what}{how} of rank {c.rank}, score {top.score:.2f}", info
