@@ -44,6 +44,7 @@ import pandas as pd
 
 from memlab.answer.base import ABSTAIN, Answer, AnswerContext, Answerer, retrieve
 from memlab.answer.extractive import FEATURES, PENALTIES, WEIGHT_OF, ExtractiveAnswerer
+from memlab.answer.learned import FAMILIES
 from memlab.answer.reader_weights import WEIGHTS
 from memlab.data.locomo import Question
 from memlab.eval.scoring import score_answer
@@ -329,7 +330,7 @@ def learned_main(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--learned", choices=("offline", "observations", "turns", "retrieval-best"), default=None,
+    ap.add_argument("--learned", choices=FAMILIES, default=None,
                     help="fit the learned reader (memlab.answer.learned) of this family instead of the weights")
     ap.add_argument("--override", nargs="*", default=[], help="config overrides KEY=VALUE for the capture")
     ap.add_argument("--write-model", default=None, help="with --learned: the model file to store the family in")

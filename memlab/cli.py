@@ -401,7 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "cache":  # an unknown --model, a cache file failing its integrity check, a locked file
         import sqlite3
 
-        errors += (ValueError, RuntimeError, sqlite3.OperationalError)
+        from memlab.cache_integrity import CacheCorruptError
+        from memlab.index.machine_cache import UnknownCacheModel
+
+        errors += (CacheCorruptError, UnknownCacheModel, sqlite3.OperationalError)
     if args.command in ("run", "report", "compare", "rescore"):
         from memlab.eval.errata import ErrataError
         from memlab.eval.profiles import ProfileError
@@ -427,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memlab: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # the run printed how to resume; 128 + the signal, as a shell reports it
-        if type(e).__name__ == "SpendCapReached":  # stopped by run.max_calls / run.max_usd (it said so)
+        spend = sys.modules.get("memlab.llm.spend")  # loaded whenever a cap could have stopped the run
+        if spend is not None and isinstance(e, spend.SpendCapReached):  # run.max_calls / run.max_usd (it said so)
             return SPEND_CAP_EXIT
         return 143 if type(e).__name__ == "Terminated" else 130
     except Exception as e:  # disk full, read-only folder, name too long: one line, no traceback

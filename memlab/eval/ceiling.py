@@ -54,6 +54,7 @@ from typing import Any
 from memlab.answer.temporal import fmt_month, resolve
 from memlab.data.locomo import format_day
 from memlab.eval.gold_checks import (
+    POLARITY,
     asked_people,
     best_span_f1,
     content_tokens,
@@ -64,8 +65,6 @@ from memlab.eval.gold_checks import (
 )
 from memlab.eval.scoring import stemmed_tokens
 
-#: A gold's leading yes/no: never a word a line states (a line's "Yes" answers something else).
-POLARITY = re.compile(r"^\W*(yes|no)\b\W*", re.IGNORECASE)
 #: Share of a gold's content words one person's lines must hold for a two-person question.
 PERSON_SHARE = 0.5
 

@@ -79,6 +79,11 @@ class PriceTable:
         self.overrides = dict(overrides or {})
 
     @classmethod
+    def of(cls, prices: str | Path | None) -> PriceTable:
+        """A run's prices: the user's table (``cost.prices``) when one is named, else litellm's price map alone."""
+        return cls.from_file(prices) if prices else cls()
+
+    @classmethod
     def from_file(cls, path: str | Path) -> PriceTable:
         """YAML ``{model: {input: , output: , cached_input: }}`` or CSV ``model,input,output,cached_input``;
         USD per million tokens; ``cached_input`` defaults to ``input``."""

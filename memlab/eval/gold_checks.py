@@ -241,9 +241,9 @@ def speaker_contradiction(question: str, turns: Sequence[EvidenceTurn], speakers
     why = f"the question asks about {asked}, but every evidence turn ({', '.join(t.id for t in turns)}) is {other}"
     if not any(_YOU.search(t.text) for t in turns):
         return f"{why} speaking about themself"
-    gold = content_tokens(_POLARITY.sub("", answer))
+    gold = content_tokens(POLARITY.sub("", answer))
     own = [_CAPTION.sub(" ", x) for x in (spoken or {}).get(asked, ())]  # their words, not their photos' captions
-    if spoken is None or not gold or best_span_f1(stemmed_tokens(_POLARITY.sub("", answer)),
+    if spoken is None or not gold or best_span_f1(stemmed_tokens(POLARITY.sub("", answer)),
                                                   [stemmed_tokens(x) for x in own], gold) >= SAYS:
         return None
     return f"{why}'s, and {asked} never says it"
@@ -254,7 +254,8 @@ SAYS = 2 / 3
 _CAPTION = re.compile(r"\[shared a photo:[^\]]*\]")
 _YOU = re.compile(r"\b(you|your|yours|you're|you've|you'd|you'll|ya)\b", re.IGNORECASE)
 #: A leading yes/no: a turn that says "Yes" replies to something else, so the polarity is always inferred.
-_POLARITY = re.compile(r"^\W*(yes|no)\b\W*", re.IGNORECASE)
+#: A gold's leading yes/no: never a word a line states (a line's "Yes" answers something else).
+POLARITY = re.compile(r"^\W*(yes|no)\b\W*", re.IGNORECASE)
 
 
 _INFERRED = re.compile(r"^\s*(likely|probably|maybe|possibly|yes|no|not|unlikely|somewhat)\b", re.IGNORECASE)

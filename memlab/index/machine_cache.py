@@ -25,7 +25,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from memlab.cache_integrity import sqlite_file_problem
+from memlab.cache_integrity import CacheCorruptError, sqlite_file_problem
 
 #: Overrides the machine cache folder (tests point it at a temporary folder).
 ENV_VAR = "MEMLAB_CACHE_DIR"
@@ -73,10 +73,14 @@ class ModelEntries:
     vector_bytes: int
 
 
+class UnknownCacheModel(ValueError):
+    """``memlab cache clear --model`` named a model with no entries (the message lists those there are)."""
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     problem = sqlite_file_problem(path)
     if problem is not None:
-        raise RuntimeError(f"machine cache {path}: {problem}; the next run that uses it sets it aside (as "
+        raise CacheCorruptError(f"machine cache {path}: {problem}; the next run that uses it sets it aside (as "
                            f"{path.name}.corrupt-<UTC time>) and starts it afresh, or delete it")
     return sqlite3.connect(str(path), timeout=30)
 
@@ -128,7 +132,7 @@ def clear(setting: str | os.PathLike[str] | None = None, model: str | None = Non
     chosen = sorted({r.model for r in rows if model is not None and matches(r.model, model)})
     if model is not None and not chosen:
         known = ", ".join(sorted({r.model for r in rows})) or "none"
-        raise ValueError(f"machine cache {where}: no entries for model {model!r}; models there: {known}")
+        raise UnknownCacheModel(f"machine cache {where}: no entries for model {model!r}; models there: {known}")
     removed = 0
     for name, (table, col, _) in TABLES.items():
         p = where / name

@@ -215,7 +215,7 @@ def make_plan(cfg: ExperimentConfig, picks: list[tuple[Conversation, Question]],
     endpoint's throughput for the wall time."""
     from memlab.eval.cost import PriceTable
 
-    table = PriceTable.from_file(cfg.cost.prices) if cfg.cost.prices else PriceTable()
+    table = PriceTable.of(cfg.cost.prices)
     roles: dict[str, RolePlan] = {}
     reader_cap = cfg.models.resolve("reader")["max_tokens"] or 256
     mem_tokens, mem_source = _memory_tokens(cfg, convs)

@@ -147,7 +147,7 @@ def add_costs(run_dir: Path, cfg: ExperimentConfig, pred: pd.DataFrame, question
                           api_bases={r: cfg.models.resolve(role)["api_base"] for r, role in roles.items()},
                           extract=cfg.extraction.model if cfg.role_in_use("extractor") else None,
                           embed=(cfg.index.embedder_model() or cfg.index.embedder) if len(build) else None)
-    table = costs.PriceTable.from_file(cfg.cost.prices) if cfg.cost.prices else None
+    table = costs.PriceTable.of(cfg.cost.prices)
     pred, sources = costs.add_dollars(pred, models, table)
     info: dict[str, Any] = {"prices": sources,
                             "build": {c: float(build[c].sum()) for c in costs.BUILD_COLS if c in build}}

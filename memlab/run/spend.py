@@ -44,7 +44,7 @@ def spend_cap(cfg: ExperimentConfig, prev: dict[str, Any]) -> SpendCap:
     ``run.max_usd``, a model without a known price is refused here, before any work."""
     from memlab.eval.cost import PriceTable
 
-    table = PriceTable.from_file(cfg.cost.prices) if cfg.cost.prices else PriceTable()
+    table = PriceTable.of(cfg.cost.prices)
     if cfg.run.max_usd is not None:
         sources = [(role, model, table.price(model, base).source) for role, model, base in priced_models(cfg)]
         unknown = [f"{role} {model} ({src.removeprefix('unknown (').removesuffix(')').split(': priced')[0]})"
@@ -63,7 +63,7 @@ def counted_spend(cfg: ExperimentConfig, prev: dict[str, Any], models: dict[str,
     executor counts what its workers sent, it cannot cap them), added to the earlier sessions'."""
     from memlab.eval.cost import PriceTable
 
-    table = PriceTable.from_file(cfg.cost.prices) if cfg.cost.prices else PriceTable()
+    table = PriceTable.of(cfg.cost.prices)
     before = prev.get("spend") or {}
     usd: float | None = float(before.get("usd") or 0.0) if before.get("usd", 0.0) is not None else None
     for role, r in (models.get("by_role") or {}).items():
