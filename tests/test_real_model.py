@@ -156,7 +156,7 @@ def test_llm_extraction_answer_and_judge_run_end_to_end_on_the_real_model(smol, 
 @needs_model
 def test_a_reply_cut_off_at_max_tokens_is_an_error_never_an_answer(smol, one_session, tmp_path):
     run = _run({"name": "cut", "dataset": {"path": str(one_session)}, "extraction": {"extractor": "turns"},
-                "answer": {"arm": "original", "model": smol.model},
+                "answer": {"arm": "original", "model": smol.model}, "retrieval": {"top_k": 3},
                 "models": {"api_base": smol.api_base, "reader": {"max_tokens": 1}}}, tmp_path)
     pred = run.predictions
     assert pred["error"].notna().all(), pred[["prediction", "error"]].to_string()
