@@ -253,7 +253,6 @@ def speaker_contradiction(question: str, turns: Sequence[EvidenceTurn], speakers
 SAYS = 2 / 3
 _CAPTION = re.compile(r"\[shared a photo:[^\]]*\]")
 _YOU = re.compile(r"\b(you|your|yours|you're|you've|you'd|you'll|ya)\b", re.IGNORECASE)
-#: A leading yes/no: a turn that says "Yes" replies to something else, so the polarity is always inferred.
 #: A gold's leading yes/no: never a word a line states (a line's "Yes" answers something else).
 POLARITY = re.compile(r"^\W*(yes|no)\b\W*", re.IGNORECASE)
 
