@@ -53,7 +53,8 @@ ALL_CATEGORIES = (1, 2, 3, 4, 5)
 #: of ``--blind`` (no rule output), each category committed before agreement is computed.
 SAMPLES: dict[str, tuple[int, int] | tuple[int, int, tuple[int, ...]]] = {
     "dev": (PER_CATEGORY, SEED), "holdout": (5, 22), "holdout2": (5, 23), "holdout3": (6, 24),
-    "holdout4": (8, 25), "holdout5": (8, 26), "blind2": (10, 27, (1, 2, 3, 4))}
+    "holdout4": (8, 25), "holdout5": (8, 26), "blind2": (10, 27, (1, 2, 3, 4)),
+    "blind3": (10, 28, (1, 2, 3, 4))}
 #: Samples labelled blind (without the rules or their output): none was used to design issue 36's rule changes.
 BLIND = ("holdout4", "holdout5", "blind2")
 
