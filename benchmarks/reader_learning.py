@@ -21,6 +21,7 @@ from memlab.answer.base import ABSTAIN
 from memlab.answer.extractive import ExtractiveAnswerer
 from memlab.answer.learned import (
     ABSTAIN_FEATURES,
+    SPAN_NAMES,
     FamilyModel,
     Forest,
     abstain_row,
@@ -166,7 +167,7 @@ def fit_family(groups: list[Group], store: list[dict[str, Any]], train: np.ndarr
             a += len(sp)
     rng = np.random.default_rng(0)
     keep = rng.choice(len(Xp), size=min(len(Xp), 400_000), replace=False)
-    span, span_spec, _ = fit_forest(Xp[keep], yp[keep], list(FEATURE_NAMES) + ["parent"])
+    span, span_spec, _ = fit_forest(Xp[keep], yp[keep], list(SPAN_NAMES))
     sc = span.predict(Xp)
     a = 0
     for sp in spans:
@@ -208,7 +209,7 @@ def _answers(groups: list[Group], store: list[dict[str, Any]], idx: np.ndarray, 
         ans, _ = compose(sp, order, g.reading, m)
         p = math.nan
         if with_p and g.reading.people:
-            z = abstain_row(g.reading, sp, m.abstain_names) @ m.abstain_coef + m.abstain_intercept
+            z = abstain_row(g.reading, sp, m.abstain_names, g.sents) @ m.abstain_coef + m.abstain_intercept
             p = 1.0 / (1.0 + math.exp(-z))
         out.append((ans, _f1(g, q, ans), p))
     return out
@@ -272,7 +273,8 @@ def fit_abstain(groups, store, idx, spans, m: FamilyModel) -> FamilyModel:
 
     ans = _answers(groups, store, idx, spans, m)
     named = [j for j, i in enumerate(idx) if groups[i].reading.people and spans[j]]
-    X = np.stack([abstain_row(groups[idx[j]].reading, spans[j], m.abstain_names) for j in named])
+    X = np.stack([abstain_row(groups[idx[j]].reading, spans[j], m.abstain_names, groups[idx[j]].sents)
+                  for j in named])
     y = np.array([groups[idx[j]].abstain_f1 > ans[j][1] for j in named])
     if len(set(y.tolist())) < 2:  # one class only (a tiny fit): never abstain, or abstain whenever a person is named
         m.abstain_coef, m.abstain_intercept = np.zeros(X.shape[1]), 10.0 if y.all() else -10.0

@@ -47,8 +47,13 @@ from memlab.index.text import analyze
 MODEL_PATH = Path(__file__).with_name("reader_model.json")
 #: The context families a model may be fit for (``reader_family``; the model file says which it holds).
 FAMILIES = ("offline", "observations", "turns", "retrieval-best")
-#: The question-level features the abstain rule reads (besides the ``q_*`` features).
-ABSTAIN_FEATURES = ("best", "best_owned", "gap", "owned_none", "owned_share", "q_people")
+#: The question-level features the abstain rule reads (besides the ``q_*`` features). The ``ov_*`` / ``*_you`` /
+#: ``*_name*`` ones read the whole context's sentences, not the spans: LoCoMo's adversarial questions move a fact
+#: to the other person, so the sentence that matches the question best is the *other* person's, or the named
+#: person's own words about it speak to the other ("Wow, Caroline! Your necklace ...").
+ABSTAIN_FEATURES = ("best", "best_owned", "gap", "owned_none", "owned_share", "q_people", "ov_own", "ov_other",
+                    "ov_gap", "top_own_share", "own_you", "own_names_other", "other_names_asked")
+_YOU = re.compile(r"\b(you|your|you're|yours)\b", re.IGNORECASE)
 
 
 class Forest:
@@ -157,8 +162,10 @@ def family_from_spec(spec: dict[str, Any]) -> FamilyModel:
     for k in ("sentence", "span", "top", "longest", "compose", "abstain"):
         if k not in spec:
             raise ValueError(f"{MODEL_PATH.name}: a family lacks {k!r}")
-    for forest in (spec["sentence"], spec["span"]):
-        if list(forest["features"]) != list(FEATURE_NAMES) + ["parent"] * (forest is spec["span"]):
+    # a span forest reads a prefix of SPAN_NAMES (a family fit before SPAN_FEATURES reads up to ``parent``)
+    for forest, names in ((spec["sentence"], list(FEATURE_NAMES)), (spec["span"], list(SPAN_NAMES))):
+        f = list(forest["features"])
+        if f != names[: len(f)] or len(f) < len(FEATURE_NAMES) + (forest is spec["span"]):
             raise ValueError(f"{MODEL_PATH.name}: the forest's features differ from this reader's FEATURE_NAMES "
                              f"(refit with benchmarks/fit_reader.py)")
     c, a = spec["compose"], spec["abstain"]
@@ -244,37 +251,80 @@ def _row(base: np.ndarray, kind: str, span: Sequence[str], qtype: str, text: str
     return row
 
 
+#: Span features beyond the sentence's (appended after ``parent``): where the span sits against the question's
+#: words in its sentence (an answer tends to follow the words the question repeats: "raise awareness for" ->
+#: "mental health"), and how rare its words are in the context.
+SPAN_FEATURES = ("q_before", "q_after", "q_gap", "span_idf", "span_idf_max")
+SPAN_NAMES = (*FEATURE_NAMES, "parent", *SPAN_FEATURES)
+
+
+def _clean(w: str) -> str:
+    return w.strip(".,!?;:\"'()")
+
+
+def _positions(words_all: Sequence[str], novel: Sequence[str]) -> list[int]:
+    """Where each novel word sits in its sentence's words (novel words are a subsequence of them)."""
+    out, j = [], 0
+    for w in novel:
+        while j < len(words_all) and words_all[j] != w:
+            j += 1
+        out.append(j if j < len(words_all) else len(words_all) - 1)
+        j += 1
+    return out
+
+
+def _span_extra(qpos: Sequence[int], pos: Sequence[int], a: int, b: int, idf: Sequence[float]) -> list[float]:
+    """`SPAN_FEATURES` of the novel words ``a:b`` (``pos``: their places in the sentence; ``qpos``: the places of
+    the words the question holds; ``idf``: each novel word's IDF over the context)."""
+    lo, hi = pos[a], pos[b - 1]
+    before = [lo - q for q in qpos if q < lo]
+    after = [q - hi for q in qpos if q > hi]
+    gap = min(before + after, default=64)
+    vals = idf[a:b]
+    return [float(bool(before) and min(before) <= 3), float(bool(after) and min(after) <= 3), math.log2(1 + gap),
+            float(np.mean(vals)) if len(vals) else 0.0, float(max(vals)) if len(vals) else 0.0]
+
+
 def span_rows(r: Any, sents: list[Scored], order: Sequence[int], top: int, longest: int) -> list[Scored]:
     """The best ``top`` sentence candidates (``order``: best first) and the windows of their novel words,
-    each row extended by its parent's sentence score (the ``parent`` feature)."""
+    each row extended by its parent's sentence score (the ``parent`` feature) and `SPAN_FEATURES`."""
     out: list[Scored] = []
     qt = question_type(r.question)
     qstems = set(analyze(r.question))
+    idf = idf_table([c.text for c in r.candidates])
     seen: set[int] = set()
     for j in order:
         s = sents[j]
         if len(seen) >= top and s.parent not in seen:
             continue
         seen.add(s.parent)
-        out.append(Scored(s.answer, s.kind, s.parent, np.append(s.row, s.score)))
         if s.kind != "novel":
+            out.append(Scored(s.answer, s.kind, s.parent, np.concatenate([s.row, [s.score, 0.0, 0.0, 6.0, 0.0, 0.0]])))
             continue
         c = r.candidates[s.parent]
         novel = c.novel[:24]
         words_all = c.text.split()
-        near = {w.strip(".,!?;:\"'()") for a, b in zip(words_all, words_all[1:])
-                for w in (a, b) if set(analyze(a)) & qstems or set(analyze(b)) & qstems}
+        hits = [bool(set(analyze(w)) & qstems) for w in words_all]
+        qpos = [i for i, h in enumerate(hits) if h]
+        near = {_clean(w) for i, (a, b) in enumerate(zip(hits, hits[1:])) if a or b
+                for w in words_all[i:i + 2]}
+        pos = _positions(words_all, novel)
+        nidf = [max((idf.get(st, 1.0) for st in analyze(w)), default=0.0) for w in novel]
+        extra = _span_extra(qpos, pos, 0, len(novel), nidf) if novel else [0.0, 0.0, 6.0, 0.0, 0.0]
+        out.append(Scored(s.answer, s.kind, s.parent, np.concatenate([s.row, [s.score], extra])))
         base = s.row
         for a, b in windows(novel, longest):
             span = novel[a:b]
             row = _row(base, "window", span, qt, c.text, a, b, len(novel))
-            row[INDEX["next_to_question"]] = float(span[0].strip(".,!?;:\"'()") in near)
-            out.append(Scored(" ".join(span), "window", s.parent, np.append(row, s.score)))
+            row[INDEX["next_to_question"]] = float(_clean(span[0]) in near)
+            out.append(Scored(" ".join(span), "window", s.parent,
+                              np.concatenate([row, [s.score], _span_extra(qpos, pos, a, b, nidf)])))
     return out
 
 
-def abstain_row(r: Any, spans: list[Scored], names: Sequence[str]) -> np.ndarray:
-    """The question-level features of the abstain rule, in ``names`` order."""
+def abstain_row(r: Any, spans: list[Scored], names: Sequence[str], sents: list[Scored] | None = None) -> np.ndarray:
+    """The question-level features of the abstain rule, in ``names`` order (``sents``: the context's sentence
+    candidates, which the ``ov_*`` features read; needed only when ``names`` holds them)."""
     scores = np.array([s.score for s in spans]) if spans else np.zeros(0)
     best = float(scores.max()) if len(scores) else 0.0
     owned = [s.score for s in spans if r.people & r.candidates[s.parent].owners]
@@ -282,7 +332,39 @@ def abstain_row(r: Any, spans: list[Scored], names: Sequence[str]) -> np.ndarray
     vals = dict(question_row(r.question, r.list_question, len(r.people)), best=best, best_owned=best_owned,
                 gap=(best - best_owned) if owned else 1.0, owned_none=float(bool(r.people) and not owned),
                 owned_share=len(owned) / max(len(spans), 1) if r.people else 1.0)
+    if any(n in _CONTEXT_ABSTAIN for n in names):
+        if sents is None:
+            raise ValueError("abstain_row: the context features (ov_*) need the sentence candidates")
+        vals.update(context_abstain(r, sents))
     return np.array([vals[n] for n in names])
+
+
+_CONTEXT_ABSTAIN = ("ov_own", "ov_other", "ov_gap", "top_own_share", "own_you", "own_names_other",
+                    "other_names_asked")
+
+
+def context_abstain(r: Any, sents: list[Scored], top: int = 5) -> dict[str, float]:
+    """Whose words match the question best (IDF-weighted overlap of each sentence with the question): the named
+    person's (``ov_own``) or another's (``ov_other``), the share of the ``top`` best-matching sentences the named
+    person owns, and whether the named person's best-matching sentences speak to someone (``own_you``), name
+    another person (``own_names_other``), or the others' best sentence names the person asked about."""
+    per: dict[int, float] = {}
+    for s in sents:
+        per[s.parent] = max(per.get(s.parent, 0.0), float(s.row[INDEX["idf_overlap"]]))
+    order = sorted(per, key=lambda i: -per[i])
+    own = [i for i in order if r.people & r.candidates[i].owners]
+    other = [i for i in order if not r.people & r.candidates[i].owners]
+    ov_own = per[own[0]] if own else 0.0
+    ov_other = per[other[0]] if other else 0.0
+    asked = {p.split()[0] for p in r.people}
+    others = {p.split()[0] for i in order for p in r.candidates[i].owners} - asked
+    mine = [r.candidates[i].text for i in own[:3]]
+    return dict(ov_own=ov_own, ov_other=ov_other, ov_gap=ov_other - ov_own,
+                top_own_share=len([i for i in order[:top] if i in set(own)]) / max(min(top, len(order)), 1),
+                own_you=sum(bool(_YOU.search(t)) for t in mine) / max(len(mine), 1),
+                own_names_other=sum(any(o in t.split() or f"{o}'s" in t for o in others) for t in mine)
+                / max(len(mine), 1),
+                other_names_asked=float(bool(other) and any(a in r.candidates[other[0]].text for a in asked)))
 
 
 def compose(spans: list[Scored], order: np.ndarray, r: Any, m: FamilyModel) -> tuple[str, list[int]]:
@@ -329,7 +411,7 @@ def decide(r: Any, k: int, m: FamilyModel, abstain: bool = True) -> dict[str, An
     order = np.argsort(-ss, kind="stable")
     p = None
     if abstain and r.people:
-        z = abstain_row(r, spans, m.abstain_names) @ m.abstain_coef + m.abstain_intercept
+        z = abstain_row(r, spans, m.abstain_names, sents) @ m.abstain_coef + m.abstain_intercept
         p = 1.0 / (1.0 + math.exp(-z))
     answer, picked = compose(spans, order, r, m)
     return {"answer": answer, "spans": spans, "order": order, "abstain_p": p, "composed": picked}
