@@ -277,6 +277,7 @@ def learned_main(args: argparse.Namespace) -> None:
     import reader_learning as rl
 
     rl.RELATIVE, rl.DEDUPE, rl.CAT5_FLOOR = args.relative_target, args.dedupe, args.cat5_floor
+    rl.SENTENCE_TARGET = args.sentence_target
     config, over = rl.FAMILY_CAPTURE[args.learned]
     over = {**over, **dict(kv.split("=", 1) for kv in args.override)}
     over = {k: {"true": True, "false": False}.get(v, v) if isinstance(v, str) else v for k, v in over.items()}
@@ -336,6 +337,8 @@ def main() -> None:
     ap.add_argument("--write-model", default=None, help="with --learned: the model file to store the family in")
     ap.add_argument("--relative-target", action="store_true",
                     help="with --learned: fit the forests to F1 minus the question's mean candidate F1")
+    ap.add_argument("--sentence-target", choices=("ceiling", "f1"), default="ceiling",
+                    help="with --learned: what the sentence forest learns (reader_learning.SENTENCE_TARGET)")
     ap.add_argument("--dedupe", action="store_true", help="with --learned: composition skips repeated words")
     ap.add_argument("--cat5-floor", type=float, default=0.62,
                     help="with --learned: the category-5 F1 the abstain threshold keeps on the training questions")

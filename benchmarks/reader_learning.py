@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,8 @@ from memlab.answer.learned import (
     span_rows,
 )
 from memlab.answer.reading_features import FEATURE_NAMES, QTYPE_NAMES
-from memlab.eval.scoring import score_answer
+from memlab.eval.ceiling import gold_parts
+from memlab.eval.scoring import score_answer, stemmed_tokens
 
 TOP, LONGEST = 3, 6
 KS_PER_QUESTION = 2
@@ -50,6 +52,11 @@ CAT5_FLOOR = 0.62
 RELATIVE = False
 #: Composition skips a part whose words repeat a part already said (``fit_reader.py --dedupe``).
 DEDUPE = False
+#: What the sentence forest learns: ``ceiling`` (the best official F1 any window of the sentence's novel words up to
+#: ``LONGEST`` words, or all of them, could score: the forest picks the sentences the span forest then cuts, so
+#: it should rank a sentence by the answer it *holds*) or ``f1`` (the F1 of all its novel words, the first fit's
+#: target, which favours short sentences). ``fit_reader.py --sentence-target``.
+SENTENCE_TARGET = "ceiling"
 #: Permutation importances are measured on every n-th group (the forest walks every row once per feature).
 IMPORTANCE_EVERY = 4
 
@@ -77,6 +84,44 @@ def read_groups(store: list[dict[str, Any]], ks: list[int], reader: ExtractiveAn
             out.append(Group(i, k, r, sents, f1, score_answer(ABSTAIN, q["answer"], cat),
                              r.top_memory or ABSTAIN))
     return out
+
+
+_TARGET: dict[int, np.ndarray] = {}
+
+
+def sentence_target(g: Group, store: list[dict[str, Any]]) -> np.ndarray:
+    """Each sentence candidate's training target (`SENTENCE_TARGET`), cached per group."""
+    if SENTENCE_TARGET == "f1":
+        return g.sent_f1
+    key = id(g)
+    if key not in _TARGET:
+        q = store[g.qi]
+        cat = int(q["category"])
+        parts = [stemmed_tokens(p) for p in gold_parts(q["answer"], cat)] if cat != 5 else []
+        out = g.sent_f1.copy()
+        for j, s in enumerate(g.sents):
+            if s.kind == "novel" and parts:
+                toks = [stemmed_tokens(w) for w in g.reading.candidates[s.parent].novel[:24]]
+                out[j] = max(out[j], sum(window_ceiling(toks, p, LONGEST) for p in parts) / len(parts))
+        _TARGET[key] = out
+    return _TARGET[key]
+
+
+def window_ceiling(words: list[tuple[str, ...]], gold: tuple[str, ...], longest: int) -> float:
+    """The best official token F1 against ``gold`` of a run of 1 to ``longest`` of ``words`` (each word's stemmed
+    tokens); only runs that start and end on a word holding a gold token can be best, so only those are tried."""
+    need = Counter(gold)
+    hit = [i for i, w in enumerate(words) if any(t in need for t in w)]
+    best = 0.0
+    for a in hit:
+        for b in hit:
+            if b < a or b - a >= longest:
+                continue
+            toks = [t for w in words[a:b + 1] for t in w]
+            same = sum((Counter(toks) & need).values())
+            if same:
+                best = max(best, 2 * same / (len(toks) + len(gold)))
+    return best
 
 
 def export_forest(est: Any) -> dict[str, Any]:
@@ -157,7 +202,9 @@ def fit_family(groups: list[Group], store: list[dict[str, Any]], train: np.ndarr
     train = thin(groups, train)
     tr = [i for i in train if groups[i].sents]
     Xs = np.concatenate([np.stack([s.row for s in groups[i].sents]) for i in tr])
-    ys = np.concatenate([groups[i].sent_f1 - (groups[i].sent_f1.mean() if RELATIVE else 0.0) for i in tr])
+    ys = np.concatenate([sentence_target(groups[i], store) for i in tr])
+    ys -= np.concatenate([np.full(len(groups[i].sents), sentence_target(groups[i], store).mean() if RELATIVE
+                                  else 0.0) for i in tr])
     sent, sent_spec, _ = fit_forest(Xs, ys, list(FEATURE_NAMES))
     spans, Xp, yp = span_table(groups, store, train, sent)
     if RELATIVE:
