@@ -12,9 +12,11 @@ conversations, so it is not held out; its own cross-validated overall figures ar
 from __future__ import annotations
 
 import argparse
+import json
 import pickle
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -42,6 +44,10 @@ def main() -> None:
     ap.add_argument("--weights-csv", default=None, help="the hand-weighted reader's predictions and the ceiling "
                     "per (question, k): read when present, else computed and written here")
     ap.add_argument("--ks", type=int, nargs="+", default=[5, 10, 20, 40])
+    ap.add_argument("--before", default=None, metavar="JSON:FAMILY",
+                    help="a model file (or its fit summaries, benchmarks/reader_before.json) and family: its FIT's "
+                    "held-out figures are shown as the learned reader before this fit")
+    ap.add_argument("--title", default=None, help="a heading printed above the table")
     ap.add_argument("--compare", nargs=2, metavar=("A_CSV", "B_CSV"), default=None,
                     help="two held-out CSVs of the same questions: paired F1 difference B - A [95%% CI] per group")
     args = ap.parse_args()
@@ -57,7 +63,21 @@ def main() -> None:
         if args.weights_csv:
             weights.to_csv(args.weights_csv, index=False)
     if args.held_out:
-        table(pd.read_csv(args.held_out, keep_default_na=False), weights)
+        before = load_before(args.before) if args.before else None
+        if args.title:
+            print(f"{args.title}\n")
+        table(pd.read_csv(args.held_out, keep_default_na=False), weights, before)
+
+
+def load_before(spec: str) -> dict[str, Any]:
+    """The held-out summaries of an earlier fit (``PATH:FAMILY``): a model file's ``families[FAMILY].fit`` or a
+    summaries file's ``FAMILY`` entry (`benchmarks/reader_before.json`)."""
+    path, _, family = spec.rpartition(":")
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    fit = data["families"][family]["fit"] if "families" in data else data[family]
+    if "held_out" not in fit:
+        sys.exit(f"{path}: family {family!r} has no held_out figures")
+    return fit
 
 
 def compare(a_csv: str, b_csv: str) -> None:
@@ -97,24 +117,40 @@ def weights_frame(contexts: str, ks: list[int]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def table(learned: pd.DataFrame, weights: pd.DataFrame) -> None:
+def table(learned: pd.DataFrame, weights: pd.DataFrame, before: dict[str, Any] | None = None) -> None:
+    """The markdown table: per k and category, the learned reader (held out), the learned reader before (its
+    earlier FIT, held out, when ``before``), the hand weights, the ceiling; then the predictions changed."""
     weights = weights.assign(ceiling=pd.to_numeric(weights.ceiling, errors="coerce"))
-    print("| k | category | learned F1 (held out) | hand weights F1 | ceiling | n |")
-    print("|---|---|---|---|---|---|")
+    old = before["held_out"] if before else {}
+    head = "| k | category | learned F1 (held out) |" + (" learned before (held out) |" if before else "")
+    print(head + " hand weights F1 | ceiling | n |")
+    print("|---" * (6 + bool(before)) + "|")
     for k in sorted(learned.k.unique()):
         sl = category_summary(learned[learned.k == k], metrics=("f1",))
         sw = category_summary(weights[weights.k == k], metrics=("f1",))
         sc = category_summary(weights[(weights.k == k) & (weights.category != 5)], metrics=("ceiling",))
         for grp in GROUPS:
             n = int(sl.loc[grp, "n"]) if "n" in sl.columns and grp in sl.index else "-"
-            print(f"| {k} | {grp} | {cell(sl, grp, 'f1')} | {cell(sw, grp, 'f1')} | "
+            b = old.get(str(k), {}).get(grp)
+            was = (f" {b[0]:.3f} [{b[1]:.3f}, {b[2]:.3f}] |" if b else " - |") if before else ""
+            print(f"| {k} | {grp} | {cell(sl, grp, 'f1')} |{was} {cell(sw, grp, 'f1')} | "
                   f"{cell(sc, grp, 'ceiling') if grp not in ('5', 'overall 1-5') else '-'} | {n} |")
     ks = sorted(learned.k.unique())
+    said = []
     for name, df in (("learned", learned), ("hand weights", weights)):
         a = df[df.k == ks[0]].set_index("qid").prediction.astype(str)
         b = df[df.k == ks[-1]].set_index("qid").prediction.astype(str)
-        print(f"{name}: predictions changed between k={ks[0]} and k={ks[-1]}: {int((a != b.loc[a.index]).sum())} "
-              f"of {len(a)}")
+        said.append(f"{name} {int((a != b.loc[a.index]).sum())} of {len(a)}")
+    if before and f"changed_k{ks[0]}_k{ks[-1]}" in old:
+        said.insert(1, f"learned before {old[f'changed_k{ks[0]}_k{ks[-1]}']} of {len(a)}")
+    rates = []
+    for k in ks:
+        g = learned[learned.k == k]
+        ab = g.kind == "abstain" if "kind" in g.columns else pd.Series(False, index=g.index)
+        rates.append(f"k = {k} {ab[g.category != 5].mean():.3f} / {ab[g.category == 5].mean():.3f}")
+    rates = ", ".join(rates)
+    print(f"\nPredictions changed between k = {ks[0]} and k = {ks[-1]}: {'; '.join(said)}. "
+          f"Learned abstain rate, categories 1-4 / 5: {rates}.")
 
 
 if __name__ == "__main__":

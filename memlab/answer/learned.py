@@ -31,8 +31,10 @@ import numpy as np
 
 from memlab.answer.base import ABSTAIN
 from memlab.answer.reading_features import (
+    CONTEXT_ABSTAIN,
     FEATURE_NAMES,
     INDEX,
+    context_abstain,
     date_grains,
     idf_table,
     question_row,
@@ -53,7 +55,6 @@ FAMILIES = ("offline", "observations", "turns", "retrieval-best")
 #: person's own words about it speak to the other ("Wow, Caroline! Your necklace ...").
 ABSTAIN_FEATURES = ("best", "best_owned", "gap", "owned_none", "owned_share", "q_people", "ov_own", "ov_other",
                     "ov_gap", "top_own_share", "own_you", "own_names_other", "other_names_asked")
-_YOU = re.compile(r"\b(you|your|you're|yours)\b", re.IGNORECASE)
 
 
 class Forest:
@@ -199,13 +200,19 @@ class Scored:
     score: float = math.nan
 
 
+@lru_cache(maxsize=8)
+def _idf(texts: tuple[str, ...]) -> dict[str, float]:
+    """`idf_table` of a context's candidate texts (read by both forests' rows of one question: worked out once)."""
+    return idf_table(texts)
+
+
 def sentence_rows(r: Any, k: int) -> list[Scored]:
     """Every `Reading` candidate (and a temporal one's month / year grains) with its feature row."""
     cands = r.candidates
     if not cands:
         return []
     qstems = set(analyze(r.question))
-    idf = idf_table([c.text for c in cands])
+    idf = _idf(tuple(c.text for c in cands))
     q_idf = sum(idf.get(s, 1.0) for s in qstems) or 1.0
     ov = np.array([c.features[0] for c in cands])
     idf_ov = np.array([sum(idf.get(s, 1.0) for s in qstems & set(analyze(c.text))) / q_idf for c in cands])
@@ -291,7 +298,7 @@ def span_rows(r: Any, sents: list[Scored], order: Sequence[int], top: int, longe
     out: list[Scored] = []
     qt = question_type(r.question)
     qstems = set(analyze(r.question))
-    idf = idf_table([c.text for c in r.candidates])
+    idf = _idf(tuple(c.text for c in r.candidates))
     seen: set[int] = set()
     for j in order:
         s = sents[j]
@@ -332,39 +339,11 @@ def abstain_row(r: Any, spans: list[Scored], names: Sequence[str], sents: list[S
     vals = dict(question_row(r.question, r.list_question, len(r.people)), best=best, best_owned=best_owned,
                 gap=(best - best_owned) if owned else 1.0, owned_none=float(bool(r.people) and not owned),
                 owned_share=len(owned) / max(len(spans), 1) if r.people else 1.0)
-    if any(n in _CONTEXT_ABSTAIN for n in names):
+    if any(n in CONTEXT_ABSTAIN for n in names):
         if sents is None:
             raise ValueError("abstain_row: the context features (ov_*) need the sentence candidates")
         vals.update(context_abstain(r, sents))
     return np.array([vals[n] for n in names])
-
-
-_CONTEXT_ABSTAIN = ("ov_own", "ov_other", "ov_gap", "top_own_share", "own_you", "own_names_other",
-                    "other_names_asked")
-
-
-def context_abstain(r: Any, sents: list[Scored], top: int = 5) -> dict[str, float]:
-    """Whose words match the question best (IDF-weighted overlap of each sentence with the question): the named
-    person's (``ov_own``) or another's (``ov_other``), the share of the ``top`` best-matching sentences the named
-    person owns, and whether the named person's best-matching sentences speak to someone (``own_you``), name
-    another person (``own_names_other``), or the others' best sentence names the person asked about."""
-    per: dict[int, float] = {}
-    for s in sents:
-        per[s.parent] = max(per.get(s.parent, 0.0), float(s.row[INDEX["idf_overlap"]]))
-    order = sorted(per, key=lambda i: -per[i])
-    own = [i for i in order if r.people & r.candidates[i].owners]
-    other = [i for i in order if not r.people & r.candidates[i].owners]
-    ov_own = per[own[0]] if own else 0.0
-    ov_other = per[other[0]] if other else 0.0
-    asked = {p.split()[0] for p in r.people}
-    others = {p.split()[0] for i in order for p in r.candidates[i].owners} - asked
-    mine = [r.candidates[i].text for i in own[:3]]
-    return dict(ov_own=ov_own, ov_other=ov_other, ov_gap=ov_other - ov_own,
-                top_own_share=len([i for i in order[:top] if i in set(own)]) / max(min(top, len(order)), 1),
-                own_you=sum(bool(_YOU.search(t)) for t in mine) / max(len(mine), 1),
-                own_names_other=sum(any(o in t.split() or f"{o}'s" in t for o in others) for t in mine)
-                / max(len(mine), 1),
-                other_names_asked=float(bool(other) and any(a in r.candidates[other[0]].text for a in asked)))
 
 
 def compose(spans: list[Scored], order: np.ndarray, r: Any, m: FamilyModel) -> tuple[str, list[int]]:

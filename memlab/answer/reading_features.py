@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +45,7 @@ _MONTHS = frozenset("january february march april may june july august september
 _PLACE_PREP = re.compile(r"\b(in|at|to|from|near|visited|visit)\s+(?:the\s+)?[A-Z][a-z]+")
 _CAP = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+")
 _DIGIT = re.compile(r"\d")
+_YOU = re.compile(r"\b(you|your|you're|yours)\b", re.IGNORECASE)
 #: Candidate kinds: the sentence's novel words, a window of them, a temporal date (day / month / year grain).
 KINDS = ("novel", "window", "date", "month", "year")
 
@@ -133,3 +135,31 @@ def stack(rows: list[dict[str, float]]) -> np.ndarray:
         for k, v in r.items():
             X[i, INDEX[k]] = v
     return X
+
+
+CONTEXT_ABSTAIN = ("ov_own", "ov_other", "ov_gap", "top_own_share", "own_you", "own_names_other",
+                    "other_names_asked")
+
+
+def context_abstain(r: Any, sents: Sequence[Any], top: int = 5) -> dict[str, float]:
+    """Whose words match the question best (IDF-weighted overlap of each sentence with the question): the named
+    person's (``ov_own``) or another's (``ov_other``), the share of the ``top`` best-matching sentences the named
+    person owns, and whether the named person's best-matching sentences speak to someone (``own_you``), name
+    another person (``own_names_other``), or the others' best sentence names the person asked about."""
+    per: dict[int, float] = {}
+    for s in sents:
+        per[s.parent] = max(per.get(s.parent, 0.0), float(s.row[INDEX["idf_overlap"]]))
+    order = sorted(per, key=lambda i: -per[i])
+    own = [i for i in order if r.people & r.candidates[i].owners]
+    other = [i for i in order if not r.people & r.candidates[i].owners]
+    ov_own = per[own[0]] if own else 0.0
+    ov_other = per[other[0]] if other else 0.0
+    asked = {p.split()[0] for p in r.people}
+    others = {p.split()[0] for i in order for p in r.candidates[i].owners} - asked
+    mine = [r.candidates[i].text for i in own[:3]]
+    return dict(ov_own=ov_own, ov_other=ov_other, ov_gap=ov_other - ov_own,
+                top_own_share=len([i for i in order[:top] if i in set(own)]) / max(min(top, len(order)), 1),
+                own_you=sum(bool(_YOU.search(t)) for t in mine) / max(len(mine), 1),
+                own_names_other=sum(any(o in t.split() or f"{o}'s" in t for o in others) for t in mine)
+                / max(len(mine), 1),
+                other_names_asked=float(bool(other) and any(a in r.candidates[other[0]].text for a in asked)))
