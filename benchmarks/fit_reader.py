@@ -277,7 +277,7 @@ def learned_main(args: argparse.Namespace) -> None:
     import reader_learning as rl
 
     rl.RELATIVE, rl.DEDUPE, rl.CAT5_FLOOR = args.relative_target, args.dedupe, args.cat5_floor
-    rl.SENTENCE_TARGET = args.sentence_target
+    rl.SENTENCE_TARGET, rl.KS_PER_QUESTION = args.sentence_target, args.ks_per_question
     config, over = rl.FAMILY_CAPTURE[args.learned]
     over = {**over, **dict(kv.split("=", 1) for kv in args.override)}
     over = {k: {"true": True, "false": False}.get(v, v) if isinstance(v, str) else v for k, v in over.items()}
@@ -329,6 +329,14 @@ def learned_main(args: argparse.Namespace) -> None:
         print(f"wrote family {args.learned!r} to {path}")
 
 
+def rl_default(name: str) -> Any:
+    """A default of `reader_learning` (the learned fit's settings live there, once)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import reader_learning
+
+    return getattr(reader_learning, name)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--learned", choices=FAMILIES, default=None,
@@ -339,6 +347,8 @@ def main() -> None:
                     help="with --learned: fit the forests to F1 minus the question's mean candidate F1")
     ap.add_argument("--sentence-target", choices=("ceiling", "f1"), default="ceiling",
                     help="with --learned: what the sentence forest learns (reader_learning.SENTENCE_TARGET)")
+    ap.add_argument("--ks-per-question", type=int, default=rl_default("KS_PER_QUESTION"),
+                    help="with --learned: how many of a question's k's the forests are fit on (CPU: the rows)")
     ap.add_argument("--dedupe", action="store_true", help="with --learned: composition skips repeated words")
     ap.add_argument("--cat5-floor", type=float, default=0.62,
                     help="with --learned: the category-5 F1 the abstain threshold keeps on the training questions")

@@ -183,9 +183,10 @@ def _f1(g: Group, q: dict[str, Any], answer: str) -> float:
     return _F1[key]
 
 
-def thin(groups: list[Group], idx: np.ndarray, per_question: int = KS_PER_QUESTION, seed: int = 0) -> np.ndarray:
+def thin(groups: list[Group], idx: np.ndarray, per_question: int | None = None, seed: int = 0) -> np.ndarray:
     """``per_question`` of each question's k's, drawn at random (the contexts of one question at several k
     overlap, so the fit keeps every question and half the rows: CPU is what limits the fit)."""
+    per_question = KS_PER_QUESTION if per_question is None else per_question
     rng = np.random.default_rng(seed)
     by_q: dict[int, list[int]] = {}
     for i in idx:
