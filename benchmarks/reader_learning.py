@@ -394,6 +394,11 @@ def cross_validate(groups: list[Group], store: list[dict[str, Any]], folds: list
         m, _ = fit_family(groups, store, train, log=log)
         for i, out in zip(held, predict_family(groups, store, held, m)):
             res[int(i)] = out
+        if log:
+            f = np.array([res[int(i)][2] for i in held])
+            c = np.array([int(store[groups[i].qi]["category"]) for i in held])
+            print(f"    held out: F1 1-4 {f[c != 5].mean():.3f}, multi-hop {f[c == 1].mean():.3f}, "
+                  f"category 5 {f[c == 5].mean():.3f} (n {len(f)})", file=log, flush=True)
     return pd.DataFrame([{"qid": store[g.qi]["qid"], "conversation_id": store[g.qi]["conversation_id"],
                           "category": store[g.qi]["category"], "k": g.k, "kind": res[i][0],
                           "prediction": res[i][1], "f1": res[i][2]} for i, g in enumerate(groups)])
