@@ -50,9 +50,13 @@ def main() -> None:
     ap.add_argument("--title", default=None, help="a heading printed above the table")
     ap.add_argument("--compare", nargs=2, metavar=("A_CSV", "B_CSV"), default=None,
                     help="two held-out CSVs of the same questions: paired F1 difference B - A [95%% CI] per group")
+    ap.add_argument("--importances", default=None, metavar="JSON:FAMILY",
+                    help="print the family's fitted importances (model file) instead of a table")
     args = ap.parse_args()
     if args.compare:
         return compare(*args.compare)
+    if args.importances:
+        return importances(*args.importances.rsplit(":", 1))
     for p in [args.contexts] + ([args.held_out] if args.held_out else []):
         if not Path(p).is_file():
             sys.exit(f"{p}: not found")
@@ -78,6 +82,34 @@ def load_before(spec: str) -> dict[str, Any]:
     if "held_out" not in fit:
         sys.exit(f"{path}: family {family!r} has no held_out figures")
     return fit
+
+
+def importances(path: str, family: str) -> None:
+    """A fitted family's importances: the sentence forest's permutation importances (its FIT), the span
+    forest's share of splits per feature (read from its trees), the abstain rule's coefficients."""
+    spec = json.loads(Path(path).read_text(encoding="utf-8"))["families"][family]
+    imp = spec["fit"].get("importances", {})
+    print("Sentence forest, permutation importance (drop in the mean official F1 of each group's best-scored "
+          "sentence when the feature is shuffled; in-sample, so it ranks features):\n")
+    print("| feature | importance |\n|---|---|")
+    for name, v in imp.items():
+        if abs(v) >= 0.001:
+            print(f"| {name} | {v:+.4f} |")
+    small = [n for n, v in imp.items() if abs(v) < 0.001]
+    print(f"\n|importance| < 0.001: {', '.join(small) or 'none'}.\n")
+    forest = spec["span"]
+    counts = np.zeros(len(forest["features"]))
+    for t in forest["trees"]:
+        for f, leaf in zip(t["feature"], t["leaf"]):
+            if not leaf:
+                counts[f] += 1
+    share = counts / max(counts.sum(), 1)
+    top = np.argsort(-share)[:15]
+    print(f"Span forest ({len(forest['trees'])} trees), share of splits per feature (top 15): "
+          + ", ".join(f"{forest['features'][i]} {share[i]:.3f}" for i in top if share[i] > 0) + ".\n")
+    a = spec["abstain"]
+    print(f"Abstain rule (logistic, threshold {a['threshold']}): "
+          + ", ".join(f"{n} {c:+.2f}" for n, c in zip(a["features"], a["coef"]) if abs(c) >= 0.05) + ".")
 
 
 def compare(a_csv: str, b_csv: str) -> None:

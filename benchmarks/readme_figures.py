@@ -170,7 +170,32 @@ RECALL_ARGS = ["--configs", "retrieval-best,offline", "--baseline", "--tune", "-
 GRID_ARGS = ["--conversations", "2", "--questions", "10", "--latency", "0.2", "--concurrency", "2"]
 LME_ARGS = ["--s-questions", "2", "6", "--m-questions", "1", "2", "--workers", "2", "8", "32"]
 
+_FR = "results/.cache/fit_reader"
+#: The reader's held-out tables read what `benchmarks/fit_reader.py --learned ... --held-out` wrote (the fit is
+#: ~1 h on 2 loaded cores; its commands are on docs/benchmarks/reader.md) and the hand-weighted reader's frame.
+READER_OFFLINE_ARGS = ["--held-out", f"{_FR}/heldout-offline-v2.csv", "--weights-csv", f"{_FR}/weights-offline.csv",
+                       "--contexts", f"{_FR}/contexts-k5-10-20-40.pkl",
+                       "--before", "benchmarks/reader_before.json:offline"]
+READER_RB_ARGS = ["--held-out", f"{_FR}/heldout-rb-k10-v2.csv", "--weights-csv", f"{_FR}/weights-rb-k10.csv",
+                  "--contexts", f"{_FR}/contexts-retrieval-best-k10.pkl", "--ks", "10",
+                  "--before", "benchmarks/reader_before.json:retrieval-best"]
+READER_LOSS_ARGS = ["--k", "10", "--categories", "4", "1", "--held-out", f"{_FR}/heldout-offline-v2.csv"]
+READER_COST_ARGS = ["--n", "300", "--ks", "10", "40"]
+READER_IMPORTANCE_ARGS = ["--importances", "memlab/answer/reader_model.json:offline"]
+
 FIGURES: dict[str, Figure] = {
+    "reader-heldout": Figure(f"python benchmarks/reader_table.py {' '.join(READER_OFFLINE_ARGS)}",
+                             "~10 min (the hand-weighted frame; the held-out CSV is fit_reader.py's)",
+                             _verbatim("reader_table.py", READER_OFFLINE_ARGS, fenced=False)),
+    "reader-heldout-rb": Figure(f"python benchmarks/reader_table.py {' '.join(READER_RB_ARGS)}",
+                                "~5 min (the hand-weighted frame; the held-out CSV is fit_reader.py's)",
+                                _verbatim("reader_table.py", READER_RB_ARGS, fenced=False)),
+    "reader-losses": Figure(f"python benchmarks/reader_losses.py {' '.join(READER_LOSS_ARGS)}", "~2 min",
+                            _verbatim("reader_losses.py", READER_LOSS_ARGS, fenced=False)),
+    "reader-importances": Figure(f"python benchmarks/reader_table.py {' '.join(READER_IMPORTANCE_ARGS)}", "seconds",
+                                 _verbatim("reader_table.py", READER_IMPORTANCE_ARGS, fenced=False)),
+    "reader-cost": Figure(f"python benchmarks/reader_cost.py {' '.join(READER_COST_ARGS)}", "~3 min",
+                          _verbatim("reader_cost.py", READER_COST_ARGS)),
     "offline-run": Figure("memlab run offline", "~2 min on 2 cores", offline_run),
     "dead-endpoint": Figure("memlab run original --set models.api_base=<nothing listening>", "seconds",
                             dead_endpoint),
