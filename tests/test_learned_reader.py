@@ -210,3 +210,23 @@ def test_the_shipped_learned_reader_reads_deeper_memories_and_abstains_on_the_wr
                 "What is the name of Alice's dog?", 2, category=5)
     assert wrong.prediction == ABSTAIN and wrong.rule.startswith("abstain: learned rule")
     assert "learned abstain rule" in "\n".join(format_reading(wrong.reading))
+
+
+@pytest.mark.parametrize("config,family", [("offline", "offline"), ("retrieval-best", "retrieval-best")])
+def test_answer_scorer_learned_reads_with_its_configs_own_family(config, family, synthetic_path):
+    """``answer.scorer: learned`` on a shipped config builds the reader of that config's family, which answers."""
+    from memlab.answer import AnswerContext
+    from memlab.data import Question, load_locomo
+    from memlab.memory import SearchOptions
+    from memlab.run import ExperimentConfig
+
+    cfg = ExperimentConfig.from_yaml(config).with_overrides({"answer.scorer": "learned"})
+    reader = ExtractiveAnswerer.from_config(cfg.answer, lambda role: None)
+    assert reader.scorer == "learned" and reader.reader_family == family and reader.model is family_model(family)
+    conv = load_locomo(synthetic_path)["syn-1"]
+    hits = [mem(0, "Bob: We went to the concert yesterday.", "Bob"), mem(1, "Bob: I play a Fender guitar.", "Bob")]
+    ctx = AnswerContext(service=_Ranked(hits), key=KEY, conversation=conv, search=SearchOptions(max_results=2))
+    a = reader.answer(Question("syn-1", 0, "When did Bob go to the concert?", "x", None, (), (), 2, "x"), ctx)
+    assert a.prediction == "7 May 2023" and a.rule.startswith("learned:")
+    weights = ExtractiveAnswerer.from_config(ExperimentConfig.from_yaml(config).answer, lambda role: None)
+    assert weights.scorer == "weights" and weights.model is None  # the default stays the hand weights
