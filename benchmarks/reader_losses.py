@@ -16,8 +16,9 @@ day, month and year grain). Classes, in this order:
 - ``right sentence, too long``: the prediction comes from a sentence that reaches 0.5 and holds every
   gold token, but adds words (the official F1 is token-level: extra words cost precision);
 - ``right sentence, wrong words``: it comes from such a sentence but misses gold words;
-- ``wrong sentence``: the prediction's sentence does not reach 0.5 while another does — split by the
-  reader's own rank of the best such sentence (2-3, 4-10, deeper).
+- ``wrong sentence``: the prediction's sentence does not reach 0.5 while another does — split by where the
+  first sentence reaching 0.5 (the *holder*) stands: 2-3, 4-10, deeper, in the reader's own score order
+  (``--scorer``) or, for a held-out CSV (which keeps no scores), in the context's order of candidates.
 
 The loss of a class is its summed (best candidate ceiling - F1), shown per question of the category.
 """
@@ -41,7 +42,7 @@ from memlab.eval.gold_checks import best_span_f1, content_tokens
 from memlab.eval.scoring import is_abstention, score_answer, stemmed_tokens
 
 CLASSES = ("abstained", "not in a candidate", "at ceiling", "right sentence, too long", "right sentence, wrong words",
-           "wrong sentence: reader's 2-3", "wrong sentence: reader's 4-10", "wrong sentence: deeper")
+           "wrong sentence: holder 2-3", "wrong sentence: holder 4-10", "wrong sentence: holder deeper")
 HOLDS = 0.5
 
 
@@ -97,8 +98,8 @@ def classify(q: dict[str, Any], k: int, reader: ExtractiveAnswerer, pred: str | 
             pos = 1 + int(np.flatnonzero(ceil[order] >= HOLDS)[0])
         else:  # a held-out prediction: rank the holding sentence by retrieval rank among candidates
             pos = 1 + int(np.flatnonzero(ceil >= HOLDS)[0])
-        kind = ("wrong sentence: reader's 2-3" if pos <= 3 else "wrong sentence: reader's 4-10" if pos <= 10
-                else "wrong sentence: deeper")
+        kind = ("wrong sentence: holder 2-3" if pos <= 3 else "wrong sentence: holder 4-10" if pos <= 10
+                else "wrong sentence: holder deeper")
         row["sentence"] = r.candidates[int(np.argmax(ceil))].text
     row["kind"] = kind
     return row
