@@ -117,6 +117,8 @@ def compare(a_csv: str, b_csv: str) -> None:
     (clustered bootstrap over conversations, then questions; the same draws for both)."""
     a = pd.read_csv(a_csv, keep_default_na=False)
     b = pd.read_csv(b_csv, keep_default_na=False)
+    shared = set(a.k) & set(b.k)  # e.g. a four-k fit against a k = 10 one: the k's both hold
+    a, b = a[a.k.isin(shared)], b[b.k.isin(shared)]
     m = a.merge(b, on=["qid", "k", "conversation_id", "category"], suffixes=("_a", "_b"))
     if len(m) != len(a) or len(m) != len(b):
         sys.exit(f"{a_csv} and {b_csv} do not hold the same (question, k) rows ({len(a)}, {len(b)}, {len(m)} shared)")
@@ -175,14 +177,14 @@ def table(learned: pd.DataFrame, weights: pd.DataFrame, before: dict[str, Any] |
         said.append(f"{name} {int((a != b.loc[a.index]).sum())} of {len(a)}")
     if before and f"changed_k{ks[0]}_k{ks[-1]}" in old:
         said.insert(1, f"learned before {old[f'changed_k{ks[0]}_k{ks[-1]}']} of {len(a)}")
-    rates = []
+    per_k = []
     for k in ks:
         g = learned[learned.k == k]
         ab = g.kind == "abstain" if "kind" in g.columns else pd.Series(False, index=g.index)
-        rates.append(f"k = {k} {ab[g.category != 5].mean():.3f} / {ab[g.category == 5].mean():.3f}")
-    rates = ", ".join(rates)
-    print(f"\nPredictions changed between k = {ks[0]} and k = {ks[-1]}: {'; '.join(said)}. "
-          f"Learned abstain rate, categories 1-4 / 5: {rates}.")
+        per_k.append(f"k = {k} {ab[g.category != 5].mean():.3f} / {ab[g.category == 5].mean():.3f}")
+    rates = ", ".join(per_k)
+    moved = f"Predictions changed between k = {ks[0]} and k = {ks[-1]}: {'; '.join(said)}. " if len(ks) > 1 else ""
+    print(f"\n{moved}Learned abstain rate, categories 1-4 / 5: {rates}.")
 
 
 if __name__ == "__main__":
