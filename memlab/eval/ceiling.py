@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -146,6 +146,31 @@ def about(lines: Sequence[str], sources: Sequence[Sequence[str]] | None, asked: 
     srcs = list(sources) if sources is not None else [()] * len(lines)
     return [bool(near & set(src)) or bool(topic & content_tokens(line.split(" (replying to ")[0]))
             for line, src in zip(lines, srcs)]
+
+
+def reached(facts: Mapping[str, Sequence[frozenset[str]]], own: Mapping[str, Sequence[str]], lines: Sequence[str],
+            sources: Sequence[Sequence[str]] | None, share: float = 0.5) -> tuple[set[str], set[str]]:
+    """(evidence ids whose fact reached the reader, those only part of whose fact did). ``facts``: per evidence
+    id, the gold words its turn holds, one set per gold part (a list item); ``own``: the context lines sourced
+    from it. A turn's fact reaches through its own lines or its same-session neighbours' (which often carry the
+    same fact): ``share`` of each part's words in them, or less (a summary or a neighbour that kept "joy" of "a
+    sense of joy and freedom": the rest was missed). A turn with no gold word (a bridge hop, a photo) is reached
+    by being in the context."""
+    srcs = list(sources) if sources is not None else []
+    full: set[str] = set()
+    part: set[str] = set()
+    for s, fact in facts.items():
+        if not any(fact):
+            if own.get(s):
+                full.add(s)
+            continue
+        near = [line for line, src in zip(lines, srcs) if s not in src and neighbours([s]) & set(src)]
+        held = {t for x in [*own.get(s, ()), *near] for t in content_tokens(x)}
+        if all(len(p & held) >= share * len(p) for p in fact):
+            full.add(s)
+        elif any(p & held for p in fact):
+            part.add(s)
+    return full, part
 
 
 _LINE_DATE = re.compile(r"^(\d{1,2} [A-Z][a-z]+ \d{4}) ")

@@ -292,9 +292,9 @@ def relative_time_only(answer: str) -> bool:
     return bool(_RELATIVE_ONLY.match(answer))
 
 
-#: Punctuation between a letter and a letter or digit ("April.2023", "S.Lewis"), not in a decimal ("3.5"):
-#: the official normalisation deletes it and glues the two words into one token ("april2023").
-_GLUED = re.compile(r"(?<=[A-Za-z])[.;:/](?=[A-Za-z0-9])|(?<=[0-9])[.;:/](?=[A-Za-z])")
+#: Punctuation between a letter and a letter or digit ("April.2023", "S.Lewis", "relief,worry"), not in a decimal
+#: ("3.5"): the official normalisation deletes it and glues the two words into one token ("april2023").
+_GLUED = re.compile(r"(?<=[A-Za-z])[.;:/,](?=[A-Za-z0-9])|(?<=[0-9])[.;:/](?=[A-Za-z])")
 #: A number glued to a month or word ("3June"), a word to a number ("Sunday3").
 _NUMBER_GLUE = re.compile(r"(?<=\d)(?=[A-Za-z]{3})|(?<=[a-z])(?=\d)")
 
@@ -317,11 +317,11 @@ def _pair_words(bigrams: frozenset[str]) -> frozenset[str]:
 
 @lru_cache(maxsize=100_000)
 def deglue(answer: str, bigrams: frozenset[str] = frozenset()) -> str:
-    """The gold with its glued words split for matching: punctuation between words ("April.2023"), a number and
-    a word ("3June"), and a word the conversation never says whose split is a word pair it does say
+    """The gold with its glued words split for matching: punctuation between words ("April.2023", "relief,worry"),
+    a number and a word ("3June"), and a word the conversation never says whose split is a word pair it does say
     ("watchingmovies" -> "watching movies", "hanging withfriends" -> "hanging with friends"; ``bigrams``:
     `conversation_bigrams`). The official score is never computed on it: LoCoMo's F1 reads the gold as written."""
-    text = _NUMBER_GLUE.sub(" ", _GLUED.sub(" ", str(answer)))
+    text = _NUMBER_GLUE.sub(" ", _GLUED.sub(lambda m: ", " if m.group(0) == "," else " ", str(answer)))
     if not bigrams:
         return text
     words = _pair_words(bigrams)
