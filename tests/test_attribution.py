@@ -666,3 +666,34 @@ def test_reached_through_a_same_session_neighbour():
                             mems=(MEM_OK, MEM_MILO), context=("m7",), context_lines=lines[:1],
                             context_sources=[["D1:3"]], evidence_turns=two))
     assert got[0] == "partial-retrieval" and got[1].startswith("reached D1:2; missed D3:4"), got
+
+
+def test_a_neighbour_that_carries_part_of_the_fact_reaches_it_only_in_part():
+    # blind2 conv-49/q140: the neighbour says "joy", the missed turn "joy and freedom": nothing gave freedom
+    turns = [EvidenceTurn("D21:16", "Evan", "I painted this with a sense of joy and freedom.", MAY8)]
+    lines = ["8 May 2023 Evan: This painting is giving me a massive rush of joy! [a bird flying over it]",
+             "9 June 2023 Evan: I love my job"]
+    row = {**ROW, "question": "How did Evan feel when he painted the piece with the bird?", "evidence": ["D21:16"],
+           "evidence_raw": ["D21:16"], "answer": "a sense of joy and freedom", "prediction": ABSTAIN}
+    kw = dict(row=row, mems=({"id": "m1", "text": turns[0].text, "source_ids": ["D21:16"]},), context=("m7", "m8"),
+              context_lines=lines, evidence_turns=turns, ranks={"D21:16": 11}, depth=100)
+    got = label_question(ev(**kw, context_sources=[["D21:15"], ["D2:1"]]))  # the turn beside it in its session
+    assert got[0] == "partial-retrieval" and "D21:16 in part" in got[1] and "rank 11" in got[1], got
+    # the same neighbour holding the whole fact reaches it: the reader had it
+    whole = [lines[0].replace("rush of joy!", "sense of joy and freedom!"), lines[1]]
+    got = label_question(ev(**{**kw, "context_lines": whole}, context_sources=[["D21:15"], ["D2:1"]]))
+    assert got[0] == "abstain-error", got
+
+
+def test_a_summary_that_dropped_its_turns_gold_words_does_not_reach_it():
+    # holdout5 conv-42/q10: the summary of D3:1 kept "hoping" (a gold word D3:1 never says) and dropped "worry"
+    turns = [EvidenceTurn("D2:7", "Joanna", "I'm feeling relief, excitement, some anxiety over finishing it.", MAY8),
+             EvidenceTurn("D3:1", "Joanna", "I keep bouncing between emotions like relief, excitement and worry!", MAY8)]
+    mems = ({"id": "m1", "text": turns[0].text, "source_ids": ["D2:7"]},
+            {"id": "m2", "text": "Joanna sent her screenplay in and is hoping a producer loves it.", "source_ids": ["D3:1"]})
+    row = {**ROW, "category": 1, "question": "What emotions is Joanna feeling about the screenplay?",
+           "evidence": ["D2:7", "D3:1"], "evidence_raw": ["D2:7", "D3:1"], "prediction": "a producer",
+           "answer": "Relief, excitement,worry, hope,anxiety."}
+    assert deglue(row["answer"]) == "Relief, excitement, worry, hope, anxiety."  # glued by a comma, split for matching
+    got = label_question(ev(row, mems=mems, context=("m1", "m2"), evidence_turns=turns, ranks={"D3:1": 2}, depth=100))
+    assert got[0] == "partial-retrieval" and got[1].startswith("reached D2:7; missed D3:1"), got
