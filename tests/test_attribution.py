@@ -28,6 +28,7 @@ from memlab.eval.gold_checks import (
     deglue,
     duration_contradiction,
     glued_gold,
+    parse_date,
     unfounded_suggestion,
 )
 
@@ -688,12 +689,35 @@ def test_a_neighbour_that_carries_part_of_the_fact_reaches_it_only_in_part():
 def test_a_summary_that_dropped_its_turns_gold_words_does_not_reach_it():
     # holdout5 conv-42/q10: the summary of D3:1 kept "hoping" (a gold word D3:1 never says) and dropped "worry"
     turns = [EvidenceTurn("D2:7", "Joanna", "I'm feeling relief, excitement, some anxiety over finishing it.", MAY8),
-             EvidenceTurn("D3:1", "Joanna", "I keep bouncing between emotions like relief, excitement and worry!", MAY8)]
-    mems = ({"id": "m1", "text": turns[0].text, "source_ids": ["D2:7"]},
-            {"id": "m2", "text": "Joanna sent her screenplay in and is hoping a producer loves it.", "source_ids": ["D3:1"]})
+             EvidenceTurn("D3:1", "Joanna", "I keep bouncing between relief, excitement and worry!", MAY8)]
+    summary = "Joanna sent her screenplay in and is hoping a producer loves it."
+    mems = ({"id": "m1", "text": turns[0].text, "source_ids": ["D2:7"]}, {"id": "m2", "text": summary,
+                                                                          "source_ids": ["D3:1"]})
     row = {**ROW, "category": 1, "question": "What emotions is Joanna feeling about the screenplay?",
            "evidence": ["D2:7", "D3:1"], "evidence_raw": ["D2:7", "D3:1"], "prediction": "a producer",
            "answer": "Relief, excitement,worry, hope,anxiety."}
     assert deglue(row["answer"]) == "Relief, excitement, worry, hope, anxiety."  # glued by a comma, split for matching
     got = label_question(ev(row, mems=mems, context=("m1", "m2"), evidence_turns=turns, ranks={"D3:1": 2}, depth=100))
     assert got[0] == "partial-retrieval" and got[1].startswith("reached D2:7; missed D3:1"), got
+
+
+def test_a_line_about_another_time_does_not_support_a_question_that_names_a_date():
+    # blind2 conv-50/q43: "Boston" only in a line of 29 October about "a few years back" (and in the photo it
+    # replies to, taken "last month"); the turn of 4 October saying "Yesterday I met ... in Boston" was missed
+    q = "Which city was Calvin at on October 3, 2023?"
+    assert parse_date(q)[0] == datetime(2023, 10, 3) and parse_date("9th December 2023")[0] == datetime(2023, 12, 9)
+    late = ("29 October 2023 Calvin: I was there a few years back, it's such a beautiful city. (replying to Dave: "
+            "That's Boston, Cal! I took this picture last month.)")
+    turns = [EvidenceTurn("D21:1", "Calvin", "Yesterday I met with some incredible artists in Boston.",
+                          datetime(2023, 10, 4))]
+    row = {**ROW, "category": 2, "question": q, "answer": "Boston", "evidence": ["D21:1"], "evidence_raw": ["D21:1"],
+           "prediction": "long drives"}
+    kw = dict(row=row, mems=({"id": "m1", "text": turns[0].text, "source_ids": ["D21:1"]},), context=("m7",),
+              evidence_turns=turns, ranks={"D21:1": 85}, depth=100, context_sources=[["D27:7"]],
+              speakers=("Calvin", "Dave"))
+    got = label_question(ev(**kw, context_lines=[late]))
+    assert got[0] == "retrieval-miss" and "D21:1 at rank 85" in got[1], got
+    # a line about the city on that day (its own date, or "yesterday" said the day after) supports it
+    for line in ("3 October 2023 Calvin: I'm in the city of Boston today!",
+                 "4 October 2023 Calvin: Yesterday I was in the city of Boston."):
+        assert label_question(ev(**kw, context_lines=[line]))[0] == "reading-miss", line
