@@ -211,17 +211,18 @@ def _content(answer: str) -> set[str]:
     return content_tokens(answer) or set(stemmed_tokens(answer))
 
 
-def _adds(gold: set[str], have: set[str], turn: str, same_session: bool) -> bool:
-    """Whether a missed evidence turn could have added what the answer needs: a gold content token the
-    context lacks; a turn with none of the gold's words adds nothing by content when an evidence turn of
-    its session (its date) reached the reader, and may otherwise (a bridge hop, a photo, a paraphrase)."""
-    carried = gold & content_tokens(turn)
-    if carried:
-        return bool(carried - have)
+def _adds(pieces: Sequence[set[str]], about: Sequence[str], turn: str, same_session: bool) -> bool:
+    """Whether a missed evidence turn could have added what the answer needs: a gold part's words (``pieces``) it
+    holds that no one line about the question holds together ("gaming" in a tournament line, "courses" in a cooking
+    one do not state "game design course"); a turn with none of the gold's words adds nothing when an evidence turn
+    of its session (its date) reached the reader, and may otherwise (a bridge hop, a photo, a paraphrase)."""
+    held = [w for w in (p & content_tokens(turn) for p in pieces) if w]
+    if held:
+        return any(not any(w <= content_tokens(x) for x in about) for w in held)
     return not same_session
 
 
-def _reached(ev: QuestionEvidence, stated: str, gold: set[str], evs: set[str], lines: Sequence[str]
+def _reached(ev: QuestionEvidence, pieces: Sequence[set[str]], gold: set[str], evs: set[str], lines: Sequence[str]
              ) -> tuple[list[str], list[str]]:
     """(evidence ids reached, ids only part of whose fact reached): module doc, `memlab.eval.ceiling.reached`."""
     own = {s: [str(m["text"]) for m in ev.memories if m["id"] in ev.context_ids and s in m["source_ids"]] for s in evs}
@@ -229,8 +230,7 @@ def _reached(ev: QuestionEvidence, stated: str, gold: set[str], evs: set[str], l
     for s in evs - set(turn_of):  # no turn text of its own: its memories' gold words, else all the turns' text
         mine = " ".join(own[s])
         turn_of[s] = mine if gold & content_tokens(mine) else ev.turn_text
-    parts = [_content(p) & gold for p in re.split(r"[,;]", stated)]  # list items, each its own fact
-    facts = {s: [w for w in (q & content_tokens(turn_of[s]) for q in parts) if w] for s in evs}
+    facts = {s: [w for w in (q & content_tokens(turn_of[s]) for q in pieces) if w] for s in evs}
     full, part = reached(facts, own, lines, ev.context_sources)
     return sorted(full), sorted(part)
 
@@ -299,7 +299,8 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     redundant: list[str] = []
     written = sorted({s for m in ev.memories for s in m["source_ids"] if s in evs})
     kind = answer_kind(answer, cat)
-    reached, partly = _reached(ev, stated, gold, evs, lines)
+    pieces = [_content(p) & gold for p in re.split(r"[,;]", stated)]  # the gold's words per list item
+    reached, partly = _reached(ev, pieces, gold, evs, lines)
     turn_cov = coverage(stated, ev.turn_text)
     # an inferred answer is supported by any sufficient part of its evidence: a reached turn leaves it to the reader
     supported = kind == "inferred" and turn_cov < COVERAGE and bool(reached)
@@ -344,11 +345,10 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
         speaker_of = {t.id: t.speaker for t in ev.turns}
         needed = [s for s in missed if kind == "count" or s not in turn_of  # no turn text: it may have
                   or speaker_of.get(s) in lacking
-                  or _adds(gold, have, turn_of[s], date_of.get(s) in reached_dates)]
+                  or _adds(pieces, [x for x, a in zip(lines, about) if a], turn_of[s], date_of.get(s) in reached_dates)]
         if needed:
-            part = f" ({', '.join(partly)} in part)" if partly else ""
-            got = ", ".join(reached) or "-"
-            return "partial-retrieval", f"reached {got}{part}; missed {_where(ev, needed)} ({ctx})"
+            got = ", ".join(reached) or "-", f" ({', '.join(partly)} in part)" if partly else ""
+            return "partial-retrieval", f"reached {got[0]}{got[1]}; missed {_where(ev, needed)} ({ctx})"
         redundant = missed
     # 8. abstain-error (non-adversarial)
     where = ("the context supported every answer word" if bearing else

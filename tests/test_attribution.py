@@ -721,3 +721,24 @@ def test_a_line_about_another_time_does_not_support_a_question_that_names_a_date
     for line in ("3 October 2023 Calvin: I'm in the city of Boston today!",
                  "4 October 2023 Calvin: Yesterday I was in the city of Boston."):
         assert label_question(ev(**kw, context_lines=[line]))[0] == "reading-miss", line
+
+
+def test_a_missed_item_whose_words_are_only_scattered_over_other_lines_is_needed():
+    # holdout4 conv-47/q27: "gaming" in a tournament line and "courses" in a cooking-class line do not state the
+    # missed "course that combines gaming and programming"
+    turns = [EvidenceTurn("D13:6", "James", "I recently started a course that combines gaming and programming.", MAY8),
+             EvidenceTurn("D23:13", "James", "Two days ago I signed up for a cooking class.", MAY8)]
+    lines = ["8 May 2023 James signed up for a cooking class.", "8 May 2023 James joined an online gaming tournament.",
+             "8 May 2023 James: Only $10 per class! (replying to John: How much do these cooking courses cost?)"]
+    row = {**ROW, "category": 1, "question": "What kind of classes has James joined?", "prediction": "omelette",
+           "answer": "game design course, cooking classes", "evidence": ["D13:6", "D23:13"],
+           "evidence_raw": ["D13:6", "D23:13"]}
+    mems = ({"id": "m1", "text": turns[0].text, "source_ids": ["D13:6"]},
+            {"id": "m2", "text": lines[0], "source_ids": ["D23:13"]})
+    kw = dict(mems=mems, context=("m2",), evidence_turns=turns, context_sources=[["D23:13"], ["D4:2"], ["D23:15"]])
+    got = label_question(ev(row, context_lines=lines, **kw))
+    assert got[0] == "partial-retrieval" and "missed D13:6" in got[1], got
+    # one line holding the missed turn's words of that item together makes it redundant
+    got = label_question(ev(row, context_lines=[*lines, "8 May 2023 James: my gaming course is great"],
+                            **{**kw, "context_sources": [*kw["context_sources"], ["D14:2"]]}))
+    assert got[0] == "reading-miss" and "missed D13:6 carry nothing" in got[1], got
