@@ -400,20 +400,19 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
     recovered = {c for c, ms in mems_by_conv.items() if any(m.get("provenance") == "recovered" for m in ms)}
     contexts = {qid: set(ids) for qid, ids in tr.contexts.items()}
     sources_of = {m["id"]: list(m["source_ids"]) for m in memories}
-    heard: dict[str, tuple[dict[str, list[str]], set[str], frozenset[str]]] = {}
+    heard: dict[str, tuple[dict[str, list[str]], frozenset[str]]] = {}
     rows = []
     for row in qs.to_dict("records"):
         if row.get("errata") != INVALID and not failed(row, threshold, judged):
             continue
         evidence = set(as_list(row.get("evidence")))
         conv = data[row["conversation_id"]]
-        if conv.sample_id not in heard:  # what each person says, the conversation's words and word pairs
-            spoken: dict[str, list[str]] = {}
+        if conv.sample_id not in heard:  # what each person says and the conversation's word pairs (its words, for
+            spoken: dict[str, list[str]] = {}  # a suggestion question only, `gold_issue` reads off ``spoken``)
             for t in conv.turns:
                 spoken.setdefault(t.speaker, []).append(t.searchable_text)
-            texts = [x for xs in spoken.values() for x in xs]
-            heard[conv.sample_id] = (spoken, {w for x in texts for w in content_tokens(x)}, conversation_bigrams(texts))
-        spoken, said, bigrams = heard[conv.sample_id]
+            heard[conv.sample_id] = (spoken, conversation_bigrams(x for xs in spoken.values() for x in xs))
+        spoken, bigrams = heard[conv.sample_id]
         turns = [EvidenceTurn(e, conv.turn_index[e].speaker, conv.turn_index[e].searchable_text,
                               conv.session_by_index[conv.turn_index[e].session_index].date_time)
                  for e in as_list(row.get("evidence")) if e in conv.turn_index]
@@ -430,7 +429,7 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
                               turn_text=ev_text, proposals=props, memory_text=text_of, judged=judged,
                               ranks=tr.best_ranks(row["qid"]), depth=tr.rank_depth.get(row["qid"]),
                               context=lines, context_sources=sources, turns=turns, speakers=conv.speakers,
-                              spoken=spoken, said=said, bigrams=bigrams,
+                              spoken=spoken, bigrams=bigrams,
                               ceiling=None if cat == 5 else ceiling, bearing=None if cat == 5 else bearing)
         label, reason = label_question(ev)
         rows.append({"qid": row["qid"], "conversation_id": row["conversation_id"], "category": cat,

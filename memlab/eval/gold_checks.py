@@ -438,10 +438,10 @@ def gold_issue(answer: str, prediction: str, question: str, category: int, turns
     """Why a (non-adversarial) gold is wrong or unusable against its evidence, or None: only a relative time,
     glued words that fail a right prediction, a date or duration its turns contradict, the other person's
     turns, a suggestion found nowhere. ``spoken``: each speaker's turns; ``said``: the conversation's content
-    words (derived from ``spoken`` when None)."""
+    words (derived from ``spoken`` when None, for a suggestion question only: stemming every turn costs seconds)."""
     if relative_time_only(answer):
         return f"the gold {answer!r} is a relative time with no date: it depends on when it was said"
-    if said is None and spoken is not None:
+    if said is None and spoken is not None and category == 3 and _SUGGESTION.search(question):  # only it reads them
         said = {t for texts in spoken.values() for x in texts for t in content_tokens(x)}
     matched = deglue(answer, bigrams)
     return (glued_gold(answer, prediction, category, threshold, bigrams)
