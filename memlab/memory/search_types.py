@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from memlab.plain import from_fields, plain
 
@@ -181,10 +181,13 @@ class SearchResult:
         return list(dict.fromkeys(s for h in self.hits for s in h.entry.source_ids))
 
 
+@runtime_checkable
 class Searcher(Protocol):
     """What a `MemoryService` delegates search to (implemented by `memlab.index.HybridIndex`).
 
-    The service calls the ``on_*`` hooks inside every write so the index never drifts from the store.
+    The service calls the ``on_*`` hooks inside every write so the index never drifts from the store. These are
+    the methods a run cannot do without; what it uses where a searcher has it (encode queries ahead, ship a
+    key's built state, release a key ...) is an optional protocol of `memlab.memory.capabilities`.
     """
 
     #: Which hit score reconcile compares with its thresholds (`memlab.extract.reconcile`): ``dense``
@@ -212,12 +215,6 @@ class Searcher(Protocol):
         per question, where reading the store costs more (0.14 s per question in SQLite at LoCoMo size)."""
         ...
 
-    def prepare_queries(self, key: UserKey, queries: list[str],
-                        load_entries: Callable[[], list[MemoryEntry]]) -> int:
-        """Encode a run's queries for a key ahead of its searches (batched); returns how many it encoded
-        (0: the searcher has nothing to prepare)."""
-        ...
-
     def mark_stale(self) -> None:
         """Another writer changed the store: re-read each key's rows (``load_entries``) before its next search."""
         ...
@@ -228,20 +225,6 @@ class Searcher(Protocol):
 
     def verify_against(self, key: UserKey, entries: list[MemoryEntry]) -> None:
         """Drop what the index holds for a key when it no longer matches the store's entries."""
-        ...
-
-    def release(self, key: UserKey) -> None:
-        """Drop what the index holds in memory for a key (the store keeps its rows; the next use rebuilds it):
-        a run streaming many keys (`memlab.run.streaming`) releases each once answered."""
-        ...
-
-    def export_key(self, key: UserKey) -> bytes | None:
-        """One key's built state as bytes (None when the key is not built): the index of a copied store."""
-        ...
-
-    def import_key(self, key: UserKey, blob: bytes, entries: list[MemoryEntry]) -> bool:
-        """Install `export_key` output for a key holding ``entries``; False (nothing installed) when it was
-        built with other settings or for other rows."""
         ...
 
     def close(self) -> None:
