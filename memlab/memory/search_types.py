@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from memlab.plain import from_fields, plain
+from memlab.plain import check_version, from_fields, plain
 
 if TYPE_CHECKING:
     from memlab.memory.entry import MemoryEntry, UserKey
@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 RRF_K_DEFAULT = 60
 KIND_FALLBACK_MIN_HITS = 3
 DEDUPE_JACCARD = 0.80
+#: The version of a retrieval-trace hit (`HitRecord`); a hit of another is an error on read.
+HIT_SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,7 @@ class HitRecord:
     evidence_hit: bool | None = None
     provenance: str | None = None
     """A memory system's hit: ``exact`` dialog ids or ``recovered`` by alignment (`memlab.systems`)."""
+    schema: int = HIT_SCHEMA_VERSION
 
     @classmethod
     def of(cls, h: SearchHit) -> HitRecord:
@@ -150,11 +153,14 @@ class HitRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "hit") -> HitRecord:
-        """A hit read back (strict: `memlab.plain.from_fields`; ValueError naming ``where`` and the fields)."""
+        """A hit read back (strict: `memlab.plain.from_fields`; ValueError naming ``where`` and the fields; a hit of
+        another schema version too)."""
+        check_version(d, HIT_SCHEMA_VERSION, where)
         return from_fields(cls, d, where)
 
 
-HIT_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(HitRecord))
+#: The hit's fields as the retrieval trace's table has them (its schema version is checked on read, not kept).
+HIT_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(HitRecord) if f.name != "schema")
 
 
 @dataclass
