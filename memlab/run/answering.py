@@ -25,7 +25,7 @@ from memlab.atomic import write_text
 from memlab.data import Conversation, Question
 from memlab.eval.ceiling import answer_bearing, answer_ceiling, asked_of, context_lines
 from memlab.extract.pipeline import conversation_key
-from memlab.llm import EndpointUnreachable, SpendCapReached, redact
+from memlab.llm import BadReply, EndpointUnreachable, ModelError, SpendCapReached, redact
 from memlab.memory import MemoryService, MemoryView, PlansBuilds, PreparesQueries
 from memlab.progress import progress_bar
 from memlab.run.config import ExperimentConfig
@@ -134,9 +134,8 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     except Exception as e:  # one failed question is recorded and the run goes on
         if is_connection_error(e):
             raise EndpointUnreachable(f"{q.qid}: the model endpoint could not be reached: {e}") from e
-        partial = getattr(e, "partial", None)  # usage of the rounds that succeeded before the failure
-        if partial is not None:
-            _copy_usage(row, partial)
+        if isinstance(e, ModelError):  # usage of the rounds that succeeded before the failure
+            _copy_usage(row, e.partial)
         return error_records(q, error_text(e), row)
     _copy_usage(row, a)
     row.prediction = a.prediction
@@ -162,7 +161,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             if is_connection_error(e):
                 raise EndpointUnreachable(f"{q.qid}: the judge endpoint could not be reached: {e}") from e
             row.judge_error = error_text(e)
-            row.judge_replies = list(getattr(e, "replies", None) or [])  # an unreadable verdict stays on record
+            row.judge_replies = list(e.replies) if isinstance(e, BadReply) else []  # an unreadable verdict stays
     queries = [_trace_dict(t) for t in a.queries]
     ev = set(q.evidence_ids)
     recovered = None if svc is None else svc.recovered_ids(ctx.key)  # a memory system's (None: all exact)
@@ -205,7 +204,7 @@ def _copy_usage(row: PredictionRecord, a: Any) -> None:
     row.cached_tokens = a.usage.cached_tokens
     row.tokens_estimated = a.usage.estimated
     row.latency_s = a.latency_s
-    row.malformed_tool_calls = getattr(a, "malformed_tool_calls", 0)
+    row.malformed_tool_calls = a.malformed_tool_calls
 
 
 def load_done(run_dir: Path) -> list[PredictionRecord]:
