@@ -12,10 +12,23 @@ from memlab.answer import Judge
 from memlab.eval.retrieval import Arm, run_arms
 from memlab.index import BACKENDS, HybridIndex, TfidfLSAEmbedder, open_service
 from memlab.llm import Usage
-from memlab.memory import ExportsKeys, Searcher, UserKey
+from memlab.memory import (
+    EncodesAhead,
+    ExportsKeys,
+    ExtractionLog,
+    MemoryView,
+    PlansBuilds,
+    PreparesQueries,
+    ReleasesKeys,
+    Searcher,
+    TimesQueryEncoding,
+    UserKey,
+    extraction_log,
+)
 from memlab.memory.shipping import export_index, export_rows, import_index, import_rows
 from memlab.run import run_experiment
 from memlab.run.config import ExperimentConfig
+from memlab.systems import MemorySystem
 from tests.example_components.brute_force_searcher import BruteForceSearcher
 
 
@@ -111,3 +124,26 @@ def test_an_object_that_is_not_a_searcher_is_refused_naming_what_it_lacks():
 
     with pytest.raises(TypeError, match=r"Half is not a memlab.memory.Searcher \(it lacks reconcile_signal, on_upsert"):
         open_service("memory", searcher=Half())
+
+
+def test_abilities_are_protocols_checked_with_isinstance(tmp_path):
+    """Each optional ability is a runtime-checkable protocol: `HybridIndex` has them all, the protocol-only searcher
+    only `ReleasesKeys`; both stores are the `MemoryView` the arms read and keep an `ExtractionLog`; a memory
+    system's view is a `MemoryView` without one (extracting into it is refused, naming it)."""
+    abilities = (PreparesQueries, TimesQueryEncoding, EncodesAhead, PlansBuilds, ReleasesKeys, ExportsKeys)
+    assert all(isinstance(HybridIndex(), a) for a in abilities)
+    assert [a for a in abilities if isinstance(BruteForceSearcher(), a)] == [ReleasesKeys]
+
+    class Echo(MemorySystem):
+        def ingest(self, key, session, messages):
+            return None
+
+        def search(self, key, query, k):
+            return []
+
+    view = Echo().as_service()
+    for svc in (open_service("memory"), open_service("sqlite", path=tmp_path / "s.db")):
+        assert isinstance(svc, MemoryView) and isinstance(svc, ExtractionLog) and extraction_log(svc) is svc
+    assert isinstance(view, MemoryView) and not isinstance(view, ExtractionLog)
+    with pytest.raises(TypeError, match="SystemService keeps no extraction cursor"):
+        extraction_log(view)
