@@ -56,10 +56,11 @@ whose words are not in its evidence turns, when no evidence id was reached.
    about the question; for a question about two people, one person's support);
 7. ``partial-retrieval`` — some written evidence ids (or gold parts, or people) were reached, others not,
    and a missed one could have added what the answer needs: for a count, every instance; for a question about
-   two people, the turn of a person the context does not support; otherwise a gold word the context lacks,
-   or, for a turn that holds none of the gold's words (a bridge hop, a photo, a paraphrase), no evidence
-   turn of its session reached the reader. A missed turn whose gold words were all in the context through
-   other memories, or a wordless one beside a reached turn of its session, is redundant: the rules go on;
+   two people, the turn of a person the context does not support; otherwise its words of a gold part that no
+   one line about the question holds together, or, for a turn that holds none of the gold's words (a bridge
+   hop, a photo, a paraphrase), no evidence turn of its session reached the reader. A missed turn (or one
+   reached in part) whose words of each gold part one other line holds, or a wordless one beside a reached
+   turn of its session, is redundant: the rules go on;
 8. ``abstain-error`` — a non-adversarial question abstained although the context was
    answer-bearing or every written evidence id was reached;
 9. ``reading-miss`` — the context could have given a better answer: it was answer-bearing, or
