@@ -200,6 +200,12 @@ class Scored:
     score: float = math.nan
 
 
+@lru_cache(maxsize=200_000)
+def _stems(text: str) -> frozenset[str]:
+    """The `analyze` stems of a sentence or word (the same memories are read for many questions)."""
+    return frozenset(analyze(text))
+
+
 @lru_cache(maxsize=8)
 def _idf(texts: tuple[str, ...]) -> dict[str, float]:
     """`idf_table` of a context's candidate texts (read by both forests' rows of one question: worked out once)."""
@@ -215,7 +221,7 @@ def sentence_rows(r: Any, k: int) -> list[Scored]:
     idf = _idf(tuple(c.text for c in cands))
     q_idf = sum(idf.get(s, 1.0) for s in qstems) or 1.0
     ov = np.array([c.features[0] for c in cands])
-    idf_ov = np.array([sum(idf.get(s, 1.0) for s in qstems & set(analyze(c.text))) / q_idf for c in cands])
+    idf_ov = np.array([sum(idf.get(s, 1.0) for s in qstems & _stems(c.text)) / q_idf for c in cands])
     qrow = question_row(r.question, r.list_question, len(r.people))
     qt = question_type(r.question)
     out: list[Scored] = []
@@ -289,7 +295,7 @@ def _span_extra(qpos: Sequence[int], pos: Sequence[int], a: int, b: int, idf: Se
     gap = min(before + after, default=64)
     vals = idf[a:b]
     return [float(bool(before) and min(before) <= 3), float(bool(after) and min(after) <= 3), math.log2(1 + gap),
-            float(np.mean(vals)) if len(vals) else 0.0, float(max(vals)) if len(vals) else 0.0]
+            sum(vals) / len(vals) if vals else 0.0, float(max(vals)) if vals else 0.0]
 
 
 def span_rows(r: Any, sents: list[Scored], order: Sequence[int], top: int, longest: int) -> list[Scored]:
@@ -311,12 +317,12 @@ def span_rows(r: Any, sents: list[Scored], order: Sequence[int], top: int, longe
         c = r.candidates[s.parent]
         novel = c.novel[:24]
         words_all = c.text.split()
-        hits = [bool(set(analyze(w)) & qstems) for w in words_all]
+        hits = [bool(_stems(w) & qstems) for w in words_all]
         qpos = [i for i, h in enumerate(hits) if h]
         near = {_clean(w) for i, (a, b) in enumerate(zip(hits, hits[1:])) if a or b
                 for w in words_all[i:i + 2]}
         pos = _positions(words_all, novel)
-        nidf = [max((idf.get(st, 1.0) for st in analyze(w)), default=0.0) for w in novel]
+        nidf = [max((idf.get(st, 1.0) for st in _stems(w)), default=0.0) for w in novel]
         extra = _span_extra(qpos, pos, 0, len(novel), nidf) if novel else [0.0, 0.0, 6.0, 0.0, 0.0]
         out.append(Scored(s.answer, s.kind, s.parent, np.concatenate([s.row, [s.score], extra])))
         base = s.row

@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -82,11 +83,18 @@ def question_row(question: str, list_question: bool, people: int) -> dict[str, f
 
 def word_types(words: Sequence[str]) -> tuple[float, float, float, float]:
     """(has a number, has a capitalised word, share of capitalised words, has a month/year) of span words."""
-    num = any(_DIGIT.search(w) or w.lower().strip(".,!?;:") in _NUMBER_WORDS for w in words)
-    caps = [w for w in words if w[:1].isupper()]
-    month = any(w.lower().strip(".,!?;:") in _MONTHS or re.fullmatch(r"(19|20)\d\d", w.strip(".,!?;:"))
-                for w in words)
-    return float(num), float(bool(caps)), len(caps) / max(len(words), 1), float(month)
+    kinds = [_word_kind(w) for w in words]
+    caps = sum(k[1] for k in kinds)
+    return (float(any(k[0] for k in kinds)), float(caps > 0), caps / max(len(words), 1),
+            float(any(k[2] for k in kinds)))
+
+
+@lru_cache(maxsize=100_000)
+def _word_kind(w: str) -> tuple[bool, bool, bool]:
+    """(a number, capitalised, a month or year) of one word (cached: the same words are cut into many spans)."""
+    core = w.strip(".,!?;:")
+    return (bool(_DIGIT.search(w)) or w.lower().strip(".,!?;:") in _NUMBER_WORDS, w[:1].isupper(),
+            core.lower() in _MONTHS or bool(re.fullmatch(r"(19|20)\d\d", core)))
 
 
 def type_match(qtype: str, has_number: float, has_cap: float, has_place: float, has_month: float,
