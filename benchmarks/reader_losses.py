@@ -138,7 +138,7 @@ def main() -> None:
         d = out[out.category == cat]
         n = len(d)
         print(f"\ncategory {cat} (n {n}, k = {args.k}, {src}): F1 {d.f1.mean():.3f}, best candidate sentence ceiling "
-              f"{d.best.mean():.3f}")
+              f"{d.best.mean():.3f}\n")
         print("| class | n | share | F1 | sentence ceiling | loss per question |\n|---|---|---|---|---|---|")
         for kind in CLASSES:
             g = d[d.kind == kind]
