@@ -66,19 +66,12 @@ def _records(x: Any) -> list[dict[str, Any]]:
     return x.to_dict("records") if isinstance(x, pd.DataFrame) else list(x)
 
 
-def _table_records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """``df.to_dict("records")``, column by column (several times faster on a run's tables); a missing value of a
-    nullable integer column is ``pd.NA`` here (None there), which `layers` reads alike."""
-    cols = list(df.columns)
-    return [dict(zip(cols, row)) for row in zip(*(df[c].tolist() for c in cols))] if len(df) else []
-
-
 def _by_qid(df: pd.DataFrame, fields: Sequence[str] | None = None) -> dict[str, list[dict[str, Any]]]:
     """A table's rows grouped by question, in table order (only ``fields`` and ``qid`` when given)."""
     out: dict[str, list[dict[str, Any]]] = {}
     if fields is not None:
         df = df[["qid", *(f for f in fields if f in df.columns and f != "qid")]]
-    for r in _table_records(df):
+    for r in trace.table_records(df):
         out.setdefault(r["qid"], []).append(r)
     return out
 
@@ -97,13 +90,13 @@ class QuestionTraces:
 
     def __init__(self, tr: trace.Traces):
         self.tr = tr
-        self.q = {r["qid"]: r for r in _table_records(tr.questions)}
+        self.q = {r["qid"]: r for r in tr.records("questions")}
         self.hits, self.queries, self.answers = (_by_qid(tr.retrieval, HIT_READ), _by_qid(tr.queries),
                                                  _by_qid(tr.answers))
-        mm = _table_records(tr.memories)
+        mm = tr.records("memories")
         self.mem_text = {m["id"]: m["text"] for m in mm}
         self.mems = mm
-        self.ops = _table_records(tr.extraction)
+        self.ops = tr.records("extraction")
         self.ops_of: dict[tuple[str, str], list[int]] = {}
         for pos, o in enumerate(self.ops):
             for sid in o["source_ids"] or []:

@@ -49,6 +49,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from memlab.answer.temporal import fmt_month, resolve
@@ -91,6 +92,17 @@ def asked_of(conv: Any, question: str, evidence: Iterable[str]) -> Asked:
             _BIGRAMS.clear()
         hit = _BIGRAMS[id(conv)] = (conv, conversation_bigrams(t.searchable_text for t in conv.turns))
     return Asked(question, tuple(evidence), tuple(conv.speakers), hit[1])
+
+
+@lru_cache(maxsize=32)
+def conversation_words(turns: tuple[tuple[str, str], ...]) -> tuple[dict[str, list[str]], set[str], frozenset[str]]:
+    """A conversation's (speaker, text) turns -> what each person says, its content words and its word pairs
+    (what the gold checks read); cached by the turns themselves, so the runs of one report share it (read only)."""
+    spoken: dict[str, list[str]] = {}
+    for speaker, text in turns:
+        spoken.setdefault(speaker, []).append(text)
+    texts = [x for xs in spoken.values() for x in xs]
+    return spoken, {w for x in texts for w in content_tokens(x)}, conversation_bigrams(texts)
 
 
 def memory_line(text: str, event_time: Any = None) -> str:

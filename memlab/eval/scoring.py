@@ -23,14 +23,16 @@ import regex
 
 from memlab.stemming import stem
 
-_PUNCT = frozenset(string.punctuation)
+#: Upstream drops every character of ``string.punctuation`` one by one; ``str.translate`` does the same deletion
+#: several times faster (scoring and attribution normalise every line of every context).
+_DROP_PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = regex.compile(r"\b(a|an|the|and)\b")
 ABSTAIN_PHRASES = ("no information available", "not mentioned")
 
 
 def normalize_answer(s: str) -> str:
     s = s.replace(",", "").lower()
-    s = "".join(ch for ch in s if ch not in _PUNCT)
+    s = s.translate(_DROP_PUNCT)
     s = _ARTICLES.sub(" ", s)
     return " ".join(s.split())
 
