@@ -11,6 +11,7 @@ import pytest
 
 from memlab.eval import bootstrap
 from memlab.eval.ceiling import conversation_words
+from memlab.eval.gold_checks import conversation_bigrams
 from memlab.eval.scoring import normalize_answer
 from memlab.report_data import Tables, _clean, _int
 from memlab.trace import Traces, table_records
@@ -109,10 +110,11 @@ def test_known_bootstrap_columns_give_the_resampled_bounds(metrics):
 def test_conversation_words_are_shared_by_equal_turns():
     turns = (("Caroline", "I went to the LGBTQ support group yesterday."), ("Melanie", "That's great, Caroline!"))
     conversation_words.cache_clear()
-    spoken, said, _ = conversation_words(turns)
+    spoken, bigrams = conversation_words(turns)
     again = conversation_words(tuple(list(turns)))  # an equal tuple from another run's dataset object
-    assert again[0] is spoken and conversation_words.cache_info().hits == 1
-    assert spoken == {"Caroline": [turns[0][1]], "Melanie": [turns[1][1]]} and {"support", "group"} <= said
+    assert again[0] is spoken and again[1] is bigrams and conversation_words.cache_info().hits == 1
+    assert spoken == {"Caroline": [turns[0][1]], "Melanie": [turns[1][1]]}
+    assert bigrams == conversation_bigrams(t for _, t in turns)
 
 
 def test_clean_and_tables_fast_paths():

@@ -23,16 +23,14 @@ import regex
 
 from memlab.stemming import stem
 
-#: Upstream drops every character of ``string.punctuation`` one by one; ``str.translate`` does the same deletion
-#: several times faster (scoring and attribution normalise every line of every context).
-_DROP_PUNCT = str.maketrans("", "", string.punctuation)
+_PUNCT = str.maketrans("", "", string.punctuation)  # deleted by one C call, not a Python loop per character
 _ARTICLES = regex.compile(r"\b(a|an|the|and)\b")
 ABSTAIN_PHRASES = ("no information available", "not mentioned")
 
 
 def normalize_answer(s: str) -> str:
     s = s.replace(",", "").lower()
-    s = s.translate(_DROP_PUNCT)
+    s = s.translate(_PUNCT)
     s = _ARTICLES.sub(" ", s)
     return " ".join(s.split())
 
