@@ -35,7 +35,7 @@ EXTRACTOR_MEMORY = {"turns": "turns", "observations": "observations", "turns+obs
 def config_arm(name: str) -> Arm:
     """The retrieval arm of a config: its offline memory set, index section and retrieval section."""
     cfg = ExperimentConfig.from_yaml(name)
-    ex = cfg.extraction.extractor
+    ex = cfg.extraction.name
     if ex not in EXTRACTOR_MEMORY:
         raise SystemExit(f"--configs {name}: extraction.extractor = {ex!r}; this benchmark indexes the offline "
                          f"memory sets only ({', '.join(EXTRACTOR_MEMORY)})")

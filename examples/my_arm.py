@@ -61,7 +61,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as results:
         run = run_experiment(cfg, results=results, progress=False)
         row = run.summary.loc["overall 1-5"]
-        print(f"{cfg.answer.arm} (min_overlap 2, top-5): F1 {row['f1']:.3f} [{row['f1_lo']:.3f}, "
+        print(f"{cfg.answer.name} (min_overlap 2, top-5): F1 {row['f1']:.3f} [{row['f1_lo']:.3f}, "
               f"{row['f1_hi']:.3f}], n {int(row['n'])}")
         first = run.predictions.iloc[0]
         print(f"  {first['qid']}: {first['question']!r} -> {first['prediction']!r}")

@@ -56,7 +56,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as results:
         run = run_experiment(cfg, results=results, progress=False)
         row = run.summary.loc["overall 1-5"]
-        print(f"{cfg.extraction.extractor} (min_words 5): F1 {row['f1']:.3f} [{row['f1_lo']:.3f}, "
+        print(f"{cfg.extraction.name} (min_words 5): F1 {row['f1']:.3f} [{row['f1_lo']:.3f}, "
               f"{row['f1_hi']:.3f}], n {int(row['n'])}; memories written: {run.info['extraction']['ops_applied']}")
 
 

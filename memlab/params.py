@@ -45,6 +45,8 @@ class _Required:
 
 #: The default of a parameter the constructor requires.
 REQUIRED: Any = _Required()
+#: Between a part's name and its setting's (``reader__span``), as in scikit-learn.
+SEP = "__"
 
 
 class ParamError(ValueError):
@@ -92,6 +94,14 @@ class ParamSpec:
         if ann is Any and self.default not in (None, REQUIRED) and type(self.default) in _PLAIN_TYPES:
             return [type(self.default)], optional, None  # unannotated: the default's type
         return [], optional, None
+
+    @property
+    def nested(self) -> type | None:
+        """The `Component` class a parameter holds (``reader: ExtractiveAnswerer | None``): a config gives its
+        settings as ``reader__<setting>`` (scikit-learn's ``comp__param``), never the object."""
+        args = typing.get_args(self.annotation) if typing.get_origin(self.annotation) in (
+            typing.Union, types.UnionType) else (self.annotation,)
+        return next((a for a in args if isinstance(a, type) and issubclass(a, Component)), None)
 
     @property
     def settable(self) -> bool:
@@ -225,12 +235,25 @@ def check_params(cls: type, params: Mapping[str, Any] | None, what: str = "compo
         if k in fixed:
             raise ParamError(f"{k} = {params[k]!r}; not a setting of {what}: the run gives it from {fixed[k]} "
                              f"(set that instead)", key=k)
-    unknown = [k for k in params if k not in settable]
+    nested = {n: s.nested for n, s in specs.items() if s.nested is not None and n not in fixed}
+    unknown = [k for k in params if k not in settable and k.partition(SEP)[0] not in nested]
     if unknown:
+        inner = [f"{n}{SEP}<a setting of {c.__qualname__}>" for n, c in nested.items()]
         raise ParamError(f"unknown setting(s) {', '.join(map(repr, unknown))} for {what}; "
-                         f"settings: {', '.join(settable) or '(none)'}")
+                         f"settings: {', '.join([*settable, *inner]) or '(none)'}")
     out = {}
+    for n, cls_ in nested.items():  # ``reader__span``: checked against the part's own declaration
+        part = {k[len(n) + len(SEP):]: v for k, v in params.items() if k.startswith(n + SEP)}
+        if part:
+            try:
+                checked = check_params(cls_, part, f"{what}'s {n} ({cls_.__qualname__})")
+            except ParamError as e:
+                raise ParamError(f"{n}{SEP}{e}" if e.key else str(e), key=None if e.key is None else n + SEP + e.key
+                                 ) from None
+            out.update({f"{n}{SEP}{k}": v for k, v in checked.items()})
     for k, v in params.items():
+        if SEP in k and k.partition(SEP)[0] in nested:
+            continue
         try:
             out[k] = specs[k].check(v)
         except ParamError as e:
@@ -239,10 +262,32 @@ def check_params(cls: type, params: Mapping[str, Any] | None, what: str = "compo
 
 
 def resolved_params(cls: type, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The settings a config gives ``cls`` with every other settable parameter's default (what run.json records)."""
+    """The settings a config gives ``cls`` with every other settable parameter's default, a part's
+    (`ParamSpec.nested`) as ``part__setting`` (what run.json records)."""
     out = {n: s.default for n, s in settable_specs(cls).items() if not s.required}
+    fixed = fixed_params(cls)
+    for n, s in _specs(cls).items():
+        if s.nested is not None and n not in fixed:
+            out.update({f"{n}{SEP}{k}": v for k, v in resolved_params(s.nested).items()})
     out.update(params or {})
     return out
+
+
+def construct(cls: type, params: Mapping[str, Any]) -> Any:
+    """``cls(**params)`` with each part's ``part__setting`` keys made into that part (`ParamSpec.nested`): the
+    part is built whenever the parameters name one of its settings."""
+    specs = _specs(cls)
+    plain: dict[str, Any] = {}
+    parts: dict[str, dict[str, Any]] = {}
+    for k, v in params.items():
+        n, sep, rest = k.partition(SEP)
+        if sep and n in specs and specs[n].nested is not None:
+            parts.setdefault(n, {})[rest] = v
+        else:
+            plain[k] = v
+    for n, sub in parts.items():
+        plain[n] = construct(specs[n].nested, sub)
+    return cls(**plain)
 
 
 def describe_params(cls: type) -> str:
@@ -332,9 +377,15 @@ class Component:
     def param_specs(cls) -> dict[str, ParamSpec]:
         return param_specs(cls)
 
-    def get_params(self) -> dict[str, Any]:
-        """Every constructor argument as this instance holds it."""
-        return get_params(self)
+    def get_params(self, deep: bool = False) -> dict[str, Any]:
+        """Every constructor argument as this instance holds it; ``deep``: each part's (`ParamSpec.nested`, a
+        component it holds) as ``part__setting`` too, as scikit-learn spells them."""
+        out = get_params(self)
+        if deep:
+            for name, v in list(out.items()):
+                if isinstance(v, Component):
+                    out.update({f"{name}{SEP}{k}": x for k, x in v.get_params(deep=True).items()})
+        return out
 
     def cache_params(self) -> dict[str, Any]:
         """The parameters that decide the output (`get_params` less `cache_exclude` and any secret)."""

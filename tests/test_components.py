@@ -67,7 +67,7 @@ def test_config_names_come_from_the_registries():
         EXTRACTORS.register("scoped-extractor")(Lone)
         ANSWERERS.register("scoped-arm")(LoneArm)
         cfg = ExperimentConfig.from_dict(both)
-        assert (cfg.extraction.extractor, cfg.answer.arm) == ("scoped-extractor", "scoped-arm")
+        assert (cfg.extraction.name, cfg.answer.name) == ("scoped-extractor", "scoped-arm")
     with pytest.raises(ConfigError, match="extraction.extractor = 'scoped-extractor'"):
         ExperimentConfig.from_dict({"extraction": both["extraction"]})  # gone with the scope
 

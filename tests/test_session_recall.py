@@ -50,7 +50,7 @@ def test_bad_knobs_are_refused():
 def test_shipped_config_round_trips_and_runs_offline(synthetic_path, tmp_path):
     cfg = ExperimentConfig.from_yaml("session-recall")
     assert ExperimentConfig.from_dict(yaml.safe_load(cfg.to_yaml())) == cfg
-    assert cfg.answer.arm == "session-recall" and cfg.answer.model is None
+    assert cfg.answer.name == "session-recall" and cfg.answer.model is None
     cfg = cfg.with_overrides({"dataset.path": str(synthetic_path), "answer.recall_max": 1})
     run = run_experiment(cfg, results=tmp_path, progress=False)
     p = run.predictions.set_index("qid")

@@ -17,7 +17,7 @@ from memlab.llm import CallStats, ModelError, Usage, count_tokens
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import HitRecord, SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
-from memlab.params import Component, param_specs, settable_specs, settings
+from memlab.params import Component, construct, param_specs, settable_specs, settings
 from memlab.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class Answerer(Component, ABC):
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
         """Build from the ``answer`` config section (its ``params`` are the constructor's settings, `memlab.params`);
         ``client_for(role)`` gives a model client."""
-        return cls(**settings(section))
+        return construct(cls, settings(section))
 
     def use_index(self, **params: Any) -> None:
         """Take the run's index settings before the first question (called only when `own_index`)."""

@@ -82,7 +82,7 @@ def rescore(run: Run | str | Path, profile: str = "locomo", allow_model_calls: b
     client = _judge_client(r, allow_model_calls)
     metrics = ["f1", "bleu1", "em"]
     if client is not None:
-        kind = r.config.judge.kind
+        kind = r.config.judge.name
         if not issubclass(JUDGES.get(kind), ProfileJudge):
             raise ValueError(f"{r.run_dir}: rescore re-reads the llm judge's verdicts under another profile; this "
                              f"run's judge is judge.kind = {kind!r}")

@@ -146,7 +146,7 @@ def add_costs(run_dir: Path, cfg: ExperimentConfig, pred: pd.DataFrame, question
     models = costs.Models(answer=cfg.answer.model, judge=cfg.judge.model,
                           api_bases={r: cfg.models.resolve(role)["api_base"] for r, role in roles.items()},
                           extract=cfg.extraction.model if cfg.role_in_use("extractor") else None,
-                          embed=(cfg.index.embedder_model() or cfg.index.embedder) if len(build) else None)
+                          embed=(cfg.index.embedder_model() or cfg.index.embedder.name) if len(build) else None)
     table = costs.PriceTable.of(cfg.cost.prices)
     pred, sources = costs.add_dollars(pred, models, table)
     info: dict[str, Any] = {"prices": sources,
