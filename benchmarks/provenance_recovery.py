@@ -56,7 +56,7 @@ def main() -> None:
     rows: list[dict] = []
     t0 = time.process_time()
     for conv in convs:
-        svc = open_service("memory", **cfg.index.service_params())
+        svc = open_service("memory", **cfg.index.hybrid_params())
         system = MemlabSystem(svc, EXTRACTORS.get(args.extractor).from_config(cfg.extraction, lambda role: None))
         key = conversation_key(conv)
         system.ingest_conversation(key, conv)

@@ -43,7 +43,7 @@ def config_arm(name: str) -> Arm:
     search = {"hybrid": r.hybrid, "rrf_k": r.rrf_k, "dedupe": r.dedupe, "participant_boost": r.participant_boost,
               "participant_boost_sigma": r.participant_boost_sigma, "fusion": r.fusion,
               "fusion_weights": r.fusion_weights, "unit": r.unit}
-    return Arm(memory=EXTRACTOR_MEMORY[ex], index=cfg.index.service_params(), search=search)
+    return Arm(memory=EXTRACTOR_MEMORY[ex], index=cfg.index.hybrid_params(), search=search)
 
 
 def floats(text: str) -> list[float]:

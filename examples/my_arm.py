@@ -55,8 +55,8 @@ class BestSentence(Answerer):
 
 def main() -> None:
     cfg = ExperimentConfig.from_dict({
-        "name": "my-arm", "dataset": {"path": str(DATA)}, "extraction": {"extractor": "turns"},
-        "retrieval": {"top_k": 5}, "answer": {"arm": "my-best-sentence", "params": {"min_overlap": 2}},
+        "name": "my-arm", "dataset": {"path": str(DATA)}, "extraction": {"name": "turns"},
+        "retrieval": {"top_k": 5}, "answer": {"name": "my-best-sentence", "params": {"min_overlap": 2}},
     })
     with tempfile.TemporaryDirectory() as results:
         run = run_experiment(cfg, results=results, progress=False)

@@ -51,7 +51,7 @@ class LongSentences(Extractor):
 def main() -> None:
     cfg = ExperimentConfig.from_dict({
         "name": "my-extractor", "dataset": {"path": str(DATA)},
-        "extraction": {"extractor": "my-long-sentences", "params": {"min_words": 5}},
+        "extraction": {"name": "my-long-sentences", "params": {"min_words": 5}},
     })
     with tempfile.TemporaryDirectory() as results:
         run = run_experiment(cfg, results=results, progress=False)

@@ -58,17 +58,17 @@ def test_config_names_come_from_the_registries():
         def answer(self, question, ctx):
             raise AssertionError("never run")
 
-    both = {"extraction": {"extractor": "scoped-extractor"}, "answer": {"arm": "scoped-arm"}}
+    both = {"extraction": {"name": "scoped-extractor"}, "answer": {"name": "scoped-arm"}}
     with EXTRACTORS.scoped(), ANSWERERS.scoped():
-        with pytest.raises(ConfigError, match="extraction.extractor = 'scoped-extractor'"):
+        with pytest.raises(ConfigError, match="extraction.name = 'scoped-extractor'"):
             ExperimentConfig.from_dict({"extraction": both["extraction"]})
-        with pytest.raises(ConfigError, match="answer.arm = 'scoped-arm'"):
+        with pytest.raises(ConfigError, match="answer.name = 'scoped-arm'"):
             ExperimentConfig.from_dict({"answer": both["answer"]})
         EXTRACTORS.register("scoped-extractor")(Lone)
         ANSWERERS.register("scoped-arm")(LoneArm)
         cfg = ExperimentConfig.from_dict(both)
         assert (cfg.extraction.name, cfg.answer.name) == ("scoped-extractor", "scoped-arm")
-    with pytest.raises(ConfigError, match="extraction.extractor = 'scoped-extractor'"):
+    with pytest.raises(ConfigError, match="extraction.name = 'scoped-extractor'"):
         ExperimentConfig.from_dict({"extraction": both["extraction"]})  # gone with the scope
 
 

@@ -142,11 +142,11 @@ def test_a_good_value_of_every_constrained_setting_is_accepted():
 
 
 @pytest.mark.parametrize("setting", [
-    "index.embedder_params.n_components=0", "index.embedder_params.n_components=-5",
-    "index.embedder_params.ngram_max=0", "index.embedder_params.seed=-1", "answer.params.temporal_window=-10",
+    "index.embedder.params.n_components=0", "index.embedder.params.n_components=-5",
+    "index.embedder.params.ngram_max=0", "index.embedder.params.seed=-1", "answer.params.temporal_window=-10",
     "answer.params.max_words=-3", "answer.params.list_spans=-1", "answer.params.span_window=0",
-    "answer.params.split=bogus", "answer.params.span=bogus", "answer.list_spans=-1",
-    "extraction.turn_style=bogus", "judge.temperature=-1",
+    "answer.params.split=bogus", "answer.params.span=bogus", "index.params.ef_search=0",
+    "index.params.factory=HNSW0", "extraction.turn_style=bogus", "judge.temperature=-1",
 ])
 def test_the_reported_settings_are_one_line_before_any_folder(setting, synthetic_path, tmp_path, capsys):
     root = tmp_path / "r"

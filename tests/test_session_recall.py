@@ -41,10 +41,12 @@ def test_bad_knobs_are_refused():
         SessionRecallAnswerer(reader=ExtractiveAnswerer(), unit="day")
     with pytest.raises(ValueError, match="model client or an offline reader"):
         SessionRecallAnswerer()
-    with pytest.raises(ConfigError, match="answer.recall_unit = 'day'"):
-        ExperimentConfig.from_dict({"answer": {"arm": "session-recall", "recall_unit": "day"}})
-    with pytest.raises(ConfigError, match="answer.recall_max = 0"):
-        ExperimentConfig.from_dict({"answer": {"arm": "session-recall", "recall_max": 0}})
+    with pytest.raises(ConfigError, match="answer.params.unit = 'day'"):
+        ExperimentConfig.from_dict({"answer": {"name": "session-recall", "params": {"unit": "day"}}})
+    with pytest.raises(ConfigError, match="answer.params.max_units = 0"):
+        ExperimentConfig.from_dict({"answer": {"name": "session-recall", "params": {"max_units": 0}}})
+    with pytest.raises(ConfigError, match="answer.params.reader__span = 'x'; expected one of novel"):
+        ExperimentConfig.from_dict({"answer": {"name": "session-recall", "params": {"reader__span": "x"}}})
 
 
 def test_shipped_config_round_trips_and_runs_offline(synthetic_path, tmp_path):
@@ -121,11 +123,13 @@ def test_the_runs_index_section_reaches_the_arms_turn_index(syn, tmp_path):
     from memlab.run.components import build_answerer
 
     cfg = ExperimentConfig.from_yaml("session-recall").with_overrides(
-        {"index.factory": "HNSW32", "index.ef_search": 77, "index.ef_construction": 33, "index.keyword": "bm25",
-         "index.sparse": "tfidf", "index.session_text": True})
+        {"index.params.factory": "HNSW32", "index.params.ef_search": 77, "index.params.ef_construction": 33,
+         "index.keyword.name": "bm25", "index.sparse.name": "tfidf", "index.params.session_text": True,
+         "answer.params.reader__max_words": 3})
     arm = build_answerer(cfg, Clients(cfg, tmp_path / "responses.sqlite"))
     svc, key = arm.turn_service(syn["syn-1"])
     idx = svc.searcher
-    assert (idx.index, idx.keyword, idx.sparse, idx.session_text) == ("HNSW32", "bm25", "tfidf", True)
+    assert (idx.factory, idx.keyword, idx.sparse, idx.session_text) == ("HNSW32", "bm25", "tfidf", True)
+    assert arm.reader.max_words == 3 and arm.get_params(deep=True)["reader__max_words"] == 3
     st = idx.ensure_built(key, lambda: svc.list(key))
     assert st.dense.index_.hnsw.efSearch == 77 and st.sparse is not None and st.session_kw is not None

@@ -198,7 +198,8 @@ class ExperimentConfig:
                     checked = parse_embedder_spec(name, params, complete=True)[1]
                     checked = {k: checked[k] for k in params}  # the spec's own setting stays in the spec
                 else:
-                    checked = check_params(cls, params, f"{key.rpartition('.params')[0]} {name!r}" if name else key)
+                    family = dict(FAMILIES)[key.rpartition(".params")[0]].family
+                    checked = check_params(cls, params, f"{family} {name!r}")
                 params.update(checked)
             except ParamError as e:
                 raise ConfigError(f"{where}: {key}.{e}" if e.key else f"{where}: {key}: {e}") from None

@@ -17,6 +17,7 @@ from typing import Any
 from memlab.data.locomo import Conversation, Session
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import SearchHit, SearchOptions, SearchResult
+from memlab.params import Component
 from memlab.registry import Registry
 
 
@@ -69,10 +70,11 @@ def session_messages(s: Session) -> list[Message]:
     return [Message(t.dia_id, t.speaker, t.searchable_text, s.date_time) for t in s.turns]
 
 
-class MemorySystem(ABC):
+class MemorySystem(Component, ABC):
     """One memory system: ``ingest`` sessions per user key, ``search`` them; registered in `SYSTEMS`.
 
-    The constructor only stores parameters; ``memories`` (what was stored, for the memory trace and provenance
+    A component (`memlab.params`): the constructor only stores its parameters, which ``system.params`` gives and
+    ``memlab components`` lists; ``memories`` (what was stored, for the memory trace and provenance
     recovery), ``costs`` (its own counters) and ``features`` (what of its retrieval was active, for run.json)
     are optional.
     """
@@ -109,6 +111,8 @@ class MemorySystem(ABC):
         return None
 
     def cache_id(self) -> str:
+        """The system's name (run.json's ``system.id``; a system's store is the run's own, so no cache is keyed
+        by its settings: run.json records them apart, `get_params`)."""
         return self.name
 
     def as_service(self) -> Any:
