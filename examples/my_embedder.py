@@ -54,7 +54,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as results:
         run = run_experiment(cfg, results=results, progress=False)
         row = run.summary.loc["overall 1-5"]
-        print(f"{cfg.index.embedder.name} (dim 512, top-3): F1 {row['f1']:.3f} [{row['f1_lo']:.3f}, {row['f1_hi']:.3f}], "
+        print(f"{cfg.index.embedder.name} (dim 512, top-3): F1 {row['f1']:.3f} [{row['f1_lo']:.3f}, "
+              f"{row['f1_hi']:.3f}], "
               f"n {int(row['n'])}")
 
 

@@ -42,7 +42,8 @@ def run_demo(path: str | None = None, results: str | None = None, config: str = 
     write_table(run.run_dir / "dataset_stats.csv", stats)
     t = run.info["timings"]
     print(f"\nper-category results (official LoCoMo F1; offline arm: {cfg.extraction.name} memories, "
-          f"{cfg.index.embedder.name} + {cfg.index.keyword.name} hybrid RRF, top-{cfg.retrieval.top_k}, extractive reader)")
+          f"{cfg.index.embedder.name} + {cfg.index.keyword.name} hybrid RRF, top-{cfg.retrieval.top_k}, "
+          "extractive reader)")
     print(format_summary(with_intervals(table, [f"F1 {name}" for name in arms])))
     print("F1 [lo, hi]: 95 % interval, bootstrap clustered by conversation; n: questions")
     print(f"\nstages: extraction {t['extraction_s']:.1f} s, indexing {t['indexing_s']:.1f} s, "

@@ -246,10 +246,13 @@ def check_params(cls: type, params: Mapping[str, Any] | None, what: str = "compo
         part = {k[len(n) + len(SEP):]: v for k, v in params.items() if k.startswith(n + SEP)}
         if part:
             try:
-                checked = check_params(cls_, part, f"{what}'s {n} ({cls_.__qualname__})")
+                checked = check_params(cls_, part, f"{what}'s {n}")
             except ParamError as e:
-                raise ParamError(f"{n}{SEP}{e}" if e.key else str(e), key=None if e.key is None else n + SEP + e.key
-                                 ) from None
+                if e.key is not None:
+                    raise ParamError(f"{n}{SEP}{e}", key=n + SEP + e.key) from None
+                bad = [f"{n}{SEP}{k}" for k in part if k not in settable_specs(cls_)]
+                raise ParamError(f"unknown setting(s) {', '.join(map(repr, bad))} for {what}; {n}{SEP}<setting> "
+                                 f"takes a setting of {cls_.__qualname__}: {', '.join(settable_specs(cls_))}") from None
             out.update({f"{n}{SEP}{k}": v for k, v in checked.items()})
     for k, v in params.items():
         if SEP in k and k.partition(SEP)[0] in nested:

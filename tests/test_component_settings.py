@@ -102,7 +102,8 @@ def test_sparse_settings_reach_validation_the_index_and_run_json(synthetic_path,
     with pytest.raises(ConfigError, match=r"index\.sparse\.params\.cache_path = 'x'; not a setting of keyword scorer "
                                           r"'splade': the run gives it from the machine cache"):
         cfg_with(index__sparse__name="splade", index__sparse__params={"cache_path": "x"})
-    one = run_experiment(cfg_with(synthetic_path, index__sparse__name="example-overlap"), results=tmp_path, progress=False)
+    one = run_experiment(cfg_with(synthetic_path, index__sparse__name="example-overlap"), results=tmp_path,
+                         progress=False)
     five = run_experiment(cfg_with(synthetic_path, index__sparse__name="example-overlap",
                                    index__sparse__params={"min_chars": 5}), results=tmp_path, progress=False)
     assert one.info["components"]["params"]["sparse"] == {"min_chars": 1}
@@ -166,7 +167,8 @@ def test_model_embedder_spelling_is_read_in_one_place():
         ExperimentConfig.from_dict({"index": {"embedder": "litellm"}})
     with pytest.raises(ConfigError, match="give it once"):
         ExperimentConfig.from_dict({"index": {"embedder": {"name": "litellm:e", "params": {"model": "f"}}}})
-    with pytest.raises(ConfigError, match=r"index.embedder.name = 'minilm:x'; allowed: tfidf-lsa, minilm, litellm:<model>"):
+    with pytest.raises(ConfigError, match=r"index.embedder.name = 'minilm:x'; allowed: tfidf-lsa, minilm, "
+                                          r"litellm:<model>"):
         ExperimentConfig.from_dict({"index": {"embedder": "minilm:x"}})
     emb = make_embedder("example-hashing", dim=16)
     assert emb.embed(["a cat sat"]).shape == (1, 16) and emb.embedder_id == "example-hashing(16)"

@@ -161,7 +161,6 @@ def test_fit_script_captures_contexts_per_k_and_fits_on_them(synthetic_path, tmp
 
 def test_a_reader_weight_set_for_a_model_arm_is_said_to_do_nothing():
     from memlab.run.checks import inert_knobs
-
     from memlab.run.config_migrate import MovedKey
 
     with pytest.raises(ConfigError, match="unknown setting.*'rank_weight' for answer arm 'original'"):

@@ -67,7 +67,8 @@ _BUILDS_LOCK = threading.Lock()
 #: FAISS factory strings memlab builds (FAISS aborts the process on some malformed ones, e.g. ``HNSW0``, so they
 #: are checked before any index is built).
 FACTORY = Pattern(r"Flat|HNSW[1-9][0-9]*(,Flat)?|IVF[1-9][0-9]*,(Flat|PQ[1-9][0-9]*)|PQ[1-9][0-9]*|LSH",
-                  "a FAISS factory string memlab builds: Flat, HNSW<M> (M >= 1), IVF<n>,Flat, IVF<n>,PQ<m>, PQ<m> or LSH")
+                  "a FAISS factory string memlab builds: Flat, HNSW<M> (M >= 1), IVF<n>,Flat, IVF<n>,PQ<m>, PQ<m> "
+                  "or LSH")
 
 
 class HybridIndex(SavedIndex, Component):

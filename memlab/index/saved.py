@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from memlab.cache_integrity import quarantine, report

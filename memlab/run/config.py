@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -31,8 +30,8 @@ from memlab.index.keyword import KEYWORD_SCORERS
 from memlab.llm.retry import default_concurrency
 from memlab.params import ParamError, check_params, param_specs, secret_names
 from memlab.prompts import load_prompt
-from memlab.run.config_models import ROLES, ModelsConfig, RoleConfig  # noqa: F401  (re-exported)
 from memlab.run.config_migrate import migrate, migrate_key
+from memlab.run.config_models import ROLES, ModelsConfig, RoleConfig  # noqa: F401  (re-exported)
 from memlab.run.config_sections import (  # noqa: F401  (re-exported: the sections were defined here)
     _NAME,
     BACKENDS,
@@ -56,6 +55,7 @@ from memlab.run.config_sections import (  # noqa: F401  (re-exported: the sectio
     StoreConfig,
     SystemConfig,
     WorkerConfig,
+    build_section,
     one_of,
 )
 from memlab.systems import SYSTEMS
@@ -106,7 +106,7 @@ class ExperimentConfig:
                 raise ConfigError(f"{where}: answer.speaker_window was removed: the offline reader's abstain test "
                                   "reads the whole context; tune answer.params.abstain_margin instead")
         d = migrate(d, where, quiet=recorded)
-        cfg = _build(cls, d, where)
+        cfg = build_section(cls, d, where)
         cfg.validate(where)
         return cfg
 
@@ -361,67 +361,6 @@ def slug(value: Any, limit: int = 40) -> str:
 def shipped_configs() -> list[str]:
     """Names of the configs shipped in the package (``memlab run <name>``)."""
     return sorted(p.name[:-5] for p in resources.files("memlab.configs").iterdir() if p.name.endswith(".yaml"))
-
-
-def _build(cls: type, d: dict[str, Any], where: str, prefix: str = "") -> Any:
-    if not isinstance(d, dict):
-        raise ConfigError(f"{where}: {prefix.rstrip('.') or 'config'}: expected a mapping, got {d!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - set(fields))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(prefix + u for u in unknown)}; "
-                          f"allowed under {prefix.rstrip('.') or 'top level'}: {', '.join(fields)}")
-    kw = {}
-    for name, value in d.items():
-        f = fields[name]
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore
-        if dataclasses.is_dataclass(default):
-            if isinstance(default, PartConfig) and isinstance(value, dict) and "name" not in value:
-                value = {"name": default.name, **value}  # a part's settings alone: its default name
-            kw[name] = _build(type(default), value or {}, where, f"{prefix}{name}.")
-            continue
-        kw[name] = _check_scalar(value, default, f"{prefix}{name}", where, f.type)
-    try:
-        return cls(**kw)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}: {prefix.rstrip('.')}: {e}") from e
-
-
-#: What a field whose default is None holds, from its annotation (``str | None`` -> a string).
-_OPTIONAL = {"str": (str, "a string"), "int": (int, "an integer"), "float": ((int, float), "a number"),
-             "list[str]": ((list, str), "a list"), "list[int]": ((list, int), "a list"),
-             "dict[str, float]": (dict, "a mapping"), "dict[str, Any]": (dict, "a mapping")}
-
-
-def _check_scalar(value: Any, default: Any, key: str, where: str, annotation: Any = None) -> Any:
-    if value is None:
-        return value
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{where}: {key} = {value!r}; expected a finite number")
-    if default is None:
-        want = _OPTIONAL.get(str(annotation).replace(" | None", "").strip())
-        if want is not None and (isinstance(value, bool) or not isinstance(value, want[0])):
-            raise ConfigError(f"{where}: {key} = {value!r}; expected {want[1]} or null")
-        if isinstance(value, (list, dict)):
-            inner = value.values() if isinstance(value, dict) else value
-            bad = [v for v in inner if isinstance(v, float) and not math.isfinite(v)]
-            if bad:
-                raise ConfigError(f"{where}: {key} has {bad[0]!r}; expected finite numbers")
-        return float(value) if str(annotation).startswith("float") else value
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: {key} = {value!r}; expected true or false")
-    elif isinstance(default, int):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: {key} = {value!r}; expected an integer")
-    elif isinstance(default, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: {key} = {value!r}; expected a number")
-        value = float(value)
-    elif isinstance(default, str):
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: {key} = {value!r}; expected a string")
-    return value
 
 
 #: The field holding a component's settings by name: ``--set answer.params.rank=2`` and a grid over

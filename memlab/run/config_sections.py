@@ -4,6 +4,7 @@ constraints on its own fields (``check``); rules across sections stay in `Experi
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -379,3 +380,66 @@ class RunConfig:
         integer(where, "run.threads", self.threads, 1, optional=True)
         if not 0.0 <= self.max_error_rate <= 1.0:
             raise ConfigError(f"{where}: run.max_error_rate = {self.max_error_rate!r}; expected a share in [0, 1]")
+
+
+def build_section(cls: type, d: dict[str, Any], where: str, prefix: str = "") -> Any:
+    """A config section (dataclass) from its mapping: unknown keys named with the allowed ones, each value's type
+    checked against its field's default (or annotation)."""
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where}: {prefix.rstrip('.') or 'config'}: expected a mapping, got {d!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - set(fields))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(prefix + u for u in unknown)}; "
+                          f"allowed under {prefix.rstrip('.') or 'top level'}: {', '.join(fields)}")
+    kw = {}
+    for name, value in d.items():
+        f = fields[name]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore
+        if dataclasses.is_dataclass(default):
+            if isinstance(default, PartConfig) and isinstance(value, dict) and "name" not in value:
+                value = {"name": default.name, **value}  # a part's settings alone: its default name
+            kw[name] = build_section(type(default), value or {}, where, f"{prefix}{name}.")
+            continue
+        kw[name] = _check_scalar(value, default, f"{prefix}{name}", where, f.type)
+    try:
+        return cls(**kw)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {prefix.rstrip('.')}: {e}") from e
+
+
+#: What a field whose default is None holds, from its annotation (``str | None`` -> a string).
+_OPTIONAL = {"str": (str, "a string"), "int": (int, "an integer"), "float": ((int, float), "a number"),
+             "list[str]": ((list, str), "a list"), "list[int]": ((list, int), "a list"),
+             "dict[str, float]": (dict, "a mapping"), "dict[str, Any]": (dict, "a mapping")}
+
+
+def _check_scalar(value: Any, default: Any, key: str, where: str, annotation: Any = None) -> Any:
+    if value is None:
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: {key} = {value!r}; expected a finite number")
+    if default is None:
+        want = _OPTIONAL.get(str(annotation).replace(" | None", "").strip())
+        if want is not None and (isinstance(value, bool) or not isinstance(value, want[0])):
+            raise ConfigError(f"{where}: {key} = {value!r}; expected {want[1]} or null")
+        if isinstance(value, (list, dict)):
+            inner = value.values() if isinstance(value, dict) else value
+            bad = [v for v in inner if isinstance(v, float) and not math.isfinite(v)]
+            if bad:
+                raise ConfigError(f"{where}: {key} has {bad[0]!r}; expected finite numbers")
+        return float(value) if str(annotation).startswith("float") else value
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: {key} = {value!r}; expected true or false")
+    elif isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: {key} = {value!r}; expected an integer")
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: {key} = {value!r}; expected a number")
+        value = float(value)
+    elif isinstance(default, str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: {key} = {value!r}; expected a string")
+    return value

@@ -134,11 +134,10 @@ def _extraction(cfg: ExperimentConfig, convs: list[Conversation], extractor: Any
 
 def _answering(cfg: ExperimentConfig, picks: list[tuple[Conversation, Question]], plan: RolePlan,
                mem_tokens: float, reader_cap: int) -> None:
-    from memlab.answer.llm_arms import reader_question, render_transcript
-    from memlab.prompts import load_prompt, render
-
     from memlab.answer import ANSWERERS
+    from memlab.answer.llm_arms import reader_question, render_transcript
     from memlab.params import resolved_params
+    from memlab.prompts import load_prompt, render
 
     arm = cfg.answer.name
     own = resolved_params(ANSWERERS.get(arm), cfg.answer.params)  # the arm's settings in force

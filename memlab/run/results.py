@@ -198,7 +198,7 @@ def read_config(path: Path) -> ExperimentConfig:
         raise RunFileError(f"{path}: unreadable ({type(e).__name__}: {e}); expected the run's config as YAML") from None
     if not isinstance(d, dict):
         raise RunFileError(f"{path}: expected a mapping (the run's config), got {type(d).__name__}")
-    return ExperimentConfig.from_dict(d, where=str(path))
+    return ExperimentConfig.from_dict(d, where=str(path), recorded=True)  # a run's own record: old spellings quietly
 
 
 def _read_table(stem: Path) -> pd.DataFrame:
