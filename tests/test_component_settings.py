@@ -88,6 +88,27 @@ def test_settings_reach_the_cache_keys_and_run_json(synthetic_path, tmp_path, mo
     assert set(two.predictions.rule) == {"memory at rank 2"}
 
 
+@pytest.mark.parametrize("setting, decides", [
+    ({"extraction__params": {"sentences": 2}}, "extractor"), ({"answer__params": {"rank": 2}}, "answerer"),
+    ({"index__embedder__params": {"dim": 32}}, "embedder"), ({"index__keyword__params": {"min_chars": 4}}, "index"),
+    ({"index__params": {"ef_search": 7}}, "index"),
+])
+def test_each_setting_alone_changes_the_key_it_decides_and_no_other(setting, decides, tmp_path):
+    """One setting at a time (the run above changes four at once, so it alone could not tell which reached a key)."""
+    from memlab.run.clients import Clients
+    from memlab.run.components import build_answerer, build_extractor
+    from memlab.run.extraction import index_file
+
+    def keys(cfg):
+        clients = Clients(cfg, tmp_path / "r.sqlite")
+        emb = make_embedder(cfg.index.embedder.name, None, **cfg.index.embedder.params)
+        return {"extractor": build_extractor(cfg, clients).cache_id(), "index": index_file(cfg),
+                "answerer": build_answerer(cfg, clients).cache_id(), "embedder": emb.embedder_id}
+
+    base, changed = keys(cfg_with()), keys(cfg_with(**setting))
+    assert [k for k in base if base[k] != changed[k]] == (["index", "embedder"] if decides == "embedder" else [decides])
+
+
 def test_sparse_settings_reach_validation_the_index_and_run_json(synthetic_path, tmp_path):
     """``index.sparse_params`` are the sparse scorer's constructor settings: checked against its declaration, in the
     index's spec (so in the saved index's file name and manifest) and in run.json."""

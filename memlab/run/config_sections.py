@@ -171,9 +171,8 @@ class PartConfig:
 class IndexConfig:
     """The run's `memlab.index.hybrid.HybridIndex`: its parts, each a name with its settings (``embedder``,
     ``keyword``, and ``sparse``: a second lexical list over the same keyword texts, fused as ``sparse``), and its
-    own settings under ``params`` (``factory``, ``date_in_text``, ``append_citing``, ``session_text``,
-    ``ef_search``, ``ef_construction``, ``refit_growth``: declared, with their constraints and meaning, once in its
-    constructor; ``memlab components`` lists them)."""
+    own settings under ``params`` (declared, with their constraints and meaning, once in its constructor;
+    ``memlab components`` lists them)."""
 
     embedder: PartConfig = field(default_factory=lambda: PartConfig("tfidf-lsa"))
     """``litellm:<model>`` names the ``litellm`` embedder with its ``model``."""
