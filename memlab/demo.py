@@ -26,8 +26,8 @@ def run_demo(path: str | None = None, results: str | None = None, config: str = 
     print("\nquestions per category\n" + data.stats().to_string())
     cfg = ExperimentConfig.from_yaml(config).with_overrides({"dataset.path": data.report.path})
     run = run_experiment(cfg, results=results)
-    top1 = run_experiment(cfg.with_overrides({"name": "baseline-top1", "answer.span": "memory",
-                                              "answer.abstain": False}), results=results)
+    top1 = run_experiment(cfg.with_overrides({"name": "baseline-top1", "answer.params.span": "memory",
+                                              "answer.params.abstain": False}), results=results)
     qf = data.questions_frame()
     abstain = category_summary(score_frame(qf.assign(prediction=ABSTAIN)))
     arms = {cfg.name: run.summary, "top-1 memory": top1.summary, "always abstain": abstain}

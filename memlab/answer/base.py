@@ -101,7 +101,7 @@ class AnswerContext:
 
 
 class Answerer(Component, ABC):
-    """One verb, `answer`; registered in `ANSWERERS` under its ``answer.arm`` name."""
+    """One verb, `answer`; registered in `ANSWERERS` under its ``answer.name`` name."""
 
     name = "answerer"
     needs_memory = True
@@ -153,7 +153,7 @@ class Answerer(Component, ABC):
 
 
 class Judge(Component, ABC):
-    """Scores a prediction against the gold answer; registered in `JUDGES` under its ``judge.kind`` name. Its
+    """Scores a prediction against the gold answer; registered in `JUDGES` under its ``judge.name`` name. Its
     settings are its constructor's parameters (`memlab.params`), given by ``judge.params``; a ``judge.*`` field
     of the same name (``prompt``, ``repeats``, ``temperature``) is that setting's spelling in the section."""
 
@@ -195,9 +195,9 @@ def section_settings(cls: type, section: Any) -> dict[str, Any]:
             if f.name != "params" and f.name in specs}
 
 
-#: Answer arms by config name (``answer.arm``).
+#: Answer arms by config name (``answer.name``).
 ANSWERERS: Registry[Answerer] = Registry("answer arm")
-#: Judges by config name (``judge.kind``).
+#: Judges by config name (``judge.name``).
 JUDGES: Registry[Judge] = Registry("judge")
 
 

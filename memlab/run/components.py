@@ -33,7 +33,7 @@ def build_answerer(cfg: ExperimentConfig, clients: Clients) -> Answerer:
 
 
 def build_judge(cfg: ExperimentConfig, clients: Clients) -> Any | None:
-    """The registered judge ``judge.kind`` with ``judge.params``; each parameter it declares the run decides
+    """The registered judge ``judge.name`` with ``judge.params``; each parameter it declares the run decides
     (`memlab.params.Component.fixed_params`, e.g. the ``llm`` judge's ``profile`` from ``scoring.profile``,
     whose verdict rule it applies) gets that config key's value."""
     if not cfg.judge.model:

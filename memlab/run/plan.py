@@ -13,7 +13,7 @@ estimate, and says which:
 - answering: per question, the arm's own prompt with ``retrieval.top_k`` memories of the mean length of the
   memories the extractor writes (turns: the turns; observations and model extraction: LoCoMo's annotated facts,
   the nearest stand-in for what a model writes); long-context: the whole transcript, exact; optimized: up to
-  ``answer.max_rounds`` calls, each carrying the earlier rounds' results;
+  ``answer.params.max_rounds`` calls, each carrying the earlier rounds' results;
 - judge: ``judge.repeats`` calls per judged question, the profile's prompt with the gold and a prediction of
   the reader's ``max_tokens`` (its bound);
 - completion tokens: calls x the role's ``max_tokens``, an upper bound (a reply past it is an error).
