@@ -76,8 +76,8 @@ def test_one_file_extractor_and_answerer_run_end_to_end(synthetic_path, tmp_path
     import tests.example_components.sentence_extractor  # noqa: F401
     import tests.example_components.top_memory_answerer  # noqa: F401
 
-    cfg = syn_cfg(synthetic_path, **{"extraction.extractor": "example-first-sentence",
-                                     "answer.arm": "example-top-memory"})
+    cfg = syn_cfg(synthetic_path, **{"extraction.name": "example-first-sentence",
+                                     "answer.name": "example-top-memory"})
     run = run_experiment(cfg, results=tmp_path, progress=False)
     mems = [json.loads(x) for x in open(run.run_dir / "traces" / "memories.jsonl")]
     assert {m["text"] for m in mems} >= {"Alice: I went to a pottery class yesterday.", "Bob: Nice!"}

@@ -21,11 +21,11 @@ from memlab.run.config import JudgeConfig
 from memlab.systems import SYSTEMS
 
 #: family -> (registry, the config key naming the component, the key of its settings)
-FAMILIES = {"extractor": (EXTRACTORS, "extraction.extractor", "extraction.params"),
-            "answer arm": (ANSWERERS, "answer.arm", "answer.params"),
-            "embedder": (EMBEDDERS, "index.embedder", "index.embedder_params"),
-            "keyword scorer": (KEYWORD_SCORERS, "index.keyword", "index.keyword_params"),
-            "judge": (JUDGES, "judge.kind", "judge.params"),
+FAMILIES = {"extractor": (EXTRACTORS, "extraction.name", "extraction.params"),
+            "answer arm": (ANSWERERS, "answer.name", "answer.params"),
+            "embedder": (EMBEDDERS, "index.embedder.name", "index.embedder.params"),
+            "keyword scorer": (KEYWORD_SCORERS, "index.keyword.name", "index.keyword.params"),
+            "judge": (JUDGES, "judge.name", "judge.params"),
             "system": (SYSTEMS, "system.name", "system.params")}
 
 
@@ -91,8 +91,11 @@ def config_for(family: str, name: str, cls: type, settings: dict) -> dict:
     d: dict = {"name": "declared"}
 
     def put(key: str, value) -> None:
-        section, field = key.split(".")
-        d.setdefault(section, {})[field] = value
+        *path, field = key.split(".")
+        at = d
+        for part in path:
+            at = at.setdefault(part, {})
+        at[field] = value
 
     spelled = f"{name}:some-model" if getattr(cls, "spec_setting", None) else name
     put(name_key, spelled)

@@ -162,7 +162,7 @@ def test_an_endpoint_that_does_not_serve_the_model_is_named(synthetic_path, tmp_
     listing = [{"id": "qwen2.5:0.5b-instruct"}, {"id": "nomic-embed-text"}]
     with ScriptedServer(responder=responder, models=listing) as srv:
         c = every_role(synthetic_path, srv.api_base, **{"extraction.model": "openai/qwen2.5:0.5b-instruct",
-                                                        "index.embedder": "litellm:openai/nomic-embed-text",
+                                                        "index.embedder.name": "litellm:openai/nomic-embed-text",
                                                         "judge.model": "openai/qwen2.5:0.5b-instruct"})
         with pytest.raises(ConnectionError) as ei:
             run_experiment(c, results=tmp_path, progress=False)
@@ -215,7 +215,7 @@ def test_an_extraction_against_a_dead_endpoint_fails_fast_without_the_check(synt
     from memlab.testing import closed_port_api_base
 
     base = closed_port_api_base()
-    c = every_role(synthetic_path, base, **{"run.check_endpoint": False, "index.embedder": "tfidf-lsa",
+    c = every_role(synthetic_path, base, **{"run.check_endpoint": False, "index.embedder.name": "tfidf-lsa",
                                             "models.max_retries": 3})
     t0 = time.perf_counter()
     with pytest.raises(ExtractionFailed, match="could not connect"):
@@ -226,7 +226,7 @@ def test_an_extraction_against_a_dead_endpoint_fails_fast_without_the_check(synt
 def test_a_vllm_listing_of_another_model_is_named_a_llama_cpp_one_is_not(synthetic_path, tmp_path):
     from memlab.run.clients import Clients, check_endpoints
 
-    c = every_role(synthetic_path, "http://127.0.0.1:1/v1", **{"index.embedder": "tfidf-lsa"})
+    c = every_role(synthetic_path, "http://127.0.0.1:1/v1", **{"index.embedder.name": "tfidf-lsa"})
     for server, fails in (("vllm", True), ("llama-cpp-python", False)):
         with ScriptedServer.imitating(server, responder=responder) as srv:
             c2 = c.with_overrides({"models.api_base": srv.api_base})

@@ -204,7 +204,7 @@ def test_a_component_registered_in_the_driver_runs_on_the_workers(ray_local, dat
     """The driver imported the module that registers the extractor; the workers import it too."""
     import tests.example_components.sentence_extractor  # noqa: F401 - registers example-first-sentence
 
-    cfg = offline_grid(data_path).with_overrides({"grid": {}, "extraction.extractor": "example-first-sentence"})
+    cfg = offline_grid(data_path).with_overrides({"grid": {}, "extraction.name": "example-first-sentence"})
     (local,) = run_grid(cfg, results=tmp_path / "local", executor="local", progress=False)
     (remote,) = run_grid(cfg, results=tmp_path / "ray", executor="ray", progress=False)
     assert remote.status == "complete" and remote.predictions.error.isna().all()
@@ -227,7 +227,7 @@ def test_a_component_the_workers_cannot_import_refuses_the_run(ray_local, data_p
     monkeypatch.delitem(sys.modules, "h22_driver_only_extractor", raising=False)
     with EXTRACTORS.scoped():
         __import__("h22_driver_only_extractor")
-        cfg = offline_grid(data_path).with_overrides({"grid": {}, "extraction.extractor": "driver-only-turns"})
+        cfg = offline_grid(data_path).with_overrides({"grid": {}, "extraction.name": "driver-only-turns"})
         with pytest.raises(ComponentNotOnWorkers, match="h22_driver_only_extractor.*worker"):
             run_grid(cfg, results=tmp_path / "ray", executor="ray", progress=False)
     assert not [p for p in (tmp_path / "ray").glob("*") if p.name != ".cache"]  # refused before any run folder

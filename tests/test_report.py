@@ -39,7 +39,7 @@ def sweep(tmp_path_factory):
     runs = {k: run_experiment(base_cfg(data, **{"retrieval.top_k": k}), results=root / "results", progress=False)
             for k in (20, 5, 10)}
     # syn-2 has no annotated observations: that arm answers its questions from an empty store, on purpose
-    obs = run_experiment(base_cfg(data, **{"extraction.extractor": "observations", "name": "offline-obs",
+    obs = run_experiment(base_cfg(data, **{"extraction.name": "observations", "name": "offline-obs",
                                            "run.allow_failed_extraction": True}),
                          results=root / "results", progress=False)
     return {"root": root, "k": runs, "obs": obs}

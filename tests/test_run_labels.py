@@ -99,9 +99,9 @@ def test_reruns_of_one_config_get_a_short_number_and_the_legend_their_folders(tm
 
 def test_long_values_are_cut_and_still_unique(tmp_path):
     long_a = "answer with the exact words of the memory, quoting it in full"
-    runs = [folder(tmp_path, "p1", "offline", **{"answer.arm": "extractive", "extraction.extractor": "turns",
+    runs = [folder(tmp_path, "p1", "offline", **{"answer.name": "extractive", "extraction.name": "turns",
                                                   "retrieval.top_k": 7, "dataset.path": f"/x/{long_a}-1.json"}),
-            folder(tmp_path, "p2", "offline", **{"answer.arm": "extractive", "extraction.extractor": "turns",
+            folder(tmp_path, "p2", "offline", **{"answer.name": "extractive", "extraction.name": "turns",
                                                   "retrieval.top_k": 7, "dataset.path": f"/x/{long_a}-2.json"})]
     labels = run_labels(runs)
     check_bounds(labels)

@@ -181,7 +181,7 @@ def test_requests_in_flight_hold_their_worst_case():
 
 def test_max_calls_holds_under_concurrency(synthetic_path, tmp_path):
     with ScriptedServer(responder=lambda b: Reply(text="Not mentioned.", delay=0.05)) as srv:
-        cfg = model_cfg(synthetic_path, srv.api_base, **{"extraction.extractor": "turns", "judge.model": None,
+        cfg = model_cfg(synthetic_path, srv.api_base, **{"extraction.name": "turns", "judge.model": None,
                                                          "run.concurrency": 4, "models.concurrency": 4,
                                                          "run.max_calls": 3})
         with pytest.raises(SpendCapReached):

@@ -30,7 +30,7 @@ from memlab.index.keyword import KEYWORD_SCORERS
 from memlab.llm.retry import default_concurrency
 from memlab.params import ParamError, check_params, param_specs, secret_names
 from memlab.prompts import load_prompt
-from memlab.run.config_migrate import migrate, migrate_key
+from memlab.run.config_migrate import migrate, migrate_key, short_name
 from memlab.run.config_models import ROLES, ModelsConfig, RoleConfig  # noqa: F401  (re-exported)
 from memlab.run.config_sections import (  # noqa: F401  (re-exported: the sections were defined here)
     _NAME,
@@ -300,7 +300,7 @@ class ExperimentConfig:
         for combo in itertools.product(*(self.grid[k] for k in keys)):
             c = self.with_overrides(dict(zip(keys, combo)))
             c.grid = {}
-            c.name = self.name + "-" + "-".join(f"{grid_label(k)}{slug(v)}" for k, v in zip(keys, combo))
+            c.name = self.name + "-" + "-".join(f"{short_name(k)}{slug(v)}" for k, v in zip(keys, combo))
             check_name(c.name, f"grid point {dict(zip(keys, combo))!r}")
             out.append(c)
         return out
@@ -319,12 +319,6 @@ def component_sections(cfg: ExperimentConfig, checked: bool = True) -> list[tupl
             continue
         out.append((f"{prefix}.params", cls, name, part.params))
     return out
-
-
-def grid_label(key: str) -> str:
-    """A grid key's part of a run name: its last part, or the family for a selector (``answer.name`` -> answer)."""
-    parts = key.split(".")
-    return parts[-2] if parts[-1] == "name" and len(parts) > 1 else parts[-1]
 
 
 def refuse_secrets(where: str, key: str, cls: type, params: dict[str, Any]) -> None:

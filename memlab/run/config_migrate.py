@@ -138,6 +138,18 @@ def migrate_key(key: str, d: dict[str, Any], where: str = "--set", quiet: bool =
     return new
 
 
+def short_name(key: str) -> str:
+    """A dotted key's name in a run name or label: its last part, a selector by the name its key had
+    (``extraction.name`` -> extractor, ``answer.name`` -> arm, ``index.keyword.name`` -> keyword), so grid-run names
+    and labels read as before the move."""
+    parts = key.split(".")
+    if parts[-1] == "name" and len(parts) == 2 and parts[0] in SELECTORS:
+        return SELECTORS[parts[0]]
+    if parts[-1] == "name" and len(parts) == 3 and parts[0] == "index":
+        return parts[1]
+    return parts[-1]
+
+
 def _conflict(where: str, old: str, new: str) -> Exception:
     from memlab.run.config_sections import ConfigError
 
