@@ -126,3 +126,12 @@ def test_a_part_is_given_by_its_settings_as_part__setting():
     assert isinstance(arm.reader, ExtractiveAnswerer) and arm.reader.span == "clause" and arm.unit == "window"
     assert resolved_params(SessionRecallAnswerer)["reader__span"] == "novel"
     assert "reader" not in resolved_params(SessionRecallAnswerer)  # the object itself is no config value
+
+
+def test_the_index_nests_its_parts_settings():
+    idx = HybridIndex(keyword="bm25(k1=1.5)", embedder_params={"n_components": 64})
+    deep = idx.get_params(deep=True)
+    assert deep["keyword__k1"] == 1.5 and deep["keyword__b"] == 0.75  # given, and the part's default
+    assert deep["embedder__n_components"] == 64 and deep["factory"] == "Flat"
+    assert not any(k.startswith("sparse__") for k in deep)  # no sparse list, no settings
+    assert {k: v for k, v in deep.items() if "__" not in k} == idx.get_params()  # shallow: the constructor's own

@@ -58,7 +58,7 @@ from memlab.index.saved import SavedIndex
 from memlab.index.text import word_set
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import KIND_FALLBACK_MIN_HITS, SearchHit, SearchOptions, SearchResult
-from memlab.params import Component, Pattern, Range, parse_spec
+from memlab.params import SEP, Component, Pattern, Range, parse_spec, resolved_params, secret_names
 
 #: File name of the sparse-vector cache, beside the embedding cache (`memlab.index.keyword_splade`).
 SPARSE_CACHE_NAME = SPARSE
@@ -135,6 +135,28 @@ class HybridIndex(SavedIndex, Component):
         self.builds = 0
         if persist_path and Path(persist_path).is_file():
             self.load(persist_path)
+
+    def parts(self) -> dict[str, tuple[type, dict[str, Any]] | None]:
+        """Each part named by spec (embedder, keyword, sparse): its class and the settings it is built with (None:
+        no sparse list). An embedder given as an object is its own component (`get_params` nests it)."""
+        out: dict[str, tuple[type, dict[str, Any]] | None] = {}
+        if not isinstance(self.embedder, Embedder):
+            name, params = parse_embedder_spec(self.embedder, self.embedder_params)
+            out["embedder"] = (EMBEDDERS.get(name), params)
+        for part in ("keyword", "sparse"):
+            spec = getattr(self, part)
+            out[part] = None if spec is None else (KEYWORD_SCORERS.get(parse_spec(spec)[0]), parse_spec(spec)[1])
+        return out
+
+    def get_params(self, deep: bool = False) -> dict[str, Any]:
+        """The constructor's arguments; ``deep``: each part's settings too, defaults filled in, as ``part__setting``
+        (``embedder__n_components``, ``keyword__k1``; scikit-learn's spelling), never a secret."""
+        out = super().get_params(deep)
+        for part, got in (self.parts() if deep else {}).items():
+            if got is not None:
+                out.update({f"{part}{SEP}{k}": v for k, v in resolved_params(*got).items() if k not in
+                            secret_names(got[0])})
+        return out
 
     def twin(self) -> HybridIndex:
         """A new, empty index with these settings (no persist path: saving it writes only where told)."""

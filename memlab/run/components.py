@@ -15,7 +15,15 @@ from memlab.extract.extractors import EXTRACTORS, Extractor
 from memlab.index.embedders import EMBEDDERS, parse_embedder_spec
 from memlab.index.hybrid import HybridIndex
 from memlab.index.keyword import KEYWORD_SCORERS
-from memlab.params import describe_params, fixed_params, get_params, resolved_params, secret_names, settable_specs
+from memlab.params import (
+    SEP,
+    describe_params,
+    fixed_params,
+    get_params,
+    resolved_params,
+    secret_names,
+    settable_specs,
+)
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig, get_dotted
 
@@ -58,20 +66,21 @@ def _held(obj: Any, fallback: dict[str, Any]) -> dict[str, Any]:
 def component_params(cfg: ExperimentConfig, extractor: Any, answerer: Any, judge: Any = None) -> dict[str, Any]:
     """Each component's settings with every default filled in (run.json ``components.params``): the extractor,
     answer arm and judge as built, the embedder and keyword scorer as the index builds them."""
-    idx = cfg.index
-    name, emb = parse_embedder_spec(idx.embedder.name, idx.embedder.params)
+    index = HybridIndex(**cfg.index.hybrid_params(), embedder_params=cfg.index.embedder.params)
+    deep = index.get_params(deep=True)  # the index's parts, each with its settings (``keyword__k1``)
+
+    def part(name: str) -> dict[str, Any] | None:
+        return None if index.parts()[name] is None else \
+            {k[len(name) + len(SEP):]: v for k, v in deep.items() if k.startswith(name + SEP)}
+
     out: dict[str, Any] = {
         "extractor": None if extractor is None else _held(extractor, resolved_params(
             EXTRACTORS.get(cfg.extraction.name), cfg.extraction.params)),
         "answerer": _held(answerer, resolved_params(ANSWERERS.get(cfg.answer.name), cfg.answer.params)),
         "judge": None if judge is None else _held(judge, resolved_params(JUDGES.get(cfg.judge.name), {
             **section_settings(JUDGES.get(cfg.judge.name), cfg.judge), **cfg.judge.params})),
-        "embedder": {k: v for k, v in resolved_params(EMBEDDERS.get(name), emb).items()
-                     if k not in secret_names(EMBEDDERS.get(name))},
-        "keyword": resolved_params(KEYWORD_SCORERS.get(idx.keyword.name), idx.keyword.params),
-        "sparse": None if idx.sparse.name is None else resolved_params(KEYWORD_SCORERS.get(idx.sparse.name),
-                                                                       idx.sparse.params),
-        "index": resolved_params(HybridIndex, idx.params)}
+        "embedder": part("embedder"), "keyword": part("keyword"), "sparse": part("sparse"),
+        "index": {k: deep[k] for k in settable_specs(HybridIndex)}}
     return out
 
 
