@@ -295,7 +295,10 @@ def construct(cls: type, params: Mapping[str, Any]) -> Any:
 
 def describe_params(cls: type) -> str:
     """The settable parameters in one line, for the CLI's help (empty when there is none)."""
-    return "; ".join(s.describe() for s in settable_specs(cls).values())
+    fixed = fixed_params(cls)
+    parts = [f"{n}{SEP}<setting> (a setting of {s.nested.__qualname__}: {', '.join(settable_specs(s.nested))})"
+             for n, s in _specs(cls).items() if s.nested is not None and n not in fixed]
+    return "; ".join([*(s.describe() for s in settable_specs(cls).values()), *parts])
 
 
 def settings(section: Any, **from_fields: Any) -> dict[str, Any]:
