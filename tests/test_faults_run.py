@@ -457,7 +457,7 @@ def _crafted(run_dir: Path, srv: ScriptedServer, prompt: Path) -> None:
     import yaml
 
     d = yaml.safe_load((run_dir / "config.yaml").read_text())
-    d["answer"].update(arm="original", model="openai/scripted", prompt=str(prompt))
+    d["answer"].update(name="original", model="openai/scripted", prompt=str(prompt))
     d["models"].update(api_base=srv.api_base, api_key_env="H20B_SECRET", max_retries=0, timeout=5.0)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(d))
     (run_dir / "predictions.jsonl").write_text("")  # every question still to answer

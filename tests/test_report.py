@@ -55,9 +55,9 @@ def test_labels_name_the_distinguishing_values_and_runs_keep_the_order_given(swe
     assert labels == ["offline-obs", "offline k=20", "offline k=5", "offline k=10"]
     legend = pd.DataFrame(mixed.attrs["legend"])
     assert legend.run.tolist() == labels and legend.folder.tolist()[1:] == [str(d) for d in dirs]
-    assert legend.differs[0] == ("extraction.extractor=observations; retrieval.top_k=10; "
+    assert legend.differs[0] == ("extraction.name=observations; retrieval.top_k=10; "
                                  "run.allow_failed_extraction=True") or set(legend.differs[0].split("; ")) == {
-        "extraction.extractor=observations", "retrieval.top_k=10", "run.allow_failed_extraction=True"}
+        "extraction.name=observations", "retrieval.top_k=10", "run.allow_failed_extraction=True"}
     text = format_report(mixed)
     assert f"offline k=5: {dirs[1]} (" in text and "retrieval.top_k=5" in text
     twin = sweep["root"] / "results" / "offline-rerun"
