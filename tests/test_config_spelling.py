@@ -83,6 +83,8 @@ def test_old_keys_on_the_command_line_and_in_a_grid_are_moved():
         cfg.with_overrides(["answer.max_rounds=2"])
     with pytest.raises(ConfigError, match=r"both answer.arm \(the old spelling\) and answer.name are given"):
         ExperimentConfig.from_dict({"answer": {"arm": "extractive", "name": "extractive"}})
+    with pytest.raises(ConfigError, match=r"both index.ef_search \(the old spelling\) and index.params.ef_search"):
+        ExperimentConfig.from_dict({"index": {"ef_search": 5, "params": {"ef_search": 6}}})
 
 
 def test_a_setting_the_arm_never_read_is_dropped_out_loud_only_when_it_was_set():
@@ -92,7 +94,7 @@ def test_a_setting_the_arm_never_read_is_dropped_out_loud_only_when_it_was_set()
                                            recorded=True)
     assert quiet.answer.params == {}
     with pytest.warns(MovedKey, match=r"answer.span = 'clause' dropped: answer arm 'original' does not take it"):
-        ExperimentConfig.from_dict({"answer": {"arm": "original", "model": "m", "span": "clause"}})
+        ExperimentConfig.from_dict({"answer": {"name": "original", "model": "m", "span": "clause"}})
 
 
 def test_the_index_settings_are_its_constructors_and_checked_there():

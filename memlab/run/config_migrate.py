@@ -82,6 +82,9 @@ def migrate(d: dict[str, Any], where: str = "config", quiet: bool = False) -> di
             from memlab.params import param_specs
 
             specs = param_specs(HybridIndex)
+            both = [k for k in own if k in (idx.get("params") or {})]
+            if both:
+                raise _conflict(where, f"index.{both[0]}", f"index.params.{both[0]}")
             changed = {k: v for k, v in own.items() if v != specs[k].default}
             idx.setdefault("params", {}).update(changed)
             for k in own:
