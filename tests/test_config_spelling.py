@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import yaml
 
 from memlab.answer.extractive import ExtractiveAnswerer
 from memlab.answer.session_recall import SessionRecallAnswerer
@@ -16,6 +17,7 @@ from memlab.params import ParamError, check_params, construct, resolved_params
 from memlab.run import ConfigError, ExperimentConfig
 from memlab.run.clients import Clients
 from memlab.run.components import build_answerer
+from memlab.run.config import recorded_dict
 from memlab.run.config_migrate import MovedKey
 from memlab.run.extraction import index_file
 from memlab.run.results import read_config
@@ -39,6 +41,8 @@ def test_a_finished_runs_old_config_loads_quietly_with_its_index_file_and_settin
     new = ExperimentConfig.from_yaml("retrieval-best").with_overrides(
         {"index.params.ef_search": 512, "index.keyword.params": {"k1": 1.4}, "answer.params.rank_weight": 0.9})
     assert config_differences(old.to_dict(), new.to_dict()) == []  # report/compare see one recipe
+    raw = yaml.safe_load((OLD / "retrieval-best.yaml").read_text())
+    assert config_differences(recorded_dict(raw), new.to_dict()) == []  # labels and reuse read the raw record
 
 
 def test_session_recalls_old_fields_reach_its_settings_and_its_reader(tmp_path):

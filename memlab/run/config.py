@@ -321,6 +321,15 @@ def component_sections(cfg: ExperimentConfig, checked: bool = True) -> list[tupl
     return out
 
 
+def recorded_dict(d: dict[str, Any] | None, where: str = "config") -> dict[str, Any] | None:
+    """A config dict a run recorded (config.yaml, run.json), in today's spelling with every default filled in, so a
+    run written before a key moved compares with one written after; None when it no longer reads as a config."""
+    try:
+        return build_section(ExperimentConfig, migrate(d, where, quiet=True), where).to_dict() if d else None
+    except ConfigError:
+        return None
+
+
 def refuse_secrets(where: str, key: str, cls: type, params: dict[str, Any]) -> None:
     """A parameter ``cls`` declares a secret (`memlab.params.Trust.secret`) given as a config value: a `ConfigError`
     that never shows it."""

@@ -43,9 +43,13 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _config_dict(run: Run) -> dict[str, Any]:
+    """The run's config as its folder holds it, in today's spelling with every default filled in (a run written
+    before a key moved compares with one written after: `memlab.run.config_migrate`)."""
+    from memlab.run.config import recorded_dict
+
     p = run.run_dir / "config.yaml"
-    d = yaml.safe_load(p.read_text(encoding="utf-8")) if p.is_file() else run.config.to_dict()
-    return _flatten(d or {})
+    d = recorded_dict(yaml.safe_load(p.read_text(encoding="utf-8")), str(p)) if p.is_file() else None
+    return _flatten(d or run.config.to_dict())
 
 
 def distinguishing(runs: Sequence[Run]) -> list[dict[str, Any]]:
