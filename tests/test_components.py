@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def syn_cfg(path: Path, **over) -> ExperimentConfig:
     cfg = ExperimentConfig.from_dict({"name": "syn", "dataset": {"path": str(path)},
-                                      "extraction": {"extractor": "turns+observations"}})
+                                      "extraction": {"name": "turns+observations"}})
     return cfg.with_overrides(over) if over else cfg
 
 

@@ -161,7 +161,7 @@ def test_the_reported_settings_are_one_line_before_any_folder(setting, synthetic
 
 
 @pytest.mark.parametrize("section", [
-    {"extraction": {"extractor": "turns", "params": {"style": "bogus"}}},
+    {"extraction": {"name": "turns", "params": {"style": "bogus"}}},
     {"system": {"name": "mem0", "params": {"embedder_model": "/etc"}}},
 ])
 def test_a_component_setting_is_refused_once_and_before_extraction(section, synthetic_path, tmp_path, capsys):

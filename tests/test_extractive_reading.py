@@ -166,7 +166,7 @@ def test_a_reader_weight_set_for_a_model_arm_is_said_to_do_nothing():
     with pytest.raises(ConfigError, match="unknown setting.*'rank_weight' for answer arm 'original'"):
         ExperimentConfig.from_dict({"answer": {"name": "original", "model": "m", "params": {"rank_weight": 2.0}}})
     with pytest.warns(MovedKey, match="answer.rank_weight = 2.0 dropped: answer arm 'original' does not take it"):
-        ExperimentConfig.from_dict({"answer": {"arm": "original", "model": "m", "rank_weight": 2.0}})
+        ExperimentConfig.from_dict({"answer": {"name": "original", "model": "m", "rank_weight": 2.0}})
     assert not inert_knobs(ExperimentConfig.from_dict({"answer": {"params": {"scorer": "weights",
                                                                              "rank_weight": 2.0}}}), warn=False)
     learned = inert_knobs(ExperimentConfig.from_dict({"answer": {"params": {"scorer": "learned",

@@ -228,7 +228,7 @@ def test_run_with_a_zero_byte_cached_store_reextracts_and_says_so_in_run_json(sy
     from memlab.run import ExperimentConfig, run_experiment
 
     cfg = ExperimentConfig.from_dict({"name": "t", "dataset": {"path": str(synthetic_path)},
-                                      "extraction": {"extractor": "turns"}})
+                                      "extraction": {"name": "turns"}})
     first = run_experiment(cfg, results=tmp_path, progress=False)
     stores = list((tmp_path / ".cache" / "extract").glob("*/store.db"))
     assert len(stores) == 1 and first.info["extraction"]["memories"] == 7

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def syn(path: Path, **over) -> ExperimentConfig:
     cfg = ExperimentConfig.from_dict({"name": "f", "dataset": {"path": str(path)},
-                                      "extraction": {"extractor": "turns"}})
+                                      "extraction": {"name": "turns"}})
     return cfg.with_overrides(over) if over else cfg
 
 
@@ -551,7 +551,7 @@ class Killed(TurnsExtractor):
         os.kill(os.getpid(), signal.SIGTERM)  # the first one, during extraction
         return super().extract(request)
 
-cfg = ExperimentConfig.from_dict({"name": "f", "dataset": {"path": sys.argv[1]}, "extraction": {"extractor": "turns"}})
+cfg = ExperimentConfig.from_dict({"name": "f", "dataset": {"path": sys.argv[1]}, "extraction": {"name": "turns"}})
 try:
     run_experiment(cfg, results=sys.argv[2], progress=False, extractor=Killed())
 except KeyboardInterrupt as e:

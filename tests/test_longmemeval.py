@@ -407,7 +407,7 @@ def test_model_arms_get_the_question_date(lme_path, tmp_path, arm):
     with ScriptedServer(responder=responder) as srv:
         cfg = ExperimentConfig.from_dict({
             "name": arm, "dataset": {"path": str(lme_path), "conversations": ["q-tr"]},
-            "extraction": {"extractor": "turns"}, "answer": {"arm": arm, "model": "openai/scripted-reader"},
+            "extraction": {"name": "turns"}, "answer": {"name": arm, "model": "openai/scripted-reader"},
             "models": {"api_base": srv.api_base, "max_retries": 1}})
         with pytest.warns(UserWarning):
             run = run_experiment(cfg, results=tmp_path / "res", progress=False)

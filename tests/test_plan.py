@@ -22,8 +22,8 @@ def judging(body: dict) -> Reply:
 
 def model_cfg(path, api_base: str | None, **over) -> ExperimentConfig:
     d = {"name": "plan", "dataset": {"path": str(path)},
-         "extraction": {"extractor": "llm", "model": "openai/scripted"},
-         "answer": {"arm": "original", "model": "openai/scripted"}, "judge": {"model": "openai/scripted"},
+         "extraction": {"name": "llm", "model": "openai/scripted"},
+         "answer": {"name": "original", "model": "openai/scripted"}, "judge": {"model": "openai/scripted"},
          "models": {"api_base": api_base, "max_retries": 0}}
     return ExperimentConfig.from_dict(d).with_overrides(over) if over else ExperimentConfig.from_dict(d)
 

@@ -50,15 +50,15 @@ def data_path(tmp_path_factory) -> Path:
 
 def offline_grid(path: Path) -> ExperimentConfig:
     return ExperimentConfig.from_dict({
-        "name": "off", "dataset": {"path": str(path)}, "extraction": {"extractor": "turns+observations"},
+        "name": "off", "dataset": {"path": str(path)}, "extraction": {"name": "turns+observations"},
         "retrieval": {"participant_boost": True}, "grid": {"retrieval.top_k": [1, 3]}})
 
 
 def model_grid(path: Path, srv: ScriptedServer, **over) -> ExperimentConfig:
     cfg = ExperimentConfig.from_dict({
         "name": "llm", "dataset": {"path": str(path)},
-        "extraction": {"extractor": "llm", "model": "openai/scripted-extractor"},
-        "answer": {"arm": "original", "model": "openai/scripted-reader"},
+        "extraction": {"name": "llm", "model": "openai/scripted-extractor"},
+        "answer": {"name": "original", "model": "openai/scripted-reader"},
         "models": {"api_base": srv.api_base, "max_retries": 0}, "run": {"concurrency": 2},
         # top-k 1 and 2 give every question a different prompt in each cell: with identical requests in two
         # cells, the local executor (cells in sequence) serves the second from the cache while Ray (cells at

@@ -24,7 +24,7 @@ from tests.conftest import synthetic_samples
 
 
 def base_cfg(path, **over):
-    d = {"name": "offline", "dataset": {"path": str(path)}, "extraction": {"extractor": "turns+observations"},
+    d = {"name": "offline", "dataset": {"path": str(path)}, "extraction": {"name": "turns+observations"},
          "retrieval": {"participant_boost": True}}
     cfg = ExperimentConfig.from_dict(d)
     return cfg.with_overrides(over) if over else cfg

@@ -24,7 +24,7 @@ def two_arms(tmp_path_factory):
     data = root / "syn.json"
     data.write_text(json.dumps(synthetic_samples()), encoding="utf-8")
     base = ExperimentConfig.from_dict({"name": "offline", "dataset": {"path": str(data)},
-                                       "extraction": {"extractor": "turns+observations"},
+                                       "extraction": {"name": "turns+observations"},
                                        "run": {"allow_failed_extraction": True}})  # syn-2 has no observations
     a = run_experiment(base, results=root / "results", progress=False)
     b = run_experiment(base.with_overrides({"name": "offline-obs", "extraction.name": "observations"}),
@@ -228,7 +228,7 @@ def hostile(tmp_path_factory):
     data = root / "syn.json"
     data.write_text(json.dumps(samples), encoding="utf-8")
     cfg = ExperimentConfig.from_dict({"name": "hostile", "dataset": {"path": str(data)},
-                                      "extraction": {"extractor": "turns"}})
+                                      "extraction": {"name": "turns"}})
     run = run_experiment(cfg, results=root / "results", progress=False)
     return {"run": run, "page": write_html(root / "hostile.html", [run.run_dir], title="hostile")}
 

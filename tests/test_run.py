@@ -41,11 +41,11 @@ def test_shipped_configs_round_trip():
     "doc, needle",
     [
         ({"retrieval": {"top_kk": 3}}, "unknown key(s) retrieval.top_kk; allowed under retrieval: top_k"),
-        ({"answer": {"arm": "oracle"}}, "answer.name = 'oracle'; allowed: extractive, long-context"),
+        ({"answer": {"name": "oracle"}}, "answer.name = 'oracle'; allowed: extractive, long-context"),
         ({"index": {"embedder": "word2vec"}}, "index.embedder.name = 'word2vec'; allowed: tfidf-lsa, minilm"),
         ({"retrieval": {"top_k": 0}}, "retrieval.top_k = 0; expected an integer >= 1"),
         ({"retrieval": {"hybrid": "yes"}}, "retrieval.hybrid = 'yes'; expected true or false"),
-        ({"answer": {"arm": "original"}}, "answer.model is required"),
+        ({"answer": {"name": "original"}}, "answer.model is required"),
         ({"extraction": {"reconcile": {"skip_score": 3}}}, "skip_score"),
         ({"grid": {"retrieval.nope": [1]}}, "unknown key 'retrieval.nope'"),
         ({"dataset": {"categories": [8]}}, "dataset.categories has [8]"),
@@ -105,7 +105,7 @@ def test_preload_rule():
 
 def offline_cfg(locomo_path, **over):
     base = {"name": "t", "dataset": {"path": str(locomo_path), "conversations": ["conv-26"], "question_limit": 40},
-            "extraction": {"extractor": "turns+observations"}, "retrieval": {"participant_boost": True}}
+            "extraction": {"name": "turns+observations"}, "retrieval": {"participant_boost": True}}
     cfg = ExperimentConfig.from_dict(base)
     return cfg.with_overrides(over) if over else cfg
 
@@ -136,7 +136,7 @@ def test_offline_run_writes_everything(locomo_path, tmp_path):
 
 def model_cfg(locomo_path, srv, arm, **over):
     base = {"name": arm, "dataset": {"path": str(locomo_path), "conversations": ["conv-26"], "question_limit": 12},
-            "extraction": {"extractor": "turns"}, "answer": {"arm": arm, "model": "openai/scripted-reader"},
+            "extraction": {"name": "turns"}, "answer": {"name": arm, "model": "openai/scripted-reader"},
             "models": {"api_base": srv.api_base, "max_retries": 1}}
     cfg = ExperimentConfig.from_dict(base)
     return cfg.with_overrides(over) if over else cfg

@@ -17,7 +17,7 @@ from tests.example_components.brute_force_searcher import BruteForceSearcher
 
 def syn_cfg(path, **over) -> ExperimentConfig:
     cfg = ExperimentConfig.from_dict({"name": "bf", "dataset": {"path": str(path)},
-                                      "extraction": {"extractor": "turns"}, "store": {"backend": "memory"}})
+                                      "extraction": {"name": "turns"}, "store": {"backend": "memory"}})
     return cfg.with_overrides(over) if over else cfg
 
 

@@ -68,7 +68,7 @@ def test_shipped_config_round_trips_and_runs_offline(synthetic_path, tmp_path):
 
 def _model_cfg(path, srv, **over):
     base = {"name": "sr", "dataset": {"path": str(path)},
-            "answer": {"arm": "session-recall", "model": "openai/scripted-reader", "recall_max": 1},
+            "answer": {"name": "session-recall", "model": "openai/scripted-reader", "recall_max": 1},
             "models": {"api_base": srv.api_base, "max_retries": 0}}
     return ExperimentConfig.from_dict(base).with_overrides(over)
 

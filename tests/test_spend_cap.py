@@ -26,8 +26,8 @@ def judging(body: dict) -> Reply:
 def model_cfg(path: Path, api_base: str, **over) -> ExperimentConfig:
     """Every role on the scripted model: the extractor (a call per session), the reader and the judge."""
     d = {"name": "cap", "dataset": {"path": str(path)},
-         "extraction": {"extractor": "llm", "model": "openai/scripted"},
-         "answer": {"arm": "original", "model": "openai/scripted"}, "judge": {"model": "openai/scripted"},
+         "extraction": {"name": "llm", "model": "openai/scripted"},
+         "answer": {"name": "original", "model": "openai/scripted"}, "judge": {"model": "openai/scripted"},
          "models": {"api_base": api_base, "max_retries": 0}}
     cfg = ExperimentConfig.from_dict(d)
     return cfg.with_overrides(over) if over else cfg

@@ -94,7 +94,7 @@ def test_a_black_box_system_runs_with_recovered_provenance_marked(synthetic_path
 
 
 def test_memlab_pipeline_as_a_system_object_gives_the_configured_runs_answers(synthetic_path, tmp_path):
-    cfg = _cfg(synthetic_path, extraction={"extractor": "turns+observations"})
+    cfg = _cfg(synthetic_path, extraction={"name": "turns+observations"})
     base = run_experiment(cfg, results=tmp_path / "a", progress=False)
     svc = open_service("memory", **cfg.index.hybrid_params())
     system = MemlabSystem(svc, EXTRACTORS.get("turns+observations")(), cfg.retrieval.search_options())

@@ -47,7 +47,7 @@ class TokenScorer(TfidfScorer):
 
 def syn(path: Path, **over) -> ExperimentConfig:
     cfg = ExperimentConfig.from_dict({"name": "t", "dataset": {"path": str(path)},
-                                      "extraction": {"extractor": "turns"}})
+                                      "extraction": {"name": "turns"}})
     return cfg.with_overrides(over) if over else cfg
 
 
