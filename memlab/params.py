@@ -71,6 +71,10 @@ class ParamSpec:
     default: Any
     annotation: Any = Any
     constraints: tuple[Any, ...] = ()
+    nested: type | None = None
+    """The `Component` class the parameter holds when its class lists it in ``nested_params``
+    (``reader: ExtractiveAnswerer | None``): a config gives that part's settings as ``reader__<setting>``
+    (scikit-learn's ``comp__param``), never the object."""
 
     @property
     def required(self) -> bool:
@@ -94,14 +98,6 @@ class ParamSpec:
         if ann is Any and self.default not in (None, REQUIRED) and type(self.default) in _PLAIN_TYPES:
             return [type(self.default)], optional, None  # unannotated: the default's type
         return [], optional, None
-
-    @property
-    def nested(self) -> type | None:
-        """The `Component` class a parameter holds (``reader: ExtractiveAnswerer | None``): a config gives its
-        settings as ``reader__<setting>`` (scikit-learn's ``comp__param``), never the object."""
-        args = typing.get_args(self.annotation) if typing.get_origin(self.annotation) in (
-            typing.Union, types.UnionType) else (self.annotation,)
-        return next((a for a in args if isinstance(a, type) and issubclass(a, Component)), None)
 
     @property
     def settable(self) -> bool:
@@ -176,8 +172,19 @@ def _specs(cls: type) -> dict[str, ParamSpec]:
             ann, *meta = typing.get_args(ann)
             constraints = tuple(meta)
         default = REQUIRED if p.default is p.empty else p.default
-        out[p.name] = ParamSpec(p.name, default, ann, constraints)
+        out[p.name] = ParamSpec(p.name, default, ann, constraints,
+                                _part_class(cls, p.name, ann) if p.name in getattr(cls, "nested_params", ()) else None)
     return out
+
+
+def _part_class(cls: type, name: str, ann: Any) -> type:
+    """The `Component` class in a nested parameter's annotation (``ExtractiveAnswerer | None``)."""
+    args = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
+    found = next((a for a in args if isinstance(a, type) and issubclass(a, Component)), None)
+    if found is None:
+        raise TypeError(f"{cls.__qualname__}.nested_params names {name!r}, whose annotation {ann!r} names no "
+                        "Component class to take its settings from")
+    return found
 
 
 def param_specs(cls: type) -> dict[str, ParamSpec]:
@@ -374,6 +381,9 @@ class Component:
 
     #: Constructor arguments that do not decide the output (a key, a timeout): left out of `cache_id`.
     cache_exclude: tuple[str, ...] = ()
+    #: Constructor arguments holding another component whose settings a config gives as ``name__setting`` (the
+    #: offline reader of session-recall: ``reader__max_words``); checked, built (`construct`) and recorded as such.
+    nested_params: ClassVar[tuple[str, ...]] = ()
     #: Constructor arguments the run decides from another config key (name -> that key, e.g. a judge's
     #: ``profile`` -> ``scoring.profile``): never a setting (`check_params` says where to set it instead); the
     #: builder passes the key's value.

@@ -141,3 +141,11 @@ def test_the_index_nests_its_parts_settings():
     assert deep["embedder__n_components"] == 64 and deep["factory"] == "Flat"
     assert not any(k.startswith("sparse__") for k in deep)  # no sparse list, no settings
     assert {k: v for k, v in deep.items() if "__" not in k} == idx.get_params()  # shallow: the constructor's own
+
+
+def test_only_a_declared_part_takes_part__setting():
+    """A component held by another is a part a config may set only where its class says so (``nested_params``):
+    turns+llm's model extractor takes its model and prompt from the extraction section, never ``llm__model``."""
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) 'llm__timeout' for extractor 'turns\+llm'"):
+        ExperimentConfig.from_dict({"extraction": {"name": "turns+llm", "model": "m",
+                                                   "params": {"llm__timeout": 5}}})

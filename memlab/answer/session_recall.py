@@ -73,6 +73,8 @@ class SessionRecallAnswerer(Answerer):
     fixed_params = {"index": "index (the run's index section)", "turn_style": "extraction.turn_style",
                     "embedding_cache": "the machine cache (run.cache_dir; memlab.index.machine_cache)"}
     answer_settings = ("model", "prompt")
+    #: The offline reader's settings are given as ``reader__<setting>`` (`memlab.params`).
+    nested_params = ("reader",)
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
