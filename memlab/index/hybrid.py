@@ -14,7 +14,8 @@ memory's own text. ``SearchOptions.unit="turn"`` then returns turn records only,
 the best dense score among the memories citing it.
 
 The ranking itself (filters, the fused lists' producers, fusion, boost, dedupe) is `memlab.index.ranking`;
-the saved-index format is `memlab.index.persist`; what the index reads of a memory is `memlab.index.records`.
+saving and restoring keys is `memlab.index.saved` (the format: `memlab.index.persist`); what the index reads of a
+memory is `memlab.index.records`.
 """
 
 from __future__ import annotations
