@@ -37,7 +37,7 @@ def config_arm(name: str) -> Arm:
     cfg = ExperimentConfig.from_yaml(name)
     ex = cfg.extraction.name
     if ex not in EXTRACTOR_MEMORY:
-        raise SystemExit(f"--configs {name}: extraction.extractor = {ex!r}; this benchmark indexes the offline "
+        raise SystemExit(f"--configs {name}: extraction.name = {ex!r}; this benchmark indexes the offline "
                          f"memory sets only ({', '.join(EXTRACTOR_MEMORY)})")
     r = cfg.retrieval
     search = {"hybrid": r.hybrid, "rrf_k": r.rrf_k, "dedupe": r.dedupe, "participant_boost": r.participant_boost,

@@ -3,7 +3,7 @@ question, or abstain when none shares ``min_overlap`` words.
 
 An arm gets the question and an `AnswerContext` (the memory service, the user key, the run's search options)
 and returns an `Answer`: the prediction plus what it read (``context``, which recall and attribution score) and
-its searches (``queries``, the retrieval trace). Registered under a name, it is ``answer.arm`` in a config and
+its searches (``queries``, the retrieval trace). Registered under a name, it is ``answer.name`` in a config and
 its settings are ``answer.params``. Run it from the repository root:
 
     python examples/my_arm.py

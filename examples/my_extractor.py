@@ -1,6 +1,6 @@
 """Your own extractor, in one file: every turn's sentences of at least ``min_words`` words become one memory.
 
-Registering the class under a name is all memlab needs: the config names it (``extraction.extractor``) and gives
+Registering the class under a name is all memlab needs: the config names it (``extraction.name``) and gives
 its settings (``extraction.params``), which are checked against the constructor's declaration before any work,
 become part of the extraction cache key, and are recorded in run.json. Run it from the repository root:
 

@@ -17,6 +17,7 @@ from memlab.index.hybrid import HybridIndex
 from memlab.index.keyword import KEYWORD_SCORERS
 from memlab.params import (
     SEP,
+    CacheIdentified,
     describe_params,
     fixed_params,
     get_params,
@@ -105,10 +106,9 @@ def describe_components() -> str:
 
 def component_label(obj: Any) -> str:
     """How a user-supplied component is named in run.json and the extraction cache key."""
-    cache_id = getattr(obj, "cache_id", None)
-    if callable(cache_id):
+    if isinstance(obj, CacheIdentified):
         try:
-            return cache_id()
+            return obj.cache_id()
         except TypeError:  # an answer arm that does not store its arguments: its class names it
             if isinstance(obj, Extractor):
                 raise  # an extractor's label is its extraction cache key: never a guess

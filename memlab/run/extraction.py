@@ -28,7 +28,7 @@ from memlab.extract.pipeline import BUILD_COST, BuildCost, conversation_key, ext
 from memlab.extract.policy import DEFAULT_POLICY, applied_reconcile, policy_decides_store
 from memlab.index import open_service
 from memlab.index.embedders import Embedder, blas_controller
-from memlab.memory import MemoryService
+from memlab.memory import EncodesAhead, MemoryService, PlansBuilds
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import Searcher
 from memlab.run.clients import Clients
@@ -271,7 +271,7 @@ def build_indexes(svc: MemoryService, rows: dict[UserKey, list[MemoryEntry]], th
                   meanwhile: Callable[[], None] = lambda: None) -> int:
     """Build every key's index (``rows``: each key's memories, as `MemoryService.list` reads them) now, so
     answering latency excludes it, and run ``meanwhile`` here. Where building is computation on the rows alone
-    (`HybridIndex.model_free`: a corpus-fitted embedder), up to ``run.threads`` keys build side by side in
+    (`memlab.memory.PlansBuilds.model_free`: a corpus-fitted embedder), up to ``run.threads`` keys build side by side in
     threads, largest first, while ``meanwhile`` runs: the fits' SVDs release the GIL, and each runs on one BLAS
     thread, so every key's index is the one a serial build makes (a model pass builds one key at a time, with
     all the threads). Returns how many keys built at once."""
@@ -280,13 +280,12 @@ def build_indexes(svc: MemoryService, rows: dict[UserKey, list[MemoryEntry]], th
         meanwhile()
         return 0
     keys = sorted(rows, key=lambda k: -len(rows[k]))
-    todo = sum(map(searcher.needs_build, keys)) if getattr(searcher, "model_free", False) else 0  # type: ignore[attr-defined]
+    todo = sum(map(searcher.needs_build, keys)) if isinstance(searcher, PlansBuilds) and searcher.model_free else 0
     workers = min(resolve_threads(threads), todo)
     if workers <= 1:  # here: Ctrl-C during a long model pass stops it at once
         meanwhile()
-        ahead = getattr(searcher, "encode_ahead", None)  # an optional capability: a user's searcher may lack it
-        if ahead is not None:
-            ahead({k: rows[k] for k in keys})
+        if isinstance(searcher, EncodesAhead):
+            searcher.encode_ahead({k: rows[k] for k in keys})
         for key in keys:
             searcher.ensure_built(key, lambda k=key: rows[k])
         return 1

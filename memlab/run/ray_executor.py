@@ -2,7 +2,7 @@
 written by the driver exactly as the local executor writes it: each cell is validated, opened, scored and
 closed by the local executor's own steps (`memlab.run.steps`), holds its folder's lock and stops as
 ``interrupted`` on Ctrl-C or SIGTERM. This module only schedules units and ships state between the driver and
-the workers, through the public `MemoryService.export_rows` / `import_rows` / `export_index` / `import_index`.
+the workers, through `memlab.memory.shipping` (`export_rows` / `import_rows` / `export_index` / `import_index`).
 
 Units of work: one *extraction* task per (extraction cache key, conversation) that the cache lacks (cells
 that share an extraction key share it), then one *answering* task per (cell, conversation) with its
@@ -34,6 +34,7 @@ from memlab.data import Conversation, Question, dataset_sha256, load_dataset
 from memlab.extract.pipeline import conversation_key
 from memlab.index.machine_cache import embeddings_path
 from memlab.memory import MemoryService
+from memlab.memory.shipping import export_rows, import_index, import_rows
 from memlab.progress import progress_bar
 from memlab.run.answering import (
     RecordLog,
@@ -277,7 +278,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                            durable: bool = durable) -> Any:  # called when the window has room
                     svc, cdir = stores[key]
                     ck = conversation_key(conv)
-                    rows = svc.export_rows(ck) if durable else None
+                    rows = export_rows(svc, ck) if durable else None
                     blob = key_index_blob(svc, cdir, ck) if rows else None
                     if per_key[key]:
                         release_key(svc, ck)
@@ -297,13 +298,13 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                 continue
             svc, cdir = stores[key]
             ck = conversation_key(conv)
-            svc.import_rows(ck, res["rows"])
+            import_rows(svc, ck, res["rows"])
             if per_key[key]:  # a streamed dataset: the key's fit goes to its file, not into the driver's memory
                 if res["index"] is not None:
                     save_key_index(cdir, ck, res["index"])
                 release_key(svc, ck)
             else:
-                svc.import_index(ck, res["index"])
+                import_index(svc, ck, res["index"])
             svc.save_extraction(conv.sample_id, res["state"] or {}, [tuple(t) for t in res["trace"]])
             store_cache_rows(cache_root, res["cache"], embeddings_path(owner.cfg.run.cache_dir))
             # only what the extraction tables use is kept (the rows and index are in the store and its files now)
@@ -372,7 +373,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
                     svc, cdir = stores[cell.ext_key or ""]
                     ck = conversation_key(conv)
                     blob = key_index_blob(svc, cdir, ck)  # a streamed run's too
-                    shared[sk][:2] = [ray.put(svc.export_rows(ck)), ray.put(blob)]
+                    shared[sk][:2] = [ray.put(export_rows(svc, ck)), ray.put(blob)]
                     if per_key[cell.ext_key or ""]:
                         release_key(svc, ck)
                 rows_ref, blob_ref = shared[sk][:2]

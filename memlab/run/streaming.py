@@ -5,7 +5,7 @@ building every key first would hold 500 haystacks' vectors and fits at once; mem
 The results are those of the staged run (`memlab.run.extraction` then `memlab.run.answering`): each key's
 memories, index and answers depend on that key alone. What the staged run keeps in the one saved index file
 (`HybridIndex.save` at close) a streamed run keeps per key, beside it (``index-keys/<digest>.npz``, the
-saved-index format of `MemoryService.export_index`), so that a rerun on the cached extraction reads back the
+saved-index format of `memlab.memory.shipping.export_index`), so that a rerun on the cached extraction reads back the
 very fit the extraction built, one key at a time. A failed extraction still stops the run before that key's
 questions are answered (`ExtractionFailed`); the keys answered before it stay in the resume log.
 """
@@ -26,7 +26,8 @@ from memlab.extract.extractors import Extractor
 from memlab.extract.pipeline import conversation_key, extract_dataset
 from memlab.index.embedders import Embedder
 from memlab.index.text import analyze
-from memlab.memory import MemoryService, Searcher
+from memlab.memory import MemoryService, ReleasesKeys, Searcher
+from memlab.memory.shipping import export_index, import_index
 from memlab.progress import progress_bar
 from memlab.run.answering import StopFlag, answer_all
 from memlab.run.clients import Clients
@@ -63,7 +64,7 @@ def key_index_path(cdir: Path, key: Any) -> Path:
 
 
 def save_key_index(cdir: Path, key: Any, blob: bytes) -> None:
-    """Keep a key's fitted index state (`MemoryService.export_index`) in its file (`key_index_path`)."""
+    """Keep a key's fitted index state (`shipping.export_index`) in its file (`key_index_path`)."""
     saved = key_index_path(cdir, key)
     saved.parent.mkdir(exist_ok=True)
     write_with(saved, lambda f: f.write(blob), binary=True)
@@ -71,10 +72,10 @@ def save_key_index(cdir: Path, key: Any, blob: bytes) -> None:
 
 def key_index_blob(svc: MemoryService, cdir: Path, key: Any) -> bytes | None:
     """A key's fitted index state: what a streamed run saved for it (the fit its extraction built), else the live
-    one (None: neither). Whoever imports it checks it against the store's rows (`MemoryService.import_index`), so
+    one (None: neither). Whoever imports it checks it against the store's rows (`shipping.import_index`), so
     a file saved for other rows is not used (the key is then built from the rows)."""
     saved = key_index_path(cdir, key)
-    return saved.read_bytes() if saved.is_file() else svc.export_index(key)
+    return saved.read_bytes() if saved.is_file() else export_index(svc, key)
 
 
 def release_key(svc: MemoryService, key: Any) -> None:
@@ -83,7 +84,7 @@ def release_key(svc: MemoryService, key: Any) -> None:
     and an M question's 5,000 would otherwise stay, ~20 MB a question until the cache is full) and the parsed
     haystack the dataset keeps (`forget_haystack`: the next is parsed with none alive); the freed heap goes back
     to the system (`return_free_memory`)."""
-    if svc.searcher is not None:
+    if isinstance(svc.searcher, ReleasesKeys):  # a searcher that cannot drop a key keeps it
         svc.searcher.release(key)
     analyze.cache_clear()
     forget_haystack()
@@ -156,11 +157,11 @@ def run_streamed(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation],
             t1 = time.perf_counter()
             if mine_todo:
                 if durable and ck not in svc.searcher.keys() and saved.is_file():
-                    svc.import_index(ck, saved.read_bytes())  # the fit this key's extraction built
+                    import_index(svc, ck, saved.read_bytes())  # the fit this key's extraction built
                 svc.searcher.ensure_built(ck, lambda k=ck: svc.list(k))
                 most = max(most, resident_keys(svc))
             if durable and (worked or not saved.is_file()):
-                blob = svc.export_index(ck)  # None where the key was not built (nothing trustworthy to keep)
+                blob = export_index(svc, ck)  # None where the key was not built (nothing trustworthy to keep)
                 if blob is not None:
                     save_key_index(cdir, ck, blob)
             timings["indexing_s"] += time.perf_counter() - t1
