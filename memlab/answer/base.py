@@ -326,6 +326,6 @@ def evidence_ranks(ctx: AnswerContext, queries: list[QueryTrace], evidence: set[
                         best.setdefault(s, None)
         q_out: dict[str, Any] = {"memory_ranks": mranks, "evidence_ranks": best}
         if not out["queries"]:  # the first query's whole ranking as source ids: turn/session-level metrics
-            q_out["ranked_sources"] = [list(h.entry.source_ids) for h in res.hits]  # (memlab.eval.longmemeval)
+            q_out["ranked_sources"] = [list(h.entry.source_ids) for h in res.hits]  # (memlab.eval.longmemeval_tables)
         out["queries"].append(q_out)
     return out

@@ -15,7 +15,7 @@ the best dense score among the memories citing it.
 
 The ranking itself (filters, the fused lists' producers, fusion, boost, dedupe) is `memlab.index.ranking`;
 saving and restoring keys is `memlab.index.saved` (the format: `memlab.index.persist`); what the index reads of a
-memory is `memlab.index.records`.
+memory is `memlab.index.memory_fields`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,13 @@ from memlab.index.embedders import (
 )
 from memlab.index.keyword import KEYWORD_SCORERS, TfidfScorer, make_keyword_scorer
 from memlab.index.machine_cache import SPARSE
+from memlab.index.memory_fields import (  # noqa: F401
+    citing_pairs,
+    index_text,
+    is_turn_record,
+    session_documents,
+    with_citing_notes,
+)
 from memlab.index.persist import SavedKey, text_hash
 from memlab.index.ranking import (
     PRODUCERS,
@@ -47,13 +54,6 @@ from memlab.index.ranking import (
     Producer,
     feedback_query,
     rank,
-)
-from memlab.index.records import (  # noqa: F401
-    citing_pairs,
-    index_text,
-    is_turn_record,
-    session_documents,
-    with_citing_notes,
 )
 from memlab.index.saved import SavedIndex
 from memlab.index.text import word_set

@@ -14,6 +14,7 @@ from typing import Any
 
 from memlab.cache_integrity import quarantine, report
 from memlab.index.embedders import Embedder
+from memlab.index.memory_fields import index_text
 from memlab.index.persist import (
     BadIndexFile,
     SavedKey,
@@ -25,7 +26,6 @@ from memlab.index.persist import (
     write_index,
 )
 from memlab.index.ranking import KeyState
-from memlab.index.records import index_text
 from memlab.memory.entry import MemoryEntry, UserKey
 
 

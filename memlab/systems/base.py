@@ -1,7 +1,7 @@
 """The `MemorySystem` interface and the read view the answer arms search through.
 
 A system is anything that can take a conversation's sessions and later answer ``search(query, k)`` for one
-user key: memlab's own pipeline (`memlab.systems.pipeline`), mem0 (`memlab.systems.mem0`), or a user's class.
+user key: memlab's own pipeline (`memlab.systems.builtin`), mem0 (`memlab.systems.mem0`), or a user's class.
 The answer arms never see the system: they get a `SystemService`, the `memlab.memory.MemoryView` that memlab's
 `MemoryService` provides too (``search``/``list``/``read_recent``...), so every arm runs unchanged on every system
 with the same top-k. A hit without turn ids gets the provenance recovered at ingest (`memlab.systems.provenance`),
