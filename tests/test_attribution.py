@@ -297,7 +297,7 @@ def test_attribution_on_a_real_run(locomo_path, locomo, warm_results):
 
     cfg = ExperimentConfig.from_dict({"name": "att", "dataset": {"path": str(locomo_path),
                                                                  "conversations": ["conv-26"], "question_limit": 60},
-                                      "extraction": {"extractor": "observations"}})
+                                      "extraction": {"name": "observations"}})
     run = run_experiment(cfg, results=warm_results, progress=False)
     tr = load(run.run_dir)
     assert trace_size_mb(run.run_dir) < 5
@@ -522,7 +522,7 @@ def test_blind_sheet_shows_what_a_labeller_reads_and_nothing_the_rules_compute(s
 
     mod = _agreement_script()
     cfg = ExperimentConfig.from_dict({"name": "blind", "dataset": {"path": str(synthetic_path)},
-                                      "extraction": {"extractor": "turns+observations"}, "retrieval": {"top_k": 2}})
+                                      "extraction": {"name": "turns+observations"}, "retrieval": {"top_k": 2}})
     run = run_experiment(cfg, results=tmp_path / "r", progress=False)
     tr, data = load(run.run_dir), load_locomo(synthetic_path)
     att = attribute(tr, data)
