@@ -297,7 +297,7 @@ def test_attribution_on_a_real_run(locomo_path, locomo, warm_results):
 
     cfg = ExperimentConfig.from_dict({"name": "att", "dataset": {"path": str(locomo_path),
                                                                  "conversations": ["conv-26"], "question_limit": 60},
-                                      "extraction": {"extractor": "observations"}})
+                                      "extraction": {"name": "observations"}})
     run = run_experiment(cfg, results=warm_results, progress=False)
     tr = load(run.run_dir)
     assert trace_size_mb(run.run_dir) < 5
@@ -436,12 +436,13 @@ def test_handcheck_agreement_script():
     assert set(hand.hand_label) <= set(LABELS) and hand.reason.str.len().min() > 10
     assert not hand.qid.str.startswith("conv-26/").any() and hand.prediction.notna().all()
     # 110 drawn on the old reader's run; 20 the shipped reader no longer fails were dropped; holdout4/5: 8 x 5, blind;
-    # blind2: 10 x categories 1-4, labelled blind from the sheet alone
+    # blind2, blind3: 10 x categories 1-4, labelled blind from the sheet alone
     assert hand.groupby("sample").size().to_dict() == {"dev": 49, "holdout": 21, "holdout2": 20, "holdout3": 30,
-                                                       "holdout4": 40, "holdout5": 40, "blind2": 40}
+                                                       "holdout4": 40, "holdout5": 40, "blind2": 40, "blind3": 40}
     for name in ("holdout4", "holdout5"):
         assert (hand[hand["sample"] == name].groupby("category").size() == 8).all()
-    assert hand[hand["sample"] == "blind2"].groupby("category").size().to_dict() == {1: 10, 2: 10, 3: 10, 4: 10}
+    for name in ("blind2", "blind3"):
+        assert hand[hand["sample"] == name].groupby("category").size().to_dict() == {1: 10, 2: 10, 3: 10, 4: 10}
 
 
 def test_handcheck_samples_skip_questions_labelled_for_earlier_samples(monkeypatch):
@@ -521,7 +522,7 @@ def test_blind_sheet_shows_what_a_labeller_reads_and_nothing_the_rules_compute(s
 
     mod = _agreement_script()
     cfg = ExperimentConfig.from_dict({"name": "blind", "dataset": {"path": str(synthetic_path)},
-                                      "extraction": {"extractor": "turns+observations"}, "retrieval": {"top_k": 2}})
+                                      "extraction": {"name": "turns+observations"}, "retrieval": {"top_k": 2}})
     run = run_experiment(cfg, results=tmp_path / "r", progress=False)
     tr, data = load(run.run_dir), load_locomo(synthetic_path)
     att = attribute(tr, data)

@@ -214,13 +214,13 @@ def test_the_shipped_learned_reader_reads_deeper_memories_and_abstains_on_the_wr
 
 @pytest.mark.parametrize("config,family", [("offline", "offline"), ("retrieval-best", "retrieval-best")])
 def test_answer_scorer_learned_reads_with_its_configs_own_family(config, family, synthetic_path):
-    """``answer.scorer: learned`` on a shipped config builds the reader of that config's family, which answers."""
+    """``answer.params.scorer: learned`` on a shipped config builds the reader of its own family, which answers."""
     from memlab.answer import AnswerContext
     from memlab.data import Question, load_locomo
     from memlab.memory import SearchOptions
     from memlab.run import ExperimentConfig
 
-    cfg = ExperimentConfig.from_yaml(config).with_overrides({"answer.scorer": "learned"})
+    cfg = ExperimentConfig.from_yaml(config).with_overrides({"answer.params.scorer": "learned"})
     reader = ExtractiveAnswerer.from_config(cfg.answer, lambda role: None)
     assert reader.scorer == "learned" and reader.reader_family == family and reader.model is family_model(family)
     conv = load_locomo(synthetic_path)["syn-1"]

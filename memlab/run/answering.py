@@ -372,7 +372,7 @@ def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     def record(out: Records) -> None:
         log.write([out])
 
-    bar = progress_bar(total=len(todo), desc=f"answer ({cfg.answer.arm})", disable=not progress, leave=False)
+    bar = progress_bar(total=len(todo), desc=f"answer ({cfg.answer.name})", disable=not progress, leave=False)
     try:
         with contextlib.nullcontext(stop) if stop is not None else remembered_interrupts() as interrupted:
             if workers > 1:
