@@ -409,6 +409,7 @@ class Engine:
                 cell.units.append({"unit": f"answer {u.conv.sample_id}", "questions": len(u.questions),
                                    "error": res.error})
             elif isinstance(res, dict):  # what a shipped unit returned
+                self.ship.land_answer(u, res)
                 logs[cell.index].write(res["records"])
                 add_counts(cell.models, res["models"])
                 cell.units.append({"unit": f"answer {u.conv.sample_id}", "questions": len(u.questions),

@@ -122,7 +122,7 @@ def run_grid(config: ExperimentConfig | str | Path | None = None, results: str |
     kind = executor or cfg.run.executor
     if kind not in EXECUTORS:
         raise ConfigError(f"executor = {kind!r}; allowed: {', '.join(EXECUTORS)}")
-    checked = cfg.with_overrides({"run.executor": kind})  # the config's own checks, with the effective executor
+    cfg.with_overrides({"run.executor": kind})  # the config's own checks, with the executor that will run it
     if kind == "ray":
         from memlab.run.ray_executor import run_grid_ray
 
@@ -131,8 +131,8 @@ def run_grid(config: ExperimentConfig | str | Path | None = None, results: str |
         if resume is not None:
             return run_grid_ray(resume=resume, progress=progress, address=address, overrides=overrides,
                                 force_config=force_config, trust_run_config=trust_run_config)
-        return run_grid_ray(checked, results=results, progress=progress, address=address)
+        return run_grid_ray(cfg, results=results, progress=progress, address=address)
     if resume is not None:
-        return [run_experiment(None, resume=resume, progress=progress, overrides=overrides,
-                               force_config=force_config, trust_run_config=trust_run_config)]
-    return [run_experiment(c, results=results, progress=progress, reuse=reuse) for c in checked.expand()]
+        return [run_experiment(None, resume=resume, progress=progress, overrides=overrides, force_config=force_config,
+                               trust_run_config=trust_run_config, executor=kind)]
+    return [run_experiment(c, results=results, progress=progress, reuse=reuse, executor=kind) for c in cfg.expand()]

@@ -86,12 +86,12 @@ class RayExecutor:
 
     def map(self, fn: Callable[[Any], Any], units: list[T], prepare: Callable[[T], Any] | None = None,
             in_child: Callable[[], None] | None = None) -> Iterator[tuple[T, Any]]:
-        remote = self.ray.remote(fn)
+        remote = self.ray.remote(_call)
 
         def submit(u: T) -> Any:
             arg = prepare(u) if prepare is not None else u
             name = getattr(arg, "unit", type(arg).__name__)
-            return remote.options(name=f"memlab {name}", **self.opts).remote(arg)
+            return remote.options(name=f"memlab {name}", **self.opts).remote(fn, arg)
 
         for ref, u in in_window(self.ray, [(lambda u=u: submit(u), u) for u in units], self.width, self.pending):
             try:
@@ -107,6 +107,11 @@ class RayExecutor:
     def cancel(self) -> None:
         for ref in self.pending:
             self.ray.cancel(ref, force=True)
+
+
+def _call(fn: Callable[[Any], Any], arg: Any) -> Any:
+    """A task: ``fn(arg)`` on a worker (``fn`` may be any picklable callable, as the engine's `Guarded` units)."""
+    return fn(arg)
 
 
 class RayShip:
@@ -145,6 +150,10 @@ class RayShip:
         st.svc.save_extraction(u.conv.sample_id, res["state"] or {}, [tuple(t) for t in res["trace"]])
         store_cache_rows(self.cache_root, res["cache"], embeddings_path(u.cell.cfg.run.cache_dir))
         return {k: res[k] for k in ("table", "failures", "models", "where", "seconds")}
+
+    def land_answer(self, u: AnswerUnit, res: dict[str, Any]) -> None:
+        """Store the model responses and vectors an answering task fetched (a rerun then makes no call)."""
+        store_cache_rows(self.cache_root, res["cache"], embeddings_path(u.cell.cfg.run.cache_dir))
 
     def expect(self, engine: Engine, units: list[AnswerUnit]) -> None:
         for u in units:
@@ -195,7 +204,8 @@ def run_grid_ray(config: ExperimentConfig | str | Path | None = None, results: s
             cfgs, prevs = [cfg0], [prev0]
         else:
             cfgs = ExperimentConfig.of(config, overrides, caller="run_grid_ray").expand()
-            cfgs = [c.with_overrides({"run.executor": "ray"}) for c in cfgs]  # checked as run: before Ray starts
+            for c in cfgs:
+                c.with_overrides({"run.executor": "ray"})  # the config's checks, with the executor that runs it
             prevs = [{} for _ in cfgs]
         stop = held.enter_context(remembered_interrupts())
         return _run_grid(cfgs, prevs, results_root(results, resume), resume, progress, address, unit_hook, held,

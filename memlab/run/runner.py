@@ -97,7 +97,8 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
                    overrides: dict[str, Any] | list[str] | None = None, force_config: bool = False,
                    trust_run_config: bool = False, extractor: Extractor | None = None,
                    answerer: Answerer | None = None, system: MemorySystem | None = None, judge: Judge | None = None,
-                   searcher: Searcher | None = None, embedder: Embedder | None = None, reuse: bool = False) -> Run:
+                   searcher: Searcher | None = None, embedder: Embedder | None = None, reuse: bool = False,
+                   executor: str | None = None) -> Run:
     """Run one experiment (a config without a grid) and return its `Run`.
 
     ``resume`` finishes a killed or errored run (its errored questions are answered again) while holding the
@@ -110,6 +111,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
     SIGTERM stop the run as ``interrupted``; a storage error (disk full, read-only folder) marks it ``failed``
     and is raised as `RunStorageError` naming the path. ``reuse`` returns the newest complete run of the same
     config, data and code under the results root instead of running it again (`memlab.run.reuse`), and says so.
+    ``executor`` (default ``run.executor``) is where it runs: ``ray`` hands it to `memlab.run.ray_executor`.
     """
     t_start = time.perf_counter()
     allow_calls()  # an interrupted run earlier in this process cancelled model calls; this one may call
@@ -121,7 +123,9 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
         raise ConfigError("run_experiment: reuse=True with your own component objects (extractor, answerer, "
                           "system, judge, searcher, embedder): a run "
                           "folder cannot tell whether it used the same objects; drop reuse or the objects")
-    if cfg.run.executor != "local":  # honoured, not ignored: the grid driver of that executor runs it
+    kind = executor or cfg.run.executor
+    if kind != "local":  # honoured, not ignored: that executor's driver runs it (after the config's checks)
+        cfg.with_overrides({"run.executor": kind})
         return _on_executor(cfg, results, resume, progress, overrides, force_config, trust_run_config, reuse,
                             extractor, answerer, system, judge, searcher, embedder)
     with contextlib.ExitStack() as held:
@@ -249,9 +253,9 @@ def _on_executor(cfg: ExperimentConfig, results: str | Path | None, resume: str 
     from memlab.run.ray_executor import run_grid_ray
 
     if reuse or any(o is not None for o in objects):
-        raise ConfigError(f"run_experiment: run.executor = {cfg.run.executor!r} runs the configured components only "
-                          f"(no reuse=True, no extractor/answerer/system/judge/searcher/embedder objects: they "
-                          f"would not reach its workers); set run.executor=local to use them")
+        raise ConfigError("run_experiment: the ray executor runs the configured components only "
+                          "(no reuse=True, no extractor/answerer/system/judge/searcher/embedder objects: they "
+                          "would not reach its workers); run it with executor='local' to use them")
     if resume is not None:
         return run_grid_ray(resume=resume, progress=progress, overrides=overrides, force_config=force_config,
                             trust_run_config=trust_run_config)[0]
