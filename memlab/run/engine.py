@@ -398,7 +398,7 @@ class Engine:
             ship.expect(self, units)
             pairs: Iterable[tuple[AnswerUnit, Any]] = ex.map(Guarded(ship.answer_task), units,
                                                              prepare=lambda u: ship.answer_args(self, u))
-        elif units and self.model_free(units[0].cell) and all(u.cell is units[0].cell for u in units):
+        elif self.forkable(units):
             pairs = self._forked(units, logs)
         else:
             pairs = ((u, Guarded(self._answer_here(logs))(u)) for u in units)
@@ -432,23 +432,31 @@ class Engine:
             answer_batch(cell.cfg, cell.comps.answerer, cell.comps.judge, svc, u.conv, u.questions, emit)
         return run
 
-    def model_free(self, cell: Cell) -> bool:
-        return answers_without_model(cell.clients, cell.comps.answerer, self.service(cell))
+    def forkable(self, units: list[AnswerUnit]) -> bool:
+        """Answer in forked processes: one cell's units, calling no model, more than one chunk of questions."""
+        from memlab.run import answering
+
+        if not units or any(u.cell is not units[0].cell for u in units):
+            return False
+        cell = units[0].cell
+        return sum(len(u.questions) for u in units) // answering.ANSWER_CHUNK > 1 and \
+            answers_without_model(cell.clients, cell.comps.answerer, self.service(cell))
 
     def _forked(self, units: list[AnswerUnit], logs: dict[int, RecordLog]) -> Iterator[tuple[AnswerUnit, Any]]:
         """Model-free answering in forked processes, in chunks; records cross the pipe as JSON lines."""
-        from memlab.run.answering import ANSWER_CHUNK, json_lines, prepare_queries
+        from memlab.run import answering
 
         cell = units[0].cell
         svc = self.service(cell)
-        prepare_queries(svc, [(u.conv, q) for u in units for q in u.questions], progress=False)
-        chunks = [AnswerUnit(cell, u.conv, u.questions[i:i + ANSWER_CHUNK]) for u in units
-                  for i in range(0, len(u.questions), ANSWER_CHUNK)]
+        answering.prepare_queries(svc, [(u.conv, q) for u in units for q in u.questions], progress=False)
+        size = answering.ANSWER_CHUNK
+        chunks = [AnswerUnit(cell, u.conv, u.questions[i:i + size]) for u in units
+                  for i in range(0, len(u.questions), size)]
 
         def lines(u: AnswerUnit) -> list[tuple[str, str, str]]:
             out: list[tuple[str, str, str]] = []
             answer_batch(cell.cfg, cell.comps.answerer, cell.comps.judge, svc, u.conv, u.questions,
-                         lambda r: out.append(json_lines(r)))
+                         lambda r: out.append(answering.json_lines(r)))
             return out
 
         in_child = svc.after_fork if svc is not None else (lambda: None)
