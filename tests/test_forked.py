@@ -93,8 +93,7 @@ def test_a_forked_child_reads_the_store_through_its_own_connection(tmp_path):
 
 def test_only_a_model_free_arm_over_a_model_free_index_answers_in_processes(tmp_path):
     from memlab.index import HybridIndex
-    from memlab.run.engine import answers_without_model
-    from memlab.run.executors import Local
+    from memlab.run.executors import Local, answers_without_model
 
     class Roles:
         def __init__(self, *roles: str):

@@ -25,39 +25,35 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from memlab.data import Conversation, Question
-from memlab.extract.pipeline import conversation_key, extract_dataset
+from memlab.extract.pipeline import conversation_key
 from memlab.memory import MemoryService
 from memlab.progress import progress_bar
 from memlab.run.answering import RecordLog, Records, StopFlag, answer_batch, error_records, load_done
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig
-from memlab.run.executors import Executor, Failure, Guarded, add_counts
+from memlab.run.executors import Executor, Failure, Guarded, add_counts, answers_without_model
 from memlab.run.extraction import (
     BUILD_LOG,
     ExtractionFailed,
-    build_checkers,
-    build_cost,
     build_indexes,
     build_rows,
+    extract_here,
     extraction_cache_key,
     extraction_done,
     extraction_info,
     extraction_row,
     extraction_table,
+    failure_message,
     open_store,
     trace_lines,
-    worker_params,
     write_jsonl,
 )
 from memlab.run.steps import Components, Prepared
 from memlab.run.streaming import key_index_path, release_key, resident_keys, save_key_index, streams
 from memlab.threads import peak_rss_mb
-
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 @dataclass
@@ -241,14 +237,7 @@ class Engine:
 
     def _extract_here(self, u: ExtractUnit) -> dict[str, Any]:
         """An extraction unit in this process, into the driver's store."""
-        cfg, st = u.cell.cfg, self.stores[u.key]
-        table, results = extract_dataset(
-            st.svc, u.cell.p.data, u.cell.comps.extractor, reconcile=cfg.extraction.reconcile,  # type: ignore[arg-type]
-            checkers=build_checkers(cfg), conversations=[u.conv.sample_id], worker_params=worker_params(cfg),
-            build_cost=build_cost(cfg))
-        return {"table": table.reset_index().to_dict("records"),
-                "failures": [{"conversation": u.conv.sample_id, "reason": r.reason} for r in results
-                             if r.status == "failed"]}
+        return extract_here(u.cell.cfg, self.stores[u.key].svc, u.cell.p.data, u.cell.comps.extractor, u.conv)
 
     def collect_extraction(self, cell: Cell, wave: list[Conversation], results: dict[tuple[str, str], Any]) -> None:
         """The one place extraction results land for a cell: its table rows and failures, the failure rule, and the
@@ -276,15 +265,7 @@ class Engine:
         ok = [c for c in convs if all(f["conversation"] != c.sample_id for f in failed_here)]
         empty = [c.sample_id for c in ok if c.turns and st.svc.count(conversation_key(c)) == 0]
         if (failed_here or empty) and not cell.cfg.run.allow_failed_extraction:
-            lines = [f"  {f['conversation']}: {f['reason']}" for f in failed_here[:20]]
-            lines += [f"  {c}: the extractor wrote no memory for a conversation with text" for c in empty]
-            more = f"\n  ... and {len(failed_here) - 20} more failed jobs" if len(failed_here) > 20 else ""
-            kept = " (the keys answered before it are kept)" if cell.answered else ""
-            cell.failed = ExtractionFailed(
-                f"extraction failed for {len({f['conversation'] for f in failed_here} | set(empty))} conversation(s); "
-                f"not answering{kept}:\n" + "\n".join(lines) + more +
-                "\n(fix the cause and rerun: done jobs are cached; or set run.allow_failed_extraction=true to answer "
-                "anyway)")
+            cell.failed = ExtractionFailed(failure_message(failed_here, empty, kept=bool(cell.answered)))
             return
         traces = cell.run_dir / "traces"
         done = {c.sample_id for c in cell.extracted}
@@ -465,9 +446,3 @@ class Engine:
                 logs[cell.index].write_lines(res)
             yield u, (None if not isinstance(res, Failure) else res)
 
-
-def answers_without_model(clients: Any, answerer: Any, svc: Any) -> bool:
-    """Whether answering calls no model: an arm and judge that ask no client, over an index that searches without
-    one (`HybridIndex.model_free`) or no store; only then may forked processes answer (`memlab.run.forked`)."""
-    forkable = svc is None or getattr(svc.searcher, "model_free", False)
-    return forkable and not clients.roles_in_use(answerer)

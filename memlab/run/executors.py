@@ -104,6 +104,13 @@ def add_counts(into: dict[str, Any], counts: dict[str, Any]) -> None:
 
 
 
+def answers_without_model(clients: Any, answerer: Any, svc: Any) -> bool:
+    """Whether answering calls no model: an arm and judge that ask no client, over an index that searches without
+    one (`HybridIndex.model_free`) or no store; only then may forked processes answer (`memlab.run.forked`)."""
+    forkable = svc is None or getattr(svc.searcher, "model_free", False)
+    return forkable and not clients.roles_in_use(answerer)
+
+
 def run_grid(config: ExperimentConfig | str | Path | None = None, results: str | Path | None = None,
              progress: bool = True, *, executor: str | None = None, address: str | None = None,
              resume: str | Path | None = None, overrides: dict[str, Any] | list[str] | None = None,

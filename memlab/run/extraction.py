@@ -267,3 +267,28 @@ def extraction_table(rows: list[dict[str, Any]]) -> Any:
     import pandas as pd
 
     return pd.DataFrame(rows, columns=["conversation", *_TABLE_COLS]).set_index("conversation")
+
+
+def extract_here(cfg: ExperimentConfig, svc: MemoryService, data: Any, extractor: Extractor,
+                 conv: Conversation) -> dict[str, Any]:
+    """Extract one conversation into ``svc`` in this process: its `extract_dataset` counts (as records) and failed
+    jobs, as an extraction unit returns them under every executor (`memlab.run.engine`)."""
+    from memlab.extract.pipeline import extract_dataset
+
+    table, results = extract_dataset(svc, data, extractor, reconcile=cfg.extraction.reconcile,
+                                     checkers=build_checkers(cfg), conversations=[conv.sample_id],
+                                     worker_params=worker_params(cfg), build_cost=build_cost(cfg))
+    return {"table": table.reset_index().to_dict("records"),
+            "failures": [{"conversation": conv.sample_id, "reason": r.reason} for r in results if r.status == "failed"]}
+
+
+def failure_message(failed: list[dict[str, str]], empty: list[str], kept: bool) -> str:
+    """What `ExtractionFailed` says: each failed job and empty conversation, and what to do (``kept``: keys were
+    answered before it, and stay)."""
+    lines = [f"  {f['conversation']}: {f['reason']}" for f in failed[:20]]
+    lines += [f"  {c}: the extractor wrote no memory for a conversation with text" for c in empty]
+    more = f"\n  ... and {len(failed) - 20} more failed jobs" if len(failed) > 20 else ""
+    return (f"extraction failed for {len({f['conversation'] for f in failed} | set(empty))} conversation(s); not "
+            f"answering{' (the keys answered before it are kept)' if kept else ''}:\n" + "\n".join(lines) + more +
+            "\n(fix the cause and rerun: done jobs are cached; or set run.allow_failed_extraction=true to answer "
+            "anyway)")

@@ -261,7 +261,7 @@ def _run_grid(cfgs: list[ExperimentConfig], prevs: list[dict[str, Any]], root: P
     opts: dict[str, Any] = {"max_retries": retries, "retry_exceptions": False}
     if env_vars:
         opts["runtime_env"] = {"env_vars": env_vars}
-    models = {m for cfg in cfgs for r in ("extractor", "reader", "judge") if (m := role_model(cfg, r))}
+    models = {m for cfg in cfgs for r in ROLES if r != "embedder" and (m := role_model(cfg, r))}
     ex = RayExecutor(ray, opts, retries)
     snapshot = ray.put(cache_snapshot(cache_root, models, embeddings_path(cfgs[0].run.cache_dir)))
     engine = Engine(cells, ex, cache_root, stop, progress, RayShip(ex, cache_root, snapshot, unit_hook, modules))
