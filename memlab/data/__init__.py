@@ -19,6 +19,7 @@ from memlab.data.fetch import (
 from memlab.data.locomo import (
     CATEGORY_LABELS,
     Conversation,
+    Dataset,
     EvidenceIssue,
     LoadReport,
     LoCoMo,
@@ -42,7 +43,7 @@ from memlab.data.longmemeval import (
 )
 
 __all__ = [
-    "CATEGORY_LABELS", "HOW_TO_GET", "LOCOMO_SHA256", "LOCOMO_URL", "ChecksumMismatchError", "Conversation",
+    "CATEGORY_LABELS", "HOW_TO_GET", "LOCOMO_SHA256", "LOCOMO_URL", "ChecksumMismatchError", "Conversation", "Dataset",
     "DataNotFoundError", "EvidenceIssue", "LoCoMo", "LoCoMoFormatError", "LoadReport", "Observation",
     "Question", "Session", "Turn", "default_cache_path", "fetch_locomo", "format_day", "load_locomo",
     "parse_session_date",

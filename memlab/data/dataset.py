@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from memlab.data.fetch import resolve_locomo_path
-from memlab.data.locomo import LoCoMo, LoCoMoFormatError, load_locomo
+from memlab.data.locomo import Dataset, LoCoMoFormatError, load_locomo
 
 FORMATS = ("locomo", "longmemeval")
 _KEY = re.compile(r'"(sample_id|conversation|qa|question_id|haystack_sessions|question_type)"\s*:')
@@ -34,9 +34,9 @@ def detect_format(path: str | os.PathLike[str] | None = None, sniff_bytes: int =
     return "locomo" if m.group(1) in _LOCOMO_KEYS else "longmemeval"
 
 
-def load_dataset(path: str | os.PathLike[str] | None = None) -> LoCoMo:
-    """Load and validate either format (``path`` resolved like `load_locomo`'s); the result has the
-    LoCoMo interface (`LoCoMo` or its subclass `LongMemEval`)."""
+def load_dataset(path: str | os.PathLike[str] | None = None) -> Dataset:
+    """Load and validate either format (``path`` resolved like `load_locomo`'s): a `LoCoMo` or a
+    `LongMemEval`, both `Dataset`s."""
     p: Path = resolve_locomo_path(path)
     if detect_format(p) == "longmemeval":
         from memlab.data.longmemeval import load_longmemeval
@@ -45,14 +45,14 @@ def load_dataset(path: str | os.PathLike[str] | None = None) -> LoCoMo:
     return load_locomo(p)
 
 
-def dataset_name(data: LoCoMo) -> str:
+def dataset_name(data: Dataset) -> str:
     """The benchmark a loaded dataset came from."""
-    return getattr(data, "name", "locomo")
+    return data.name
 
 
-def dataset_sha256(data: LoCoMo) -> str:
+def dataset_sha256(data: Dataset) -> str:
     """The sha256 of the file a dataset was loaded from: the one its loading pass computed (LongMemEval), else
     read now."""
     from memlab.data.fetch import sha256_file
 
-    return getattr(data, "sha256", None) or sha256_file(data.report.path)
+    return data.sha256 or sha256_file(data.report.path)

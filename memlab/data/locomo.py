@@ -151,12 +151,18 @@ class LoadReport:
 
 
 @dataclass(frozen=True)
-class LoCoMo:
-    """A loaded dataset: conversations plus the load report."""
+class Dataset:
+    """A loaded benchmark: conversations (LoCoMo's dialogues or LongMemEval's haystacks) plus the load report.
+    Every stage takes a `Dataset`; the two formats are its subclasses `LoCoMo` and
+    `memlab.data.longmemeval.LongMemEval`, neither a kind of the other."""
 
     conversations: tuple[Conversation, ...]
     report: LoadReport
     category_labels: Mapping[int, str]
+    name: str = "locomo"
+    """The benchmark's name (`memlab.data.dataset.FORMATS`), recorded in run.json as ``dataset_format``."""
+    sha256: str | None = None
+    """The file's sha256 when the loading pass computed it (else `dataset_sha256` reads the file)."""
 
     def __iter__(self) -> Iterator[Conversation]:
         return iter(self.conversations)
@@ -220,6 +226,11 @@ class LoCoMo:
             "questions": sum(len(c.questions) for c in self.conversations),
             "observations": sum(len(c.observations) for c in self.conversations),
         }
+
+
+@dataclass(frozen=True)
+class LoCoMo(Dataset):
+    """A loaded LoCoMo file: one conversation per sample, with its questions and observations."""
 
 
 def format_day(d: datetime) -> str:

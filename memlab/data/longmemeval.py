@@ -1,4 +1,4 @@
-"""LongMemEval (ICLR 2025) behind the LoCoMo data interface: one `Conversation` per question.
+"""LongMemEval (ICLR 2025) behind the `Dataset` interface: one `Conversation` per question.
 
 Each LongMemEval item is a question with its **own** haystack of chat sessions, so each becomes a
 `Conversation` whose ``sample_id`` is the ``question_id`` (one user key per question) holding that
@@ -41,8 +41,8 @@ from typing import Any
 from memlab.data.json_stream import scan_items
 from memlab.data.locomo import (
     Conversation,
+    Dataset,
     LoadReport,
-    LoCoMo,
     LoCoMoFormatError,
     Question,
     Session,
@@ -111,15 +111,14 @@ class LongMemEvalReport(LoadReport):
 
 
 @dataclass(frozen=True)
-class LongMemEval(LoCoMo):
-    """A loaded LongMemEval file: one conversation (haystack) per question."""
+class LongMemEval(Dataset):
+    """A loaded LongMemEval file: one conversation (haystack) per question; ``sha256`` comes from the loading
+    pass (no second read of a gigabytes file)."""
 
     name: str = "longmemeval"
-    sha256: str | None = None
-    """The file's sha256, computed by the loading pass (no second read of a gigabytes file)."""
 
     def counts(self) -> dict[str, int]:
-        """`LoCoMo.counts` from what the loading pass noted per question (no haystack read again)."""
+        """`Dataset.counts` from what the loading pass noted per question (no haystack read again)."""
         convs = self.conversations
         return {"conversations": len(convs), "sessions": sum(c.n_sessions for c in convs),  # type: ignore[attr-defined]
                 "turns": sum(c.n_turns for c in convs), "questions": sum(len(c.questions) for c in convs),  # type: ignore[attr-defined]
