@@ -159,3 +159,35 @@ def test_a_fault_ends_the_same_way_under_every_executor(fault, executor, ray_loc
         (run,) = run_grid(resume=run_dir, executor="ray" if executor == "ray" else "local", progress=False)
         assert run.status == "complete" and len(run.predictions) == 7 and run.predictions.error.isna().all()
         assert run.info["resumed_skipped"] == got["logged"]
+
+
+def test_the_effective_executor_meets_the_configs_checks_before_ray_starts(data_path, tmp_path, monkeypatch):
+    """``--executor ray`` (not only ``run.executor``) meets the rule that a memory system runs locally, before any
+    folder exists or Ray is asked for; run_experiment and run_ablation run on ``run.executor`` (or refuse what it
+    cannot do), never silently locally."""
+    from memlab.run import ConfigError, run_ablation, run_experiment
+    from memlab.run import ray_cluster
+
+    def no_ray(*a, **k):
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(ray_cluster, "connect", no_ray)
+    cfg = _config(data_path, "local", **{"system.name": "mem0"})
+    with pytest.raises(ConfigError, match="system.name = 'mem0' runs on the local executor only"):
+        run_grid(cfg, results=tmp_path, executor="ray", progress=False)
+    with pytest.raises(ConfigError, match="system.name = 'mem0' runs on the local executor only"):
+        run_experiment(cfg, results=tmp_path, executor="ray", progress=False)
+    assert not [p for p in tmp_path.glob("*") if p.name != ".cache"]
+    on_ray = _config(data_path, "local", **{"run.executor": "ray"})
+    with pytest.raises(ConfigError, match="the ray executor runs the configured components only"):
+        run_experiment(on_ray, results=tmp_path, progress=False, answerer=object())
+    called: list[tuple] = []
+    import memlab.run.ray_executor as rx
+
+    monkeypatch.setattr(rx, "run_grid_ray", lambda cfg=None, **k: called.append((cfg, k)) or ["ran on ray"])
+    assert run_experiment(on_ray, results=tmp_path, progress=False) == "ran on ray"
+    assert run_ablation(on_ray.with_overrides({"grid": {"retrieval.top_k": [1, 2]}}), results=tmp_path,
+                        progress=False) == ["ran on ray"]
+    assert len(called) == 2 and called[1][0].grid  # the whole grid, to the Ray driver
+    (local,) = run_grid(on_ray, results=tmp_path, executor="local", progress=False)  # --executor local: here
+    assert local.info["executor"]["kind"] == "local" and len(called) == 2
