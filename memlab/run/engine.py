@@ -23,17 +23,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memlab.data import Conversation, Question
 from memlab.extract.pipeline import conversation_key
-from memlab.memory import MemoryService
 from memlab.progress import progress_bar
 from memlab.run.answering import RecordLog, Records, StopFlag, answer_batch, error_records, load_done
-from memlab.run.clients import Clients
-from memlab.run.config import ExperimentConfig
 from memlab.run.executors import Executor, Failure, Guarded, add_counts, answers_without_model
 from memlab.run.extraction import (
     BUILD_LOG,
@@ -51,72 +47,9 @@ from memlab.run.extraction import (
     trace_lines,
     write_jsonl,
 )
-from memlab.run.steps import Components, Prepared
 from memlab.run.streaming import key_index_path, release_key, resident_keys, save_key_index, streams
+from memlab.run.units import AnswerUnit, Cell, ExtractUnit, Store
 from memlab.threads import peak_rss_mb
-
-
-@dataclass
-class Store:
-    """One extraction cache key's store (shared by the cells that extract alike)."""
-
-    svc: MemoryService
-    cdir: Path
-    durable: bool
-    streamed: bool
-
-
-@dataclass
-class Cell:
-    """One run the engine executes (a grid has several): its validated inputs, components, folder and tallies."""
-
-    index: int
-    p: Prepared
-    comps: Components
-    run_dir: Path
-    info: dict[str, Any]
-    clients: Clients
-    timings: dict[str, float] = field(default_factory=dict)
-    service: Any = None
-    """The memories the arms read when not memlab's extraction (a `memlab.systems` service)."""
-    done: int = 0
-    todo: list[tuple[Conversation, Question]] = field(default_factory=list)
-    ext_key: str | None = None
-    failed: BaseException | None = None
-    units: list[dict[str, Any]] = field(default_factory=list)
-    models: dict[str, Any] = field(default_factory=dict)
-    answered: int = 0
-    table: list[dict[str, Any]] = field(default_factory=list)
-    failures: list[dict[str, str]] = field(default_factory=list)
-    extracted: list[Conversation] = field(default_factory=list)
-    memories: int = 0
-    most: int = 0
-    t_start: float = 0.0
-    peak: dict[str, float] = field(default_factory=dict)
-    """This process's peak RSS (MB) after each stage (`memlab.threads.peak_rss_mb`)."""
-
-    @property
-    def cfg(self) -> ExperimentConfig:
-        return self.p.cfg
-
-    @property
-    def extracts(self) -> bool:
-        """Its memories come from memlab's extraction stage (an arm that reads memory, not on a system)."""
-        return bool(self.comps.answerer.needs_memory) and not self.comps.on_system
-
-
-@dataclass
-class ExtractUnit:
-    cell: Cell
-    conv: Conversation
-    key: str
-
-
-@dataclass
-class AnswerUnit:
-    cell: Cell
-    conv: Conversation
-    questions: list[Question]
 
 
 class Engine:
@@ -131,6 +64,7 @@ class Engine:
         self.stores: dict[str, Store] = {}
         self.seen: set[tuple[str, str]] = set()
         self.ran: set[tuple[str, str]] = set()  # extraction units that ran in this session
+        self.bar: Any = None  # the answering progress bar of the wave being answered
 
     # ------------------------------------------------------------------------------------------------ plan
     def open(self) -> None:
@@ -176,10 +110,10 @@ class Engine:
                            disable=not self.progress or len(waves) == 1)
         for wave in bar:
             self.extract(wave)
+            for cell in self.cells:  # run.json says what was extracted, before answering (a failure keeps it)
+                self.record_extraction(cell, streamed=len(waves) > 1)
             self.index(wave)
-            self.answer(wave)
-        for cell in self.cells:
-            self.record_extraction(cell, streamed=len(waves) > 1)
+            self.answer(wave, bar=len(waves) == 1)
 
     def raise_failed(self) -> None:
         """Raise the failed extraction of the cells that stopped (the others are scored first)."""
@@ -335,7 +269,7 @@ class Engine:
             return cell.service
         return self.stores[cell.ext_key].svc if cell.ext_key is not None else None
 
-    def answer(self, wave: list[Conversation]) -> None:
+    def answer(self, wave: list[Conversation], bar: bool = True) -> None:
         """Answer the wave's questions still to do, one unit per (cell, conversation), collected in one place; then
         release a streamed wave's keys."""
         t0 = time.perf_counter()
@@ -357,9 +291,13 @@ class Engine:
                     continue
                 units.append(AnswerUnit(cell, convs[cid], qs))
         logs = {cell.index: RecordLog(cell.run_dir) for cell in self.cells}
+        arms = ", ".join(dict.fromkeys(c.cfg.answer.arm for c in self.cells))
+        self.bar = progress_bar(total=sum(len(u.questions) for u in units), desc=f"answer ({arms})",
+                                disable=not (self.progress and bar), leave=False)
         try:
             self._answer_units(units, logs)
         finally:
+            self.bar.close()
             for log in logs.values():
                 log.close()
             for cell in self.cells:
@@ -396,12 +334,14 @@ class Engine:
                 cell.units.append({"unit": f"answer {u.conv.sample_id}", "questions": len(u.questions),
                                    **res["where"], "seconds": res["seconds"]})
             cell.answered += len(u.questions)
+            if not isinstance(res, int):  # in this process each question was counted as it finished
+                self.bar.update(len(u.questions))
             self.stop.stop()
 
-    def _answer_here(self, logs: dict[int, RecordLog]) -> Callable[[AnswerUnit], None]:
+    def _answer_here(self, logs: dict[int, RecordLog]) -> Callable[[AnswerUnit], int]:
         from memlab.run.answering import prepare_queries
 
-        def run(u: AnswerUnit) -> None:
+        def run(u: AnswerUnit) -> int:
             cell = u.cell
             svc = self.service(cell)
             prepare_queries(svc, [(u.conv, q) for q in u.questions], progress=False)
@@ -409,8 +349,10 @@ class Engine:
             def emit(recs: Records) -> None:
                 self.stop.stop()  # an answer made while Ctrl-C was swallowed is not kept
                 logs[cell.index].write([recs])
+                self.bar.update()
 
             answer_batch(cell.cfg, cell.comps.answerer, cell.comps.judge, svc, u.conv, u.questions, emit)
+            return len(u.questions)
         return run
 
     def forkable(self, units: list[AnswerUnit]) -> bool:

@@ -33,7 +33,7 @@ from memlab.run.clients import Clients, check_endpoints, role_model
 from memlab.run.components import user_component_modules
 from memlab.run.config import ExperimentConfig
 from memlab.run.config_models import ROLES
-from memlab.run.engine import AnswerUnit, Cell, Engine, ExtractUnit
+from memlab.run.engine import Engine
 from memlab.run.executors import Failure, is_fatal
 from memlab.run.ray_cluster import connect, in_window, task_error, window_size, workers_know
 from memlab.run.ray_units import (  # noqa: F401 - the worker side, public here too
@@ -63,6 +63,7 @@ from memlab.run.steps import (
     write_run_json,
 )
 from memlab.run.streaming import key_index_blob, release_key, save_key_index
+from memlab.run.units import AnswerUnit, Cell, ExtractUnit
 from memlab.rundir import RunLock, open_run_dir, results_root
 from memlab.threads import peak_rss_mb
 

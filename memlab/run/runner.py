@@ -31,7 +31,7 @@ from memlab.run.answering import StopFlag, Terminated, remembered_interrupts
 from memlab.run.clients import Clients, check_endpoints
 from memlab.run.components import component_label
 from memlab.run.config import ConfigError, ExperimentConfig, parse_sets
-from memlab.run.engine import Cell, Engine
+from memlab.run.engine import Engine
 from memlab.run.executors import Local
 from memlab.run.results import Run, RunFileError, load_run, read_config, read_run_json
 from memlab.run.reuse import copy_as, renamed_twin, reusable_run
@@ -53,6 +53,7 @@ from memlab.run.steps import (  # noqa: F401 - RunStorageError, is_storage_error
 )
 from memlab.run.systems import build_system, run_system
 from memlab.run.trust import check_trust
+from memlab.run.units import Cell
 from memlab.rundir import RunLock, open_run_dir, results_root
 from memlab.systems import MemorySystem
 from memlab.threads import peak_rss_mb, set_threads
