@@ -165,8 +165,7 @@ def test_the_effective_executor_meets_the_configs_checks_before_ray_starts(data_
     """``--executor ray`` (not only ``run.executor``) meets the rule that a memory system runs locally, before any
     folder exists or Ray is asked for; run_experiment and run_ablation run on ``run.executor`` (or refuse what it
     cannot do), never silently locally."""
-    from memlab.run import ConfigError, run_ablation, run_experiment
-    from memlab.run import ray_cluster
+    from memlab.run import ConfigError, ray_cluster, run_ablation, run_experiment
 
     def no_ray(*a, **k):
         raise AssertionError("Ray was started")
@@ -191,3 +190,27 @@ def test_the_effective_executor_meets_the_configs_checks_before_ray_starts(data_
     assert len(called) == 2 and called[1][0].grid  # the whole grid, to the Ray driver
     (local,) = run_grid(on_ray, results=tmp_path, executor="local", progress=False)  # --executor local: here
     assert local.info["executor"]["kind"] == "local" and len(called) == 2
+
+
+def test_joining_ray_keeps_the_runs_sigterm_handler(monkeypatch):
+    """``ray.init`` installs its own SIGTERM handler (a SystemExit): the driver keeps the run's, so a SIGTERM'd Ray
+    run ends ``interrupted`` as a local one does."""
+    from memlab.run import ray_cluster
+
+    class FakeRay:
+        def is_initialized(self):
+            return False
+
+        def init(self, **kw):  # what ray.init does to the driver's SIGTERM handler
+            signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(SystemExit(s)))
+
+    def runs_handler(signum, frame):
+        pass
+
+    old = signal.signal(signal.SIGTERM, runs_handler)
+    try:
+        monkeypatch.setattr(ray_cluster, "import_ray", FakeRay)
+        ray_cluster.connect(None)
+        assert signal.getsignal(signal.SIGTERM) is runs_handler
+    finally:
+        signal.signal(signal.SIGTERM, old)
