@@ -60,7 +60,8 @@ class Engine:
         self.cells, self.executor, self.cache_root, self.stop = cells, executor, cache_root, stop
         self.progress = progress
         self.ship = ship
-        """A shipping executor's unit bodies (`memlab.run.ray_units`: ``extract_task``/``land``/``answer_task``)."""
+        """A shipping executor's side of its units (`memlab.run.ray_executor.RayShip`): the task bodies, what each
+        is sent (``extract_args``/``answer_args``) and where its results land (``land``/``land_answer``)."""
         self.stores: dict[str, Store] = {}
         self.seen: set[tuple[str, str]] = set()
         self.ran: set[tuple[str, str]] = set()  # extraction units that ran in this session

@@ -61,8 +61,6 @@ class Executor(Protocol):
     ships: bool
     width: int
 
-    def put(self, obj: Any) -> Any: ...
-
     def map(self, fn: Callable[[Any], Any], units: list[T], prepare: Callable[[T], Any] | None = None,
             in_child: Callable[[], None] | None = None) -> Iterator[tuple[T, Any]]: ...
 
@@ -80,9 +78,6 @@ class Local:
         self.threads = threads
         self.processes = 1
         """How many processes the last forked ``map`` used (run.json ``executor.answer_processes``)."""
-
-    def put(self, obj: Any) -> Any:
-        return obj
 
     def map(self, fn: Callable[[Any], Any], units: list[T], prepare: Callable[[T], Any] | None = None,
             in_child: Callable[[], None] | None = None) -> Iterator[tuple[T, Any]]:
