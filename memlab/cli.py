@@ -36,12 +36,12 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from memlab.data import dataset_name, load_dataset
+    from memlab.data import LongMemEval, dataset_name, load_dataset
 
     data = load_dataset(args.path)  # LoCoMo or LongMemEval, told by the file's fields
     print(f"{data.report.path}")
     print(f"format {dataset_name(data)}, " + ", ".join(f"{k} {v:,}" for k, v in data.counts().items()))
-    if hasattr(data, "type_counts"):
+    if isinstance(data, LongMemEval):
         print("questions per type (abstention ones also counted in their type): "
               + ", ".join(f"{k} {v}" for k, v in data.type_counts().items()))
     rows = data.category_stats()

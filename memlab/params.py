@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from memlab.constraints import (  # noqa: F401  (re-exported: declared beside the parameters they constrain)
     MODEL_NAME,
@@ -36,6 +36,14 @@ from memlab.constraints import (  # noqa: F401  (re-exported: declared beside th
     Range,
     Trust,
 )
+
+
+@runtime_checkable
+class CacheIdentified(Protocol):
+    """An object that names itself in cache keys and run.json (``cache_id()``): a component, a user's searcher or
+    embedder object; checked with ``isinstance`` where a setting or a component is labelled."""
+
+    def cache_id(self) -> str: ...
 
 
 class _Required:
@@ -267,7 +275,7 @@ def param_id(name: str, v: Any) -> str:
         return v if _PLAIN.fullmatch(v) else json.dumps(v)
     if v is None or isinstance(v, (bool, int, float)):
         return json.dumps(v)
-    if callable(getattr(v, "cache_id", None)):
+    if isinstance(v, CacheIdentified):
         return v.cache_id()
     if isinstance(v, ModelClient):
         return f"{v.model}@{normalise_endpoint(v.api_base) or 'provider'}"

@@ -13,8 +13,10 @@ type's field names are looked up once.
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import types
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 T = TypeVar("T")
 
@@ -68,3 +70,83 @@ def from_fields(cls: type[T], d: Mapping[str, Any], where: str, error: type[Exce
         return cls(**d)
     except TypeError as e:
         raise error(f"{where}: {cls.__name__}: {e}") from None
+
+
+def check_version(d: Mapping[str, Any], current: int, where: str, error: type[Exception] = ValueError) -> None:
+    """A record read back carries ``schema`` (none: written before records were versioned, read as ``current``);
+    another version is ``error`` naming ``where`` and both versions, never a record half understood."""
+    version = d.get("schema", current)
+    if version != current or type(version) is not int:
+        raise error(f"{where}: schema version {version!r}; this memlab reads version {current}")
+
+
+def _name(tp: Any) -> str:
+    if tp is type(None):
+        return "null"
+    if tp is Any:
+        return "anything"
+    args, origin = get_args(tp), get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_name(a) for a in args)
+    if origin is Literal:
+        return "one of " + ", ".join(map(repr, args))
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(_name(a) for a in args)}]"
+    if is_typeddict(tp):
+        return f"an object ({tp.__name__})"
+    return {"str": "text", "int": "an integer", "float": "a number", "bool": "true/false"}.get(tp.__name__, tp.__name__)
+
+
+def type_problem(value: Any, tp: Any, path: str) -> str | None:
+    """Where ``value`` (as JSON reads it) is not of type ``tp``: ``path`` of the first bad value, what was expected
+    and what it is; None when it fits. A `TypedDict` is checked key by key (keys it does not name are allowed)."""
+    if tp is Any:
+        return None
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (Union, types.UnionType):
+        problems = [type_problem(value, a, path) for a in args]
+        if all(problems):
+            return next((p for p in problems if not p.startswith(f"{path}:")), None) or \
+                f"{path}: expected {_name(tp)}, got {type(value).__name__} {value!r:.60}"
+        return None
+    if origin is Literal:
+        ok = value in args
+    elif tp is type(None):
+        ok = value is None
+    elif tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    elif tp is float:
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    elif tp is str:
+        ok = isinstance(value, str)
+    elif is_typeddict(tp):
+        if not isinstance(value, dict):
+            return f"{path}: expected {_name(tp)}, got {type(value).__name__} {value!r:.60}"
+        hints = get_type_hints(tp)
+        return next((p for k, v in value.items() if k in hints
+                     and (p := type_problem(v, hints[k], f"{path}.{k}")) is not None), None)
+    elif origin in (list, tuple) or tp in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            return f"{path}: expected {_name(tp)}, got {type(value).__name__} {value!r:.60}"
+        item = args[0] if args else Any
+        return next((p for i, v in enumerate(value) if (p := type_problem(v, item, f"{path}[{i}]")) is not None), None)
+    elif origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            return f"{path}: expected {_name(tp)}, got {type(value).__name__} {value!r:.60}"
+        kt, vt = args if args else (Any, Any)
+        return next((p for k, v in value.items() if (p := type_problem(k, kt, f"{path} key {k!r}")
+                                                     or type_problem(v, vt, f"{path}.{k}")) is not None), None)
+    else:
+        ok = isinstance(value, tp)
+    return None if ok else f"{path}: expected {_name(tp)}, got {type(value).__name__} {value!r:.60}"
+
+
+def check_types(cls: type, d: Mapping[str, Any], where: str, error: type[Exception] = ValueError) -> None:
+    """Every value of ``d`` that names a field of dataclass ``cls`` is of the field's type, else ``error`` naming
+    ``where`` (the file), the field (its path inside nested objects), what was expected and what is there."""
+    hints = get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in d and (problem := type_problem(d[f.name], hints[f.name], f.name)) is not None:
+            raise error(f"{where}: field {problem}")

@@ -259,7 +259,8 @@ def load_extraction(run_dir: str | Path) -> pd.DataFrame:
 def load_memories(run_dir: str | Path) -> pd.DataFrame:
     """A run folder's memories trace (`Traces.memories`): what the store held when answering began."""
     mem_path = Path(run_dir) / "traces" / "memories.jsonl"
-    mems = pd.DataFrame([m.to_dict() for m in read_jsonl(mem_path, MemoryRecord)] if mem_path.is_file() else [])
+    mems = pd.DataFrame([{k: v for k, v in m.to_dict().items() if k != "schema"}  # checked on read, not a column
+                         for m in read_jsonl(mem_path, MemoryRecord)] if mem_path.is_file() else [])
     if not len(mems):
         mems = pd.DataFrame(columns=["conversation", "id", "text", "kind", "event_time", "source_ids"])
     return mems

@@ -53,33 +53,54 @@ def test_a_bad_setting_is_a_config_error_naming_it(key, value, message):
         cfg_with(**{key: value})
 
 
-def test_settings_reach_the_cache_keys_and_run_json(synthetic_path, tmp_path, monkeypatch):
-    """Two values of each setting: two extraction cache keys, two saved indexes, two embedding ids (in the machine
-    cache), two answer arm labels; run.json records every setting with its default filled in."""
+DEFAULT_PARAMS = {"extractor": {"sentences": 1}, "answerer": {"rank": 1}, "judge": None, "embedder": {"dim": 64},
+                  "keyword": {"min_chars": 1}, "sparse": None}
+
+
+def _signature(run, root) -> dict:
+    """What a setting can reach: each component's recorded settings, the extraction cache key and the labels, the
+    answers' rules, and the saved indexes and embedding ids in the machine cache (both so far under ``root``)."""
+    db = root / "machine-cache" / "embeddings.sqlite"
+    return {"params": run.info["components"]["params"], "cache_key": run.info["extraction"]["cache_key"],
+            "extractor": run.info["extraction"]["extractor"], "answerer": run.info["components"]["answerer"],
+            "rules": set(run.predictions.rule),
+            "indexes": {str(p.relative_to(root)) for p in root.rglob("index-*.npz")},
+            "memories": {json.loads(x)["text"] for x in open(run.run_dir / "traces" / "memories.jsonl")},
+            "eids": {r[0] for r in sqlite3.connect(db).execute("SELECT DISTINCT eid FROM emb")}}
+
+
+#: One setting changed from its default, and what that alone must change in the run (`_signature`'s keys).
+ONE_SETTING = [
+    ("extraction__params", {"sentences": 2}, {"extractor": {"sentences": 2}},
+     {"cache_key", "extractor", "memories", "indexes"}),
+    ("answer__params", {"rank": 2}, {"answerer": {"rank": 2}}, {"answerer", "rules"}),
+    ("index__embedder_params", {"dim": 32}, {"embedder": {"dim": 32}}, {"indexes", "eids"}),
+    ("index__keyword_params", {"min_chars": 4}, {"keyword": {"min_chars": 4}}, {"indexes"}),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "params", "changes"), ONE_SETTING, ids=[c[0] for c in ONE_SETTING])
+def test_one_setting_reaches_its_cache_keys_and_run_json(synthetic_path, tmp_path, monkeypatch, key, value, params,
+                                                          changes):
+    """Each setting changed alone from a run at the defaults: run.json records it (the others keep their defaults)
+    and it moves exactly the cache keys, labels and saved state it belongs to, so a setting that stopped reaching
+    its component, or reached another's, fails."""
     monkeypatch.setenv("MEMLAB_CACHE_DIR", str(tmp_path / "machine-cache"))
-    one = run_experiment(cfg_with(synthetic_path), results=tmp_path, progress=False)
-    two = run_experiment(cfg_with(synthetic_path, extraction__params={"sentences": 2}, answer__params={"rank": 2},
-                                  index__embedder_params={"dim": 32}, index__keyword_params={"min_chars": 4}),
-                         results=tmp_path, progress=False)
-    assert one.info["components"]["params"] == {"extractor": {"sentences": 1}, "answerer": {"rank": 1},
-                                                "judge": None, "embedder": {"dim": 64}, "keyword": {"min_chars": 1},
-                                                "sparse": None}
-    assert two.info["components"]["params"] == {"extractor": {"sentences": 2}, "answerer": {"rank": 2},
-                                                "judge": None, "embedder": {"dim": 32}, "keyword": {"min_chars": 4},
-                                                "sparse": None}
-    assert two.info["config"]["index"]["keyword_params"] == {"min_chars": 4}
-    assert one.info["extraction"]["cache_key"] != two.info["extraction"]["cache_key"]
-    assert two.info["extraction"]["extractor"] == "example-first-sentence(2)"
-    assert two.info["components"]["answerer"] == "example-top-memory(2)"
-    indexes = sorted(p.name for p in tmp_path.rglob("index-*.npz"))
-    assert len(indexes) == 2, indexes  # one index per (extraction, index settings)
-    db = tmp_path / "machine-cache" / "embeddings.sqlite"
-    eids = {r[0] for r in sqlite3.connect(db).execute("SELECT DISTINCT eid FROM emb")}
-    assert eids == {"example-hashing(64)", "example-hashing(32)"}
-    # the settings did reach the components: the second sentence is stored, the answer comes from rank 2
-    texts = {json.loads(x)["text"] for x in open(two.run_dir / "traces" / "memories.jsonl")}
-    assert any(t.count(".") + t.count("!") + t.count("?") >= 2 for t in texts)
-    assert set(two.predictions.rule) == {"memory at rank 2"}
+    base = run_experiment(cfg_with(synthetic_path), results=tmp_path, progress=False)
+    before = _signature(base, tmp_path)
+    run = run_experiment(cfg_with(synthetic_path, **{key: value}), results=tmp_path, progress=False)
+    after = _signature(run, tmp_path)
+    assert before["params"] == DEFAULT_PARAMS and after["params"] == {**DEFAULT_PARAMS, **params}
+    section, name = key.split("__")
+    assert run.info["config"][section][name] == value
+    assert {k for k in before if k != "params" and before[k] != after[k]} == changes
+    if "memories" in changes:  # the extractor keeps two sentences of a turn now
+        assert any(t.count(".") + t.count("!") + t.count("?") >= 2 for t in after["memories"])
+        assert after["extractor"] == "example-first-sentence(2)"
+    if "rules" in changes:  # the answer comes from rank 2
+        assert after["answerer"] == "example-top-memory(2)" and after["rules"] == {"memory at rank 2"}
+    if "eids" in changes:  # the embedder's id in the machine cache carries its setting
+        assert after["eids"] - before["eids"] == {"example-hashing(32)"}
 
 
 def test_sparse_settings_reach_validation_the_index_and_run_json(synthetic_path, tmp_path):

@@ -13,6 +13,8 @@ from memlab.memory import (
     SQLiteMemoryService,
     UserKey,
 )
+from memlab.memory.service import op_log_frame
+from memlab.memory.shipping import export_index, export_rows, import_index, import_rows
 
 A = UserKey("app", "alice")
 B = UserKey("app", "bob")
@@ -42,7 +44,7 @@ def test_crud_and_op_log(svc):
     assert results == [("add", "added"), ("add", "exists"), ("update", "updated"), ("update", "not_found"),
                        ("delete", "absent"), ("delete", "deleted")]
     assert [r.seq for r in svc.op_log()] == sorted(r.seq for r in svc.op_log())
-    frame = svc.op_log_frame()
+    frame = op_log_frame(svc)
     assert list(frame["op"]) == ["add", "add", "update", "update", "delete", "delete"]
 
 
@@ -189,16 +191,16 @@ def test_a_key_copied_through_export_and_import_searches_the_same(svc):
     svc.search(A, "dog")  # builds A's index
     other = open_service("memory")
     other.add(A, "a stale memory the copy replaces", kind="fact")
-    other.import_rows(A, svc.export_rows(A))
+    import_rows(other, A, export_rows(svc, A))
     assert [e.to_dict() for e in other.list(A)] == [e.to_dict() for e in svc.list(A)]
-    assert other.import_index(A, svc.export_index(A)) is True  # the exporter's fit, not a new one
+    assert import_index(other, A, export_index(svc, A)) is True  # the exporter's fit, not a new one
     assert [(h.id, h.score) for h in other.search(A, "dog")] == [(h.id, h.score) for h in svc.search(A, "dog")]
-    assert other.count(B) == 0 and other.export_index(B) is None  # nothing of another key came along
+    assert other.count(B) == 0 and export_index(other, B) is None  # nothing of another key came along
     other.add(B, "Bob plays chess", kind="fact")
     with pytest.raises(ValueError, match="belongs to"):
-        other.import_rows(B, svc.export_rows(A))
+        import_rows(other, B, export_rows(svc, A))
     assert [e.text for e in other.list(B)] == ["Bob plays chess"]  # a refused copy leaves the key as it was
-    assert other.import_index(A, None) is False
+    assert import_index(other, A, None) is False
 
 
 def test_a_scopes_extraction_trace_reads_only_that_scope_in_the_order_written(svc):

@@ -11,7 +11,8 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from memlab.answer.extractive import FILLER, ExtractiveAnswerer
+from memlab.answer import extractive
+from memlab.answer.extractive import ExtractiveAnswerer
 from memlab.index import HybridIndex
 from memlab.index.keyword import BM25Scorer, TfidfScorer
 from memlab.index.text import stem, stop_words
@@ -89,23 +90,43 @@ def test_sqlite_count_is_the_number_of_stored_memories(tmp_path):
     assert svc.count(UserKey("app", "other")) == 0
 
 
-def _novel_as_before(clause: str, qstems: set[str], drop_filler: bool) -> list[str]:
-    """The reader's novel-word rule as it was written before the per-clause cache."""
-    stops = stop_words()
-    return [w for w in clause.split() if (core := w.strip(".,!?;:\"'()").lower())
-            and core not in stops and stem(core.split("'")[0]) not in qstems
-            and not (drop_filler and core in FILLER)]
+CLAUSES = ["Caroline's really into (pottery) now!", "I've just 'finally' finished the Sunday painting...", "", "  ",
+           "It was the best, really... named it 'Sunrise'", "''", "Mel & Caroline's kids' races"]
+QUESTIONS = ["What did Caroline paint on Sunday?", "Who named the painting?", "What races did Mel run?"]
+
+
+def _qstems(q: str) -> set[str]:
+    return {stem(w) for w in q.lower().replace("?", "").split() if w not in stop_words()}
 
 
 @pytest.mark.parametrize("drop_filler", [True, False])
-def test_novel_words_from_the_clause_cache_equal_the_rule(drop_filler):
-    reader = ExtractiveAnswerer(drop_filler=drop_filler)
-    clauses = ["Caroline's really into (pottery) now!", "I've just 'finally' finished the Sunday painting...",
-               "", "  ", "It was the best, really... named it 'Sunrise'", "''", "Mel & Caroline's kids' races"]
-    for q in ["What did Caroline paint on Sunday?", "Who named the painting?", "What races did Mel run?"]:
-        qstems = {stem(w) for w in q.lower().replace("?", "").split() if w not in stop_words()}
-        for c in clauses:
-            assert reader.novel_words(c, qstems)[0] == _novel_as_before(c, qstems, drop_filler)
+def test_novel_words_from_the_clause_cache_equal_the_uncached_rule(drop_filler, monkeypatch):
+    """The per-clause cache (`_word_stems`, keyed by the clause text alone) serves every question and both filler
+    settings: what the reader reads from it equals what its own rule gives uncached (``__wrapped__``), read in an
+    interleaved order so that a cached entry is reused under other questions and the other setting."""
+    readers = {df: ExtractiveAnswerer(drop_filler=df) for df in (True, False)}
+    pairs = [(q, c) for q in QUESTIONS for c in CLAUSES]
+    cached = [(readers[not drop_filler].novel_words(c, _qstems(q)), readers[drop_filler].novel_words(c, _qstems(q)))
+              for q, c in pairs]
+    assert extractive._word_stems.cache_info().hits > 0  # the cache was read, not only filled
+    monkeypatch.setattr(extractive, "_word_stems", extractive._word_stems.__wrapped__)
+    uncached = [(readers[not drop_filler].novel_words(c, _qstems(q)), readers[drop_filler].novel_words(c, _qstems(q)))
+                for q, c in pairs]
+    assert cached == uncached
+
+
+def test_novel_words_keep_the_words_as_written_without_stop_words_question_stems_or_filler():
+    """The rule on hand-checked examples: a word is kept as written (punctuation too) and compared by the stem of
+    its core; the question's stems ("Caroline's", "painting" for "paint"), stop words and, with ``drop_filler``,
+    filler ("really", "just", "finally") are left out."""
+    qs = _qstems("What did Caroline paint on Sunday?")
+    with_filler, without = ExtractiveAnswerer(drop_filler=False), ExtractiveAnswerer(drop_filler=True)
+    assert without.novel_words("Caroline's really into (pottery) now!", qs) == (["(pottery)"], {"potteri"})
+    assert with_filler.novel_words("Caroline's really into (pottery) now!", qs)[0] == ["really", "(pottery)"]
+    clause = "I've just 'finally' finished the Sunday painting..."
+    assert without.novel_words(clause, qs)[0] == ["I've", "finished"]
+    assert with_filler.novel_words(clause, qs)[0] == ["I've", "just", "'finally'", "finished"]
+    assert without.novel_words("", qs) == ([], set()) and without.novel_words("''", qs) == ([], set())
 
 
 @dataclasses.dataclass

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import numpy as np
 
 from memlab.answer import Answer, Answerer, Judge
 from memlab.index import HybridIndex
-from memlab.index.fusion import LIST_NAMES, RankedList
+from memlab.index.fusion import LIST_NAMES, RankedList, RRFFusion
 from memlab.index.ranking import PRODUCERS, RankRequest, dense_list, keyword_list
 from memlab.llm import Usage
 from memlab.memory import InMemoryMemoryService, SearchOptions, UserKey
@@ -30,9 +32,36 @@ def _ids(svc, **opts) -> list[tuple[str, float, int | None, int | None]]:
     return [(h.id, round(h.score, 6), h.keyword_rank, h.fused_rank) for h in res.hits]
 
 
-def test_producers_are_in_fusion_order():
-    req_names = [p.__name__.removesuffix("_list") for p in PRODUCERS]
-    assert req_names == list(LIST_NAMES)  # RRF sums in this order: reordering would move scores
+def test_each_producer_makes_the_list_named_at_its_place_and_fusion_sums_them_in_that_order(monkeypatch):
+    """What the producers make on a real search with every list on (turn unit over turns and the notes citing them,
+    a sparse scorer, session text), and what the fusion receives: RRF sums in this order, so a producer moved,
+    or a list renamed, would move scores."""
+    made: list[str | None] = []
+
+    def recorded(producer):
+        def produce(req: RankRequest) -> RankedList | None:
+            lst = producer(req)
+            made.append(None if lst is None else lst.name)
+            return lst
+        return produce
+
+    class Recording(HybridIndex):
+        producers = tuple(recorded(p) for p in PRODUCERS)
+
+    fused: list[list[str]] = []
+    fuse = RRFFusion.fuse
+    monkeypatch.setattr(RRFFusion, "fuse", lambda self, lists, n: fused.append([x.name for x in lists])
+                        or fuse(self, lists, n))
+    svc = InMemoryMemoryService(Recording(sparse="bm25", session_text=True))
+    day = datetime(2023, 5, 7, tzinfo=timezone.utc)
+    for i, (who, text) in enumerate([("Caroline", "I went to the LGBTQ support group yesterday"),
+                                     ("Melanie", "I painted a sunrise over the lake"),
+                                     ("Caroline", "The support group helped me a lot")], start=1):
+        svc.add(K, f"{who}: {text}", kind="episode", event_time=day, participants=[who], source_ids=[f"D1:{i}"])
+    svc.add(K, "Caroline attends a support group", kind="fact", source_ids=["D1:1", "D1:3"])
+    svc.search(K, SearchOptions(query="Caroline support group", unit="turn", dedupe=False))
+    assert made == list(LIST_NAMES)  # every producer made a list, the one named at its place
+    assert fused == [list(LIST_NAMES)]  # and the fusion got them in that order
 
 
 def test_an_index_with_the_dense_producer_only_ranks_as_dense_search():

@@ -125,9 +125,10 @@ def test_units_run_anywhere_from_what_they_are_sent(data_path, tmp_path):
     assert {q: r.prediction for q, r in got.items()} == p.loc[list(got), "prediction"].to_dict()
     assert {q: r.retrieved_ids for q, r in got.items()} == p.loc[list(got), "retrieved_ids"].to_dict()
     from memlab.index import open_service
+    from memlab.memory.shipping import import_index
 
     bare = open_service("memory", keyword="bm25")
-    assert bare.import_index(conversation_key(conv), ext["index"]) is False  # other settings: refused
+    assert import_index(bare, conversation_key(conv), ext["index"]) is False  # other settings: refused
 
 
 def test_offline_grid_on_ray_equals_local(ray_local, data_path, tmp_path):

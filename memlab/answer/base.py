@@ -14,6 +14,7 @@ from typing import Any
 
 from memlab.data.locomo import Conversation, Question
 from memlab.llm import CallStats, ModelError, Usage, count_tokens
+from memlab.memory.capabilities import MemoryView
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import HitRecord, SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
@@ -89,7 +90,9 @@ class Answer:
 class AnswerContext:
     """The world an answerer sees for one question."""
 
-    service: MemoryService
+    service: MemoryView | None
+    """What the arm reads memory through (memlab's store or a memory system's view, `MemoryView`); None for an
+    arm that reads none (``needs_memory`` False) when the run has no store."""
     key: UserKey
     conversation: Conversation
     search: SearchOptions
@@ -279,10 +282,10 @@ def _options_of(trace: QueryTrace, base: SearchOptions) -> SearchOptions:
 def _entries(ctx: AnswerContext) -> list[MemoryEntry]:
     """The key's memories, from the search index's in-memory view when it has one (it is kept in
     sync with the store by the write hooks; reading SQLite per question cost 0.14 s at LoCoMo size)."""
-    searcher = ctx.service.searcher
-    if searcher is not None:
-        return searcher.entries(ctx.key, lambda: ctx.service.list(ctx.key))
-    return ctx.service.list(ctx.key)
+    svc = ctx.service
+    if isinstance(svc, MemoryService) and svc.searcher is not None:
+        return svc.searcher.entries(ctx.key, lambda: svc.list(ctx.key))
+    return svc.list(ctx.key)
 
 
 def evidence_ranks(ctx: AnswerContext, queries: list[QueryTrace], evidence: set[str], context_ids: set[str],

@@ -46,7 +46,7 @@ def _turn_no(dia_id: str) -> int:
 
 
 class _Restricted:
-    """Search over the loaded turns only (what the offline reader may read), ranks renumbered."""
+    """A `MemoryView` of the loaded turns only (what the offline reader may read): searches with ranks renumbered."""
 
     def __init__(self, service: MemoryService, allowed: set[str]):
         self.service = service
@@ -58,6 +58,19 @@ class _Restricted:
         full.hits = [replace(h, rank=i) for i, h in enumerate(hits, start=1)]
         full.options = options
         return full
+
+    def list(self, key: UserKey) -> list[MemoryEntry]:
+        return [e for e in self.service.list(key) if e.id in self.allowed]
+
+    def count(self, key: UserKey) -> int:
+        return len(self.list(key))
+
+    def read_recent(self, key: UserKey, limit: int = 10) -> list[MemoryEntry]:
+        es = [e for e in self.service.read_recent(key, -1) if e.id in self.allowed]
+        return es if limit < 0 else es[:limit]
+
+    def recovered_ids(self, key: UserKey) -> set[str] | None:
+        return self.service.recovered_ids(key)
 
 
 @ANSWERERS.register("session-recall")
@@ -217,7 +230,7 @@ class SessionRecallAnswerer(Answerer):
                                               for s, ids in units if ids]}
         if self.client is None:
             allowed = {e.id for e in context}
-            rctx = replace(tctx, service=_Restricted(svc, allowed))  # type: ignore[arg-type]
+            rctx = replace(tctx, service=_Restricted(svc, allowed))
             a = self.reader.answer(question, rctx)  # type: ignore[union-attr]
             a.queries = [trace] + a.queries[1:] if a.queries else [trace]
             a.context = context

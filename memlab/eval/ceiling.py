@@ -232,9 +232,3 @@ def answer_bearing(answer: Any, category: int, lines: Sequence[str], sources: Se
         if not words or len(words & own) < PERSON_SHARE * len(words):
             return 0.0
     return 1.0
-
-
-def bearing_lines(answer: Any, category: int, lines: Sequence[str]) -> list[int]:
-    """Indices of the lines that hold at least one gold content token (which memories carried the answer)."""
-    gold = _stated(answer, category)
-    return [i for i, s in enumerate(lines) if gold & content_tokens(s)]

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from memlab.data.locomo import LoCoMo
-from memlab.data.longmemeval import ABSTENTION, LONGMEMEVAL_LABELS, QUESTION_TYPES
+from memlab.data.longmemeval import ABSTENTION, LONGMEMEVAL_LABELS, QUESTION_TYPES, LongMemEval
 from memlab.eval.bootstrap import N_BOOT, cluster_bootstrap, percentile_ci
 from memlab.eval.summary import category_summary
 
@@ -173,7 +173,7 @@ def report(run_dir: str | Path, data: LoCoMo | None = None, seed: int = 0) -> di
         from memlab.data import load_dataset
 
         data = load_dataset(info.get("dataset"))
-    if not hasattr(data, "type_counts"):
+    if not isinstance(data, LongMemEval):
         raise ValueError(f"{d}: the run's dataset {data.report.path} is not a LongMemEval file")
     pred = pd.read_parquet(d / "predictions.parquet").reset_index()
     rows = [json.loads(x) for x in open(d / "traces" / "retrieval.jsonl", encoding="utf-8") if x.strip()]

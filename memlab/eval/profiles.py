@@ -243,7 +243,7 @@ class ProfileJudge(Judge):
             try:
                 v, u, _, text = self._verdict(question, prediction, r)
             except BadReply as e:
-                e.replies = [*replies, *([e.reply] if e.reply is not None else [])]  # type: ignore[attr-defined]
+                e.replies = [*replies, *([e.reply] if e.reply is not None else [])]
                 raise
             if v is None:
                 return None, usage, []

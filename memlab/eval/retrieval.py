@@ -27,8 +27,8 @@ from memlab.eval.scoring import evidence_recall
 from memlab.eval.summary import OVERALL_GROUPS
 from memlab.extract.memory_sets import observation_memories, turn_memories
 from memlab.extract.pipeline import conversation_key
-from memlab.index import HybridIndex, open_service
-from memlab.memory import Searcher, SearchOptions
+from memlab.index import open_service
+from memlab.memory import PreparesQueries, Searcher, SearchOptions, TimesQueryEncoding
 from memlab.progress import progress_bar
 
 #: mode -> (keyword scorer of the index, SearchOptions overrides)
@@ -108,12 +108,14 @@ def run_arms(
                 svc.add(key, **it)
             load = lambda s=svc, k=key: s.list(k)  # noqa: E731
             svc.searcher.ensure_built(key, load)  # build time is not search time
-            # queries are encoded ahead (`Searcher.prepare_queries`), so ``ms`` is the search itself; a
-            # `HybridIndex`'s encoding cost per query (batched, cache bypassed) is timed apart as ``encode_ms``
+            # queries are encoded ahead where the searcher can (`PreparesQueries`), so ``ms`` is the search itself;
+            # the encoding cost per query (batched, cache bypassed) is timed apart as ``encode_ms`` where it says it
+            # (`TimesQueryEncoding`: a `HybridIndex`)
             qs = [q.question for q in conv.questions]
-            svc.searcher.prepare_queries(key, qs, load)
-            encode_ms[ikey] = svc.searcher.encode_ms(key, qs, load) if isinstance(svc.searcher, HybridIndex) \
-                else float("nan")
+            if isinstance(svc.searcher, PreparesQueries):
+                svc.searcher.prepare_queries(key, qs, load)
+            encode_ms[ikey] = svc.searcher.encode_ms(key, qs, load) \
+                if isinstance(svc.searcher, TimesQueryEncoding) else float("nan")
         for q in conv.questions:
             for name, arm in arms.items():
                 opts = SearchOptions(query=q.question, max_results=kmax, kind_fallback=False,

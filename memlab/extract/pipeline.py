@@ -14,6 +14,7 @@ from memlab.extract.messages import ChatSession, replay_locomo
 from memlab.extract.reconcile import ReconcileConfig
 from memlab.extract.worker import AutoMemoryWorker, JobResult
 from memlab.llm.spend import SpendCapReached
+from memlab.memory.capabilities import extraction_log
 from memlab.memory.entry import UserKey
 from memlab.memory.service import MemoryService
 from memlab.progress import progress_bar
@@ -37,11 +38,6 @@ def resolve_extractor(extractor: Extractor | str, **params: Any) -> Extractor:
     return EXTRACTORS.get(extractor)(**params)
 
 
-def trace_rows(conversation_id: str, results: Sequence[JobResult]) -> list[dict[str, Any]]:
-    """The extraction trace lines of some jobs: every applied/skipped/failed op, dropped proposal, failed job."""
-    return [row for _, _, row in keyed_trace_rows(conversation_id, results)]
-
-
 def job_id(res: JobResult) -> str:
     """A job's identity in the trace: its cursor, its messages and its outcome. The same job run
     again (a rerun, a second process on the same cache) has the same id, so its lines are stored once;
@@ -52,7 +48,8 @@ def job_id(res: JobResult) -> str:
 
 
 def keyed_trace_rows(conversation_id: str, results: Sequence[JobResult]) -> list[tuple[str, int, dict[str, Any]]]:
-    """`trace_rows` with each line's (job id, line number), the key under which a store saves it once."""
+    """The extraction trace lines of some jobs (every applied/skipped/failed op, dropped proposal, failed job), each
+    with its (job id, line number): the key under which a store saves it once."""
     out: list[tuple[str, int, dict[str, Any]]] = []
     for res in results:
         rows: list[dict[str, Any]] = []
@@ -90,7 +87,7 @@ def extract_conversation(
         for chat in replay_locomo(conv, key, user_speaker=user_speaker, session=session):
             worker.run_job(chat)
     except SpendCapReached as e:  # refused before a job's call: the cursor is after the last finished job
-        e.extraction = (chat, worker)  # type: ignore[attr-defined]
+        e.extraction = (chat, worker)
         raise
     finally:
         worker.close()
@@ -108,7 +105,7 @@ def _save_conversation(service: MemoryService, conv: Conversation, chat: ChatSes
     cost = build_cost(conv, worker, previous) if build_cost is not None else None
     if cost is not None:  # what it cost, even when it wrote nothing (a model whose every op was dropped)
         state[BUILD_COST] = cost
-    service.save_extraction(conv.sample_id, state, keyed_trace_rows(conv.sample_id, worker.results))
+    extraction_log(service).save_extraction(conv.sample_id, state, keyed_trace_rows(conv.sample_id, worker.results))
 
 
 def extract_dataset(
@@ -133,7 +130,8 @@ def extract_dataset(
     failed; the store's own integrity check covers them, and a store rebuilt after corruption has
     no cursor, so everything is extracted again. A conversation with text that ends with no memory
     at all is not recorded as done (no cursor is saved), so a rerun extracts it again.
-    ``service.extraction_trace()`` reads the trace back. ``on_conversation`` sees each finished worker.
+    ``extraction_trace()`` reads the trace back (the store's `memlab.memory.ExtractionLog`).
+    ``on_conversation`` sees each finished worker.
     ``build_cost`` gives what building the conversation's memory cost so far (from its worker and the cost saved
     before); it is saved in the same transaction as the cursor (state key `BUILD_COST`), so a run that finds the
     conversation done finds its cost too, never one without the other.
@@ -141,17 +139,18 @@ def extract_dataset(
     rows, results = [], []
     convs = [c for c in data if conversations is None or c.sample_id in conversations]
     base = resolve_extractor(extractor, **(extractor_params or {}))
+    log = extraction_log(service)  # a store without a cursor is refused before any model call
     for conv in progress_bar(convs, desc=f"extract ({base.name})", leave=False):
         key = conversation_key(conv)
         before = service.count(key)
-        saved = service.extraction_state(conv.sample_id) or {}
+        saved = log.extraction_state(conv.sample_id) or {}
         chat = ChatSession(id=f"locomo:{conv.sample_id}", key=key, state=dict(saved))
         ex = base.bind(conv)
         try:
             chat, worker = extract_conversation(service, conv, ex, checkers, reconcile, session=chat,
                                                 worker_params=worker_params)
         except SpendCapReached as e:  # the jobs done so far are kept: a resume goes on at the refused one
-            _save_conversation(service, conv, *e.extraction, saved, build_cost)  # type: ignore[attr-defined]
+            _save_conversation(service, conv, *e.extraction, saved, build_cost)
             raise
         c = worker.counters
         _save_conversation(service, conv, chat, worker, saved, build_cost)

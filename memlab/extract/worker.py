@@ -26,7 +26,7 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -37,7 +37,7 @@ from memlab.extract.ops import MemoryOp
 from memlab.extract.policy import DEFAULT_POLICY, applied_reconcile, check_policy
 from memlab.extract.reconcile import Decision, ReconcileConfig, reconcile
 from memlab.index.hybrid import is_turn_record
-from memlab.llm import redact
+from memlab.llm import ModelError, redact
 from memlab.memory.search_types import SearchOptions
 from memlab.memory.service import Cleared, MemoryService, cleared
 
@@ -119,8 +119,7 @@ class JobResult:
                 "delta_ids": self.delta_ids, "dropped": self.dropped,
                 "applied": [a.to_dict() for a in self.applied], "ran_sync": self.ran_sync,
                 "malformed_tool_calls": self.malformed_tool_calls,
-                "usage": asdict(self.usage) if self.usage is not None and hasattr(self.usage, "__dataclass_fields__")
-                else None}
+                "usage": asdict(self.usage) if is_dataclass(self.usage) and not isinstance(self.usage, type) else None}
 
 
 class _Skip(Exception):
@@ -303,20 +302,20 @@ class AutoMemoryWorker:
             return self._finish(res, "jobs_failed")
         except Exception as e:
             res.status, res.reason = "failed", redact(f"extractor failed: {type(e).__name__}: {e}")
-            partial = getattr(e, "partial", None)  # a ModelError: what the failed call already cost
-            if partial is not None:
+            if isinstance(e, ModelError):  # what the failed call already cost
+                partial = e.partial
                 res.usage, res.malformed_tool_calls = partial.usage, partial.malformed_tool_calls
                 with self._lock:
                     self.counters.model_calls += partial.calls
                     self.counters.malformed_tool_calls += partial.malformed_tool_calls
             return self._finish(res, "jobs_failed")
         res.proposed, res.dropped, res.usage = [*out.verbatim, *out.ops], list(out.dropped), out.usage
-        res.malformed_tool_calls = getattr(out, "malformed_tool_calls", 0)
+        res.malformed_tool_calls = out.malformed_tool_calls
         with self._lock:
             self.counters.ops_proposed += len(out.verbatim) + len(out.ops)
             self.counters.ops_dropped_malformed += len(out.dropped)
             self.counters.model_calls += out.calls
-            self.counters.malformed_tool_calls += getattr(out, "malformed_tool_calls", 0)
+            self.counters.malformed_tool_calls += out.malformed_tool_calls
 
         # reconcile, then apply one by one
         def search(text: str, n: int):

@@ -44,6 +44,11 @@ def open_service(
     instead of the `HybridIndex` the index settings describe (they are then not used)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    if searcher is not None and not isinstance(searcher, Searcher):
+        members = [*Searcher.__annotations__, *(n for n in vars(Searcher) if not n.startswith("_"))]
+        missing = [m for m in members if not hasattr(searcher, m)]
+        raise TypeError(f"searcher: {type(searcher).__name__} is not a memlab.memory.Searcher (it lacks "
+                        f"{', '.join(missing)})")
     if searcher is None:
         persist = None
         if backend == "sqlite" and path is not None and str(path) != ":memory:":

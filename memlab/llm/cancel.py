@@ -34,11 +34,6 @@ def cancelled() -> bool:
     return _CANCELLED.is_set()
 
 
-def raise_if_cancelled(what: str) -> None:
-    if _CANCELLED.is_set():
-        raise Cancelled(f"{what}: not sent ({_REASON[0] or 'the run was interrupted'})")
-
-
 def cancel_calls(reason: str = "the run was interrupted") -> int:
     """Refuse every new model call and close the connection of every call in flight (the server stops its
     work); returns how many open connections were shut down."""

@@ -91,3 +91,5 @@ class BadReply(ModelError):
         self.reply = reply
         """The reply's text, so a run can keep it on record (a LongMemEval verdict the strict rule cannot read
         is still the official rule's verdict: `memlab.eval.profiles.judge_rule_columns`)."""
+        self.replies: list[str] = []
+        """A judge's replies so far, this one last (`memlab.eval.profiles.ScoringProfile.judge_recorded`)."""

@@ -26,6 +26,10 @@ from typing import Any
 class SpendCapReached(KeyboardInterrupt):
     """The next model request could pass ``run.max_calls`` or ``run.max_usd``: it was not sent; the run stops."""
 
+    #: Set by an extraction it stopped (`memlab.extract.pipeline`): the (chat session, worker) so far, saved
+    #: before the run stops so that a resume goes on at the refused job.
+    extraction: Any = None
+
 
 #: ``price(model, api_base)``: an object with ``cost(prompt, completion, cached) -> USD`` and ``source`` (a
 #: `memlab.eval.cost.Price`); a source starting with ``unknown`` means no price is known.

@@ -1,9 +1,12 @@
-"""The dict-backed `MemoryService` (every rule is the base class's; this only keeps the rows)."""
+"""The dict-backed `MemoryService` (every rule is the base class's; this only keeps the rows and, as an
+`memlab.memory.capabilities.ExtractionLog`, the extraction cursor)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from memlab.memory.capabilities import TraceLine
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import Searcher
 from memlab.memory.service import MemoryService, OpRecord
@@ -19,18 +22,24 @@ class InMemoryMemoryService(MemoryService):
         self._states: dict[str, dict[str, Any]] = {}
         self._trace: dict[tuple[str, str, int], dict[str, Any]] = {}
 
-    def _extraction_state(self, scope):
-        st = self._states.get(scope)
-        return None if st is None else dict(st)
+    # ------------------------------------------------------- the extraction cursor (`ExtractionLog`)
+    def extraction_state(self, scope: str) -> dict[str, Any] | None:
+        with self._lock:
+            st = self._states.get(scope)
+            return None if st is None else dict(st)
 
-    def _save_extraction(self, scope, state, trace):
-        self._states[scope] = dict(state)
-        for job, line, row in trace:
-            self._trace.setdefault((scope, job, line), row)
+    def save_extraction(self, scope: str, state: dict[str, Any], trace: Iterable[TraceLine] = ()) -> None:
+        with self._lock:
+            self._states[scope] = dict(state)
+            for job, line, row in trace:
+                self._trace.setdefault((scope, job, line), row)
 
-    def _extraction_trace(self, scopes):
-        return [r for (sc, _, _), r in self._trace.items() if scopes is None or sc in scopes]
+    def extraction_trace(self, scopes: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        wanted = None if scopes is None else set(scopes)
+        with self._lock:
+            return [r for (sc, _, _), r in self._trace.items() if wanted is None or sc in wanted]
 
+    # ------------------------------------------------------------------------------ the rows
     def _get(self, key, memory_id):
         return self._data.get(key, {}).get(memory_id)
 

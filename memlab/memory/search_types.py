@@ -6,9 +6,9 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from memlab.plain import from_fields, plain
+from memlab.plain import check_version, from_fields, plain
 
 if TYPE_CHECKING:
     from memlab.memory.entry import MemoryEntry, UserKey
@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 RRF_K_DEFAULT = 60
 KIND_FALLBACK_MIN_HITS = 3
 DEDUPE_JACCARD = 0.80
+#: The version of a retrieval-trace hit (`HitRecord`); a hit of another is an error on read.
+HIT_SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,7 @@ class HitRecord:
     evidence_hit: bool | None = None
     provenance: str | None = None
     """A memory system's hit: ``exact`` dialog ids or ``recovered`` by alignment (`memlab.systems`)."""
+    schema: int = HIT_SCHEMA_VERSION
 
     @classmethod
     def of(cls, h: SearchHit) -> HitRecord:
@@ -150,11 +153,14 @@ class HitRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "hit") -> HitRecord:
-        """A hit read back (strict: `memlab.plain.from_fields`; ValueError naming ``where`` and the fields)."""
+        """A hit read back (strict: `memlab.plain.from_fields`; ValueError naming ``where`` and the fields; a hit of
+        another schema version too)."""
+        check_version(d, HIT_SCHEMA_VERSION, where)
         return from_fields(cls, d, where)
 
 
-HIT_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(HitRecord))
+#: The hit's fields as the retrieval trace's table has them (its schema version is checked on read, not kept).
+HIT_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(HitRecord) if f.name != "schema")
 
 
 @dataclass
@@ -181,10 +187,13 @@ class SearchResult:
         return list(dict.fromkeys(s for h in self.hits for s in h.entry.source_ids))
 
 
+@runtime_checkable
 class Searcher(Protocol):
     """What a `MemoryService` delegates search to (implemented by `memlab.index.HybridIndex`).
 
-    The service calls the ``on_*`` hooks inside every write so the index never drifts from the store.
+    The service calls the ``on_*`` hooks inside every write so the index never drifts from the store. These are
+    the methods a run cannot do without; what it uses where a searcher has it (encode queries ahead, ship a
+    key's built state, release a key ...) is an optional protocol of `memlab.memory.capabilities`.
     """
 
     #: Which hit score reconcile compares with its thresholds (`memlab.extract.reconcile`): ``dense``
@@ -212,12 +221,6 @@ class Searcher(Protocol):
         per question, where reading the store costs more (0.14 s per question in SQLite at LoCoMo size)."""
         ...
 
-    def prepare_queries(self, key: UserKey, queries: list[str],
-                        load_entries: Callable[[], list[MemoryEntry]]) -> int:
-        """Encode a run's queries for a key ahead of its searches (batched); returns how many it encoded
-        (0: the searcher has nothing to prepare)."""
-        ...
-
     def mark_stale(self) -> None:
         """Another writer changed the store: re-read each key's rows (``load_entries``) before its next search."""
         ...
@@ -228,20 +231,6 @@ class Searcher(Protocol):
 
     def verify_against(self, key: UserKey, entries: list[MemoryEntry]) -> None:
         """Drop what the index holds for a key when it no longer matches the store's entries."""
-        ...
-
-    def release(self, key: UserKey) -> None:
-        """Drop what the index holds in memory for a key (the store keeps its rows; the next use rebuilds it):
-        a run streaming many keys (`memlab.run.streaming`) releases each once answered."""
-        ...
-
-    def export_key(self, key: UserKey) -> bytes | None:
-        """One key's built state as bytes (None when the key is not built): the index of a copied store."""
-        ...
-
-    def import_key(self, key: UserKey, blob: bytes, entries: list[MemoryEntry]) -> bool:
-        """Install `export_key` output for a key holding ``entries``; False (nothing installed) when it was
-        built with other settings or for other rows."""
         ...
 
     def close(self) -> None:

@@ -86,7 +86,11 @@ def _inputs(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 class MemoryService(ABC):
-    """add / update / delete / clear / read_recent / search, scoped by `UserKey`, with an op log."""
+    """add / update / delete / clear / read_recent / search, scoped by `UserKey`, with an op log.
+
+    Its read side is the `memlab.memory.capabilities.MemoryView` the answer arms see; what only some callers need
+    is apart: copying a key to another store (`memlab.memory.shipping`), the extraction cursor (each backend's
+    `memlab.memory.capabilities.ExtractionLog`)."""
 
     def __init__(self, searcher: Searcher | None = None) -> None:
         self.searcher = searcher
@@ -331,38 +335,18 @@ class MemoryService(ABC):
         with self._lock:
             return self._count(key)
 
-    # ------------------------------------------------------------- copying one key to another store
-    def export_rows(self, key: UserKey) -> list[dict[str, Any]]:
-        """One key's memories as plain rows (ids, versions and timestamps kept), oldest first: what
-        `import_rows` takes to make another store's key equal to this one (the Ray executor ships them)."""
-        return [e.to_dict() for e in self.list(key)]
-
-    def import_rows(self, key: UserKey, rows: list[dict[str, Any]]) -> None:
-        """Replace one key's memories with `export_rows` output, as stored there (no op logged: a copy,
-        not an edit). The index is told the key changed; `import_index` installs its exported state."""
-        entries = [MemoryEntry.from_dict(d) for d in rows]
+    def replace_key(self, key: UserKey, entries: list[MemoryEntry]) -> None:
+        """Make one key hold exactly ``entries``, as they are (ids, versions, timestamps): a copy of another store's
+        key, not an edit, so no op is logged (`memlab.memory.shipping`). The index is told the key changed."""
         for entry in entries:  # checked before anything is removed: a refused copy leaves the key as it was
             if entry.key != key:
-                raise ValueError(f"import_rows: row {entry.id!r} belongs to {entry.key}, not {key}")
+                raise ValueError(f"replace_key: entry {entry.id!r} belongs to {entry.key}, not {key}")
         with self._lock, self._transaction():
             self._remove_all(key)
             for entry in entries:
                 self._put(entry)
             if self.searcher is not None:
                 self.searcher.verify_against(key, self.list(key))
-
-    def export_index(self, key: UserKey) -> bytes | None:
-        """One key's built index state (None when none is built, or the service has no index)."""
-        with self._lock:
-            return self.searcher.export_key(key) if self.searcher is not None else None
-
-    def import_index(self, key: UserKey, blob: bytes | None) -> bool:
-        """Install `export_index` output for a key whose rows equal the exporter's; False when there is
-        none, or it was built with other settings or for other rows (the index then builds from the store)."""
-        if blob is None or self.searcher is None:
-            return False
-        with self._lock:
-            return self.searcher.import_key(key, blob, self.list(key))
 
     def recovered_ids(self, key: UserKey) -> set[str] | None:
         """Ids of memories whose dialog ids were recovered by alignment (a memory system's store,
@@ -392,53 +376,27 @@ class MemoryService(ABC):
         """Whether someone else changed the stored rows since the last search (a shared file)."""
         return False
 
-    # ------------------------------------------------------------------ extraction bookkeeping
-    def extraction_state(self, scope: str) -> dict[str, Any] | None:
-        """The extraction cursor state saved for ``scope`` (a conversation), or None."""
-        with self._lock:
-            return self._extraction_state(scope)
-
-    def save_extraction(self, scope: str, state: dict[str, Any],
-                        trace: list[tuple[str, int, dict[str, Any]]] = ()) -> None:
-        """Save a scope's cursor state and its new trace lines in one transaction, so a kill keeps
-        both or neither. A trace line is keyed by (scope, job, line): writing it twice (a rerun, a
-        second process sharing the store) keeps one copy."""
-        with self._lock:
-            self._save_extraction(scope, state, list(trace))
-
-    def extraction_trace(self, scopes: Any = None) -> list[dict[str, Any]]:
-        """Saved trace lines, in the order written (``scopes``: only these conversations)."""
-        with self._lock:
-            return self._extraction_trace(None if scopes is None else set(scopes))
-
-    @abstractmethod
-    def _extraction_state(self, scope: str) -> dict[str, Any] | None: ...
-
-    @abstractmethod
-    def _save_extraction(self, scope: str, state: dict[str, Any], trace: list[tuple[str, int, dict]]) -> None: ...
-
-    @abstractmethod
-    def _extraction_trace(self, scopes: set[str] | None) -> list[dict[str, Any]]: ...
-
     def op_log(self, key: UserKey | None = None) -> list[OpRecord]:
         with self._lock:
             return self._log(key)
-
-    def op_log_frame(self, key: UserKey | None = None) -> pd.DataFrame:
-        import pandas as pd
-
-        return pd.DataFrame(
-            [
-                {"seq": r.seq, "ts": r.ts, "app_name": r.key.app_name, "user_id": r.key.user_id, "op": r.op,
-                 "memory_id": r.memory_id, "result": r.result, "error": r.error, "inputs": r.inputs}
-                for r in self.op_log(key)
-            ]
-        )
 
     def close(self) -> None:
         """Persist what the attached index keeps (if it does) and release the backend."""
         if self.searcher is not None:
             self.searcher.close()
+
+
+def op_log_frame(service: MemoryService, key: UserKey | None = None) -> pd.DataFrame:
+    """The op log as a table (one row per op, the key split into ``app_name`` and ``user_id``)."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        [
+            {"seq": r.seq, "ts": r.ts, "app_name": r.key.app_name, "user_id": r.key.user_id, "op": r.op,
+             "memory_id": r.memory_id, "result": r.result, "error": r.error, "inputs": r.inputs}
+            for r in service.op_log(key)
+        ]
+    )
 
 
 def _revised(current: MemoryEntry, text: str, kind: str | None, fields: dict[str, Any]) -> dict[str, Any]:

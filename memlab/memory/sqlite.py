@@ -18,10 +18,13 @@ import contextlib
 import json
 import os
 import sqlite3
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from memlab.cache_integrity import CacheCorruptError, crc, quarantine, report, sqlite_file_problem
+from memlab.memory.capabilities import TraceLine
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import Searcher
 from memlab.memory.service import MemoryService, OpRecord
@@ -250,13 +253,14 @@ class SQLiteMemoryService(MemoryService):
         self._data_version = v
         return changed
 
-    # -------------------------------------------------------------- extraction cursor and trace
-    def _extraction_state(self, scope):
-        r = self._conn.execute("SELECT state FROM extraction_state WHERE scope=?", (scope,)).fetchone()
+    # -------------------------------------------------- the extraction cursor and trace (`ExtractionLog`)
+    def extraction_state(self, scope: str) -> dict[str, Any] | None:
+        with self._lock:
+            r = self._conn.execute("SELECT state FROM extraction_state WHERE scope=?", (scope,)).fetchone()
         return None if r is None else json.loads(r[0])
 
-    def _save_extraction(self, scope, state, trace):
-        with self._transaction():
+    def save_extraction(self, scope: str, state: dict[str, Any], trace: Iterable[TraceLine] = ()) -> None:
+        with self._lock, self._transaction():
             body = json.dumps(state, sort_keys=True, default=str)
             self._conn.execute("INSERT OR REPLACE INTO extraction_state VALUES (?,?,?)",
                                (scope, body, crc(scope, body)))
@@ -265,7 +269,11 @@ class SQLiteMemoryService(MemoryService):
                 self._conn.execute("INSERT OR IGNORE INTO extraction_trace VALUES (?,?,?,?,?)",
                                    (scope, job, line, text, crc(scope, job, line, text)))
 
-    def _extraction_trace(self, scopes):
+    def extraction_trace(self, scopes: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            return self._trace_rows(None if scopes is None else set(scopes))
+
+    def _trace_rows(self, scopes: set[str] | None) -> list[dict[str, Any]]:
         # only the asked scopes' rows are read (the primary key's index): a streamed run asks for one key's lines
         # after each key, and reading every scope's rows each time made a question's peak memory grow with the
         # number of keys already extracted

@@ -25,8 +25,8 @@ from memlab.atomic import write_text
 from memlab.data import Conversation, Question
 from memlab.eval.ceiling import answer_bearing, answer_ceiling, asked_of, context_lines
 from memlab.extract.pipeline import conversation_key
-from memlab.llm import EndpointUnreachable, SpendCapReached, redact
-from memlab.memory import MemoryService
+from memlab.llm import BadReply, EndpointUnreachable, ModelError, SpendCapReached, redact
+from memlab.memory import MemoryService, MemoryView, PreparesQueries
 from memlab.progress import progress_bar
 from memlab.run.config import ExperimentConfig
 from memlab.run.records import AnswerRecord, PredictionRecord, RecordSchemaError, RetrievalRecord
@@ -121,10 +121,10 @@ class RecordLog:
         self.close()
 
 
-def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: MemoryService | None,
+def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: MemoryView | None,
                conv: Conversation, q: Question) -> tuple[PredictionRecord, RetrievalRecord, AnswerRecord]:
     """Answer, judge and trace one question; an arm's exception becomes the record's ``error``."""
-    ctx = AnswerContext(service=svc, key=conversation_key(conv), conversation=conv,  # type: ignore[arg-type]
+    ctx = AnswerContext(service=svc, key=conversation_key(conv), conversation=conv,
                         search=cfg.retrieval.search_options(), preload_budget=cfg.retrieval.preload,
                         context_tokens=cfg.retrieval.context_tokens)
     row = question_row(q)
@@ -133,9 +133,8 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     except Exception as e:  # one failed question is recorded and the run goes on
         if is_connection_error(e):
             raise EndpointUnreachable(f"{q.qid}: the model endpoint could not be reached: {e}") from e
-        partial = getattr(e, "partial", None)  # usage of the rounds that succeeded before the failure
-        if partial is not None:
-            _copy_usage(row, partial)
+        if isinstance(e, ModelError):  # usage of the rounds that succeeded before the failure
+            _copy_usage(row, e.partial)
         return error_records(q, error_text(e), row)
     _copy_usage(row, a)
     row.prediction = a.prediction
@@ -161,7 +160,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             if is_connection_error(e):
                 raise EndpointUnreachable(f"{q.qid}: the judge endpoint could not be reached: {e}") from e
             row.judge_error = error_text(e)
-            row.judge_replies = list(getattr(e, "replies", None) or [])  # an unreadable verdict stays on record
+            row.judge_replies = list(e.replies) if isinstance(e, BadReply) else []  # an unreadable verdict stays
     queries = [_trace_dict(t) for t in a.queries]
     ev = set(q.evidence_ids)
     recovered = None if svc is None else svc.recovered_ids(ctx.key)  # a memory system's (None: all exact)
@@ -204,7 +203,7 @@ def _copy_usage(row: PredictionRecord, a: Any) -> None:
     row.cached_tokens = a.usage.cached_tokens
     row.tokens_estimated = a.usage.estimated
     row.latency_s = a.latency_s
-    row.malformed_tool_calls = getattr(a, "malformed_tool_calls", 0)
+    row.malformed_tool_calls = a.malformed_tool_calls
 
 
 def load_done(run_dir: Path) -> list[PredictionRecord]:
@@ -326,21 +325,21 @@ def remembered_interrupts() -> Iterator[StopFlag]:
             signal.signal(sig, old)
 
 
-def prepare_queries(svc: MemoryService | None, todo: list[tuple[Conversation, Question]], progress: bool = True
+def prepare_queries(svc: MemoryView | None, todo: list[tuple[Conversation, Question]], progress: bool = True
                     ) -> int:
     """Encode every question of ``todo`` ahead, one batched pass per conversation (dense embedder and a
-    model-encoded lexical scorer), where the service's index supports it (`HybridIndex.prepare_queries`);
+    model-encoded lexical scorer), where the service's index supports it (`memlab.memory.PreparesQueries`);
     the arms' searches then find their query vectors made. Returns how many questions were encoded."""
-    searcher = None if svc is None else svc.searcher
-    if searcher is None:  # no store, or a memory system's (its own search)
-        return 0
+    if not isinstance(svc, MemoryService) or not isinstance(svc.searcher, PreparesQueries):
+        return 0  # no store, a memory system's (its own search), or a searcher with nothing to encode ahead
+    searcher = svc.searcher
     by_conv: dict[str, tuple[Conversation, list[str]]] = {}
     for c, q in todo:
         by_conv.setdefault(c.sample_id, (c, []))[1].append(q.question)
     n = 0
     for c, qs in progress_bar(list(by_conv.values()), desc="encode questions", disable=not progress, leave=False):
         key = conversation_key(c)
-        n += searcher.prepare_queries(key, qs, lambda k=key: svc.list(k))  # type: ignore[union-attr]
+        n += searcher.prepare_queries(key, qs, lambda k=key: svc.list(k))
     return n
 
 

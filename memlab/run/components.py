@@ -14,7 +14,15 @@ from memlab.answer.base import section_settings
 from memlab.extract.extractors import EXTRACTORS, Extractor
 from memlab.index.embedders import EMBEDDERS, parse_embedder_spec
 from memlab.index.keyword import KEYWORD_SCORERS
-from memlab.params import describe_params, fixed_params, get_params, resolved_params, secret_names, settable_specs
+from memlab.params import (
+    CacheIdentified,
+    describe_params,
+    fixed_params,
+    get_params,
+    resolved_params,
+    secret_names,
+    settable_specs,
+)
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig, get_dotted
 
@@ -97,10 +105,9 @@ def describe_components() -> str:
 
 def component_label(obj: Any) -> str:
     """How a user-supplied component is named in run.json and the extraction cache key."""
-    cache_id = getattr(obj, "cache_id", None)
-    if callable(cache_id):
+    if isinstance(obj, CacheIdentified):
         try:
-            return cache_id()
+            return obj.cache_id()
         except TypeError:  # an answer arm that does not store its arguments: its class names it
             if isinstance(obj, Extractor):
                 raise  # an extractor's label is its extraction cache key: never a guess

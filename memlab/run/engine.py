@@ -28,6 +28,8 @@ from typing import Any
 
 from memlab.data import Conversation, Question
 from memlab.extract.pipeline import conversation_key
+from memlab.memory.capabilities import extraction_log
+from memlab.memory.shipping import export_index, import_index
 from memlab.progress import progress_bar
 from memlab.run.answering import RecordLog, Records, StopFlag, answer_batch, error_records, load_done
 from memlab.run.executors import Executor, Failure, Guarded, add_counts, answers_without_model
@@ -143,8 +145,8 @@ class Engine:
                 if conv.sample_id not in mine or (cell.ext_key, conv.sample_id) in self.seen:
                     continue
                 self.seen.add((cell.ext_key or "", conv.sample_id))
-                if st.durable and extraction_done(conv, st.svc.extraction_state(conv.sample_id)) and \
-                        st.svc.count(conversation_key(conv)) > 0:
+                state = extraction_log(st.svc).extraction_state(conv.sample_id) if st.durable else None
+                if extraction_done(conv, state) and st.svc.count(conversation_key(conv)) > 0:
                     continue  # cached: its row is read from the store when the cell collects
                 units.append(ExtractUnit(cell, conv, cell.ext_key or ""))
         results: dict[tuple[str, str], Any] = {}
@@ -248,10 +250,10 @@ class Engine:
                     saved = key_index_path(st.cdir, ck)
                     if conv.sample_id in asked:
                         if st.durable and ck not in st.svc.searcher.keys() and saved.is_file():
-                            st.svc.import_index(ck, saved.read_bytes())  # the fit this key's extraction built
+                            import_index(st.svc, ck, saved.read_bytes())  # the fit this key's extraction built
                         st.svc.searcher.ensure_built(ck, lambda k=ck, svc=st.svc: svc.list(k))
                     if st.durable and ((key, conv.sample_id) in self.ran or not saved.is_file()):
-                        blob = st.svc.export_index(ck)  # None where the key was not built
+                        blob = export_index(st.svc, ck)  # None where the key was not built
                         if blob is not None:
                             save_key_index(st.cdir, ck, blob)
                     for cell in cells:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from memlab.llm import EndpointUnreachable, SpendCapReached
+from memlab.memory import MemoryService, PlansBuilds
 from memlab.run.answering import error_text
 from memlab.run.config import EXECUTORS, ConfigError, ExperimentConfig
 from memlab.run.forked import fork_map, fork_workers
@@ -101,8 +102,10 @@ def add_counts(into: dict[str, Any], counts: dict[str, Any]) -> None:
 
 def answers_without_model(clients: Any, answerer: Any, svc: Any) -> bool:
     """Whether answering calls no model: an arm and judge that ask no client, over an index that searches without
-    one (`HybridIndex.model_free`) or no store; only then may forked processes answer (`memlab.run.forked`)."""
-    forkable = svc is None or getattr(svc.searcher, "model_free", False)
+    one (`memlab.memory.PlansBuilds.model_free`) or no store; only then may forked processes answer
+    (`memlab.run.forked`)."""
+    forkable = svc is None or (isinstance(svc, MemoryService) and isinstance(svc.searcher, PlansBuilds)
+                               and svc.searcher.model_free)
     return forkable and not clients.roles_in_use(answerer)
 
 

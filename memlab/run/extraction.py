@@ -29,7 +29,8 @@ from memlab.extract.policy import DEFAULT_POLICY, applied_reconcile, policy_deci
 from memlab.index import open_service
 from memlab.index.embedders import Embedder, blas_controller
 from memlab.index.persist import LATER_SETTINGS
-from memlab.memory import MemoryService
+from memlab.memory import EncodesAhead, MemoryService, PlansBuilds
+from memlab.memory.capabilities import extraction_log
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import Searcher
 from memlab.run.clients import Clients
@@ -131,7 +132,7 @@ def build_rows(svc: MemoryService, convs: list[Conversation], cdir: Path) -> lis
             legacy.setdefault(row.get("conversation"), []).append(row)
     rows: list[dict[str, Any]] = []
     for c in convs:
-        saved = (svc.extraction_state(c.sample_id) or {}).get(BUILD_COST)
+        saved = (extraction_log(svc).extraction_state(c.sample_id) or {}).get(BUILD_COST)
         rows += [saved] if saved else legacy.get(c.sample_id, [])
     return rows
 
@@ -212,7 +213,7 @@ def extraction_done(conv: Conversation, state: dict[str, Any] | None) -> bool:
 
 def trace_lines(svc: MemoryService, convs: list[Conversation], cdir: Path) -> list[dict[str, Any]]:
     """The extraction trace lines of ``convs`` as the store holds them, checked (`ExtractionTraceRecord`)."""
-    rows = svc.extraction_trace([c.sample_id for c in convs])
+    rows = extraction_log(svc).extraction_trace([c.sample_id for c in convs])
     return [ExtractionTraceRecord.from_dict(r, where=f"{cdir}: trace line").to_dict() for r in rows]
 
 
@@ -220,7 +221,7 @@ def build_indexes(svc: MemoryService, rows: dict[UserKey, list[MemoryEntry]], th
                   meanwhile: Callable[[], None] = lambda: None) -> int:
     """Build every key's index (``rows``: each key's memories, as `MemoryService.list` reads them) now, so
     answering latency excludes it, and run ``meanwhile`` here. Where building is computation on the rows alone
-    (`HybridIndex.model_free`: a corpus-fitted embedder), up to ``run.threads`` keys build side by side in
+    (`memlab.memory.PlansBuilds.model_free`: a corpus-fitted embedder), up to ``run.threads`` keys build side by side in
     threads, largest first, while ``meanwhile`` runs: the fits' SVDs release the GIL, and each runs on one BLAS
     thread, so every key's index is the one a serial build makes (a model pass builds one key at a time, with
     all the threads). Returns how many keys built at once."""
@@ -229,13 +230,12 @@ def build_indexes(svc: MemoryService, rows: dict[UserKey, list[MemoryEntry]], th
         meanwhile()
         return 0
     keys = sorted(rows, key=lambda k: -len(rows[k]))
-    todo = sum(map(searcher.needs_build, keys)) if getattr(searcher, "model_free", False) else 0  # type: ignore[attr-defined]
+    todo = sum(map(searcher.needs_build, keys)) if isinstance(searcher, PlansBuilds) and searcher.model_free else 0
     workers = min(resolve_threads(threads), todo)
     if workers <= 1:  # here: Ctrl-C during a long model pass stops it at once
         meanwhile()
-        ahead = getattr(searcher, "encode_ahead", None)  # an optional capability: a user's searcher may lack it
-        if ahead is not None:
-            ahead({k: rows[k] for k in keys})
+        if isinstance(searcher, EncodesAhead):
+            searcher.encode_ahead({k: rows[k] for k in keys})
         for key in keys:
             searcher.ensure_built(key, lambda k=key: rows[k])
         return 1

@@ -2,8 +2,7 @@
 its ``map``. Each cell is validated, opened, scored and closed by the local executor's own steps
 (`memlab.run.steps`), holds its folder's lock and stops as ``interrupted`` on Ctrl-C or SIGTERM; the engine plans,
 skips and collects the units as it does locally. This module only ships state between the driver and the workers
-(`RayShip`, through the public `MemoryService.export_rows` / `import_rows` / `export_index` / `import_index` and
-typed cache rows) and submits tasks in a window (`RayExecutor`).
+(`RayShip`, through `memlab.memory.shipping` and typed cache rows) and submits tasks in a window (`RayExecutor`).
 
 Units: one extraction task per (extraction cache key, conversation) the cache lacks (cells that share a key share
 it), then one answering task per (cell, conversation) with questions still to do. A task whose worker is lost is
@@ -28,6 +27,8 @@ from memlab import cache_integrity
 from memlab.data import dataset_sha256, load_dataset
 from memlab.extract.pipeline import conversation_key
 from memlab.index.machine_cache import embeddings_path
+from memlab.memory.capabilities import extraction_log
+from memlab.memory.shipping import export_rows, import_index, import_rows
 from memlab.run.answering import StopFlag, Terminated, remembered_interrupts
 from memlab.run.clients import Clients, check_endpoints, role_model
 from memlab.run.components import user_component_modules
@@ -129,8 +130,8 @@ class RayShip:
     def extract_args(self, engine: Engine, u: ExtractUnit) -> Task:
         st = engine.stores[u.key]
         ck = conversation_key(u.conv)
-        state = st.svc.extraction_state(u.conv.sample_id) if st.durable else None
-        rows = st.svc.export_rows(ck) if st.durable else None
+        state = extraction_log(st.svc).extraction_state(u.conv.sample_id) if st.durable else None
+        rows = export_rows(st.svc, ck) if st.durable else None
         blob = key_index_blob(st.svc, st.cdir, ck) if rows else None
         if st.streamed:
             release_key(st.svc, ck)
@@ -141,14 +142,14 @@ class RayShip:
         """Store what an extraction task wrote (rows, index, cursor, trace, cache rows) in the driver's store."""
         st = engine.stores[u.key]
         ck = conversation_key(u.conv)
-        st.svc.import_rows(ck, res["rows"])
+        import_rows(st.svc, ck, res["rows"])
         if st.streamed:  # the key's fit goes to its file, not into the driver's memory
             if res["index"] is not None:
                 save_key_index(st.cdir, ck, res["index"])
             release_key(st.svc, ck)
         else:
-            st.svc.import_index(ck, res["index"])
-        st.svc.save_extraction(u.conv.sample_id, res["state"] or {}, [tuple(t) for t in res["trace"]])
+            import_index(st.svc, ck, res["index"])
+        extraction_log(st.svc).save_extraction(u.conv.sample_id, res["state"] or {}, [tuple(t) for t in res["trace"]])
         store_cache_rows(self.cache_root, res["cache"], embeddings_path(u.cell.cfg.run.cache_dir))
         return {k: res[k] for k in ("table", "failures", "models", "where", "seconds")}
 
@@ -171,7 +172,7 @@ class RayShip:
             if self.shared[sk][0] is None:
                 st = engine.stores[cell.ext_key or ""]
                 ck = conversation_key(u.conv)
-                self.shared[sk][:2] = [self.ex.put(st.svc.export_rows(ck)),
+                self.shared[sk][:2] = [self.ex.put(export_rows(st.svc, ck)),
                                        self.ex.put(key_index_blob(st.svc, st.cdir, ck))]
                 if st.streamed:
                     release_key(st.svc, ck)

@@ -1,6 +1,6 @@
 """The work of one Ray task, on a worker: extract a conversation or answer a conversation's questions in a
 private temp folder, from the state the driver ships (memory rows and index state through the public
-`MemoryService.export_rows` / `import_rows` / `export_index` / `import_index`, cache rows through
+`memlab.memory.shipping` (`export_rows` / `import_rows` / `export_index` / `import_index`), cache rows through
 `cache_snapshot` / `store_cache_rows`), returning the records and everything it added to its caches.
 The driver (`memlab.run.ray_executor`) schedules these and stores what they return.
 
@@ -31,6 +31,8 @@ from typing import Any
 from memlab.data import Conversation, Question
 from memlab.extract.pipeline import conversation_key, extract_dataset, keyed_trace_rows
 from memlab.index.machine_cache import EMBEDDINGS
+from memlab.memory.capabilities import extraction_log
+from memlab.memory.shipping import export_index, export_rows, import_index, import_rows
 from memlab.run.answering import Records, answer_batch, prepare_queries
 from memlab.run.clients import Clients
 from memlab.run.components import build_answerer, build_extractor, build_judge, import_component_modules
@@ -184,10 +186,10 @@ def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str,
         key = conversation_key(conv)
         try:
             if rows:
-                svc.import_rows(key, rows)
-                svc.import_index(key, index_blob)
+                import_rows(svc, key, rows)
+                import_index(svc, key, index_blob)
             if state:
-                svc.save_extraction(conv.sample_id, state, [])
+                extraction_log(svc).save_extraction(conv.sample_id, state, [])
             lines: list[tuple[str, int, dict[str, Any]]] = []
 
             def on_conversation(c: Conversation, wk: Any) -> None:
@@ -198,11 +200,12 @@ def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str,
                 conversations=[conv.sample_id], on_conversation=on_conversation, worker_params=worker_params(cfg),
                 build_cost=build_cost(cfg))
             svc.searcher.ensure_built(key, lambda: svc.list(key))
-            return {"rows": svc.export_rows(key), "state": svc.extraction_state(conv.sample_id), "trace": lines,
+            state = extraction_log(svc).extraction_state(conv.sample_id)
+            return {"rows": export_rows(svc, key), "state": state, "trace": lines,
                     "table": table.reset_index().to_dict("records"),
                     "failures": [{"conversation": conv.sample_id, "reason": r.reason} for r in results
                                  if r.status == "failed"],
-                    "index": svc.export_index(key), "cache": _new_rows(root, snapshot),
+                    "index": export_index(svc, key), "cache": _new_rows(root, snapshot),
                     "models": clients.totals(), "where": _where(), "seconds": time.perf_counter() - t0}
         finally:
             svc.close()
@@ -223,8 +226,8 @@ def answer_unit(cfg: ExperimentConfig, conv: Conversation, questions: list[Quest
         if answerer.needs_memory:
             svc = open_store(cfg, root / "store", root, clients)
             key = conversation_key(conv)
-            svc.import_rows(key, rows or [])
-            svc.import_index(key, index_blob)
+            import_rows(svc, key, rows or [])
+            import_index(svc, key, index_blob)
             svc.searcher.ensure_built(key, lambda: svc.list(key))
             prepare_queries(svc, [(conv, q) for q in questions], progress=False)  # one batched encoder pass
         out: list[Records] = []

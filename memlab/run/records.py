@@ -15,12 +15,12 @@ import os
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import pandas as pd
 
 from memlab.atomic import write_table
-from memlab.plain import from_fields, plain
+from memlab.plain import check_types, check_version, from_fields, plain
 
 SCHEMA_VERSION = 1
 
@@ -49,9 +49,7 @@ class RecordSchemaError(ValueError):
 
 def check_schema(d: dict[str, Any], where: str) -> None:
     """A saved record of another schema version is an error naming ``where`` (no version: the current one)."""
-    version = d.get("schema", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
-        raise RecordSchemaError(f"{where}: schema version {version}; this memlab reads version {SCHEMA_VERSION}")
+    check_version(d, SCHEMA_VERSION, where, RecordSchemaError)
 
 
 class Record:
@@ -171,6 +169,7 @@ class MemoryRecord(Record):
     provenance: str | None = None
     session: str | None = None
     candidates: list[Any] | None = None
+    schema: int = SCHEMA_VERSION
 
     @classmethod
     def of(cls, conversation: str, e: Any) -> MemoryRecord:
@@ -181,7 +180,7 @@ class MemoryRecord(Record):
                    superseded_by=e.superseded_by)
 
     def to_dict(self) -> dict[str, Any]:
-        d = plain(self)  # no schema field: the trace line has always been these fields
+        d = plain(self)  # a system's fields only on a system's memories, as the line has always been written
         return {k: v for k, v in d.items() if v is not None or k not in _SYSTEM_MEMORY_FIELDS}
 
 
@@ -204,10 +203,12 @@ class ExtractionTraceRecord(Record):
     dropped: str | None = None
     reason: str | None = None
     malformed_tool_calls: int | None = None
+    schema: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
-        """The line as it has always been written: an op line has all its fields, the others only theirs."""
-        d: dict[str, Any] = {"conversation": self.conversation, "job_status": self.job_status}
+        """The line as it has always been written (an op line has all its fields, the others only theirs), with its
+        schema version."""
+        d: dict[str, Any] = {"conversation": self.conversation, "job_status": self.job_status, "schema": self.schema}
         if self.op is not None:
             d.update(op=self.op, reconcile=self.reconcile, result=self.result, memory_id=self.memory_id,
                      error=self.error)
@@ -217,12 +218,82 @@ class ExtractionTraceRecord(Record):
         return d
 
 
+# run.json's nested objects: plain dicts to every reader (``run.info["executor"]["kind"]``), typed here so that
+# `RunInfo.from_dict` checks what it reads key by key. Each is open: a key it does not name is kept unchecked
+# (later memlabs add keys; the Ray executor writes its own).
+class SessionInfo(TypedDict, total=False):
+    """One session of a run (a start, each ``--resume``): its stage timings and how it ended."""
+
+    timings: dict[str, float]
+    status: str
+    peak_rss_mb: dict[str, float]
+    executor: str
+    models_by_role: dict[str, Any]
+
+
+class ExecutorInfo(TypedDict, total=False):
+    kind: str
+    index_threads: int
+    answer_processes: int
+    max_retries: int
+    units: list[dict[str, Any]]
+    nodes: list[str]
+
+
+class ComponentsInfo(TypedDict, total=False):
+    """Each component's label (class and settings); ``custom``: which were objects the caller passed in."""
+
+    answerer: str
+    extractor: str | None
+    judge: str
+    searcher: str
+    embedder: str
+    custom: dict[str, bool]
+    params: dict[str, Any]
+
+
+class EnvironmentInfo(TypedDict, total=False):
+    python: str
+    platform: str
+    cpu_count: int | None
+    packages: dict[str, str | None]
+    memlab_commit: str | None
+    memlab_source_sha256: str
+    created_utc: str
+
+
+class RoleErrors(TypedDict):
+    """A model role's units that ended in an error, ``errors`` of ``of``."""
+
+    errors: int
+    of: int
+
+
+class ScoringInfo(TypedDict, total=False):
+    profile: str
+    errata: str | None
+    errata_corrected: int
+    errata_excluded: int
+
+
+class ModelsInfo(TypedDict, total=False):
+    """Model calls, cache hits, failures, malformed tool calls and cut-off replies, summed and ``by_role``."""
+
+    model_calls: int
+    cache_hits: int
+    failures: int
+    malformed_tool_calls: int
+    truncated: int
+    by_role: dict[str, dict[str, Any]]
+
+
 @dataclass
 class RunInfo(Record):
     """``run.json``: a run's status, counts, timings and provenance. Both executors write it through this class
     (`memlab.run.steps`), and `memlab.run.results.read_run_json` reads it back through it, so a field is named
-    once. Open to later fields: keys this memlab does not know are kept in ``extra`` and written back as they
-    were; a field never set is not written."""
+    once. Every value is checked against its field's type, nested objects key by key (the `TypedDict`s above):
+    a wrong type is an error naming the file and the field. Open to later fields: keys this memlab does not know
+    are kept in ``extra`` and written back as they were; a field never set is not written."""
 
     run_id: str
     status: str
@@ -234,32 +305,33 @@ class RunInfo(Record):
     """sha256 of each other file the config names (prompt, errata, prices): what `memlab.run.reuse` compares."""
     questions: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
-    environment: dict[str, Any] = field(default_factory=dict)
-    components: dict[str, Any] = field(default_factory=dict)
-    sessions: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[Any] = field(default_factory=list)
-    executor: dict[str, Any] | None = None
+    environment: EnvironmentInfo = field(default_factory=EnvironmentInfo)
+    components: ComponentsInfo = field(default_factory=ComponentsInfo)
+    sessions: list[SessionInfo] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    executor: ExecutorInfo | None = None
     threads: dict[str, Any] | None = None
+    """The thread settings in force (the local executor's counts; the Ray driver's ``run.threads`` and a note)."""
     timings: dict[str, float] = field(default_factory=dict)
     peak_rss_mb: dict[str, float] | None = None
     system: dict[str, Any] | None = None
     extraction: dict[str, Any] | None = None
     cost: dict[str, Any] | None = None
-    scoring: dict[str, Any] | None = None
+    scoring: ScoringInfo | None = None
     errors: int | None = None
     judge_errors: int | None = None
     error_rate: float | None = None
-    role_errors: dict[str, dict[str, int]] | None = None
+    role_errors: dict[str, RoleErrors] | None = None
+    """Per model role (reader, judge, extractor): ``errors`` of ``of`` units; each against run.max_error_rate."""
     outputs: dict[str, str] | None = None
     """sha256 of every output file, by path in the folder, recorded when the run completed (`memlab.run.outputs`)."""
     completed_utc: str | None = None
     """When the run completed (UTC, ISO 8601): a reuse prefers the newest by it, never by a folder's name."""
-    """Per model role (reader, judge, extractor): ``errors`` of ``of`` units; each against run.max_error_rate."""
     resumed_skipped: int | None = None
     answered_now: int | None = None
-    models: dict[str, Any] | None = None
-    """Model calls, cache hits, failures, malformed tool calls and cut-off replies, summed and ``by_role``."""
-    model_roles: dict[str, Any] | None = None
+    models: ModelsInfo | None = None
+    model_roles: list[str] | None = None
+    """One line per model role: its model and endpoint (`ExperimentConfig.describe_models`)."""
     plan: dict[str, Any] | None = None
     """What the run planned to ask of each model role (`memlab.run.plan`), beside what ``models`` says it did."""
     cache_integrity: list[dict[str, Any]] | None = None
@@ -288,6 +360,7 @@ class RunInfo(Record):
         if d["status"] not in {s.value for s in RunStatus}:
             raise RecordSchemaError(f"{where}: status {d['status']!r}; expected one of "
                                     f"{', '.join(s.value for s in RunStatus)}")
+        check_types(cls, d, where, RecordSchemaError)
         return cls(**{k: v for k, v in d.items() if k in names},
                    extra={k: v for k, v in d.items() if k not in names})
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 
-from memlab.data import Conversation, LoCoMo, Question, dataset_name, load_dataset
+from memlab.data import Conversation, LoCoMo, Question, dataset_name
 from memlab.run.config import ConfigError, ExperimentConfig
 
 #: The scoring profile a dataset gets when the config keeps the default profile (``locomo``).
@@ -30,14 +30,6 @@ def profile_for(cfg: ExperimentConfig, data: LoCoMo) -> tuple[ExperimentConfig, 
         return cfg.with_overrides({"scoring.profile": DATASET_PROFILES[name]}), note
     raise ConfigError(f"scoring.profile = {prof.name!r} scores {prof.dataset} files, but {data.report.path} is "
                       f"{name}: use scoring.profile={DATASET_PROFILES[name]}")
-
-
-def load_run_data(cfg: ExperimentConfig) -> tuple[ExperimentConfig, LoCoMo, list[str]]:
-    """The run's dataset (LoCoMo or LongMemEval, told by its fields), its config with the dataset's scoring
-    profile, and notes for run.json (the profile change; a profile's caveat on its metrics), each warned."""
-    data = load_dataset(cfg.dataset.path)
-    cfg, notes = run_profile(cfg, data)
-    return cfg, data, notes
 
 
 def run_profile(cfg: ExperimentConfig, data: LoCoMo) -> tuple[ExperimentConfig, list[str]]:

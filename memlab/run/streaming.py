@@ -4,8 +4,8 @@ question (building every key first would hold 500 haystacks' vectors and fits at
 
 The results are those of a staged run: each key's memories, index and answers depend on that key alone. What the
 staged run keeps in the one saved index file (`HybridIndex.save` at close) a streamed run keeps per key, beside it
-(``index-keys/<digest>.npz``, the saved-index format of `MemoryService.export_index`), so that a rerun on the cached
-extraction reads back the very fit the extraction built, one key at a time.
+(``index-keys/<digest>.npz``, the saved-index format of `memlab.memory.shipping.export_index`), so that a rerun
+on the cached extraction reads back the very fit the extraction built, one key at a time.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from memlab.atomic import write_with
 from memlab.data import LoCoMo, dataset_name
 from memlab.data.longmemeval import forget_haystack
 from memlab.index.text import analyze
-from memlab.memory import MemoryService
+from memlab.memory import MemoryService, ReleasesKeys
+from memlab.memory.shipping import export_index
 from memlab.threads import return_free_memory
 
 KEY_INDEX_DIR = "index-keys"
@@ -37,7 +38,7 @@ def key_index_path(cdir: Path, key: Any) -> Path:
 
 
 def save_key_index(cdir: Path, key: Any, blob: bytes) -> None:
-    """Keep a key's fitted index state (`MemoryService.export_index`) in its file (`key_index_path`)."""
+    """Keep a key's fitted index state (`memlab.memory.shipping.export_index`) in its file (`key_index_path`)."""
     saved = key_index_path(cdir, key)
     saved.parent.mkdir(exist_ok=True)
     write_with(saved, lambda f: f.write(blob), binary=True)
@@ -45,10 +46,10 @@ def save_key_index(cdir: Path, key: Any, blob: bytes) -> None:
 
 def key_index_blob(svc: MemoryService, cdir: Path, key: Any) -> bytes | None:
     """A key's fitted index state: what a streamed run saved for it (the fit its extraction built), else the live
-    one (None: neither). Whoever imports it checks it against the store's rows (`MemoryService.import_index`), so
+    one (None: neither). Whoever imports it checks it against the store's rows (`shipping.import_index`), so
     a file saved for other rows is not used (the key is then built from the rows)."""
     saved = key_index_path(cdir, key)
-    return saved.read_bytes() if saved.is_file() else svc.export_index(key)
+    return saved.read_bytes() if saved.is_file() else export_index(svc, key)
 
 
 def release_key(svc: MemoryService, key: Any) -> None:
@@ -57,7 +58,7 @@ def release_key(svc: MemoryService, key: Any) -> None:
     and an M question's 5,000 would otherwise stay, ~20 MB a question until the cache is full) and the parsed
     haystack the dataset keeps (`forget_haystack`: the next is parsed with none alive); the freed heap goes back
     to the system (`return_free_memory`)."""
-    if svc.searcher is not None:
+    if isinstance(svc.searcher, ReleasesKeys):  # a searcher that cannot drop a key keeps it
         svc.searcher.release(key)
     analyze.cache_clear()
     forget_haystack()

@@ -2,9 +2,10 @@
 
 A system is anything that can take a conversation's sessions and later answer ``search(query, k)`` for one
 user key: memlab's own pipeline (`memlab.systems.pipeline`), mem0 (`memlab.systems.mem0`), or a user's class.
-The answer arms never see the system: they get a `SystemService`, which looks like the read side of a
-`MemoryService` (``search``/``list``/``read_recent``), so every arm runs unchanged on every system with the same
-top-k. A hit without turn ids gets the provenance recovered at ingest (`memlab.systems.provenance`), marked as such.
+The answer arms never see the system: they get a `SystemService`, the `memlab.memory.MemoryView` that memlab's
+`MemoryService` provides too (``search``/``list``/``read_recent``...), so every arm runs unchanged on every system
+with the same top-k. A hit without turn ids gets the provenance recovered at ingest (`memlab.systems.provenance`),
+marked as such.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from memlab.data.locomo import Conversation, Session
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import SearchHit, SearchOptions, SearchResult
+from memlab.memory.service import MemoryService
 from memlab.registry import Registry
 
 
@@ -111,8 +113,9 @@ class MemorySystem(ABC):
     def cache_id(self) -> str:
         return self.name
 
-    def as_service(self) -> Any:
-        """What the answer arms search through (a system with a `MemoryService` of its own returns it)."""
+    def as_service(self) -> SystemService | MemoryService:
+        """What the answer arms read through, a `MemoryView` (a system with a `MemoryService` of its own returns
+        it); the run closes it."""
         return SystemService(self)
 
     def close(self) -> None:
@@ -135,13 +138,12 @@ SYSTEMS: Registry[MemorySystem] = Registry("memory system")
 
 
 class SystemService:
-    """The read side of a `MemoryService` over any `MemorySystem`, with recovered provenance filled in.
+    """The `memlab.memory.MemoryView` of any `MemorySystem` (the read side of a `MemoryService`), with recovered
+    provenance filled in.
 
     Search options other than the query and ``max_results`` are the system's own business (recorded as its
     ``features``); ``recovered`` maps a key's memory ids to the dialog ids recovery gave them.
     """
-
-    searcher = None
 
     def __init__(self, system: MemorySystem):
         self.system = system

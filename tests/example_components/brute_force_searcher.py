@@ -2,7 +2,9 @@
 
 No FAISS, no fitted embedder, no fusion: every search scores every memory of the key. It honours the query,
 ``max_results`` and the ``kind`` filter; the other search options are `HybridIndex`'s business and ignored
-here. It proves that a run, its traces and the retrieval benchmark need nothing of a searcher but the protocol.
+here. It proves that a run, its traces and the retrieval benchmark need nothing of a searcher but the protocol:
+of the optional abilities (`memlab.memory.capabilities`) it has only `ReleasesKeys`; it encodes nothing ahead
+and ships no built state (a copied store's key is rebuilt from its rows).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ def _vector(text: str) -> tuple[Counter[str], float]:
 
 
 class BruteForceSearcher:
-    """Implements `memlab.memory.Searcher`: the store's write hooks keep a copy of each key's memories."""
+    """Implements `memlab.memory.Searcher` (and `ReleasesKeys`): the store's write hooks keep a copy of each key's
+    memories."""
 
     reconcile_signal = "dense"  # its score is a cosine in [0, 1]
 
@@ -72,10 +75,6 @@ class BruteForceSearcher:
                        for r, (s, _, e) in enumerate(scored[:options.max_results], start=1)]
         return result
 
-    def prepare_queries(self, key: UserKey, queries: list[str],
-                        load_entries: Callable[[], list[MemoryEntry]]) -> int:
-        return 0  # nothing to encode ahead
-
     def mark_stale(self) -> None:
         self._entries.clear()  # re-read every key from the store on its next use
 
@@ -88,12 +87,6 @@ class BruteForceSearcher:
 
     def release(self, key: UserKey) -> None:
         self._entries.pop(key, None)
-
-    def export_key(self, key: UserKey) -> bytes | None:
-        return None  # nothing built that a copied store could not rebuild from its rows
-
-    def import_key(self, key: UserKey, blob: bytes, entries: list[MemoryEntry]) -> bool:
-        return False
 
     def close(self) -> None:
         self._entries.clear()
