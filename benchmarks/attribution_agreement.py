@@ -51,12 +51,17 @@ ALL_CATEGORIES = (1, 2, 3, 4, 5)
 #: The samples in the order they were drawn, each excluding the earlier ones: (per category, seed[, categories]).
 #: ``blind2`` (issue 36): 10 per category 1-4, drawn on main's full offline run and labelled blind from the sheet
 #: of ``--blind`` (no rule output), each category committed before agreement is computed.
+#: ``blind3`` (issue 36, second revision): the same, labelled blind while the rules were revised on the others'
+#: disagreements.
 SAMPLES: dict[str, tuple[int, int] | tuple[int, int, tuple[int, ...]]] = {
     "dev": (PER_CATEGORY, SEED), "holdout": (5, 22), "holdout2": (5, 23), "holdout3": (6, 24),
     "holdout4": (8, 25), "holdout5": (8, 26), "blind2": (10, 27, (1, 2, 3, 4)),
     "blind3": (10, 28, (1, 2, 3, 4))}
-#: Samples labelled blind (without the rules or their output): none was used to design issue 36's rule changes.
-BLIND = ("holdout4", "holdout5", "blind2")
+#: Samples labelled blind (without the rules or their output).
+BLIND = ("holdout4", "holdout5", "blind2", "blind3")
+#: Blind samples no rule revision has looked at: the clean out-of-sample figure (``holdout4``, ``holdout5`` and
+#: ``blind2`` were each used to design a later revision).
+HELD_OUT = ("blind3",)
 
 
 def draw(att: pd.DataFrame, per_category: int = PER_CATEGORY, seed: int = SEED,
@@ -154,6 +159,10 @@ def markdown(both: pd.DataFrame, left_out: dict[str, list[str]], n_boot: int = 2
     if len(blind):
         names = " + ".join(f"`{n}`" for n in blind["sample"].unique())
         rows.append(_row(f"labelled blind, without the rules or their output ({names})", blind, n_boot=n_boot))
+    clean = both[both["sample"].isin(HELD_OUT)]
+    if len(clean):
+        names = " + ".join(f"`{n}`" for n in clean["sample"].unique())
+        rows.append(_row(f"**held out: labelled blind, never used to revise a rule ({names})**", clean, True, n_boot))
     rows.append(_row("all", both, n_boot=n_boot))
     labels = sorted(set(held.hand_label) | set(held.rule_label))
     table = pd.crosstab(held.hand_label, held.rule_label).reindex(index=labels, columns=labels, fill_value=0)

@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     with ScriptedServer(responder=slow) as srv:
         offline = ExperimentConfig.from_yaml("topk-ablation").with_overrides(subset)
         model = ExperimentConfig.from_dict({
-            "name": "orig", "extraction": {"extractor": "turns"},
-            "answer": {"arm": "original", "model": "openai/scripted-reader"},
+            "name": "orig", "extraction": {"name": "turns"},
+            "answer": {"name": "original", "model": "openai/scripted-reader"},
             "models": {"api_base": srv.api_base, "max_retries": 0}, "run": {"concurrency": args.concurrency},
             "grid": {"retrieval.top_k": [5, 10]}}).with_overrides(subset)
         for label, cfg in (("topk-ablation (offline)", offline),

@@ -24,7 +24,7 @@ SETS = {
     "systems (notebook 07)": [("offline", "offline", {}), ("retrieval-best", "retrieval-best", {}),
                               ("mem0-offline", "mem0-offline", {})],
     "two arms (notebook 06)": [("a", "offline", {}), ("b", "offline", {
-        "name": "offline-observations", "extraction.extractor": "observations"})],
+        "name": "offline-observations", "extraction.name": "observations"})],
     "top-k grid": [(f"k{k}", "topk-ablation", {"retrieval.top_k": k, "name": f"topk-top_k{k}"})
                    for k in (5, 10, 20, 40)],
     "one name, two systems (--set name)": [("a", "offline", {"retrieval.top_k": 20}),

@@ -121,8 +121,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for arm in ["extractive", *arms]:
             doc = {"name": f"local-{arm}", "dataset": {"path": str(data)},
-                   "extraction": {"extractor": a.extractor, **({"model": a.model} if a.extractor == "llm" else {})},
-                   "answer": {"arm": arm, **({"model": a.model} if arm != "extractive" else {})},
+                   "extraction": {"name": a.extractor, **({"model": a.model} if a.extractor == "llm" else {})},
+                   "answer": {"name": arm, **({"model": a.model} if arm != "extractive" else {})},
                    "models": {"api_base": api_base, "timeout": a.timeout, "context_window": a.context_window},
                    "run": {"max_error_rate": 1.0}}
             run = run_experiment(ExperimentConfig.from_dict(doc), results=root, progress=False)

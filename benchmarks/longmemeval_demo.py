@@ -8,7 +8,7 @@ every published type, abstention questions, one evidence turn per answerable que
 server on 127.0.0.1 (`memlab.testing.ScriptedServer`) that says "yes" when the gold answer (reference, rubric
 or abstention explanation, whichever the type's prompt gives) appears in the response and "no" otherwise: the
 official per-type prompts and the strict yes/no parsing are exercised over real HTTP, the verdicts are not a
-model's. Each run prints `memlab.eval.longmemeval.report`: accuracy per type with
+model's. Each run prints `memlab.eval.longmemeval_tables.report`: accuracy per type with
 95 % intervals and the official session/turn recall_all@k and ndcg_any@k. Then five malformed copies of the
 file, each refused by `memlab data info` with the error printed.
 """
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from memlab.data.longmemeval_synthetic import write_synthetic  # noqa: E402
-from memlab.eval.longmemeval import format_table, report  # noqa: E402
+from memlab.eval.longmemeval_tables import format_table, report  # noqa: E402
 
 MALFORMED = {
     "an unknown question type": lambda it: it[1].update(question_type="single-hop"),

@@ -3,7 +3,7 @@
     python benchmarks/offline_run.py [--path locomo10.json]
     python benchmarks/offline_run.py --config retrieval-best --no-model-check   # minilm + SPLADE: minutes cold
     python benchmarks/offline_run.py --config retrieval-best --no-model-check \
-        --set index.embedder_params.dtype=bfloat16 --set index.sparse_params.dtype=bfloat16   # both models in bf16
+        --set index.embedder.params.dtype=bfloat16 --set index.sparse.params.dtype=bfloat16   # both models in bf16
 
 Cold: a fresh results root and a fresh machine cache (`memlab.index.machine_cache`: no model vector from an
 earlier run; benchmarks/machine_cache.py times a second root with it warm): extraction with turns + observations

@@ -51,12 +51,12 @@ def main() -> None:
     data = load_locomo(args.data)
     wanted = set(args.conversations.split(",")) if args.conversations else None
     convs = [c for c in data if wanted is None or c.sample_id in wanted]
-    cfg = ExperimentConfig.from_dict({"extraction": {"extractor": args.extractor, "turn_style": args.turn_style}})
+    cfg = ExperimentConfig.from_dict({"extraction": {"name": args.extractor, "turn_style": args.turn_style}})
     aligner = ProvenanceAligner(max_ids=args.max_ids, ratio=args.ratio)
     rows: list[dict] = []
     t0 = time.process_time()
     for conv in convs:
-        svc = open_service("memory", **cfg.index.service_params())
+        svc = open_service("memory", **cfg.index.hybrid_params())
         system = MemlabSystem(svc, EXTRACTORS.get(args.extractor).from_config(cfg.extraction, lambda role: None))
         key = conversation_key(conv)
         system.ingest_conversation(key, conv)

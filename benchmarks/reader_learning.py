@@ -322,8 +322,8 @@ def predict_family(groups, store, idx: np.ndarray, m: FamilyModel) -> list[tuple
 
 FAMILY_CAPTURE: dict[str, tuple[str, dict[str, Any]]] = {
     "offline": ("offline", {}),
-    "observations": ("offline", {"extraction.extractor": "observations"}),
-    "turns": ("offline", {"extraction.extractor": "turns"}),
+    "observations": ("offline", {"extraction.name": "observations"}),
+    "turns": ("offline", {"extraction.name": "turns"}),
     "retrieval-best": ("retrieval-best", {}),
 }
 """The config (and overrides) whose contexts each reader family is fit on."""

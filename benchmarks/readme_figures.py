@@ -164,8 +164,8 @@ def _verbatim(script: str, args: list[str], fenced: bool = True) -> Callable[[],
     return make
 
 
-BF16_ARGS = ["--config", "retrieval-best", "--no-model-check", "--set", "index.embedder_params.dtype=bfloat16",
-             "--set", "index.sparse_params.dtype=bfloat16"]
+BF16_ARGS = ["--config", "retrieval-best", "--no-model-check", "--set", "index.embedder.params.dtype=bfloat16",
+             "--set", "index.sparse.params.dtype=bfloat16"]
 RECALL_ARGS = ["--configs", "retrieval-best,offline", "--baseline", "--tune", "--folds", "5"]
 GRID_ARGS = ["--conversations", "2", "--questions", "10", "--latency", "0.2", "--concurrency", "2"]
 LME_ARGS = ["--s-questions", "2", "6", "--m-questions", "1", "2", "--workers", "2", "8", "32"]

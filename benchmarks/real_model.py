@@ -36,15 +36,15 @@ os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 
 MODEL = "openai/local"
 ARMS: dict[str, dict[str, Any]] = {
-    "offline": {"extraction": {"extractor": "turns+observations"}, "answer": {"arm": "extractive"}},
-    "original": {"extraction": {"extractor": "llm", "prompt": "basic", "model": MODEL},
-                 "answer": {"arm": "original", "model": MODEL}},
-    "optimized": {"extraction": {"extractor": "llm", "prompt": "structured", "model": MODEL},
-                  "answer": {"arm": "optimized", "model": MODEL}},
-    "long-context": {"answer": {"arm": "long-context", "model": MODEL}},
-    "session-recall": {"answer": {"arm": "session-recall", "model": MODEL},
+    "offline": {"extraction": {"name": "turns+observations"}, "answer": {"name": "extractive"}},
+    "original": {"extraction": {"name": "llm", "prompt": "basic", "model": MODEL},
+                 "answer": {"name": "original", "model": MODEL}},
+    "optimized": {"extraction": {"name": "llm", "prompt": "structured", "model": MODEL},
+                  "answer": {"name": "optimized", "model": MODEL}},
+    "long-context": {"answer": {"name": "long-context", "model": MODEL}},
+    "session-recall": {"answer": {"name": "session-recall", "model": MODEL},
                        "retrieval": {"participant_boost": True, "dedupe": False, "kind_fallback": False}},
-    "mem0": {"system": {"name": "mem0", "params": {"infer": True, "model": MODEL}}, "answer": {"arm": "extractive"},
+    "mem0": {"system": {"name": "mem0", "params": {"infer": True, "model": MODEL}}, "answer": {"name": "extractive"},
              "extraction": {"model": MODEL}},
 }
 

@@ -35,15 +35,15 @@ EXTRACTOR_MEMORY = {"turns": "turns", "observations": "observations", "turns+obs
 def config_arm(name: str) -> Arm:
     """The retrieval arm of a config: its offline memory set, index section and retrieval section."""
     cfg = ExperimentConfig.from_yaml(name)
-    ex = cfg.extraction.extractor
+    ex = cfg.extraction.name
     if ex not in EXTRACTOR_MEMORY:
-        raise SystemExit(f"--configs {name}: extraction.extractor = {ex!r}; this benchmark indexes the offline "
+        raise SystemExit(f"--configs {name}: extraction.name = {ex!r}; this benchmark indexes the offline "
                          f"memory sets only ({', '.join(EXTRACTOR_MEMORY)})")
     r = cfg.retrieval
     search = {"hybrid": r.hybrid, "rrf_k": r.rrf_k, "dedupe": r.dedupe, "participant_boost": r.participant_boost,
               "participant_boost_sigma": r.participant_boost_sigma, "fusion": r.fusion,
               "fusion_weights": r.fusion_weights, "unit": r.unit}
-    return Arm(memory=EXTRACTOR_MEMORY[ex], index=cfg.index.service_params(), search=search)
+    return Arm(memory=EXTRACTOR_MEMORY[ex], index=cfg.index.hybrid_params(), search=search)
 
 
 def floats(text: str) -> list[float]:

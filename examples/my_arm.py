@@ -3,7 +3,7 @@ question, or abstain when none shares ``min_overlap`` words.
 
 An arm gets the question and an `AnswerContext` (the memory service, the user key, the run's search options)
 and returns an `Answer`: the prediction plus what it read (``context``, which recall and attribution score) and
-its searches (``queries``, the retrieval trace). Registered under a name, it is ``answer.arm`` in a config and
+its searches (``queries``, the retrieval trace). Registered under a name, it is ``answer.name`` in a config and
 its settings are ``answer.params``. Run it from the repository root:
 
     python examples/my_arm.py
@@ -55,13 +55,13 @@ class BestSentence(Answerer):
 
 def main() -> None:
     cfg = ExperimentConfig.from_dict({
-        "name": "my-arm", "dataset": {"path": str(DATA)}, "extraction": {"extractor": "turns"},
-        "retrieval": {"top_k": 5}, "answer": {"arm": "my-best-sentence", "params": {"min_overlap": 2}},
+        "name": "my-arm", "dataset": {"path": str(DATA)}, "extraction": {"name": "turns"},
+        "retrieval": {"top_k": 5}, "answer": {"name": "my-best-sentence", "params": {"min_overlap": 2}},
     })
     with tempfile.TemporaryDirectory() as results:
         run = run_experiment(cfg, results=results, progress=False)
         row = run.summary.loc["overall 1-5"]
-        print(f"{cfg.answer.arm} (min_overlap 2, top-5): F1 {row['f1']:.3f} [{row['f1_lo']:.3f}, "
+        print(f"{cfg.answer.name} (min_overlap 2, top-5): F1 {row['f1']:.3f} [{row['f1_lo']:.3f}, "
               f"{row['f1_hi']:.3f}], n {int(row['n'])}")
         first = run.predictions.iloc[0]
         print(f"  {first['qid']}: {first['question']!r} -> {first['prediction']!r}")

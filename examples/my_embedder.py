@@ -2,7 +2,7 @@
 
 An embedder turns texts into one row of floats each; memlab's hybrid index puts those rows in FAISS for the
 dense list and fuses it with the keyword list. Registered under a name, it is ``index.embedder`` in a config and
-its settings are ``index.embedder_params``; its `embedder_id` (class and settings, by default) names its vectors
+its settings are ``index.embedder.params``; its `embedder_id` (class and settings, by default) names its vectors
 in the embedding cache, so two settings never share cached vectors. Run it from the repository root:
 
     python examples/my_embedder.py
@@ -48,13 +48,14 @@ class TrigramEmbedder(Embedder):
 
 def main() -> None:
     cfg = ExperimentConfig.from_dict({
-        "name": "my-embedder", "dataset": {"path": str(DATA)}, "extraction": {"extractor": "turns"},
-        "index": {"embedder": "my-trigrams", "embedder_params": {"dim": 512}}, "retrieval": {"top_k": 3},
+        "name": "my-embedder", "dataset": {"path": str(DATA)}, "extraction": {"name": "turns"},
+        "index": {"embedder": {"name": "my-trigrams", "params": {"dim": 512}}}, "retrieval": {"top_k": 3},
     })
     with tempfile.TemporaryDirectory() as results:
         run = run_experiment(cfg, results=results, progress=False)
         row = run.summary.loc["overall 1-5"]
-        print(f"{cfg.index.embedder} (dim 512, top-3): F1 {row['f1']:.3f} [{row['f1_lo']:.3f}, {row['f1_hi']:.3f}], "
+        print(f"{cfg.index.embedder.name} (dim 512, top-3): F1 {row['f1']:.3f} [{row['f1_lo']:.3f}, "
+              f"{row['f1_hi']:.3f}], "
               f"n {int(row['n'])}")
 
 

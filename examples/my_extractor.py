@@ -1,6 +1,6 @@
 """Your own extractor, in one file: every turn's sentences of at least ``min_words`` words become one memory.
 
-Registering the class under a name is all memlab needs: the config names it (``extraction.extractor``) and gives
+Registering the class under a name is all memlab needs: the config names it (``extraction.name``) and gives
 its settings (``extraction.params``), which are checked against the constructor's declaration before any work,
 become part of the extraction cache key, and are recorded in run.json. Run it from the repository root:
 
@@ -51,12 +51,12 @@ class LongSentences(Extractor):
 def main() -> None:
     cfg = ExperimentConfig.from_dict({
         "name": "my-extractor", "dataset": {"path": str(DATA)},
-        "extraction": {"extractor": "my-long-sentences", "params": {"min_words": 5}},
+        "extraction": {"name": "my-long-sentences", "params": {"min_words": 5}},
     })
     with tempfile.TemporaryDirectory() as results:
         run = run_experiment(cfg, results=results, progress=False)
         row = run.summary.loc["overall 1-5"]
-        print(f"{cfg.extraction.extractor} (min_words 5): F1 {row['f1']:.3f} [{row['f1_lo']:.3f}, "
+        print(f"{cfg.extraction.name} (min_words 5): F1 {row['f1']:.3f} [{row['f1_lo']:.3f}, "
               f"{row['f1_hi']:.3f}], n {int(row['n'])}; memories written: {run.info['extraction']['ops_applied']}")
 
 

@@ -20,14 +20,16 @@ shares the question's content words or comes from an evidence turn or a turn bes
 context is *answer-bearing* (supports the answer) when the lines about the question hold every gold word —
 for a question about two people, each person's own lines at least half — and its *answer ceiling* is the best
 official F1 a span of those lines (or a date they imply) could score (`memlab.eval.ceiling`).
-An evidence id is *reached* when a context memory sourced from it holds a gold word (or the evidence turn
-holds none — a bridge hop — and a memory sourced from it is in the context), or when a context line from its
-same-session neighbour holds a gold word the evidence turn holds (the neighbour carried the same fact); a
-summary that dropped the answer's words does not reach its turn. The *answer kind* (`answer_kind`): a
-``count`` needs every evidence turn (each is one instance), an ``inferred`` answer (open-domain, yes/no,
-likely) is supported by any sufficient part of its evidence, a ``date`` is computed from a turn's date, a
-``literal`` answer is read off a turn. The evidence memories *lost the answer* when there are none, or when
-the evidence turns carry the answer but the evidence memories together do not.
+An evidence id is *reached* when the context memories sourced from it and the context lines from its
+same-session neighbours (which often carry the same fact) hold at least half of each gold part's words that
+its turn holds (or the turn holds none — a bridge hop — and a memory sourced from it is in the context);
+*reached in part* when they hold fewer but some ("joy" of "a sense of joy and freedom": partial-retrieval
+unless the rest is in the context); a summary that dropped the turn's gold words does not reach it. The
+*answer kind* (`answer_kind`): a ``count`` needs every evidence turn (each is one instance), an ``inferred``
+answer (open-domain, yes/no, likely) is supported by any sufficient part of its evidence, a ``date`` is
+computed from a turn's date, a ``literal`` answer is read off a turn. The evidence memories *lost the
+answer* when there are none, or when the evidence turns carry the answer but the evidence memories together do
+not.
 
 Rules, tried in this order; the first that holds names the label (``abstain-error`` and ``reading-miss`` have
 two rules each). Rules 4-7 are only tried when the context is not answer-bearing, and, for an inferred answer
@@ -49,15 +51,16 @@ whose words are not in its evidence turns, when no evidence id was reached.
    whose final text does not carry the answer although the proposal did;
 5. ``write-miss`` — the evidence memories lost the answer (none stored, or the answer's words
    are in the evidence turns but not in the memories);
-6. ``retrieval-miss`` — evidence memories exist, no evidence id was reached, and no part of the answer
-   reached the reader through another turn (a comma part of a multi-part gold, at coverage >= 0.5 in the lines
+6. ``retrieval-miss`` — evidence memories exist, no evidence id was reached (even in part), and no part of the
+   answer reached the reader through another turn (a comma part of a multi-part gold, at coverage >= 0.5 in the lines
    about the question; for a question about two people, one person's support);
 7. ``partial-retrieval`` — some written evidence ids (or gold parts, or people) were reached, others not,
    and a missed one could have added what the answer needs: for a count, every instance; for a question about
-   two people, the turn of a person the context does not support; otherwise a gold word the context lacks,
-   or, for a turn that holds none of the gold's words (a bridge hop, a photo, a paraphrase), no evidence
-   turn of its session reached the reader. A missed turn whose gold words were all in the context through
-   other memories, or a wordless one beside a reached turn of its session, is redundant: the rules go on;
+   two people, the turn of a person the context does not support; otherwise its words of a gold part that no
+   one line about the question holds together, or, for a turn that holds none of the gold's words (a bridge
+   hop, a photo, a paraphrase), no evidence turn of its session reached the reader. A missed turn (or one
+   reached in part) whose words of each gold part one other line holds, or a wordless one beside a reached
+   turn of its session, is redundant: the rules go on;
 8. ``abstain-error`` — a non-adversarial question abstained although the context was
    answer-bearing or every written evidence id was reached;
 9. ``reading-miss`` — the context could have given a better answer: it was answer-bearing, or
@@ -77,6 +80,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -93,7 +97,7 @@ from memlab.eval.ceiling import (
     answer_ceiling,
     jointly_asked,
     memory_line,
-    neighbours,
+    reached,
 )
 from memlab.eval.ceiling import about as _about
 from memlab.eval.errata import INVALID, Errata, rescored
@@ -208,33 +212,28 @@ def _content(answer: str) -> set[str]:
     return content_tokens(answer) or set(stemmed_tokens(answer))
 
 
-def _holds_gold(gold: set[str], text: str) -> bool:
-    return bool(gold & content_tokens(text))
-
-
-def _adds(gold: set[str], have: set[str], turn: str, same_session: bool) -> bool:
-    """Whether a missed evidence turn could have added what the answer needs: a gold content token the
-    context lacks; a turn with none of the gold's words adds nothing by content when an evidence turn of
-    its session (its date) reached the reader, and may otherwise (a bridge hop, a photo, a paraphrase)."""
-    carried = gold & content_tokens(turn)
-    if carried:
-        return bool(carried - have)
+def _adds(pieces: Sequence[set[str]], about: Sequence[str], turn: str, same_session: bool) -> bool:
+    """Whether a missed evidence turn could have added what the answer needs: a gold part's words (``pieces``) it
+    holds that no one line about the question holds together ("gaming" in a tournament line, "courses" in a cooking
+    one do not state "game design course"); a turn with none of the gold's words adds nothing when an evidence turn
+    of its session (its date) reached the reader, and may otherwise (a bridge hop, a photo, a paraphrase)."""
+    held = [w for w in (p & content_tokens(turn) for p in pieces) if w]
+    if held:
+        return any(not any(w <= content_tokens(x) for x in about) for w in held)
     return not same_session
 
 
-def _reached(ev: QuestionEvidence, gold: set[str], evs: set[str], lines: Sequence[str]) -> list[str]:
-    """The evidence ids that reached the reader (module doc): a context memory sourced from one holds a gold word
-    (or its turn holds none), or a context line from its same-session neighbour holds a gold word its turn holds."""
+def _reached(ev: QuestionEvidence, pieces: Sequence[set[str]], gold: set[str], evs: set[str], lines: Sequence[str]
+             ) -> tuple[list[str], list[str]]:
+    """(evidence ids reached, ids only part of whose fact reached): module doc, `memlab.eval.ceiling.reached`."""
+    own = {s: [str(m["text"]) for m in ev.memories if m["id"] in ev.context_ids and s in m["source_ids"]] for s in evs}
     turn_of = {t.id: t.text for t in ev.turns}
-    out = {s for m in ev.memories if m["id"] in ev.context_ids for s in m["source_ids"] if s in evs
-           and (_holds_gold(gold, str(m["text"])) or not _holds_gold(gold, turn_of.get(s, ev.turn_text)))}
-    for s in evs - out:
-        fact = gold & content_tokens(turn_of.get(s, ""))
-        near = neighbours([s]) - {s}
-        if fact and any(near & set(src) and fact & content_tokens(line)
-                        for line, src in zip(lines, ev.context_sources or ())):
-            out.add(s)
-    return sorted(out)
+    for s in evs - set(turn_of):  # no turn text of its own: its memories' gold words, else all the turns' text
+        mine = " ".join(own[s])
+        turn_of[s] = mine if gold & content_tokens(mine) else ev.turn_text
+    facts = {s: [w for w in (q & content_tokens(turn_of[s]) for q in pieces) if w] for s in evs}
+    full, part = reached(facts, own, lines, ev.context_sources)
+    return sorted(full), sorted(part)
 
 
 def _supported_people(ev: QuestionEvidence, question: str, answer: str, lines: Sequence[str],
@@ -300,9 +299,10 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     date_of = {t.id: t.date for t in ev.turns}
     redundant: list[str] = []
     written = sorted({s for m in ev.memories for s in m["source_ids"] if s in evs})
-    reached = _reached(ev, gold, evs, lines)
-    turn_cov = coverage(stated, ev.turn_text)
     kind = answer_kind(answer, cat)
+    pieces = [_content(p) & gold for p in re.split(r"[,;]", stated)]  # the gold's words per list item
+    reached, partly = _reached(ev, pieces, gold, evs, lines)
+    turn_cov = coverage(stated, ev.turn_text)
     # an inferred answer is supported by any sufficient part of its evidence: a reached turn leaves it to the reader
     supported = kind == "inferred" and turn_cov < COVERAGE and bool(reached)
     if not bearing and not supported:
@@ -332,11 +332,11 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
         have = {t for line, a in zip(lines, about) if a for t in content_tokens(line)}
         carried = [p for p in parts if len(parts) > 1 and len(_content(p) & have) >= COVERAGE * len(_content(p))]
         people, held = _supported_people(ev, question, matched, lines, about)
-        if not reached and (carried or held):
+        if not reached and not partly and (carried or held):
             what = carried or [f"{p}'s part" for p in held]
             return "partial-retrieval", (f"no evidence id reached, but the context carries {what} through other "
                                          f"turns; missed {_where(ev, written)} ({ctx})")
-        if not reached:
+        if not reached and not partly:
             return "retrieval-miss", (f"{len(ev.memories)} evidence memories stored, none that holds the answer "
                                       f"given to the reader ({ctx}); {_where(ev, written)}")
         # 7. partial-retrieval, when a missed evidence turn could have added what the answer needs
@@ -346,9 +346,10 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
         speaker_of = {t.id: t.speaker for t in ev.turns}
         needed = [s for s in missed if kind == "count" or s not in turn_of  # no turn text: it may have
                   or speaker_of.get(s) in lacking
-                  or _adds(gold, have, turn_of[s], date_of.get(s) in reached_dates)]
+                  or _adds(pieces, [x for x, a in zip(lines, about) if a], turn_of[s], date_of.get(s) in reached_dates)]
         if needed:
-            return "partial-retrieval", f"reached {', '.join(reached)}; missed {_where(ev, needed)} ({ctx})"
+            got = ", ".join(reached) or "-", f" ({', '.join(partly)} in part)" if partly else ""
+            return "partial-retrieval", f"reached {got[0]}{got[1]}; missed {_where(ev, needed)} ({ctx})"
         redundant = missed
     # 8. abstain-error (non-adversarial)
     where = ("the context supported every answer word" if bearing else
@@ -400,20 +401,19 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
     recovered = {c for c, ms in mems_by_conv.items() if any(m.get("provenance") == "recovered" for m in ms)}
     contexts = {qid: set(ids) for qid, ids in tr.contexts.items()}
     sources_of = {m["id"]: list(m["source_ids"]) for m in memories}
-    heard: dict[str, tuple[dict[str, list[str]], set[str], frozenset[str]]] = {}
+    heard: dict[str, tuple[dict[str, list[str]], frozenset[str]]] = {}
     rows = []
     for row in qs.to_dict("records"):
         if row.get("errata") != INVALID and not failed(row, threshold, judged):
             continue
         evidence = set(as_list(row.get("evidence")))
         conv = data[row["conversation_id"]]
-        if conv.sample_id not in heard:  # what each person says, the conversation's words and word pairs
-            spoken: dict[str, list[str]] = {}
+        if conv.sample_id not in heard:  # what each person says and the conversation's word pairs (its words, for
+            spoken: dict[str, list[str]] = {}  # a suggestion question only, `gold_issue` reads off ``spoken``)
             for t in conv.turns:
                 spoken.setdefault(t.speaker, []).append(t.searchable_text)
-            texts = [x for xs in spoken.values() for x in xs]
-            heard[conv.sample_id] = (spoken, {w for x in texts for w in content_tokens(x)}, conversation_bigrams(texts))
-        spoken, said, bigrams = heard[conv.sample_id]
+            heard[conv.sample_id] = (spoken, conversation_bigrams(x for xs in spoken.values() for x in xs))
+        spoken, bigrams = heard[conv.sample_id]
         turns = [EvidenceTurn(e, conv.turn_index[e].speaker, conv.turn_index[e].searchable_text,
                               conv.session_by_index[conv.turn_index[e].session_index].date_time)
                  for e in as_list(row.get("evidence")) if e in conv.turn_index]
@@ -430,7 +430,7 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
                               turn_text=ev_text, proposals=props, memory_text=text_of, judged=judged,
                               ranks=tr.best_ranks(row["qid"]), depth=tr.rank_depth.get(row["qid"]),
                               context=lines, context_sources=sources, turns=turns, speakers=conv.speakers,
-                              spoken=spoken, said=said, bigrams=bigrams,
+                              spoken=spoken, bigrams=bigrams,
                               ceiling=None if cat == 5 else ceiling, bearing=None if cat == 5 else bearing)
         label, reason = label_question(ev)
         rows.append({"qid": row["qid"], "conversation_id": row["conversation_id"], "category": cat,

@@ -95,7 +95,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for run in runs:
         judged = ("j", "j_lo", "j_hi", "j_sd", "judge_errors") if run.config.judge.model else ()
         if judged:  # J under the profile's other verdict rule (LongMemEval's official one), where it differs
-            from memlab.eval.longmemeval import differs_from_j
+            from memlab.eval.longmemeval_tables import differs_from_j
 
             judged += tuple(f"{c}{s}" for c in ("j_strict", "j_official") if differs_from_j(run.predictions, c)
                             for s in ("", "_lo", "_hi"))

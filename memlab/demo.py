@@ -26,8 +26,8 @@ def run_demo(path: str | None = None, results: str | None = None, config: str = 
     print("\nquestions per category\n" + data.stats().to_string())
     cfg = ExperimentConfig.from_yaml(config).with_overrides({"dataset.path": data.report.path})
     run = run_experiment(cfg, results=results)
-    top1 = run_experiment(cfg.with_overrides({"name": "baseline-top1", "answer.span": "memory",
-                                              "answer.abstain": False}), results=results)
+    top1 = run_experiment(cfg.with_overrides({"name": "baseline-top1", "answer.params.span": "memory",
+                                              "answer.params.abstain": False}), results=results)
     qf = data.questions_frame()
     abstain = category_summary(score_frame(qf.assign(prediction=ABSTAIN)))
     arms = {cfg.name: run.summary, "top-1 memory": top1.summary, "always abstain": abstain}
@@ -41,8 +41,9 @@ def run_demo(path: str | None = None, results: str | None = None, config: str = 
     stats = data.stats()
     write_table(run.run_dir / "dataset_stats.csv", stats)
     t = run.info["timings"]
-    print(f"\nper-category results (official LoCoMo F1; offline arm: {cfg.extraction.extractor} memories, "
-          f"{cfg.index.embedder} + {cfg.index.keyword} hybrid RRF, top-{cfg.retrieval.top_k}, extractive reader)")
+    print(f"\nper-category results (official LoCoMo F1; offline arm: {cfg.extraction.name} memories, "
+          f"{cfg.index.embedder.name} + {cfg.index.keyword.name} hybrid RRF, top-{cfg.retrieval.top_k}, "
+          "extractive reader)")
     print(format_summary(with_intervals(table, [f"F1 {name}" for name in arms])))
     print("F1 [lo, hi]: 95 % interval, bootstrap clustered by conversation; n: questions")
     print(f"\nstages: extraction {t['extraction_s']:.1f} s, indexing {t['indexing_s']:.1f} s, "

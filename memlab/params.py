@@ -53,6 +53,8 @@ class _Required:
 
 #: The default of a parameter the constructor requires.
 REQUIRED: Any = _Required()
+#: Between a part's name and its setting's (``reader__span``), as in scikit-learn.
+SEP = "__"
 
 
 class ParamError(ValueError):
@@ -77,6 +79,10 @@ class ParamSpec:
     default: Any
     annotation: Any = Any
     constraints: tuple[Any, ...] = ()
+    nested: type | None = None
+    """The `Component` class the parameter holds when its class lists it in ``nested_params``
+    (``reader: ExtractiveAnswerer | None``): a config gives that part's settings as ``reader__<setting>``
+    (scikit-learn's ``comp__param``), never the object."""
 
     @property
     def required(self) -> bool:
@@ -174,8 +180,19 @@ def _specs(cls: type) -> dict[str, ParamSpec]:
             ann, *meta = typing.get_args(ann)
             constraints = tuple(meta)
         default = REQUIRED if p.default is p.empty else p.default
-        out[p.name] = ParamSpec(p.name, default, ann, constraints)
+        out[p.name] = ParamSpec(p.name, default, ann, constraints,
+                                _part_class(cls, p.name, ann) if p.name in getattr(cls, "nested_params", ()) else None)
     return out
+
+
+def _part_class(cls: type, name: str, ann: Any) -> type:
+    """The `Component` class in a nested parameter's annotation (``ExtractiveAnswerer | None``)."""
+    args = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
+    found = next((a for a in args if isinstance(a, type) and issubclass(a, Component)), None)
+    if found is None:
+        raise TypeError(f"{cls.__qualname__}.nested_params names {name!r}, whose annotation {ann!r} names no "
+                        "Component class to take its settings from")
+    return found
 
 
 def param_specs(cls: type) -> dict[str, ParamSpec]:
@@ -233,12 +250,28 @@ def check_params(cls: type, params: Mapping[str, Any] | None, what: str = "compo
         if k in fixed:
             raise ParamError(f"{k} = {params[k]!r}; not a setting of {what}: the run gives it from {fixed[k]} "
                              f"(set that instead)", key=k)
-    unknown = [k for k in params if k not in settable]
+    nested = {n: s.nested for n, s in specs.items() if s.nested is not None and n not in fixed}
+    unknown = [k for k in params if k not in settable and k.partition(SEP)[0] not in nested]
     if unknown:
+        inner = [f"{n}{SEP}<a setting of {c.__qualname__}>" for n, c in nested.items()]
         raise ParamError(f"unknown setting(s) {', '.join(map(repr, unknown))} for {what}; "
-                         f"settings: {', '.join(settable) or '(none)'}")
+                         f"settings: {', '.join([*settable, *inner]) or '(none)'}")
     out = {}
+    for n, cls_ in nested.items():  # ``reader__span``: checked against the part's own declaration
+        part = {k[len(n) + len(SEP):]: v for k, v in params.items() if k.startswith(n + SEP)}
+        if part:
+            try:
+                checked = check_params(cls_, part, f"{what}'s {n}")
+            except ParamError as e:
+                if e.key is not None:
+                    raise ParamError(f"{n}{SEP}{e}", key=n + SEP + e.key) from None
+                bad = [f"{n}{SEP}{k}" for k in part if k not in settable_specs(cls_)]
+                raise ParamError(f"unknown setting(s) {', '.join(map(repr, bad))} for {what}; {n}{SEP}<setting> "
+                                 f"takes a setting of {cls_.__qualname__}: {', '.join(settable_specs(cls_))}") from None
+            out.update({f"{n}{SEP}{k}": v for k, v in checked.items()})
     for k, v in params.items():
+        if SEP in k and k.partition(SEP)[0] in nested:
+            continue
         try:
             out[k] = specs[k].check(v)
         except ParamError as e:
@@ -247,15 +280,40 @@ def check_params(cls: type, params: Mapping[str, Any] | None, what: str = "compo
 
 
 def resolved_params(cls: type, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The settings a config gives ``cls`` with every other settable parameter's default (what run.json records)."""
+    """The settings a config gives ``cls`` with every other settable parameter's default, a part's
+    (`ParamSpec.nested`) as ``part__setting`` (what run.json records)."""
     out = {n: s.default for n, s in settable_specs(cls).items() if not s.required}
+    fixed = fixed_params(cls)
+    for n, s in _specs(cls).items():
+        if s.nested is not None and n not in fixed:
+            out.update({f"{n}{SEP}{k}": v for k, v in resolved_params(s.nested).items()})
     out.update(params or {})
     return out
 
 
+def construct(cls: type, params: Mapping[str, Any]) -> Any:
+    """``cls(**params)`` with each part's ``part__setting`` keys made into that part (`ParamSpec.nested`): the
+    part is built whenever the parameters name one of its settings."""
+    specs = _specs(cls)
+    plain: dict[str, Any] = {}
+    parts: dict[str, dict[str, Any]] = {}
+    for k, v in params.items():
+        n, sep, rest = k.partition(SEP)
+        if sep and n in specs and specs[n].nested is not None:
+            parts.setdefault(n, {})[rest] = v
+        else:
+            plain[k] = v
+    for n, sub in parts.items():
+        plain[n] = construct(specs[n].nested, sub)
+    return cls(**plain)
+
+
 def describe_params(cls: type) -> str:
     """The settable parameters in one line, for the CLI's help (empty when there is none)."""
-    return "; ".join(s.describe() for s in settable_specs(cls).values())
+    fixed = fixed_params(cls)
+    parts = [f"{n}{SEP}<setting> (a setting of {s.nested.__qualname__}: {', '.join(settable_specs(s.nested))})"
+             for n, s in _specs(cls).items() if s.nested is not None and n not in fixed]
+    return "; ".join([*(s.describe() for s in settable_specs(cls).values()), *parts])
 
 
 def settings(section: Any, **from_fields: Any) -> dict[str, Any]:
@@ -331,6 +389,9 @@ class Component:
 
     #: Constructor arguments that do not decide the output (a key, a timeout): left out of `cache_id`.
     cache_exclude: tuple[str, ...] = ()
+    #: Constructor arguments holding another component whose settings a config gives as ``name__setting`` (the
+    #: offline reader of session-recall: ``reader__max_words``); checked, built (`construct`) and recorded as such.
+    nested_params: ClassVar[tuple[str, ...]] = ()
     #: Constructor arguments the run decides from another config key (name -> that key, e.g. a judge's
     #: ``profile`` -> ``scoring.profile``): never a setting (`check_params` says where to set it instead); the
     #: builder passes the key's value.
@@ -340,9 +401,15 @@ class Component:
     def param_specs(cls) -> dict[str, ParamSpec]:
         return param_specs(cls)
 
-    def get_params(self) -> dict[str, Any]:
-        """Every constructor argument as this instance holds it."""
-        return get_params(self)
+    def get_params(self, deep: bool = False) -> dict[str, Any]:
+        """Every constructor argument as this instance holds it; ``deep``: each part's (`ParamSpec.nested`, a
+        component it holds) as ``part__setting`` too, as scikit-learn spells them."""
+        out = get_params(self)
+        if deep:
+            for name, v in list(out.items()):
+                if isinstance(v, Component):
+                    out.update({f"{name}{SEP}{k}": x for k, x in v.get_params(deep=True).items()})
+        return out
 
     def cache_params(self) -> dict[str, Any]:
         """The parameters that decide the output (`get_params` less `cache_exclude` and any secret)."""

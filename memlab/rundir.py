@@ -75,7 +75,8 @@ def open_run_dir(name: str, config_yaml: str, root: str | os.PathLike[str] | Non
     from memlab.run.config import ExperimentConfig
 
     # the endpoints, key variables and prompt files of the user's own config: a resume may use them as they are
-    remember_settings(run_dir, ExperimentConfig.from_dict(yaml.safe_load(config_yaml)).trust_settings(run_dir))
+    cfg = ExperimentConfig.from_dict(yaml.safe_load(config_yaml), recorded=True)
+    remember_settings(run_dir, cfg.trust_settings(run_dir))
     write_json(run_dir / "environment.json", environment())
     return run_dir
 

@@ -59,7 +59,7 @@ def warm_cache(tmp_path_factory, locomo_path) -> Path:
 
     root = tmp_path_factory.mktemp("warm-results")
     for extractor in WARM_EXTRACTORS:
-        cfg = ExperimentConfig.from_dict({"name": "warm", "extraction": {"extractor": extractor}, "dataset": {
+        cfg = ExperimentConfig.from_dict({"name": "warm", "extraction": {"name": extractor}, "dataset": {
             "path": str(locomo_path), "conversations": ["conv-26"], "question_limit": 1}})
         run_experiment(cfg, results=root, progress=False)
     return root / ".cache"

@@ -28,6 +28,7 @@ from memlab.eval.gold_checks import (
     deglue,
     duration_contradiction,
     glued_gold,
+    parse_date,
     unfounded_suggestion,
 )
 
@@ -296,7 +297,7 @@ def test_attribution_on_a_real_run(locomo_path, locomo, warm_results):
 
     cfg = ExperimentConfig.from_dict({"name": "att", "dataset": {"path": str(locomo_path),
                                                                  "conversations": ["conv-26"], "question_limit": 60},
-                                      "extraction": {"extractor": "observations"}})
+                                      "extraction": {"name": "observations"}})
     run = run_experiment(cfg, results=warm_results, progress=False)
     tr = load(run.run_dir)
     assert trace_size_mb(run.run_dir) < 5
@@ -435,12 +436,13 @@ def test_handcheck_agreement_script():
     assert set(hand.hand_label) <= set(LABELS) and hand.reason.str.len().min() > 10
     assert not hand.qid.str.startswith("conv-26/").any() and hand.prediction.notna().all()
     # 110 drawn on the old reader's run; 20 the shipped reader no longer fails were dropped; holdout4/5: 8 x 5, blind;
-    # blind2: 10 x categories 1-4, labelled blind from the sheet alone
+    # blind2, blind3: 10 x categories 1-4, labelled blind from the sheet alone
     assert hand.groupby("sample").size().to_dict() == {"dev": 49, "holdout": 21, "holdout2": 20, "holdout3": 30,
-                                                       "holdout4": 40, "holdout5": 40, "blind2": 40}
+                                                       "holdout4": 40, "holdout5": 40, "blind2": 40, "blind3": 40}
     for name in ("holdout4", "holdout5"):
         assert (hand[hand["sample"] == name].groupby("category").size() == 8).all()
-    assert hand[hand["sample"] == "blind2"].groupby("category").size().to_dict() == {1: 10, 2: 10, 3: 10, 4: 10}
+    for name in ("blind2", "blind3"):
+        assert hand[hand["sample"] == name].groupby("category").size().to_dict() == {1: 10, 2: 10, 3: 10, 4: 10}
 
 
 def test_handcheck_samples_skip_questions_labelled_for_earlier_samples(monkeypatch):
@@ -520,7 +522,7 @@ def test_blind_sheet_shows_what_a_labeller_reads_and_nothing_the_rules_compute(s
 
     mod = _agreement_script()
     cfg = ExperimentConfig.from_dict({"name": "blind", "dataset": {"path": str(synthetic_path)},
-                                      "extraction": {"extractor": "turns+observations"}, "retrieval": {"top_k": 2}})
+                                      "extraction": {"name": "turns+observations"}, "retrieval": {"top_k": 2}})
     run = run_experiment(cfg, results=tmp_path / "r", progress=False)
     tr, data = load(run.run_dir), load_locomo(synthetic_path)
     att = attribute(tr, data)
@@ -666,3 +668,78 @@ def test_reached_through_a_same_session_neighbour():
                             mems=(MEM_OK, MEM_MILO), context=("m7",), context_lines=lines[:1],
                             context_sources=[["D1:3"]], evidence_turns=two))
     assert got[0] == "partial-retrieval" and got[1].startswith("reached D1:2; missed D3:4"), got
+
+
+def test_a_neighbour_that_carries_part_of_the_fact_reaches_it_only_in_part():
+    # blind2 conv-49/q140: the neighbour says "joy", the missed turn "joy and freedom": nothing gave freedom
+    turns = [EvidenceTurn("D21:16", "Evan", "I painted this with a sense of joy and freedom.", MAY8)]
+    lines = ["8 May 2023 Evan: This painting is giving me a massive rush of joy! [a bird flying over it]",
+             "9 June 2023 Evan: I love my job"]
+    row = {**ROW, "question": "How did Evan feel when he painted the piece with the bird?", "evidence": ["D21:16"],
+           "evidence_raw": ["D21:16"], "answer": "a sense of joy and freedom", "prediction": ABSTAIN}
+    kw = dict(row=row, mems=({"id": "m1", "text": turns[0].text, "source_ids": ["D21:16"]},), context=("m7", "m8"),
+              context_lines=lines, evidence_turns=turns, ranks={"D21:16": 11}, depth=100)
+    got = label_question(ev(**kw, context_sources=[["D21:15"], ["D2:1"]]))  # the turn beside it in its session
+    assert got[0] == "partial-retrieval" and "D21:16 in part" in got[1] and "rank 11" in got[1], got
+    # the same neighbour holding the whole fact reaches it: the reader had it
+    whole = [lines[0].replace("rush of joy!", "sense of joy and freedom!"), lines[1]]
+    got = label_question(ev(**{**kw, "context_lines": whole}, context_sources=[["D21:15"], ["D2:1"]]))
+    assert got[0] == "abstain-error", got
+
+
+def test_a_summary_that_dropped_its_turns_gold_words_does_not_reach_it():
+    # holdout5 conv-42/q10: the summary of D3:1 kept "hoping" (a gold word D3:1 never says) and dropped "worry"
+    turns = [EvidenceTurn("D2:7", "Joanna", "I'm feeling relief, excitement, some anxiety over finishing it.", MAY8),
+             EvidenceTurn("D3:1", "Joanna", "I keep bouncing between relief, excitement and worry!", MAY8)]
+    summary = "Joanna sent her screenplay in and is hoping a producer loves it."
+    mems = ({"id": "m1", "text": turns[0].text, "source_ids": ["D2:7"]}, {"id": "m2", "text": summary,
+                                                                          "source_ids": ["D3:1"]})
+    row = {**ROW, "category": 1, "question": "What emotions is Joanna feeling about the screenplay?",
+           "evidence": ["D2:7", "D3:1"], "evidence_raw": ["D2:7", "D3:1"], "prediction": "a producer",
+           "answer": "Relief, excitement,worry, hope,anxiety."}
+    assert deglue(row["answer"]) == "Relief, excitement, worry, hope, anxiety."  # glued by a comma, split for matching
+    got = label_question(ev(row, mems=mems, context=("m1", "m2"), evidence_turns=turns, ranks={"D3:1": 2}, depth=100))
+    assert got[0] == "partial-retrieval" and got[1].startswith("reached D2:7; missed D3:1"), got
+
+
+def test_a_line_about_another_time_does_not_support_a_question_that_names_a_date():
+    # blind2 conv-50/q43: "Boston" only in a line of 29 October about "a few years back" (and in the photo it
+    # replies to, taken "last month"); the turn of 4 October saying "Yesterday I met ... in Boston" was missed
+    q = "Which city was Calvin at on October 3, 2023?"
+    assert parse_date(q)[0] == datetime(2023, 10, 3) and parse_date("9th December 2023")[0] == datetime(2023, 12, 9)
+    late = ("29 October 2023 Calvin: I was there a few years back, it's such a beautiful city. (replying to Dave: "
+            "That's Boston, Cal! I took this picture last month.)")
+    turns = [EvidenceTurn("D21:1", "Calvin", "Yesterday I met with some incredible artists in Boston.",
+                          datetime(2023, 10, 4))]
+    row = {**ROW, "category": 2, "question": q, "answer": "Boston", "evidence": ["D21:1"], "evidence_raw": ["D21:1"],
+           "prediction": "long drives"}
+    kw = dict(row=row, mems=({"id": "m1", "text": turns[0].text, "source_ids": ["D21:1"]},), context=("m7",),
+              evidence_turns=turns, ranks={"D21:1": 85}, depth=100, context_sources=[["D27:7"]],
+              speakers=("Calvin", "Dave"))
+    got = label_question(ev(**kw, context_lines=[late]))
+    assert got[0] == "retrieval-miss" and "D21:1 at rank 85" in got[1], got
+    # a line about the city on that day (its own date, or "yesterday" said the day after) supports it
+    for line in ("3 October 2023 Calvin: I'm in the city of Boston today!",
+                 "4 October 2023 Calvin: Yesterday I was in the city of Boston."):
+        assert label_question(ev(**kw, context_lines=[line]))[0] == "reading-miss", line
+
+
+def test_a_missed_item_whose_words_are_only_scattered_over_other_lines_is_needed():
+    # holdout4 conv-47/q27: "gaming" in a tournament line and "courses" in a cooking-class line do not state the
+    # missed "course that combines gaming and programming"
+    turns = [EvidenceTurn("D13:6", "James", "I recently started a course that combines gaming and programming.", MAY8),
+             EvidenceTurn("D23:13", "James", "Two days ago I signed up for a cooking class.", MAY8)]
+    lines = ["8 May 2023 James signed up for a cooking class.", "8 May 2023 James joined an online gaming tournament.",
+             "8 May 2023 James: Only $10 per class! (replying to John: How much do these cooking courses cost?)"]
+    row = {**ROW, "category": 1, "question": "What kind of classes has James joined?", "prediction": "omelette",
+           "answer": "game design course, cooking classes", "evidence": ["D13:6", "D23:13"],
+           "evidence_raw": ["D13:6", "D23:13"]}
+    mems = ({"id": "m1", "text": turns[0].text, "source_ids": ["D13:6"]},
+            {"id": "m2", "text": lines[0], "source_ids": ["D23:13"]})
+    kw = dict(mems=mems, context=("m2",), evidence_turns=turns, context_sources=[["D23:13"], ["D4:2"], ["D23:15"]])
+    got = label_question(ev(row, context_lines=lines, **kw))
+    assert got[0] == "partial-retrieval" and "missed D13:6" in got[1], got
+    # one line holding the missed turn's words of that item together makes it redundant
+    got = label_question(ev(row, context_lines=[*lines, "8 May 2023 James: my gaming course is great"],
+                            **{**kw, "context_sources": [*kw["context_sources"], ["D14:2"]]}))
+    assert got[0] == "reading-miss" and "missed D13:6 carry nothing" in got[1], got

@@ -96,7 +96,7 @@ def test_every_answered_question_records_its_ceiling(synthetic_path, tmp_path):
     from memlab.trace import load
 
     cfg = ExperimentConfig.from_dict({"name": "ceil", "dataset": {"path": str(synthetic_path)},
-                                      "extraction": {"extractor": "turns+observations"}})
+                                      "extraction": {"name": "turns+observations"}})
     run = run_experiment(cfg, results=tmp_path, progress=False)
     p = run.predictions.set_index("qid")
     assert p.loc[p.category == 5, "answer_ceiling"].isna().all()
@@ -256,7 +256,7 @@ def test_the_random_context_control(synthetic_path, tmp_path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     cfg = ExperimentConfig.from_dict({"name": "ctl", "dataset": {"path": str(synthetic_path)},
-                                      "extraction": {"extractor": "turns+observations"}, "retrieval": {"top_k": 2}})
+                                      "extraction": {"name": "turns+observations"}, "retrieval": {"top_k": 2}})
     run = run_experiment(cfg, results=tmp_path, progress=False)
     per_q = mod.measure(str(run.run_dir), [1, 2], draws=3)
     p = run.predictions.set_index("qid")

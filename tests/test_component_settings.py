@@ -23,8 +23,11 @@ from memlab.run.clients import role_model
 from tests.example_components.sentence_extractor import FirstSentenceExtractor
 from tests.example_components.top_memory_answerer import TopMemoryAnswerer
 
-EXAMPLES = {"extraction": {"extractor": "example-first-sentence"}, "answer": {"arm": "example-top-memory"},
-            "index": {"embedder": "example-hashing", "keyword": "example-overlap"}}
+EXAMPLES = {"extraction": {"name": "example-first-sentence"}, "answer": {"name": "example-top-memory"},
+            "index": {"embedder": {"name": "example-hashing"}, "keyword": {"name": "example-overlap"}}}
+#: What run.json records of the index's own settings when none is given: its constructor's defaults.
+INDEX_DEFAULTS = {"factory": "Flat", "refit_growth": 0.25, "date_in_text": True, "append_citing": False,
+                  "ef_search": 1024, "ef_construction": 128, "session_text": False}
 
 
 def cfg_with(path=None, **settings) -> ExperimentConfig:
@@ -32,15 +35,18 @@ def cfg_with(path=None, **settings) -> ExperimentConfig:
     d["name"] = "settings"
     if path is not None:
         d["dataset"] = {"path": str(path)}
-    for key, value in settings.items():
-        section, name = key.split("__")
-        d[section][name] = value
+    for key, value in settings.items():  # ``index__embedder__params``: d["index"]["embedder"]["params"]
+        *path, name = key.split("__")
+        at = d
+        for part in path:
+            at = at.setdefault(part, {})
+        at[name] = value
     return ExperimentConfig.from_dict(d)
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("index__embedder_params", {"dim": 2}, r"index\.embedder_params\.dim = 2; expected an integer >= 8 and <= 4096"),
-    ("index__keyword_params", {"min_chars": 0}, r"index\.keyword_params\.min_chars = 0; expected an integer >= 1"),
+    ("index__embedder__params", {"dim": 2}, r"index\.embedder\.params\.dim = 2; expected an integer >= 8 and <= 4096"),
+    ("index__keyword__params", {"min_chars": 0}, r"index\.keyword\.params\.min_chars = 0; expected an integer >= 1"),
     ("extraction__params", {"sentences": "two"}, r"extraction\.params\.sentences = 'two'; expected an integer"),
     ("answer__params", {"rank": 0}, r"answer\.params\.rank = 0; expected an integer >= 1 and <= 100"),
     ("extraction__params", {"sentence": 2},
@@ -54,7 +60,7 @@ def test_a_bad_setting_is_a_config_error_naming_it(key, value, message):
 
 
 DEFAULT_PARAMS = {"extractor": {"sentences": 1}, "answerer": {"rank": 1}, "judge": None, "embedder": {"dim": 64},
-                  "keyword": {"min_chars": 1}, "sparse": None}
+                  "keyword": {"min_chars": 1}, "sparse": None, "index": INDEX_DEFAULTS}
 
 
 def _signature(run, root) -> dict:
@@ -74,8 +80,9 @@ ONE_SETTING = [
     ("extraction__params", {"sentences": 2}, {"extractor": {"sentences": 2}},
      {"cache_key", "extractor", "memories", "indexes"}),
     ("answer__params", {"rank": 2}, {"answerer": {"rank": 2}}, {"answerer", "rules"}),
-    ("index__embedder_params", {"dim": 32}, {"embedder": {"dim": 32}}, {"indexes", "eids"}),
-    ("index__keyword_params", {"min_chars": 4}, {"keyword": {"min_chars": 4}}, {"indexes"}),
+    ("index__embedder__params", {"dim": 32}, {"embedder": {"dim": 32}}, {"indexes", "eids"}),
+    ("index__keyword__params", {"min_chars": 4}, {"keyword": {"min_chars": 4}}, {"indexes"}),
+    ("index__params", {"ef_search": 7}, {"index": {**INDEX_DEFAULTS, "ef_search": 7}}, {"indexes"}),
 ]
 
 
@@ -91,8 +98,10 @@ def test_one_setting_reaches_its_cache_keys_and_run_json(synthetic_path, tmp_pat
     run = run_experiment(cfg_with(synthetic_path, **{key: value}), results=tmp_path, progress=False)
     after = _signature(run, tmp_path)
     assert before["params"] == DEFAULT_PARAMS and after["params"] == {**DEFAULT_PARAMS, **params}
-    section, name = key.split("__")
-    assert run.info["config"][section][name] == value
+    recorded = run.info["config"]
+    for part in key.split("__"):
+        recorded = recorded[part]
+    assert recorded == value
     assert {k for k in before if k != "params" and before[k] != after[k]} == changes
     if "memories" in changes:  # the extractor keeps two sentences of a turn now
         assert any(t.count(".") + t.count("!") + t.count("?") >= 2 for t in after["memories"])
@@ -108,21 +117,22 @@ def test_sparse_settings_reach_validation_the_index_and_run_json(synthetic_path,
     index's spec (so in the saved index's file name and manifest) and in run.json."""
     from memlab.index.persist import read_index_file
 
-    with pytest.raises(ConfigError, match=r"index\.sparse_params\.min_chars = 0; expected an integer >= 1 and <= 40"):
-        cfg_with(index__sparse="example-overlap", index__sparse_params={"min_chars": 0})
-    with pytest.raises(ConfigError, match=r"index\.sparse_params = \{'min_chars': 2\} without index\.sparse"):
-        cfg_with(index__sparse_params={"min_chars": 2})
-    with pytest.raises(ConfigError, match=r"index\.sparse_params\.k1 = -1; expected a number >= 0"):
-        cfg_with(index__sparse="bm25", index__sparse_params={"k1": -1})
-    with pytest.raises(ConfigError, match=r"index\.sparse_params\.cache_path = 'x'; not a setting of keyword scorer "
+    with pytest.raises(ConfigError, match=r"index\.sparse\.params\.min_chars = 0; expected an integer >= 1 and <= 40"):
+        cfg_with(index__sparse__name="example-overlap", index__sparse__params={"min_chars": 0})
+    with pytest.raises(ConfigError, match=r"index\.sparse\.params = \{'min_chars': 2\} without index\.sparse\.name"):
+        cfg_with(index__sparse__params={"min_chars": 2})
+    with pytest.raises(ConfigError, match=r"index\.sparse\.params\.k1 = -1; expected a number >= 0"):
+        cfg_with(index__sparse__name="bm25", index__sparse__params={"k1": -1})
+    with pytest.raises(ConfigError, match=r"index\.sparse\.params\.cache_path = 'x'; not a setting of keyword scorer "
                                           r"'splade': the run gives it from the machine cache"):
-        cfg_with(index__sparse="splade", index__sparse_params={"cache_path": "x"})
-    one = run_experiment(cfg_with(synthetic_path, index__sparse="example-overlap"), results=tmp_path, progress=False)
-    five = run_experiment(cfg_with(synthetic_path, index__sparse="example-overlap",
-                                   index__sparse_params={"min_chars": 5}), results=tmp_path, progress=False)
+        cfg_with(index__sparse__name="splade", index__sparse__params={"cache_path": "x"})
+    one = run_experiment(cfg_with(synthetic_path, index__sparse__name="example-overlap"), results=tmp_path,
+                         progress=False)
+    five = run_experiment(cfg_with(synthetic_path, index__sparse__name="example-overlap",
+                                   index__sparse__params={"min_chars": 5}), results=tmp_path, progress=False)
     assert one.info["components"]["params"]["sparse"] == {"min_chars": 1}
     assert five.info["components"]["params"]["sparse"] == {"min_chars": 5}
-    assert five.config.index.service_params()["sparse"] == "example-overlap(min_chars=5)"
+    assert five.config.index.hybrid_params()["sparse"] == "example-overlap(min_chars=5)"
     indexes = {p.name: read_index_file(p)[0]["config"].get("sparse") for p in tmp_path.rglob("index-*.npz")}
     assert sorted(indexes.values()) == ["example-overlap", "example-overlap(min_chars=5)"], indexes
 
@@ -174,29 +184,30 @@ def test_existing_cache_ids_are_unchanged():
 def test_model_embedder_spelling_is_read_in_one_place():
     assert parse_embedder_spec("litellm:text-embedding-3-small") == ("litellm", {"model": "text-embedding-3-small"})
     assert embedder_model("litellm", {"model": "m"}) == "m" and embedder_model("tfidf-lsa") is None
-    cfg = ExperimentConfig.from_dict({"index": {"embedder": "litellm", "embedder_params": {"model": "e"}}})
+    cfg = ExperimentConfig.from_dict({"index": {"embedder": {"name": "litellm", "params": {"model": "e"}}}})
     assert role_model(cfg, "embedder") == "e" and cfg.role_in_use("embedder")
     assert role_model(ExperimentConfig.from_dict({"index": {"embedder": "litellm:e"}}), "embedder") == "e"
-    with pytest.raises(ConfigError, match=r"index.embedder = 'litellm'; .*needs the setting\(s\) model"):
+    with pytest.raises(ConfigError, match=r"index.embedder.name = 'litellm'; .*needs the setting\(s\) model"):
         ExperimentConfig.from_dict({"index": {"embedder": "litellm"}})
     with pytest.raises(ConfigError, match="give it once"):
-        ExperimentConfig.from_dict({"index": {"embedder": "litellm:e", "embedder_params": {"model": "f"}}})
-    with pytest.raises(ConfigError, match=r"index.embedder = 'minilm:x'; allowed: tfidf-lsa, minilm, litellm:<model>"):
+        ExperimentConfig.from_dict({"index": {"embedder": {"name": "litellm:e", "params": {"model": "f"}}}})
+    with pytest.raises(ConfigError, match=r"index.embedder.name = 'minilm:x'; allowed: tfidf-lsa, minilm, "
+                                          r"litellm:<model>"):
         ExperimentConfig.from_dict({"index": {"embedder": "minilm:x"}})
     emb = make_embedder("example-hashing", dim=16)
     assert emb.embed(["a cat sat"]).shape == (1, 16) and emb.embedder_id == "example-hashing(16)"
 
 
 def test_keyword_settings_travel_as_one_spec():
-    cfg = ExperimentConfig.from_dict({"index": {"keyword": "bm25", "keyword_params": {"k1": 2, "b": 0.5}}})
-    spec = cfg.index.service_params()["keyword"]
+    cfg = ExperimentConfig.from_dict({"index": {"keyword": {"name": "bm25", "params": {"k1": 2, "b": 0.5}}}})
+    spec = cfg.index.hybrid_params()["keyword"]
     assert spec == "bm25(k1=2.0,b=0.5)" and parse_spec(spec) == ("bm25", {"k1": 2.0, "b": 0.5})
     scorer = make_keyword_scorer(spec)
     assert isinstance(scorer, BM25Scorer) and (scorer.k1, scorer.b) == (2.0, 0.5)
-    assert ExperimentConfig().index.service_params()["keyword"] == "tfidf"  # no settings: the name as before
+    assert ExperimentConfig().index.hybrid_params()["keyword"] == "tfidf"  # no settings: the name as before
     assert spec_text("x", {"s": "a,b"}) == 'x(s="a,b")' and parse_spec('x(s="a,b")') == ("x", {"s": "a,b"})
-    with pytest.raises(ConfigError, match=r"index.keyword_params.b = 2; expected a number >= 0 and <= 1"):
-        ExperimentConfig.from_dict({"index": {"keyword": "bm25", "keyword_params": {"b": 2}}})
+    with pytest.raises(ConfigError, match=r"index.keyword.params.b = 2; expected a number >= 0 and <= 1"):
+        ExperimentConfig.from_dict({"index": {"keyword": {"name": "bm25", "params": {"b": 2}}}})
 
 
 def test_inert_settings_are_read_from_the_arm_declarations():
@@ -207,7 +218,7 @@ def test_inert_settings_are_read_from_the_arm_declarations():
     with ANSWERERS.scoped():
         @ANSWERERS.register("example-span-only")
         class SpanOnly(Answerer):
-            answer_settings = ("span",)
+            answer_settings = ("model",)
             uses_preload = True
 
             def answer(self, question, ctx):
@@ -217,24 +228,24 @@ def test_inert_settings_are_read_from_the_arm_declarations():
         class NoSearch(SpanOnly):
             uses_retrieval = False
 
-        notes = inert_knobs(ExperimentConfig.from_dict({"answer": {"arm": "example-span-only", "span": "clause",
-                                                                   "max_words": 5},
+        notes = inert_knobs(ExperimentConfig.from_dict({"answer": {"name": "example-span-only", "model": "m",
+                                                                   "prompt": "original"},
                                                         "retrieval": {"preload": 2}}), warn=False)
-        assert notes == ["answer.max_words is not read by the example-span-only arm (it reads: answer.span)"]
-        notes = inert_knobs(ExperimentConfig.from_dict({"answer": {"arm": "example-no-search"},
+        assert notes == ["answer.prompt is not read by the example-span-only arm (it reads: answer.model)"]
+        notes = inert_knobs(ExperimentConfig.from_dict({"answer": {"name": "example-no-search"},
                                                         "retrieval": {"top_k": 5}}), recall_ks=(10,), warn=False)
         assert notes == ["the example-no-search arm does not search memory: retrieval settings do not change its "
                          "answers (set here: retrieval.top_k)"]
 
 
 def test_a_setting_can_be_set_and_swept_by_its_dotted_name():
-    cfg = ExperimentConfig.from_dict({"answer": {"arm": "example-top-memory"}})
+    cfg = ExperimentConfig.from_dict({"answer": {"name": "example-top-memory"}})
     assert cfg.with_overrides(["answer.params.rank=3"]).answer.params == {"rank": 3}
     with pytest.raises(ConfigError, match=r"answer\.params\.rank = 0; expected an integer >= 1"):
         cfg.with_overrides(["answer.params.rank=0"])
     with pytest.raises(ConfigError, match=r"unknown setting\(s\) 'rnak'"):
         cfg.with_overrides({"answer.params.rnak": 3})
-    grid = ExperimentConfig.from_dict({"name": "g", "answer": {"arm": "example-top-memory"},
+    grid = ExperimentConfig.from_dict({"name": "g", "answer": {"name": "example-top-memory"},
                                        "grid": {"answer.params.rank": [1, 2]}}).expand()
     assert [c.answer.params for c in grid] == [{"rank": 1}, {"rank": 2}] and grid[1].name == "g-rank2"
 
@@ -247,9 +258,9 @@ def judged(path, srv, **judge) -> ExperimentConfig:
 
 
 @pytest.mark.parametrize("judge, message", [
-    ({"kind": "example-rating", "params": {"pass_mark": 11}},
+    ({"name": "example-rating", "params": {"pass_mark": 11}},
      r"judge\.params\.pass_mark = 11; expected an integer >= 0 and <= 10"),
-    ({"kind": "example-rating", "params": {"pass": 1}},
+    ({"name": "example-rating", "params": {"pass": 1}},
      r"judge\.params: unknown setting\(s\) 'pass' for judge 'example-rating'; settings: pass_mark"),
     ({"params": {"profile": "longmemeval"}},  # decided by scoring.profile: never a judge setting
      r"judge\.params\.profile = 'longmemeval'; not a setting of judge 'llm': the run gives it from scoring\.profile"),
@@ -266,11 +277,11 @@ def test_judge_settings_are_listed_and_its_fields_are_its_settings():
     from memlab.run.components import describe_components
 
     text = describe_components()
-    assert "judge.kind (settings under judge.params;" in text
+    assert "judge.name (settings under judge.params;" in text
     assert "  example-rating: pass_mark = 5 (an integer >= 0 and <= 10)" in text
     assert ("  llm: prompt = null (a string (a prompt under memlab/prompts/judge/ or a prompt file) or null); "
             "repeats = 1 (an integer >= 1); temperature = null") in text
-    assert "profile" not in text.split("judge.kind", 1)[1].split("system.name")[0]  # the run decides it
+    assert "profile" not in text.split("judge.name", 1)[1].split("system.name")[0]  # the run decides it
 
 
 def test_judge_settings_reach_the_judge_its_label_and_run_json(synthetic_path, tmp_path):
@@ -280,9 +291,9 @@ def test_judge_settings_reach_the_judge_its_label_and_run_json(synthetic_path, t
     from memlab.testing import Reply, ScriptedServer
 
     with ScriptedServer(responder=lambda body: Reply(text="7")) as srv:
-        five = run_experiment(judged(synthetic_path, srv, kind="example-rating"), results=tmp_path, progress=False)
+        five = run_experiment(judged(synthetic_path, srv, name="example-rating"), results=tmp_path, progress=False)
         calls = len(srv.requests)
-        eight = run_experiment(judged(synthetic_path, srv, kind="example-rating", params={"pass_mark": 8}),
+        eight = run_experiment(judged(synthetic_path, srv, name="example-rating", params={"pass_mark": 8}),
                                results=tmp_path, progress=False)
         assert len(srv.requests) == calls  # served from the response cache
         llm = run_experiment(judged(synthetic_path, srv, repeats=2, temperature=0.5), results=tmp_path,

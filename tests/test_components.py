@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def syn_cfg(path: Path, **over) -> ExperimentConfig:
     cfg = ExperimentConfig.from_dict({"name": "syn", "dataset": {"path": str(path)},
-                                      "extraction": {"extractor": "turns+observations"}})
+                                      "extraction": {"name": "turns+observations"}})
     return cfg.with_overrides(over) if over else cfg
 
 
@@ -58,17 +58,17 @@ def test_config_names_come_from_the_registries():
         def answer(self, question, ctx):
             raise AssertionError("never run")
 
-    both = {"extraction": {"extractor": "scoped-extractor"}, "answer": {"arm": "scoped-arm"}}
+    both = {"extraction": {"name": "scoped-extractor"}, "answer": {"name": "scoped-arm"}}
     with EXTRACTORS.scoped(), ANSWERERS.scoped():
-        with pytest.raises(ConfigError, match="extraction.extractor = 'scoped-extractor'"):
+        with pytest.raises(ConfigError, match="extraction.name = 'scoped-extractor'"):
             ExperimentConfig.from_dict({"extraction": both["extraction"]})
-        with pytest.raises(ConfigError, match="answer.arm = 'scoped-arm'"):
+        with pytest.raises(ConfigError, match="answer.name = 'scoped-arm'"):
             ExperimentConfig.from_dict({"answer": both["answer"]})
         EXTRACTORS.register("scoped-extractor")(Lone)
         ANSWERERS.register("scoped-arm")(LoneArm)
         cfg = ExperimentConfig.from_dict(both)
-        assert (cfg.extraction.extractor, cfg.answer.arm) == ("scoped-extractor", "scoped-arm")
-    with pytest.raises(ConfigError, match="extraction.extractor = 'scoped-extractor'"):
+        assert (cfg.extraction.name, cfg.answer.name) == ("scoped-extractor", "scoped-arm")
+    with pytest.raises(ConfigError, match="extraction.name = 'scoped-extractor'"):
         ExperimentConfig.from_dict({"extraction": both["extraction"]})  # gone with the scope
 
 
@@ -76,8 +76,8 @@ def test_one_file_extractor_and_answerer_run_end_to_end(synthetic_path, tmp_path
     import tests.example_components.sentence_extractor  # noqa: F401
     import tests.example_components.top_memory_answerer  # noqa: F401
 
-    cfg = syn_cfg(synthetic_path, **{"extraction.extractor": "example-first-sentence",
-                                     "answer.arm": "example-top-memory"})
+    cfg = syn_cfg(synthetic_path, **{"extraction.name": "example-first-sentence",
+                                     "answer.name": "example-top-memory"})
     run = run_experiment(cfg, results=tmp_path, progress=False)
     mems = [json.loads(x) for x in open(run.run_dir / "traces" / "memories.jsonl")]
     assert {m["text"] for m in mems} >= {"Alice: I went to a pottery class yesterday.", "Bob: Nice!"}

@@ -51,7 +51,7 @@ def test_a_bad_budget_is_a_config_error(value, msg):
 def _run(path, root, budget=None, top_k=10, **kw):
     retrieval = {"top_k": top_k} if budget is None else {"top_k": top_k, "context_tokens": budget}
     cfg = ExperimentConfig.from_dict({"name": f"b{budget}", "dataset": {"path": str(path)},
-                                      "extraction": {"extractor": "turns"}, "retrieval": retrieval})
+                                      "extraction": {"name": "turns"}, "retrieval": retrieval})
     return run_experiment(cfg, results=root, progress=False, **kw)
 
 

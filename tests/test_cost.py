@@ -91,8 +91,8 @@ def test_run_reports_build_and_judge_cost_per_question(synthetic_path, tmp_path)
     with ScriptedServer(responder=_responder) as srv:
         cfg = ExperimentConfig.from_dict({
             "name": "cost", "dataset": {"path": str(synthetic_path), "conversations": ["syn-1"]},
-            "extraction": {"extractor": "llm", "model": "openai/extractor"},
-            "answer": {"arm": "original", "model": "openai/reader"}, "judge": {"model": "openai/judge"},
+            "extraction": {"name": "llm", "model": "openai/extractor"},
+            "answer": {"name": "original", "model": "openai/reader"}, "judge": {"model": "openai/judge"},
             "models": {"api_base": srv.api_base, "max_retries": 0}, "cost": {"prices": str(prices)}})
         run = run_experiment(cfg, results=tmp_path, progress=False)
     jobs = sum(1 for r in srv.requests if r.get("tools") and any(

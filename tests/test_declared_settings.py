@@ -21,11 +21,11 @@ from memlab.run.config import JudgeConfig
 from memlab.systems import SYSTEMS
 
 #: family -> (registry, the config key naming the component, the key of its settings)
-FAMILIES = {"extractor": (EXTRACTORS, "extraction.extractor", "extraction.params"),
-            "answer arm": (ANSWERERS, "answer.arm", "answer.params"),
-            "embedder": (EMBEDDERS, "index.embedder", "index.embedder_params"),
-            "keyword scorer": (KEYWORD_SCORERS, "index.keyword", "index.keyword_params"),
-            "judge": (JUDGES, "judge.kind", "judge.params"),
+FAMILIES = {"extractor": (EXTRACTORS, "extraction.name", "extraction.params"),
+            "answer arm": (ANSWERERS, "answer.name", "answer.params"),
+            "embedder": (EMBEDDERS, "index.embedder.name", "index.embedder.params"),
+            "keyword scorer": (KEYWORD_SCORERS, "index.keyword.name", "index.keyword.params"),
+            "judge": (JUDGES, "judge.name", "judge.params"),
             "system": (SYSTEMS, "system.name", "system.params")}
 
 
@@ -91,8 +91,11 @@ def config_for(family: str, name: str, cls: type, settings: dict) -> dict:
     d: dict = {"name": "declared"}
 
     def put(key: str, value) -> None:
-        section, field = key.split(".")
-        d.setdefault(section, {})[field] = value
+        *path, field = key.split(".")
+        at = d
+        for part in path:
+            at = at.setdefault(part, {})
+        at[field] = value
 
     spelled = f"{name}:some-model" if getattr(cls, "spec_setting", None) else name
     put(name_key, spelled)
@@ -142,11 +145,11 @@ def test_a_good_value_of_every_constrained_setting_is_accepted():
 
 
 @pytest.mark.parametrize("setting", [
-    "index.embedder_params.n_components=0", "index.embedder_params.n_components=-5",
-    "index.embedder_params.ngram_max=0", "index.embedder_params.seed=-1", "answer.params.temporal_window=-10",
+    "index.embedder.params.n_components=0", "index.embedder.params.n_components=-5",
+    "index.embedder.params.ngram_max=0", "index.embedder.params.seed=-1", "answer.params.temporal_window=-10",
     "answer.params.max_words=-3", "answer.params.list_spans=-1", "answer.params.span_window=0",
-    "answer.params.split=bogus", "answer.params.span=bogus", "answer.list_spans=-1",
-    "extraction.turn_style=bogus", "judge.temperature=-1",
+    "answer.params.split=bogus", "answer.params.span=bogus", "index.params.ef_search=0",
+    "index.params.factory=HNSW0", "extraction.turn_style=bogus", "judge.temperature=-1",
 ])
 def test_the_reported_settings_are_one_line_before_any_folder(setting, synthetic_path, tmp_path, capsys):
     root = tmp_path / "r"
@@ -158,7 +161,7 @@ def test_the_reported_settings_are_one_line_before_any_folder(setting, synthetic
 
 
 @pytest.mark.parametrize("section", [
-    {"extraction": {"extractor": "turns", "params": {"style": "bogus"}}},
+    {"extraction": {"name": "turns", "params": {"style": "bogus"}}},
     {"system": {"name": "mem0", "params": {"embedder_model": "/etc"}}},
 ])
 def test_a_component_setting_is_refused_once_and_before_extraction(section, synthetic_path, tmp_path, capsys):

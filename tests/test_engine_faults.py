@@ -66,7 +66,7 @@ def data_path(tmp_path_factory) -> Path:
 
 
 def _config(data_path: Path, executor: str, **over) -> ExperimentConfig:
-    base = {"name": "m", "dataset": {"path": str(data_path)}, "extraction": {"extractor": "turns+observations"},
+    base = {"name": "m", "dataset": {"path": str(data_path)}, "extraction": {"name": "turns+observations"},
             "models": {"max_retries": 0}, "run": {"threads": 2 if executor == "forked" else 1}}
     return ExperimentConfig.from_dict(base).with_overrides(over)
 
@@ -95,7 +95,7 @@ def _outcome(root: Path, raised: str | None) -> dict:
            "errors": info.get("errors", sum(r["error"] is not None for r in logged)), "logged": len(logged),
            "cached": cached}
     stores = list((root / ".cache" / "extract").glob("*/store.db"))
-    if stores and info["config"]["extraction"]["extractor"] == "llm":
+    if stores and info["config"]["extraction"]["name"] == "llm":
         with sqlite3.connect(stores[0]) as c:  # a conversation recorded as done has its cursor saved
             out["cursors"] = sum("memory:last_extract_at" in json.loads(s or "{}")
                                  for (s,) in c.execute("SELECT state FROM extraction_state"))
@@ -104,7 +104,7 @@ def _outcome(root: Path, raised: str | None) -> dict:
 
 def _fault(fault: str, executor: str, data_path: Path, root: Path, monkeypatch) -> str | None:
     if fault == "unreachable":  # no up-front check: the first model call finds the endpoint down
-        cfg = _config(data_path, executor, **{"answer.arm": "original", "answer.model": "openai/reader",
+        cfg = _config(data_path, executor, **{"answer.name": "original", "answer.model": "openai/reader",
                                               "models.api_base": closed_port_api_base(),
                                               "run.check_endpoint": False})
         return _run(cfg, root, executor)
@@ -134,9 +134,9 @@ def _fault(fault: str, executor: str, data_path: Path, root: Path, monkeypatch) 
         return scripted_model(body)
 
     with ScriptedServer(responder=replies) as srv:
-        over = {"answer.arm": "original", "answer.model": "openai/reader", "models.api_base": srv.api_base}
+        over = {"answer.name": "original", "answer.model": "openai/reader", "models.api_base": srv.api_base}
         if fault == "failed-extraction":
-            over |= {"extraction.extractor": "llm", "extraction.model": "openai/extractor"}
+            over |= {"extraction.name": "llm", "extraction.model": "openai/extractor"}
         return _run(_config(data_path, executor, **over), root, executor)
 
 

@@ -95,17 +95,17 @@ def test_weights_are_constructor_parameters_with_the_fitted_defaults():
     r = ExtractiveAnswerer()
     assert r.weights == {k: float(v) for k, v in WEIGHTS.items()}
     assert ExtractiveAnswerer(rank_weight=7.0).rank_weight == 7.0
-    with pytest.raises(ValueError, match="rank_weight: expected >= 0"):
+    with pytest.raises(ValueError, match="rank_weight = -1.0; expected a number >= 0"):
         ExtractiveAnswerer(rank_weight=-1.0)
-    with pytest.raises(ValueError, match="abstain_margin: expected a finite number"):
+    with pytest.raises(ValueError, match="abstain_margin = nan; expected a number"):
         ExtractiveAnswerer(abstain_margin=float("nan"))
-    cfg = ExperimentConfig.from_dict({"answer": {"abstain_margin": 2.5}})
+    cfg = ExperimentConfig.from_dict({"answer": {"params": {"abstain_margin": 2.5}}})
     built = ExtractiveAnswerer.from_config(cfg.answer, lambda role: None)
     assert built.abstain_margin == 2.5 and built.rank_weight == WEIGHTS["rank_weight"]
 
 
 def test_old_run_configs_with_speaker_window_still_load_but_a_set_window_is_an_error():
-    assert ExperimentConfig.from_dict({"answer": {"speaker_window": 1}}).answer.abstain
+    assert ExperimentConfig.from_dict({"answer": {"speaker_window": 1}}).answer.params == {}
     with pytest.raises(ConfigError, match="speaker_window was removed.*abstain_margin"):
         ExperimentConfig.from_dict({"answer": {"speaker_window": 3}})
 
@@ -161,12 +161,14 @@ def test_fit_script_captures_contexts_per_k_and_fits_on_them(synthetic_path, tmp
 
 def test_a_reader_weight_set_for_a_model_arm_is_said_to_do_nothing():
     from memlab.run.checks import inert_knobs
+    from memlab.run.config_migrate import MovedKey
 
-    cfg = ExperimentConfig.from_dict({"answer": {"arm": "original", "model": "m", "rank_weight": 2.0}})
-    notes = inert_knobs(cfg, warn=False)
-    assert any("answer.rank_weight is not read by the original arm" in n for n in notes)
-    assert not inert_knobs(ExperimentConfig.from_dict({"answer": {"scorer": "weights", "rank_weight": 2.0}}),
-                           warn=False)
-    learned = inert_knobs(ExperimentConfig.from_dict({"answer": {"scorer": "learned", "rank_weight": 2.0}}),
-                          warn=False)
-    assert any("answer.rank_weight is not read by the learned scorer" in n for n in learned)
+    with pytest.raises(ConfigError, match="unknown setting.*'rank_weight' for answer arm 'original'"):
+        ExperimentConfig.from_dict({"answer": {"name": "original", "model": "m", "params": {"rank_weight": 2.0}}})
+    with pytest.warns(MovedKey, match="answer.rank_weight = 2.0 dropped: answer arm 'original' does not take it"):
+        ExperimentConfig.from_dict({"answer": {"name": "original", "model": "m", "rank_weight": 2.0}})
+    assert not inert_knobs(ExperimentConfig.from_dict({"answer": {"params": {"scorer": "weights",
+                                                                             "rank_weight": 2.0}}}), warn=False)
+    learned = inert_knobs(ExperimentConfig.from_dict({"answer": {"params": {"scorer": "learned",
+                                                                            "rank_weight": 2.0}}}), warn=False)
+    assert any("answer.params.rank_weight is not read by the learned scorer" in n for n in learned)

@@ -228,7 +228,7 @@ def test_run_with_a_zero_byte_cached_store_reextracts_and_says_so_in_run_json(sy
     from memlab.run import ExperimentConfig, run_experiment
 
     cfg = ExperimentConfig.from_dict({"name": "t", "dataset": {"path": str(synthetic_path)},
-                                      "extraction": {"extractor": "turns"}})
+                                      "extraction": {"name": "turns"}})
     first = run_experiment(cfg, results=tmp_path, progress=False)
     stores = list((tmp_path / ".cache" / "extract").glob("*/store.db"))
     assert len(stores) == 1 and first.info["extraction"]["memories"] == 7
@@ -326,7 +326,7 @@ def test_two_runs_differing_only_in_api_base_each_reach_their_own_server(synthet
     extraction served from the first server's cached memories, and run.json credited the second server."""
     from tests.test_faults_run import model
 
-    over = {"extraction.extractor": "llm", "extraction.model": "openai/scripted", "judge.model": "openai/scripted"}
+    over = {"extraction.name": "llm", "extraction.model": "openai/scripted", "judge.model": "openai/scripted"}
     with ScriptedServer(responder=_judging("CORRECT")) as a, ScriptedServer(responder=_judging("CORRECT")) as b:
         first = run_experiment_quiet(model(synthetic_path, a, **over), tmp_path)
         second = run_experiment_quiet(model(synthetic_path, b, **over), tmp_path)
@@ -415,7 +415,7 @@ def test_malformed_extraction_arguments_are_counted_in_run_json_and_the_cli_line
 
     with ScriptedServer(responder=respond) as srv:
         cfg = tmp_path / "c.yaml"
-        cfg.write_text(model(synthetic_path, srv, **{"extraction.extractor": "llm",
+        cfg.write_text(model(synthetic_path, srv, **{"extraction.name": "llm",
                                                      "extraction.model": "openai/scripted"}).to_yaml())
         assert main(["run", str(cfg), "--results", str(tmp_path / "r")]) == 0
         jobs = sum(1 for r in srv.requests if "add_memory" in json.dumps(r.get("tools", []))

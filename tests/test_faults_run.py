@@ -31,13 +31,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def syn(path: Path, **over) -> ExperimentConfig:
     cfg = ExperimentConfig.from_dict({"name": "f", "dataset": {"path": str(path)},
-                                      "extraction": {"extractor": "turns"}})
+                                      "extraction": {"name": "turns"}})
     return cfg.with_overrides(over) if over else cfg
 
 
 def model(path: Path, srv: ScriptedServer | str, arm: str = "original", **over) -> ExperimentConfig:
     base = srv if isinstance(srv, str) else srv.api_base
-    return syn(path, **{"answer.arm": arm, "answer.model": "openai/scripted", "models.api_base": base,
+    return syn(path, **{"answer.name": arm, "answer.model": "openai/scripted", "models.api_base": base,
                         "models.max_retries": 0, "models.timeout": 5.0, **over})
 
 
@@ -136,7 +136,7 @@ def test_failed_extraction_stops_before_answering_and_is_not_cached(synthetic_pa
             return Reply(status=400, text="extractor refused")
         return responder(body)
 
-    over = {"extraction.extractor": "llm", "extraction.model": "openai/extractor"}
+    over = {"extraction.name": "llm", "extraction.model": "openai/extractor"}
     with ScriptedServer(responder=extractor_down) as srv:
         with pytest.raises(ExtractionFailed, match="syn-1: extractor failed") as e:
             run_experiment(model(synthetic_path, srv, **over), results=tmp_path, progress=False)
@@ -152,7 +152,7 @@ def test_failed_extraction_stops_before_answering_and_is_not_cached(synthetic_pa
 def test_extractor_that_writes_nothing_stops_the_run(synthetic_path, tmp_path):
     with ScriptedServer(responder=lambda body: Reply(text="I have nothing to add.") if body.get("tools")
                         else responder(body)) as srv:
-        over = {"extraction.extractor": "llm", "extraction.model": "openai/extractor"}
+        over = {"extraction.name": "llm", "extraction.model": "openai/extractor"}
         with pytest.raises(ExtractionFailed, match="wrote no memory"):
             run_experiment(model(synthetic_path, srv, **over), results=tmp_path, progress=False)
         from memlab.memory import SQLiteMemoryService
@@ -170,9 +170,9 @@ def test_extractor_that_writes_nothing_stops_the_run(synthetic_path, tmp_path):
     ({"dataset.question_limit": 0}, "dataset.question_limit = 0; expected an integer >= 1"),
     ({"models.max_retries": -1}, "models.max_retries = -1"),
     ({"models.timeout": -1.0}, "models.timeout = -1.0; expected a number > 0"),
-    ({"answer.arm": "original", "answer.model": "m", "answer.prompt": "nope"}, "answer.prompt = 'nope'"),
+    ({"answer.name": "original", "answer.model": "m", "answer.prompt": "nope"}, "answer.prompt = 'nope'"),
     ({"judge.model": "m", "judge.prompt": "nope"}, "judge.prompt = 'nope'"),
-    ({"index.factory": "HNSW0"}, "index.factory = 'HNSW0'"),
+    ({"index.params.factory": "HNSW0"}, "index.params.factory = 'HNSW0'"),
     ({"name": "../../etc"}, "name = '../../etc'"),
     ({"dataset.categories": [True]}, "dataset.categories has [True]"),
     # issue 20: each got through before (a crash in scoring, a TypeError, an errored question each, a silent change)
@@ -457,7 +457,7 @@ def _crafted(run_dir: Path, srv: ScriptedServer, prompt: Path) -> None:
     import yaml
 
     d = yaml.safe_load((run_dir / "config.yaml").read_text())
-    d["answer"].update(arm="original", model="openai/scripted", prompt=str(prompt))
+    d["answer"].update(name="original", model="openai/scripted", prompt=str(prompt))
     d["models"].update(api_base=srv.api_base, api_key_env="H20B_SECRET", max_retries=0, timeout=5.0)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(d))
     (run_dir / "predictions.jsonl").write_text("")  # every question still to answer
@@ -551,7 +551,7 @@ class Killed(TurnsExtractor):
         os.kill(os.getpid(), signal.SIGTERM)  # the first one, during extraction
         return super().extract(request)
 
-cfg = ExperimentConfig.from_dict({"name": "f", "dataset": {"path": sys.argv[1]}, "extraction": {"extractor": "turns"}})
+cfg = ExperimentConfig.from_dict({"name": "f", "dataset": {"path": sys.argv[1]}, "extraction": {"name": "turns"}})
 try:
     run_experiment(cfg, results=sys.argv[2], progress=False, extractor=Killed())
 except KeyboardInterrupt as e:

@@ -130,7 +130,7 @@ def _run_folder_lines(run_dir) -> dict[str, list[dict]]:
 
 def _offline(locomo_path, threads: int, conversations: list[str], questions: int) -> ExperimentConfig:
     return ExperimentConfig.from_dict({
-        "name": f"t{threads}", "extraction": {"extractor": "turns+observations"}, "run": {"threads": threads},
+        "name": f"t{threads}", "extraction": {"name": "turns+observations"}, "run": {"threads": threads},
         "dataset": {"path": str(locomo_path), "conversations": conversations, "question_limit": questions}})
 
 

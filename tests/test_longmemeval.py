@@ -277,7 +277,7 @@ def test_profile_guard_refuses_locomo_counts():
 
 # ---------------------------------------------------------------------------- retrieval metrics
 def test_official_retrieval_metrics_hand_worked():
-    from memlab.eval.longmemeval import question_retrieval
+    from memlab.eval.longmemeval_tables import question_retrieval
 
     # turns ranked S2:1, S1:1, S3:1, S1:2 (the last memory cites two turns; S1:1 counts once, first)
     m = question_retrieval([["S2:1"], ["S1:1"], ["S3:1"], ["S1:2", "S1:1"]], ["S1:1", "S3:1"], [1, 3])
@@ -299,7 +299,7 @@ def test_official_retrieval_metrics_hand_worked():
 # ---------------------------------------------------------------------------- runs end to end
 def test_offline_run_end_to_end(lme_path, tmp_path):
     from memlab import attribution
-    from memlab.eval import longmemeval as lme_eval
+    from memlab.eval import longmemeval_tables as lme_eval
     from memlab.run import ExperimentConfig, run_experiment
 
     cfg = ExperimentConfig.from_yaml("offline").with_overrides({"dataset.path": str(lme_path)})
@@ -330,7 +330,7 @@ def test_offline_run_end_to_end(lme_path, tmp_path):
 
 
 def test_scripted_judge_run(lme_path, tmp_path):
-    from memlab.eval import longmemeval as lme_eval
+    from memlab.eval import longmemeval_tables as lme_eval
     from memlab.run import ExperimentConfig, run_experiment
     from memlab.testing import Reply, ScriptedServer
 
@@ -407,7 +407,7 @@ def test_model_arms_get_the_question_date(lme_path, tmp_path, arm):
     with ScriptedServer(responder=responder) as srv:
         cfg = ExperimentConfig.from_dict({
             "name": arm, "dataset": {"path": str(lme_path), "conversations": ["q-tr"]},
-            "extraction": {"extractor": "turns"}, "answer": {"arm": arm, "model": "openai/scripted-reader"},
+            "extraction": {"name": "turns"}, "answer": {"name": arm, "model": "openai/scripted-reader"},
             "models": {"api_base": srv.api_base, "max_retries": 1}})
         with pytest.warns(UserWarning):
             run = run_experiment(cfg, results=tmp_path / "res", progress=False)

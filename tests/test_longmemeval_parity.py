@@ -122,7 +122,7 @@ def test_strict_profile_keeps_unreadable_replies_on_record_and_reports_the_offic
 
 
 def test_both_js_are_reported_where_they_differ(both, capsys):
-    from memlab.eval import longmemeval as lme_eval
+    from memlab.eval import longmemeval_tables as lme_eval
     from memlab.run.report import format_report, report_table
 
     official, strict = both["official"], both["strict"]
@@ -144,7 +144,7 @@ def test_both_js_are_reported_where_they_differ(both, capsys):
 
 def test_the_official_j_is_not_shown_where_it_equals_j(tmp_path):
     """A judge that only ever says yes or no: both rules agree, no second J column anywhere."""
-    from memlab.eval import longmemeval as lme_eval
+    from memlab.eval import longmemeval_tables as lme_eval
     from memlab.run.report import report_table
     from memlab.testing import Reply, ScriptedServer
 

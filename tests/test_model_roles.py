@@ -12,8 +12,8 @@ from tests.scripted_model import responder
 
 
 def cfg(**over) -> ExperimentConfig:
-    base = {"extraction": {"extractor": "llm", "model": "openai/ex"},
-            "answer": {"arm": "original", "model": "openai/reader"}, "judge": {"model": "openai/judge"},
+    base = {"extraction": {"name": "llm", "model": "openai/ex"},
+            "answer": {"name": "original", "model": "openai/reader"}, "judge": {"model": "openai/judge"},
             "models": {"api_base": "http://127.0.0.1:8000/v1", "timeout": 60.0, "max_retries": 2}}
     return ExperimentConfig.from_dict(base).with_overrides(over) if over else ExperimentConfig.from_dict(base)
 
@@ -76,7 +76,7 @@ def test_each_role_calls_its_own_endpoint(synthetic_path, tmp_path):
             ScriptedServer(default=Reply(text="CORRECT")) as judge:
         c = ExperimentConfig.from_dict({
             "name": "roles", "dataset": {"path": str(synthetic_path)},
-            "extraction": {"extractor": "turns"}, "answer": {"arm": "original", "model": "openai/reader"},
+            "extraction": {"name": "turns"}, "answer": {"name": "original", "model": "openai/reader"},
             "judge": {"model": "openai/judge"},
             "models": {"api_base": reader.api_base, "max_retries": 0, "judge": {"api_base": judge.api_base}}})
         run = run_experiment(c, results=tmp_path, progress=False)
@@ -91,7 +91,7 @@ def test_a_failed_question_keeps_the_cost_of_its_rounds(synthetic_path, tmp_path
     with ScriptedServer([first, Reply(status=500), Reply(status=500)], responder=responder) as srv:
         c = ExperimentConfig.from_dict({
             "name": "partial", "dataset": {"path": str(synthetic_path), "conversations": ["syn-2"]},
-            "extraction": {"extractor": "turns"}, "answer": {"arm": "optimized", "model": "openai/reader"},
+            "extraction": {"name": "turns"}, "answer": {"name": "optimized", "model": "openai/reader"},
             "models": {"api_base": srv.api_base, "max_retries": 1}})
         run = run_experiment(c, results=tmp_path, progress=False)
         bad = run.predictions[run.predictions["error"].notna()]
@@ -103,8 +103,8 @@ def test_job_timeout_from_config_bounds_a_slow_extraction(synthetic_path, tmp_pa
     with ScriptedServer(responder=lambda b: dataclasses.replace(responder(b), delay=0.6)) as srv:
         c = ExperimentConfig.from_dict({
             "name": "slow", "dataset": {"path": str(synthetic_path), "conversations": ["syn-2"]},
-            "extraction": {"extractor": "llm", "model": "openai/ex", "worker": {"job_timeout_s": 0.2}},
-            "answer": {"arm": "extractive"}, "models": {"api_base": srv.api_base, "max_retries": 0}})
+            "extraction": {"name": "llm", "model": "openai/ex", "worker": {"job_timeout_s": 0.2}},
+            "answer": {"name": "extractive"}, "models": {"api_base": srv.api_base, "max_retries": 0}})
         with pytest.raises(Exception, match=r"syn-2: job timeout after 0.2 s") as ei:
             run_experiment(c, results=tmp_path, progress=False)
         assert type(ei.value).__name__ == "ExtractionFailed"
@@ -115,8 +115,8 @@ def every_role(path, base: str, **over) -> ExperimentConfig:
     """The models guide's `original` recipe pointed at one address: extractor, embedder, reader and judge."""
     c = ExperimentConfig.from_dict({
         "name": "roles", "dataset": {"path": str(path)},
-        "extraction": {"extractor": "llm", "model": "gpt-4o-mini"},
-        "answer": {"arm": "original", "model": "gpt-4o-mini"},
+        "extraction": {"name": "llm", "model": "gpt-4o-mini"},
+        "answer": {"name": "original", "model": "gpt-4o-mini"},
         "index": {"embedder": "litellm:text-embedding-3-small"}, "judge": {"model": "gpt-4o-mini"},
         "models": {"api_base": base}})
     return c.with_overrides(over) if over else c
@@ -162,7 +162,7 @@ def test_an_endpoint_that_does_not_serve_the_model_is_named(synthetic_path, tmp_
     listing = [{"id": "qwen2.5:0.5b-instruct"}, {"id": "nomic-embed-text"}]
     with ScriptedServer(responder=responder, models=listing) as srv:
         c = every_role(synthetic_path, srv.api_base, **{"extraction.model": "openai/qwen2.5:0.5b-instruct",
-                                                        "index.embedder": "litellm:openai/nomic-embed-text",
+                                                        "index.embedder.name": "litellm:openai/nomic-embed-text",
                                                         "judge.model": "openai/qwen2.5:0.5b-instruct"})
         with pytest.raises(ConnectionError) as ei:
             run_experiment(c, results=tmp_path, progress=False)
@@ -176,7 +176,7 @@ def test_a_hosted_role_whose_key_variable_is_unset_is_named(synthetic_path, tmp_
     from memlab.run.clients import Clients, check_endpoints
 
     monkeypatch.delenv("MEMLAB_TEST_UNSET_KEY", raising=False)
-    c = ExperimentConfig.from_dict({"dataset": {"path": str(synthetic_path)}, "answer": {"arm": "original",
+    c = ExperimentConfig.from_dict({"dataset": {"path": str(synthetic_path)}, "answer": {"name": "original",
                                     "model": "gpt-4o-mini"}, "models": {"api_key_env": "MEMLAB_TEST_UNSET_KEY"}})
     with pytest.raises(ConnectionError, match="reader gpt-4o-mini: the key variable MEMLAB_TEST_UNSET_KEY"):
         check_endpoints(c, Clients(c, tmp_path / "r.sqlite"), ("reader",))
@@ -215,7 +215,7 @@ def test_an_extraction_against_a_dead_endpoint_fails_fast_without_the_check(synt
     from memlab.testing import closed_port_api_base
 
     base = closed_port_api_base()
-    c = every_role(synthetic_path, base, **{"run.check_endpoint": False, "index.embedder": "tfidf-lsa",
+    c = every_role(synthetic_path, base, **{"run.check_endpoint": False, "index.embedder.name": "tfidf-lsa",
                                             "models.max_retries": 3})
     t0 = time.perf_counter()
     with pytest.raises(ExtractionFailed, match="could not connect"):
@@ -226,7 +226,7 @@ def test_an_extraction_against_a_dead_endpoint_fails_fast_without_the_check(synt
 def test_a_vllm_listing_of_another_model_is_named_a_llama_cpp_one_is_not(synthetic_path, tmp_path):
     from memlab.run.clients import Clients, check_endpoints
 
-    c = every_role(synthetic_path, "http://127.0.0.1:1/v1", **{"index.embedder": "tfidf-lsa"})
+    c = every_role(synthetic_path, "http://127.0.0.1:1/v1", **{"index.embedder.name": "tfidf-lsa"})
     for server, fails in (("vllm", True), ("llama-cpp-python", False)):
         with ScriptedServer.imitating(server, responder=responder) as srv:
             c2 = c.with_overrides({"models.api_base": srv.api_base})

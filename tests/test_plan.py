@@ -22,8 +22,8 @@ def judging(body: dict) -> Reply:
 
 def model_cfg(path, api_base: str | None, **over) -> ExperimentConfig:
     d = {"name": "plan", "dataset": {"path": str(path)},
-         "extraction": {"extractor": "llm", "model": "openai/scripted"},
-         "answer": {"arm": "original", "model": "openai/scripted"}, "judge": {"model": "openai/scripted"},
+         "extraction": {"name": "llm", "model": "openai/scripted"},
+         "answer": {"name": "original", "model": "openai/scripted"}, "judge": {"model": "openai/scripted"},
          "models": {"api_base": api_base, "max_retries": 0}}
     return ExperimentConfig.from_dict(d).with_overrides(over) if over else ExperimentConfig.from_dict(d)
 
@@ -69,11 +69,11 @@ def test_the_plan_prices_a_hosted_model_and_says_unknown_price_plainly(synthetic
 
 
 def test_optimized_and_long_context_plans_bound_their_calls(synthetic_path):
-    opt = plan_config(model_cfg(synthetic_path, None, **{"answer.arm": "optimized", "answer.max_rounds": 3,
+    opt = plan_config(model_cfg(synthetic_path, None, **{"answer.name": "optimized", "answer.params.max_rounds": 3,
                                                          "answer.model": "gpt-4o-mini"}))
     n = opt.questions
     assert opt.roles["reader"].calls == 3 * n
-    lc = plan_config(model_cfg(synthetic_path, None, **{"answer.arm": "long-context", "answer.model": "gpt-4o-mini"}))
+    lc = plan_config(model_cfg(synthetic_path, None, **{"answer.name": "long-context", "answer.model": "gpt-4o-mini"}))
     assert "extractor" not in lc.roles and lc.roles["reader"].calls == n
     from memlab.answer.llm_arms import render_transcript
     from memlab.data import load_locomo
@@ -100,7 +100,7 @@ def test_plan_cli_asks_nothing_and_writes_no_run(synthetic_path, tmp_path):
 
 @pytest.mark.parametrize("role", ["extractor", "reader", "judge"])
 def test_plan_roles_follow_the_config(synthetic_path, role):
-    over = {"extractor": {"extraction.extractor": "turns"}, "reader": {"answer.arm": "extractive"},
+    over = {"extractor": {"extraction.name": "turns"}, "reader": {"answer.name": "extractive"},
             "judge": {"judge.model": None}}[role]
     plan = plan_config(model_cfg(synthetic_path, None, **{"extraction.model": "gpt-4o-mini",
                                                           "answer.model": "gpt-4o-mini", "judge.model": "gpt-4o-mini",

@@ -210,7 +210,7 @@ def test_errata_in_a_run(synthetic_path, tmp_path):
     errata = tmp_path / "errata.csv"
     errata.write_text(f"qid,answer\n{bad.qid},invalid\n{fix.qid},\"{fix.answer}, extra words\"\n")
     cfg = ExperimentConfig.from_dict({"name": "errata", "dataset": {"path": str(synthetic_path)},
-                                      "extraction": {"extractor": "turns"}, "scoring": {"errata": str(errata)}})
+                                      "extraction": {"name": "turns"}, "scoring": {"errata": str(errata)}})
     plain = run_experiment(cfg.with_overrides({"scoring.errata": None}), results=tmp_path / "a", progress=False)
     run = run_experiment(cfg, results=tmp_path / "b", progress=False)
     import json

@@ -59,7 +59,7 @@ def test_a_terminal_keeps_tqdm():
 def test_a_run_logged_to_a_file_has_no_redraws(synthetic_path, tmp_path, capsys):
     """Before: every stage's tqdm bar wrote its redraws (\\r) into a captured stderr."""
     cfg = ExperimentConfig.from_dict({"name": "log", "dataset": {"path": str(synthetic_path)},
-                                      "extraction": {"extractor": "turns"}})
+                                      "extraction": {"name": "turns"}})
     run_experiment(cfg, results=tmp_path)
     err = capsys.readouterr().err
     assert "\r" not in err and "answer (extractive): 7/7 done" in err and "extract (turns): " in err

@@ -96,7 +96,7 @@ def test_hosted_endpoints_are_bounded_by_default_and_local_ones_serial():
     provider = ModelClient("gpt-4o-mini")
     local = ModelClient("openai/x", api_base="http://127.0.0.1:9/v1")
     assert hosted.concurrency == provider.concurrency == HOSTED_CONCURRENCY == 4 and local.concurrency == 1
-    cfg = ExperimentConfig.from_dict({"name": "h", "answer": {"arm": "original", "model": "openai/x"},
+    cfg = ExperimentConfig.from_dict({"name": "h", "answer": {"name": "original", "model": "openai/x"},
                                       "models": {"api_base": "https://api.example.invalid/v1"}})
     assert any(line.startswith("reader:") and "concurrency 4" in line for line in cfg.describe_models())
 
@@ -125,8 +125,8 @@ def test_a_question_whose_calls_stay_rate_limited_is_an_error_counted_against_th
                         responder=scripted_model) as srv:
         cfg = tmp_path / "c.yaml"
         cfg.write_text(ExperimentConfig.from_dict({
-            "name": "rl", "dataset": {"path": str(synthetic_path)}, "extraction": {"extractor": "turns"},
-            "answer": {"arm": "original", "model": "openai/scripted"},
+            "name": "rl", "dataset": {"path": str(synthetic_path)}, "extraction": {"name": "turns"},
+            "answer": {"name": "original", "model": "openai/scripted"},
             "models": {"api_base": srv.api_base, "max_retries": 1}}).to_yaml())
         assert main(["run", str(cfg), "--results", str(tmp_path / "r")]) == 3
         assert len(srv.requests) == 2 + 6  # the first question's two attempts, then one call each for the other six

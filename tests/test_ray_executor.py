@@ -50,15 +50,15 @@ def data_path(tmp_path_factory) -> Path:
 
 def offline_grid(path: Path) -> ExperimentConfig:
     return ExperimentConfig.from_dict({
-        "name": "off", "dataset": {"path": str(path)}, "extraction": {"extractor": "turns+observations"},
+        "name": "off", "dataset": {"path": str(path)}, "extraction": {"name": "turns+observations"},
         "retrieval": {"participant_boost": True}, "grid": {"retrieval.top_k": [1, 3]}})
 
 
 def model_grid(path: Path, srv: ScriptedServer, **over) -> ExperimentConfig:
     cfg = ExperimentConfig.from_dict({
         "name": "llm", "dataset": {"path": str(path)},
-        "extraction": {"extractor": "llm", "model": "openai/scripted-extractor"},
-        "answer": {"arm": "original", "model": "openai/scripted-reader"},
+        "extraction": {"name": "llm", "model": "openai/scripted-extractor"},
+        "answer": {"name": "original", "model": "openai/scripted-reader"},
         "models": {"api_base": srv.api_base, "max_retries": 0}, "run": {"concurrency": 2},
         # top-k 1 and 2 give every question a different prompt in each cell: with identical requests in two
         # cells, the local executor (cells in sequence) serves the second from the cache while Ray (cells at
@@ -205,7 +205,7 @@ def test_a_component_registered_in_the_driver_runs_on_the_workers(ray_local, dat
     """The driver imported the module that registers the extractor; the workers import it too."""
     import tests.example_components.sentence_extractor  # noqa: F401 - registers example-first-sentence
 
-    cfg = offline_grid(data_path).with_overrides({"grid": {}, "extraction.extractor": "example-first-sentence"})
+    cfg = offline_grid(data_path).with_overrides({"grid": {}, "extraction.name": "example-first-sentence"})
     (local,) = run_grid(cfg, results=tmp_path / "local", executor="local", progress=False)
     (remote,) = run_grid(cfg, results=tmp_path / "ray", executor="ray", progress=False)
     assert remote.status == "complete" and remote.predictions.error.isna().all()
@@ -228,7 +228,7 @@ def test_a_component_the_workers_cannot_import_refuses_the_run(ray_local, data_p
     monkeypatch.delitem(sys.modules, "h22_driver_only_extractor", raising=False)
     with EXTRACTORS.scoped():
         __import__("h22_driver_only_extractor")
-        cfg = offline_grid(data_path).with_overrides({"grid": {}, "extraction.extractor": "driver-only-turns"})
+        cfg = offline_grid(data_path).with_overrides({"grid": {}, "extraction.name": "driver-only-turns"})
         with pytest.raises(ComponentNotOnWorkers, match="h22_driver_only_extractor.*worker"):
             run_grid(cfg, results=tmp_path / "ray", executor="ray", progress=False)
     assert not [p for p in (tmp_path / "ray").glob("*") if p.name != ".cache"]  # refused before any run folder

@@ -121,8 +121,8 @@ def test_llm_extraction_answer_and_judge_run_end_to_end_on_the_real_model(smol, 
     """The CI real-model run: the model extracts (JSON schema: SmolLM2's template has no tools), answers and
     judges four questions; every count is the server's own."""
     run = _run({"name": "smol", "dataset": {"path": str(one_session)},
-                "extraction": {"extractor": "turns+llm", "prompt": "basic", "model": smol.model},
-                "answer": {"arm": "original", "model": smol.model}, "judge": {"model": smol.model},
+                "extraction": {"name": "turns+llm", "prompt": "basic", "model": smol.model},
+                "answer": {"name": "original", "model": smol.model}, "judge": {"model": smol.model},
                 "retrieval": {"top_k": 3},  # short reader prompts: the suite's time goes to prompt processing
                 "models": {"api_base": smol.api_base, "structured_output": "json_schema", "timeout": 120,
                            "extractor": {"max_tokens": 768}, "reader": {"max_tokens": 96}}}, tmp_path)
@@ -155,8 +155,8 @@ def test_llm_extraction_answer_and_judge_run_end_to_end_on_the_real_model(smol, 
 
 @needs_model
 def test_a_reply_cut_off_at_max_tokens_is_an_error_never_an_answer(smol, one_session, tmp_path):
-    run = _run({"name": "cut", "dataset": {"path": str(one_session)}, "extraction": {"extractor": "turns"},
-                "answer": {"arm": "original", "model": smol.model}, "retrieval": {"top_k": 3},
+    run = _run({"name": "cut", "dataset": {"path": str(one_session)}, "extraction": {"name": "turns"},
+                "answer": {"name": "original", "model": smol.model}, "retrieval": {"top_k": 3},
                 "models": {"api_base": smol.api_base, "reader": {"max_tokens": 1}}}, tmp_path)
     pred = run.predictions
     assert pred["error"].notna().all(), pred[["prediction", "error"]].to_string()
@@ -207,8 +207,8 @@ def test_sigterm_stops_a_run_whose_model_call_is_in_flight_at_once(smol, one_ses
     and the server is free for the next request."""
     cfg = tmp_path / "long.yaml"
     cfg.write_text(json.dumps({"name": "long", "dataset": {"path": str(one_session)},
-                               "extraction": {"extractor": "llm", "prompt": "basic", "model": smol.model},
-                               "answer": {"arm": "original", "model": smol.model},
+                               "extraction": {"name": "llm", "prompt": "basic", "model": smol.model},
+                               "answer": {"name": "original", "model": smol.model},
                                "models": {"api_base": smol.api_base, "timeout": 300, "max_retries": 0,
                                           "extractor": {"max_tokens": 2000}}}))
     assert _wait_busy(smol.api_base, 30, idle=True), "the server is still busy with an earlier test's request"
@@ -259,8 +259,8 @@ def test_a_spend_capped_run_stops_before_the_call_and_resumes_on_the_real_model(
     from memlab.run.plan import plan_vs_actual
 
     cfg = ExperimentConfig.from_dict({
-        "name": "capped", "dataset": {"path": str(one_session)}, "extraction": {"extractor": "turns"},
-        "answer": {"arm": "original", "model": smol.model}, "run": {"max_calls": 2},
+        "name": "capped", "dataset": {"path": str(one_session)}, "extraction": {"name": "turns"},
+        "answer": {"name": "original", "model": smol.model}, "run": {"max_calls": 2},
         "retrieval": {"top_k": 3},  # short reader prompts: the suite's real-model time is prompt processing
         "models": {"api_base": smol.api_base, "timeout": 120, "reader": {"max_tokens": 48}}})
     with pytest.raises(SpendCapReached, match=r"run.max_calls=2 reached \(2 calls made\); the next \(reader"):

@@ -18,7 +18,7 @@ from memlab.run.results import RunFileError, read_run_json
 @pytest.fixture
 def run(synthetic_path, tmp_path):
     cfg = ExperimentConfig.from_dict({"name": "rec", "dataset": {"path": str(synthetic_path)},
-                                      "extraction": {"extractor": "turns"}})
+                                      "extraction": {"name": "turns"}})
     return run_experiment(cfg, results=tmp_path / "r", progress=False)
 
 

@@ -24,7 +24,7 @@ from tests.conftest import synthetic_samples
 
 
 def base_cfg(path, **over):
-    d = {"name": "offline", "dataset": {"path": str(path)}, "extraction": {"extractor": "turns+observations"},
+    d = {"name": "offline", "dataset": {"path": str(path)}, "extraction": {"name": "turns+observations"},
          "retrieval": {"participant_boost": True}}
     cfg = ExperimentConfig.from_dict(d)
     return cfg.with_overrides(over) if over else cfg
@@ -39,7 +39,7 @@ def sweep(tmp_path_factory):
     runs = {k: run_experiment(base_cfg(data, **{"retrieval.top_k": k}), results=root / "results", progress=False)
             for k in (20, 5, 10)}
     # syn-2 has no annotated observations: that arm answers its questions from an empty store, on purpose
-    obs = run_experiment(base_cfg(data, **{"extraction.extractor": "observations", "name": "offline-obs",
+    obs = run_experiment(base_cfg(data, **{"extraction.name": "observations", "name": "offline-obs",
                                            "run.allow_failed_extraction": True}),
                          results=root / "results", progress=False)
     return {"root": root, "k": runs, "obs": obs}
@@ -55,9 +55,9 @@ def test_labels_name_the_distinguishing_values_and_runs_keep_the_order_given(swe
     assert labels == ["offline-obs", "offline k=20", "offline k=5", "offline k=10"]
     legend = pd.DataFrame(mixed.attrs["legend"])
     assert legend.run.tolist() == labels and legend.folder.tolist()[1:] == [str(d) for d in dirs]
-    assert legend.differs[0] == ("extraction.extractor=observations; retrieval.top_k=10; "
+    assert legend.differs[0] == ("extraction.name=observations; retrieval.top_k=10; "
                                  "run.allow_failed_extraction=True") or set(legend.differs[0].split("; ")) == {
-        "extraction.extractor=observations", "retrieval.top_k=10", "run.allow_failed_extraction=True"}
+        "extraction.name=observations", "retrieval.top_k=10", "run.allow_failed_extraction=True"}
     text = format_report(mixed)
     assert f"offline k=5: {dirs[1]} (" in text and "retrieval.top_k=5" in text
     twin = sweep["root"] / "results" / "offline-rerun"

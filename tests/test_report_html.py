@@ -24,10 +24,10 @@ def two_arms(tmp_path_factory):
     data = root / "syn.json"
     data.write_text(json.dumps(synthetic_samples()), encoding="utf-8")
     base = ExperimentConfig.from_dict({"name": "offline", "dataset": {"path": str(data)},
-                                       "extraction": {"extractor": "turns+observations"},
+                                       "extraction": {"name": "turns+observations"},
                                        "run": {"allow_failed_extraction": True}})  # syn-2 has no observations
     a = run_experiment(base, results=root / "results", progress=False)
-    b = run_experiment(base.with_overrides({"name": "offline-obs", "extraction.extractor": "observations"}),
+    b = run_experiment(base.with_overrides({"name": "offline-obs", "extraction.name": "observations"}),
                        results=root / "results", progress=False)
     page = write_html(root / "report.html", [a.run_dir, b.run_dir], title="synthetic report")
     return {"a": a, "b": b, "page": page, "root": root, "base": base}
@@ -58,7 +58,7 @@ def test_page_is_self_contained(two_arms):
     assert [r["label"] for r in data["runs"]] == ["offline", "offline-obs"]  # the names tell them apart
     # the runs table is the legend: each label's folder and the config values the runs differ in
     runs_table = text.split('<table class="runs">')[1].split("</table>")[0]
-    assert "<th>differs</th>" in runs_table and "extraction.extractor=observations" in runs_table
+    assert "<th>differs</th>" in runs_table and "extraction.name=observations" in runs_table
     assert f"<td>offline-obs</td><td>{b.run_dir}</td>" in runs_table
     qids = column(data, data["questions"], "qid")
     assert qids == a.predictions.qid.tolist()
@@ -100,7 +100,7 @@ def test_one_order_and_one_sign_in_compare_report_and_html(two_arms, tmp_path, c
     from memlab.cli import main
 
     a = two_arms["a"]
-    b = run_experiment(two_arms["base"].with_overrides({"extraction.extractor": "observations"}),
+    b = run_experiment(two_arms["base"].with_overrides({"extraction.name": "observations"}),
                        results=two_arms["root"] / "results", progress=False)
     want = _deltas(memlab.compare(a, b).table.to_dict("records"))
     sh = want[("overall 1-5", "f1")]
@@ -110,8 +110,8 @@ def test_one_order_and_one_sign_in_compare_report_and_html(two_arms, tmp_path, c
     out = capsys.readouterr().out
     assert "every delta is B \u2212 A" in out
     # the legend under the comparison: each label, its folder and what its config changes
-    assert (f"offline extractor=observations: {b.run_dir} (extraction.extractor=observations)" in out
-            and f"offline extractor=turns+observations: {a.run_dir} (extraction.extractor=turns+observations)" in out)
+    assert (f"offline extractor=observations: {b.run_dir} (extraction.name=observations)" in out
+            and f"offline extractor=turns+observations: {a.run_dir} (extraction.name=turns+observations)" in out)
     line = next(ln for ln in out.splitlines() if ln.split()[:3] == ["overall", "1-5", "f1"])
     assert f"{sh[0]:.3f}" in line.split() and f"{sh[1]:.3f}" in line.split()
 
@@ -164,7 +164,7 @@ def test_report_intersection_and_a_run_that_only_errored(two_arms, tmp_path, cap
             if r["group"] == "overall 1-5"} == {len(small.predictions)}
 
     with ScriptedServer(responder=lambda body: Reply(text="")) as srv:  # every answer call: an empty reply
-        cfg = two_arms["base"].with_overrides({"name": "errored", "answer.arm": "original",
+        cfg = two_arms["base"].with_overrides({"name": "errored", "answer.name": "original",
                                                "answer.model": "openai/scripted", "models.max_retries": 0,
                                                "run.max_error_rate": 1.0})
         cfg.models.api_base = srv.api_base
@@ -228,7 +228,7 @@ def hostile(tmp_path_factory):
     data = root / "syn.json"
     data.write_text(json.dumps(samples), encoding="utf-8")
     cfg = ExperimentConfig.from_dict({"name": "hostile", "dataset": {"path": str(data)},
-                                      "extraction": {"extractor": "turns"}})
+                                      "extraction": {"name": "turns"}})
     run = run_experiment(cfg, results=root / "results", progress=False)
     return {"run": run, "page": write_html(root / "hostile.html", [run.run_dir], title="hostile")}
 

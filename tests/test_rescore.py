@@ -27,7 +27,7 @@ def judged_run(locomo_path, tmp_path):
         cfg = ExperimentConfig.from_dict({
             "name": "judged", "dataset": {"path": str(locomo_path), "conversations": ["conv-26"],
                                           "question_limit": 8},
-            "answer": {"arm": "long-context", "model": "openai/scripted-reader"},
+            "answer": {"name": "long-context", "model": "openai/scripted-reader"},
             "judge": {"model": "openai/scripted-judge"}, "models": {"api_base": srv.api_base, "max_retries": 1}})
         run = run_experiment(cfg, results=tmp_path, progress=False)
         yield run, srv
@@ -91,7 +91,7 @@ def test_run_under_a_profile_judges_with_its_prompt(locomo_path, tmp_path):
         cfg = ExperimentConfig.from_dict({
             "name": "trpc", "dataset": {"path": str(locomo_path), "conversations": ["conv-26"],
                                         "question_limit": 4},
-            "answer": {"arm": "long-context", "model": "openai/scripted-reader"},
+            "answer": {"name": "long-context", "model": "openai/scripted-reader"},
             "judge": {"model": "openai/scripted-judge"}, "scoring": {"profile": "trpc-agent-go"},
             "models": {"api_base": srv.api_base, "max_retries": 1}})
         run = run_experiment(cfg, results=tmp_path, progress=False)

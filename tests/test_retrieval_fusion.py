@@ -269,17 +269,17 @@ def test_e5_small_embedder():
 
 def test_config_fusion_and_index_keys(tmp_path):
     cfg = ExperimentConfig.from_yaml("retrieval-best")
-    assert cfg.retrieval.fusion == "zscore" and cfg.index.append_citing and cfg.retrieval.unit == "turn"
-    base = {"extraction": {"extractor": "turns"}}
+    assert cfg.retrieval.fusion == "zscore" and cfg.index.params["append_citing"] and cfg.retrieval.unit == "turn"
+    base = {"extraction": {"name": "turns"}}
     for bad, msg in (({"retrieval": {"fusion": "borda"}}, "retrieval.fusion = 'borda'"),
                      ({"retrieval": {"fusion_weights": {"splade": 1}}}, "unknown list 'splade'"),
-                     ({"index": {"sparse": "colbert"}}, "index.sparse = 'colbert'"),
+                     ({"index": {"sparse": {"name": "colbert"}}}, "index.sparse.name = 'colbert'"),
                      ({"retrieval": {"unit": "session"}}, "retrieval.unit"),
-                     ({"index": {"embedder": "word2vec"}}, "index.embedder = 'word2vec'"),
-                     ({"index": {"ef_search": 0}}, "index.ef_search")):
+                     ({"index": {"embedder": {"name": "word2vec"}}}, "index.embedder.name = 'word2vec'"),
+                     ({"index": {"params": {"ef_search": 0}}}, "index.params.ef_search")):
         with pytest.raises(ConfigError, match=msg):
             ExperimentConfig.from_dict({**base, **bad})
-    svc = open_service("memory", index="HNSW32", ef_search=77, ef_construction=33)
+    svc = open_service("memory", factory="HNSW32", ef_search=77, ef_construction=33)
     for i in range(5):
         svc.add(K, f"memory number {i} about topic {i}")
     st = svc.searcher.ensure_built(K, lambda: svc.list(K))
@@ -330,7 +330,7 @@ def test_sparse_list_is_fused_with_its_weight():
 def test_twin_keeps_every_index_setting(tmp_path):
     import inspect
 
-    idx = HybridIndex(embedder="tfidf-lsa", index="HNSW32", keyword="bm25", refit_growth=0.5, date_in_text=False,
+    idx = HybridIndex(embedder="tfidf-lsa", factory="HNSW32", keyword="bm25", refit_growth=0.5, date_in_text=False,
                       embedder_params={"n_components": 8}, cache_path=str(tmp_path / "emb.sqlite"),
                       append_citing=True, ef_search=77, ef_construction=33, sparse="tfidf", session_text=True)
     settings = [p for p in inspect.signature(HybridIndex).parameters if p != "persist_path"]

@@ -78,7 +78,7 @@ def test_the_copy_of_a_complete_run_is_found(finished, tmp_path):
 
 
 @pytest.mark.parametrize("over", [{"retrieval.top_k": 3}, {"dataset.question_limit": 2}, {"run.seed": 7},
-                                  {"extraction.reconcile.skip_jaccard": 0.5}, {"answer.abstain_margin": 0.5}],
+                                  {"extraction.reconcile.skip_jaccard": 0.5}, {"answer.params.abstain_margin": 0.5}],
                          ids=lambda o: next(iter(o)))
 def test_any_config_difference_is_not_reused(over, finished, tmp_path):
     path, run_dir = finished

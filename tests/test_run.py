@@ -41,11 +41,11 @@ def test_shipped_configs_round_trip():
     "doc, needle",
     [
         ({"retrieval": {"top_kk": 3}}, "unknown key(s) retrieval.top_kk; allowed under retrieval: top_k"),
-        ({"answer": {"arm": "oracle"}}, "answer.arm = 'oracle'; allowed: extractive, long-context"),
-        ({"index": {"embedder": "word2vec"}}, "index.embedder = 'word2vec'; allowed: tfidf-lsa, minilm"),
+        ({"answer": {"name": "oracle"}}, "answer.name = 'oracle'; allowed: extractive, long-context"),
+        ({"index": {"embedder": "word2vec"}}, "index.embedder.name = 'word2vec'; allowed: tfidf-lsa, minilm"),
         ({"retrieval": {"top_k": 0}}, "retrieval.top_k = 0; expected an integer >= 1"),
         ({"retrieval": {"hybrid": "yes"}}, "retrieval.hybrid = 'yes'; expected true or false"),
-        ({"answer": {"arm": "original"}}, "answer.model is required"),
+        ({"answer": {"name": "original"}}, "answer.model is required"),
         ({"extraction": {"reconcile": {"skip_score": 3}}}, "skip_score"),
         ({"grid": {"retrieval.nope": [1]}}, "unknown key 'retrieval.nope'"),
         ({"dataset": {"categories": [8]}}, "dataset.categories has [8]"),
@@ -105,7 +105,7 @@ def test_preload_rule():
 
 def offline_cfg(locomo_path, **over):
     base = {"name": "t", "dataset": {"path": str(locomo_path), "conversations": ["conv-26"], "question_limit": 40},
-            "extraction": {"extractor": "turns+observations"}, "retrieval": {"participant_boost": True}}
+            "extraction": {"name": "turns+observations"}, "retrieval": {"participant_boost": True}}
     cfg = ExperimentConfig.from_dict(base)
     return cfg.with_overrides(over) if over else cfg
 
@@ -136,7 +136,7 @@ def test_offline_run_writes_everything(locomo_path, tmp_path):
 
 def model_cfg(locomo_path, srv, arm, **over):
     base = {"name": arm, "dataset": {"path": str(locomo_path), "conversations": ["conv-26"], "question_limit": 12},
-            "extraction": {"extractor": "turns"}, "answer": {"arm": arm, "model": "openai/scripted-reader"},
+            "extraction": {"name": "turns"}, "answer": {"name": arm, "model": "openai/scripted-reader"},
             "models": {"api_base": srv.api_base, "max_retries": 1}}
     cfg = ExperimentConfig.from_dict(base)
     return cfg.with_overrides(over) if over else cfg
@@ -198,7 +198,7 @@ def test_llm_extraction_arm_end_to_end(extractor, synthetic_path, tmp_path):
     keep_turns = extractor == "turns+llm"  # then observation-aware: the extracted memories index their turns
     extra = {"index.append_citing": True, "retrieval.unit": "turn"} if keep_turns else {}
     with ScriptedServer(responder=responder) as srv:  # it proposes one add per message in the delta
-        cfg = model_cfg(synthetic_path, srv, "original", **{"extraction.extractor": extractor,
+        cfg = model_cfg(synthetic_path, srv, "original", **{"extraction.name": extractor,
                                                             "extraction.model": "openai/scripted-extractor",
                                                             "dataset.conversations": sorted(turns), **extra})
         run = run_experiment(cfg, results=tmp_path, progress=False)
@@ -232,7 +232,7 @@ def test_a_clear_the_model_proposes_is_applied_and_never_forgets_a_turn(extracto
         return r
 
     with ScriptedServer(responder=adds_then_clears) as srv:
-        cfg = model_cfg(synthetic_path, srv, "original", **{"extraction.extractor": extractor,
+        cfg = model_cfg(synthetic_path, srv, "original", **{"extraction.name": extractor,
                                                             "extraction.model": "openai/scripted-extractor",
                                                             "dataset.conversations": ["syn-1"],
                                                             "run.allow_failed_extraction": True})
@@ -262,7 +262,7 @@ def test_a_conversation_the_model_wrote_nothing_for_still_has_its_build_cost(syn
     costs = []
     with ScriptedServer(responder=first_person) as srv:
         for _ in range(2):
-            cfg = model_cfg(synthetic_path, srv, "original", **{"extraction.extractor": "llm",
+            cfg = model_cfg(synthetic_path, srv, "original", **{"extraction.name": "llm",
                                                                 "extraction.model": "openai/scripted-extractor",
                                                                 "dataset.conversations": ["syn-1"],
                                                                 "run.allow_failed_extraction": True,
@@ -344,7 +344,7 @@ def test_cli_run_and_report(locomo_path, tmp_path, capsys):
     assert main(["report", str(runs[0])]) == 0
     out = capsys.readouterr().out
     assert "F1" in out and "overall 1-4" in out and "context tokens" in out
-    assert main(["run", "offline", "--set", "answer.arm=magic"]) == 2
+    assert main(["run", "offline", "--set", "answer.name=magic"]) == 2
     assert "allowed: extractive" in capsys.readouterr().err
     (runs[0] / "predictions.parquet").unlink()
     assert main(["report", str(runs[0])]) == 2

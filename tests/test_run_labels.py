@@ -49,10 +49,10 @@ def test_systems_that_differ_in_many_keys_are_named_by_their_config(tmp_path):
     assert labels == ["offline", "retrieval-best", "mem0-offline"]
     legend = run_legend(runs)
     best = dict(kv.split("=", 1) for kv in legend.differs[1].split("; "))
-    assert best["index.sparse"] == "splade" and best["retrieval.fusion"] == "zscore" and len(best) >= 8
+    assert best["index.sparse.name"] == "splade" and best["retrieval.fusion"] == "zscore" and len(best) >= 8
     assert "system.name=mem0" in legend.differs[2]
     lines = legend_lines(legend)
-    assert lines[1].startswith(f"retrieval-best: {runs[1].run_dir} (") and "index.sparse=splade" in lines[1]
+    assert lines[1].startswith(f"retrieval-best: {runs[1].run_dir} (") and "index.sparse.name=splade" in lines[1]
 
 
 def test_two_arms_of_one_name_with_many_differences_show_at_most_two_keys(tmp_path):
@@ -99,9 +99,9 @@ def test_reruns_of_one_config_get_a_short_number_and_the_legend_their_folders(tm
 
 def test_long_values_are_cut_and_still_unique(tmp_path):
     long_a = "answer with the exact words of the memory, quoting it in full"
-    runs = [folder(tmp_path, "p1", "offline", **{"answer.arm": "extractive", "extraction.extractor": "turns",
+    runs = [folder(tmp_path, "p1", "offline", **{"answer.name": "extractive", "extraction.name": "turns",
                                                   "retrieval.top_k": 7, "dataset.path": f"/x/{long_a}-1.json"}),
-            folder(tmp_path, "p2", "offline", **{"answer.arm": "extractive", "extraction.extractor": "turns",
+            folder(tmp_path, "p2", "offline", **{"answer.name": "extractive", "extraction.name": "turns",
                                                   "retrieval.top_k": 7, "dataset.path": f"/x/{long_a}-2.json"})]
     labels = run_labels(runs)
     check_bounds(labels)

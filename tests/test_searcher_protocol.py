@@ -34,7 +34,7 @@ from tests.example_components.brute_force_searcher import BruteForceSearcher
 
 def syn_cfg(path, backend: str = "memory", **over) -> ExperimentConfig:
     cfg = ExperimentConfig.from_dict({"name": "bf", "dataset": {"path": str(path)},
-                                      "extraction": {"extractor": "turns"}, "store": {"backend": backend}})
+                                      "extraction": {"name": "turns"}, "store": {"backend": backend}})
     return cfg.with_overrides(over) if over else cfg
 
 

@@ -41,16 +41,18 @@ def test_bad_knobs_are_refused():
         SessionRecallAnswerer(reader=ExtractiveAnswerer(), unit="day")
     with pytest.raises(ValueError, match="model client or an offline reader"):
         SessionRecallAnswerer()
-    with pytest.raises(ConfigError, match="answer.recall_unit = 'day'"):
-        ExperimentConfig.from_dict({"answer": {"arm": "session-recall", "recall_unit": "day"}})
-    with pytest.raises(ConfigError, match="answer.recall_max = 0"):
-        ExperimentConfig.from_dict({"answer": {"arm": "session-recall", "recall_max": 0}})
+    with pytest.raises(ConfigError, match="answer.params.unit = 'day'"):
+        ExperimentConfig.from_dict({"answer": {"name": "session-recall", "params": {"unit": "day"}}})
+    with pytest.raises(ConfigError, match="answer.params.max_units = 0"):
+        ExperimentConfig.from_dict({"answer": {"name": "session-recall", "params": {"max_units": 0}}})
+    with pytest.raises(ConfigError, match="answer.params.reader__span = 'x'; expected one of novel"):
+        ExperimentConfig.from_dict({"answer": {"name": "session-recall", "params": {"reader__span": "x"}}})
 
 
 def test_shipped_config_round_trips_and_runs_offline(synthetic_path, tmp_path):
     cfg = ExperimentConfig.from_yaml("session-recall")
     assert ExperimentConfig.from_dict(yaml.safe_load(cfg.to_yaml())) == cfg
-    assert cfg.answer.arm == "session-recall" and cfg.answer.model is None
+    assert cfg.answer.name == "session-recall" and cfg.answer.model is None
     cfg = cfg.with_overrides({"dataset.path": str(synthetic_path), "answer.recall_max": 1})
     run = run_experiment(cfg, results=tmp_path, progress=False)
     p = run.predictions.set_index("qid")
@@ -66,7 +68,7 @@ def test_shipped_config_round_trips_and_runs_offline(synthetic_path, tmp_path):
 
 def _model_cfg(path, srv, **over):
     base = {"name": "sr", "dataset": {"path": str(path)},
-            "answer": {"arm": "session-recall", "model": "openai/scripted-reader", "recall_max": 1},
+            "answer": {"name": "session-recall", "model": "openai/scripted-reader", "recall_max": 1},
             "models": {"api_base": srv.api_base, "max_retries": 0}}
     return ExperimentConfig.from_dict(base).with_overrides(over)
 
@@ -121,11 +123,13 @@ def test_the_runs_index_section_reaches_the_arms_turn_index(syn, tmp_path):
     from memlab.run.components import build_answerer
 
     cfg = ExperimentConfig.from_yaml("session-recall").with_overrides(
-        {"index.factory": "HNSW32", "index.ef_search": 77, "index.ef_construction": 33, "index.keyword": "bm25",
-         "index.sparse": "tfidf", "index.session_text": True})
+        {"index.params.factory": "HNSW32", "index.params.ef_search": 77, "index.params.ef_construction": 33,
+         "index.keyword.name": "bm25", "index.sparse.name": "tfidf", "index.params.session_text": True,
+         "answer.params.reader__max_words": 3})
     arm = build_answerer(cfg, Clients(cfg, tmp_path / "responses.sqlite"))
     svc, key = arm.turn_service(syn["syn-1"])
     idx = svc.searcher
-    assert (idx.index, idx.keyword, idx.sparse, idx.session_text) == ("HNSW32", "bm25", "tfidf", True)
+    assert (idx.factory, idx.keyword, idx.sparse, idx.session_text) == ("HNSW32", "bm25", "tfidf", True)
+    assert arm.reader.max_words == 3 and arm.get_params(deep=True)["reader__max_words"] == 3
     st = idx.ensure_built(key, lambda: svc.list(key))
     assert st.dense.index_.hnsw.efSearch == 77 and st.sparse is not None and st.session_kw is not None

@@ -26,8 +26,8 @@ def judging(body: dict) -> Reply:
 def model_cfg(path: Path, api_base: str, **over) -> ExperimentConfig:
     """Every role on the scripted model: the extractor (a call per session), the reader and the judge."""
     d = {"name": "cap", "dataset": {"path": str(path)},
-         "extraction": {"extractor": "llm", "model": "openai/scripted"},
-         "answer": {"arm": "original", "model": "openai/scripted"}, "judge": {"model": "openai/scripted"},
+         "extraction": {"name": "llm", "model": "openai/scripted"},
+         "answer": {"name": "original", "model": "openai/scripted"}, "judge": {"model": "openai/scripted"},
          "models": {"api_base": api_base, "max_retries": 0}}
     cfg = ExperimentConfig.from_dict(d)
     return cfg.with_overrides(over) if over else cfg
@@ -181,7 +181,7 @@ def test_requests_in_flight_hold_their_worst_case():
 
 def test_max_calls_holds_under_concurrency(synthetic_path, tmp_path):
     with ScriptedServer(responder=lambda b: Reply(text="Not mentioned.", delay=0.05)) as srv:
-        cfg = model_cfg(synthetic_path, srv.api_base, **{"extraction.extractor": "turns", "judge.model": None,
+        cfg = model_cfg(synthetic_path, srv.api_base, **{"extraction.name": "turns", "judge.model": None,
                                                          "run.concurrency": 4, "models.concurrency": 4,
                                                          "run.max_calls": 3})
         with pytest.raises(SpendCapReached):

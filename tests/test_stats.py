@@ -335,7 +335,7 @@ def test_judge_disagreements():
 # ------------------------------------------------------------------------------ runs
 def offline(path, **over) -> ExperimentConfig:
     cfg = ExperimentConfig.from_dict({"name": "s", "dataset": {"path": str(path)},
-                                      "extraction": {"extractor": "turns+observations"}, "store": {"backend": "memory"},
+                                      "extraction": {"name": "turns+observations"}, "store": {"backend": "memory"},
                                       "retrieval": {"top_k": 5}})
     return cfg.with_overrides(over) if over else cfg
 

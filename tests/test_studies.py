@@ -47,7 +47,7 @@ def test_run_recall_rejects_unknown_modes_and_memory_sets(synthetic_path):
 def test_reconcile_sweep_keeps_fewer_memories_as_the_skip_threshold_drops(synthetic_path, tmp_path):
     base = ExperimentConfig.from_dict({"name": "sweep",
                                        "dataset": {"path": str(synthetic_path), "conversations": ["syn-1"]},
-                                       "extraction": {"extractor": "observations"}})
+                                       "extraction": {"name": "observations"}})
     # skip thresholds from never (1.0) to always (-1 score, 0 Jaccard); updates only for identical text
     settings = [(1.0, 1.0, 1.0, 1.0), (0.5, 0.3, 1.0, 1.0), (-1.0, 0.0, 1.0, 1.0)]
     t = reconcile_sweep(base, settings, results=tmp_path)
@@ -72,7 +72,7 @@ def test_reconcile_sweep_runs_once_per_distinct_store(synthetic_path, tmp_path):
     one run, and their rows are what running each cell gives."""
     base = ExperimentConfig.from_dict({"name": "pol", "dataset": {"path": str(synthetic_path),
                                                                    "conversations": ["syn-1"]},
-                                       "extraction": {"extractor": "observations"}})
+                                       "extraction": {"name": "observations"}})
     policies = ["merge-similar", "preserve-history", "append-only"]
     t = reconcile_sweep(base, [(0.5, 0.3, 0.2, 0.1)], results=tmp_path, policies=policies)
     assert list(zip(t.policy, t.setting)) == [(p, s) for p in policies for s in ("off", "0.50/0.30/0.20/0.10")]

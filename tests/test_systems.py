@@ -94,16 +94,16 @@ def test_a_black_box_system_runs_with_recovered_provenance_marked(synthetic_path
 
 
 def test_memlab_pipeline_as_a_system_object_gives_the_configured_runs_answers(synthetic_path, tmp_path):
-    cfg = _cfg(synthetic_path, extraction={"extractor": "turns+observations"})
+    cfg = _cfg(synthetic_path, extraction={"name": "turns+observations"})
     base = run_experiment(cfg, results=tmp_path / "a", progress=False)
-    svc = open_service("memory", **cfg.index.service_params())
+    svc = open_service("memory", **cfg.index.hybrid_params())
     system = MemlabSystem(svc, EXTRACTORS.get("turns+observations")(), cfg.retrieval.search_options())
     via = run_experiment(cfg, results=tmp_path / "b", progress=False, system=system)
     cols = ["qid", "prediction", "f1", "context_recall", "recall@10"]
     assert base.predictions[cols].equals(via.predictions[cols])
     data = load_locomo(synthetic_path)
     key = conversation_key(next(iter(data)))
-    hits = MemlabSystem(open_service("memory", **cfg.index.service_params()), EXTRACTORS.get("turns")(),
+    hits = MemlabSystem(open_service("memory", **cfg.index.hybrid_params()), EXTRACTORS.get("turns")(),
                         cfg.retrieval.search_options())
     hits.ingest_conversation(key, next(iter(data)))
     found = hits.search(key, "dog named Rex", 5)

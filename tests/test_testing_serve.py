@@ -99,8 +99,8 @@ def test_a_dry_run_of_every_role_against_the_served_model(synthetic_path, tmp_pa
     try:
         cfg = ExperimentConfig.from_dict({
             "name": "dry", "dataset": {"path": str(synthetic_path)},
-            "extraction": {"extractor": "llm", "model": "openai/scripted"},
-            "answer": {"arm": "original", "model": "openai/scripted"}, "judge": {"model": "openai/scripted"},
+            "extraction": {"name": "llm", "model": "openai/scripted"},
+            "answer": {"name": "original", "model": "openai/scripted"}, "judge": {"model": "openai/scripted"},
             "models": {"api_base": base, "max_retries": 0}})
         t0 = time.perf_counter()
         run = run_experiment(cfg, results=tmp_path, progress=False)

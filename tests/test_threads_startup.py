@@ -210,7 +210,7 @@ def test_splade_documents_encoded_ahead_are_not_encoded_again_when_a_key_builds(
 def test_run_json_records_threads_and_peak_rss_per_stage(locomo_path, tmp_path):
     cfg = ExperimentConfig.from_dict({"name": "t", "dataset": {"path": str(locomo_path), "conversations": ["conv-26"],
                                                                "question_limit": 5},
-                                      "extraction": {"extractor": "turns"}, "run": {"threads": 1}})
+                                      "extraction": {"name": "turns"}, "run": {"threads": 1}})
     run = run_experiment(cfg, results=tmp_path, progress=False)
     info = json.loads((run.run_dir / "run.json").read_text())
     assert info["threads"]["threads"] == 1

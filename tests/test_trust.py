@@ -47,7 +47,7 @@ class TokenScorer(TfidfScorer):
 
 def syn(path: Path, **over) -> ExperimentConfig:
     cfg = ExperimentConfig.from_dict({"name": "t", "dataset": {"path": str(path)},
-                                      "extraction": {"extractor": "turns"}})
+                                      "extraction": {"name": "turns"}})
     return cfg.with_overrides(over) if over else cfg
 
 
@@ -81,7 +81,7 @@ def test_resume_refuses_a_crafted_memory_system_endpoint(synthetic_path, tmp_pat
 
 def test_resume_refuses_a_crafted_prompt_file_in_the_arms_settings(synthetic_path, tmp_path, secret_file, capsys):
     with ScriptedServer(responder=responder) as srv:  # the user's own model run: its endpoint is remembered
-        cfg = syn(synthetic_path, **{"answer.arm": "original", "answer.model": "openai/scripted",
+        cfg = syn(synthetic_path, **{"answer.name": "original", "answer.model": "openai/scripted",
                                      "models.api_base": srv.api_base, "models.max_retries": 0,
                                      "dataset.question_limit": 1})
         run = run_experiment(cfg, results=tmp_path / "r", progress=False)
@@ -96,7 +96,7 @@ def test_resume_refuses_a_crafted_prompt_file_in_the_arms_settings(synthetic_pat
 
 
 def test_a_new_components_declared_endpoint_is_covered_without_a_list(synthetic_path, tmp_path, capsys):
-    cfg = syn(synthetic_path, **{"answer.arm": "trust-probe"})
+    cfg = syn(synthetic_path, **{"answer.name": "trust-probe"})
     assert cfg.trust_settings() == {"dataset.path": str(synthetic_path)}
     crafted = cfg.with_overrides({"answer.params.api_base": "http://203.0.113.7/v1"})
     assert crafted.trust_settings()["answer.params.api_base"] == "http://203.0.113.7/v1"
@@ -107,8 +107,8 @@ def test_a_new_components_declared_endpoint_is_covered_without_a_list(synthetic_
 
 
 @pytest.mark.parametrize("over", [
-    {"index.embedder": "litellm:text-embedding-3-small", "index.embedder_params": {"api_key": "sk-literal-1234"}},
-    {"extraction.extractor": "llm", "extraction.model": "openai/m",
+    {"index.embedder.name": "litellm:text-embedding-3-small", "index.embedder_params": {"api_key": "sk-literal-1234"}},
+    {"extraction.name": "llm", "extraction.model": "openai/m",
      "extraction.params": {"api_key": "sk-literal-1234"}},
     {"system.name": "mem0", "system.params": {"api_key": "sk-literal-1234"}},
     {"index.keyword": "trust-probe-scorer", "index.keyword_params": {"token": "sk-literal-1234"}},

@@ -199,9 +199,9 @@ def _policy_run(path, root, policy, srv=None, **over):
     from memlab.run import run_experiment
 
     cfg = ExperimentConfig.from_dict({"name": "policy", "dataset": {"path": str(path), "conversations": ["syn-1"]},
-                                      "extraction": {"extractor": "observations", "policy": policy}})
+                                      "extraction": {"name": "observations", "policy": policy}})
     if srv is not None:
-        over.update({"extraction.extractor": "llm", "extraction.model": "openai/scripted",
+        over.update({"extraction.name": "llm", "extraction.model": "openai/scripted",
                      "models.api_base": srv.api_base, "models.max_retries": 0})
     run = run_experiment(cfg.with_overrides(over), results=root, progress=False)
     return run.info["extraction"], (run.run_dir / "traces" / "memories.jsonl").read_text()

@@ -1,7 +1,7 @@
 """Answering: the offline extractive reader, model-backed arms over litellm and preload (the LLM judge is
 `memlab.eval.profiles.ProfileJudge`, registered in `JUDGES` as ``llm``).
 
-Every arm is registered in `ANSWERERS` under its ``answer.arm`` name; a new arm is one new module
+Every arm is registered in `ANSWERERS` under its ``answer.name`` name; a new arm is one new module
 with a decorated class, imported here.
 """
 

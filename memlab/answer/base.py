@@ -18,7 +18,7 @@ from memlab.memory.capabilities import MemoryView
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import HitRecord, SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
-from memlab.params import Component, param_specs, settable_specs, settings
+from memlab.params import Component, construct, param_specs, settable_specs, settings
 from memlab.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class AnswerContext:
 
 
 class Answerer(Component, ABC):
-    """One verb, `answer`; registered in `ANSWERERS` under its ``answer.arm`` name."""
+    """One verb, `answer`; registered in `ANSWERERS` under its ``answer.name`` name."""
 
     name = "answerer"
     needs_memory = True
@@ -130,7 +130,7 @@ class Answerer(Component, ABC):
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
         """Build from the ``answer`` config section (its ``params`` are the constructor's settings, `memlab.params`);
         ``client_for(role)`` gives a model client."""
-        return cls(**settings(section))
+        return construct(cls, settings(section))
 
     def use_index(self, **params: Any) -> None:
         """Take the run's index settings before the first question (called only when `own_index`)."""
@@ -156,7 +156,7 @@ class Answerer(Component, ABC):
 
 
 class Judge(Component, ABC):
-    """Scores a prediction against the gold answer; registered in `JUDGES` under its ``judge.kind`` name. Its
+    """Scores a prediction against the gold answer; registered in `JUDGES` under its ``judge.name`` name. Its
     settings are its constructor's parameters (`memlab.params`), given by ``judge.params``; a ``judge.*`` field
     of the same name (``prompt``, ``repeats``, ``temperature``) is that setting's spelling in the section."""
 
@@ -198,9 +198,9 @@ def section_settings(cls: type, section: Any) -> dict[str, Any]:
             if f.name != "params" and f.name in specs}
 
 
-#: Answer arms by config name (``answer.arm``).
+#: Answer arms by config name (``answer.name``).
 ANSWERERS: Registry[Answerer] = Registry("answer arm")
-#: Judges by config name (``judge.kind``).
+#: Judges by config name (``judge.name``).
 JUDGES: Registry[Judge] = Registry("judge")
 
 
@@ -326,6 +326,6 @@ def evidence_ranks(ctx: AnswerContext, queries: list[QueryTrace], evidence: set[
                         best.setdefault(s, None)
         q_out: dict[str, Any] = {"memory_ranks": mranks, "evidence_ranks": best}
         if not out["queries"]:  # the first query's whole ranking as source ids: turn/session-level metrics
-            q_out["ranked_sources"] = [list(h.entry.source_ids) for h in res.hits]  # (memlab.eval.longmemeval)
+            q_out["ranked_sources"] = [list(h.entry.source_ids) for h in res.hits]  # (memlab.eval.longmemeval_tables)
         out["queries"].append(q_out)
     return out

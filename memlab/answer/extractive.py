@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -58,7 +58,7 @@ from memlab.data.locomo import Question
 from memlab.index.text import analyze, stem, stop_words, words
 from memlab.llm import count_tokens
 from memlab.memory.entry import MemoryEntry
-from memlab.params import OneOf, Range, settings
+from memlab.params import OneOf, Range, check_params
 
 SPANS = ("novel", "clause", "memory")
 #: How candidates are scored: the fitted model of `memlab.answer.learned`, or the hand-set weights below.
@@ -222,17 +222,6 @@ class ExtractiveAnswerer(Answerer):
     """
 
     name = "extractive"
-    answer_settings = ("span", "abstain", "temporal_window", "span_window", "max_words", "split", "drop_filler",
-                       "list_spans", "scorer", "reader_family", *WEIGHTS)
-
-    @classmethod
-    def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
-        weights = {k: getattr(section, k) for k in WEIGHTS if getattr(section, k, None) is not None}
-        return cls(**settings(section, span=section.span, abstain=section.abstain,
-                              temporal_window=section.temporal_window, span_window=section.span_window,
-                              max_words=section.max_words, split=section.split, drop_filler=section.drop_filler,
-                              list_spans=section.list_spans, scorer=section.scorer,
-                              reader_family=section.reader_family, **weights))
 
     def __init__(self, span: Annotated[str, OneOf(SPANS)] = "novel", abstain: bool = True,
                  temporal_window: Annotated[int | None, Range(1)] = None,
@@ -249,12 +238,7 @@ class ExtractiveAnswerer(Answerer):
                  abstain_margin: Annotated[float | None, Range()] = None,
                  scorer: Annotated[str, OneOf(SCORERS)] = "weights",
                  reader_family: Annotated[str, OneOf(FAMILIES)] = "offline"):
-        if span not in SPANS:
-            raise ValueError(f"span: expected one of {SPANS}, got {span!r}")
-        if scorer not in SCORERS:
-            raise ValueError(f"scorer: expected one of {SCORERS}, got {scorer!r}")
-        if reader_family not in FAMILIES:
-            raise ValueError(f"reader_family: expected one of {FAMILIES}, got {reader_family!r}")
+        check_params(ExtractiveAnswerer, {k: v for k, v in locals().items() if k != "self"}, "the extractive reader")
         self.scorer = scorer
         self.reader_family = reader_family
         #: the fitted model of ``reader_family`` (`memlab.answer.learned`), loaded here so a bad family fails early
@@ -271,13 +255,8 @@ class ExtractiveAnswerer(Answerer):
                  "speaker_weight": speaker_weight, "date_weight": date_weight, "length_weight": length_weight,
                  "phrase_bonus": phrase_bonus, "temporal_rank_weight": temporal_rank_weight,
                  "abstain_margin": abstain_margin}
-        for name, v in given.items():
-            v = WEIGHTS[name] if v is None else v
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ValueError(f"{name}: expected a finite number, got {v!r}")
-            if name in ("rank_weight", "temporal_rank_weight") and v < 0:
-                raise ValueError(f"{name}: expected >= 0 (a deeper memory must not score higher), got {v!r}")
-            setattr(self, name, float(v))
+        for name, v in given.items():  # checked above, against the constraints declared beside each
+            setattr(self, name, float(WEIGHTS[name] if v is None else v))
 
     @property
     def weights(self) -> dict[str, float]:

@@ -187,12 +187,11 @@ class OptimizedAnswerer(Answerer):
     name = "optimized"
     requires_model = True
     uses_preload = True
-    answer_settings = ("model", "prompt", "max_rounds")
+    answer_settings = ("model", "prompt")
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
-        return cls(client_for("reader"), **settings(section, prompt=section.prompt or cls.name,
-                                                   max_rounds=section.max_rounds))
+        return cls(client_for("reader"), **settings(section, prompt=section.prompt or cls.name))
 
     def __init__(self, client: ModelClient, prompt: Annotated[str, PromptName("answer"), Trust.file] = "optimized",
                  max_rounds: Annotated[int, Range(1)] = 4):

@@ -15,7 +15,6 @@ The reference report measures this arm as its best (F1 0.549 at 3,694 tokens/QA,
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,12 +24,12 @@ from memlab.answer.base import ABSTAIN, ANSWERERS, Answer, AnswerContext, Answer
 from memlab.answer.extractive import ExtractiveAnswerer
 from memlab.data.locomo import Conversation, Question
 from memlab.extract.memory_sets import turn_memories
-from memlab.index import index_text, open_service
+from memlab.index import HybridIndex, index_text, open_service
 from memlab.llm import ModelClient, count_tokens
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
-from memlab.params import OneOf, PromptName, Range, Trust, settings
+from memlab.params import OneOf, PromptName, Range, Trust, construct, settings
 from memlab.prompts import load_prompt, render
 
 UNITS = ("session", "window")
@@ -82,46 +81,37 @@ class SessionRecallAnswerer(Answerer):
     requires_model = False  # with answer.model it reads with the model, without it offline
     model_optional = True
     own_index = True
-    #: Its turn index is built with the run's index settings (`use_index`), so none is an ``answer.params`` setting.
-    fixed_params = {"embedder": "index.embedder", "keyword": "index.keyword", "index": "index.factory",
-                    "date_in_text": "index.date_in_text", "turn_style": "extraction.turn_style",
-                    "embedder_params": "index.embedder_params", "sparse": "index.sparse",
-                    "session_text": "index.session_text", "ef_search": "index.ef_search",
-                    "ef_construction": "index.ef_construction",
+    #: Its turn index is the run's index (`use_index`: `memlab.index.hybrid.HybridIndex` keywords), so no index
+    #: setting is an ``answer.params`` setting.
+    fixed_params = {"index": "index (the run's index section)", "turn_style": "extraction.turn_style",
                     "embedding_cache": "the machine cache (run.cache_dir; memlab.index.machine_cache)"}
-    answer_settings = ("model", "prompt", "recall_unit", "recall_window", "recall_max",
-                       *ExtractiveAnswerer.answer_settings)  # the extractive reader's, for the offline read
+    answer_settings = ("model", "prompt")
+    #: The offline reader's settings are given as ``reader__<setting>`` (`memlab.params`).
+    nested_params = ("reader",)
 
     @classmethod
     def from_config(cls, section: Any, client_for: Callable[[str], Any]) -> Answerer:
-        """``answer`` section: ``model`` (optional), ``prompt``, ``recall_unit``, ``recall_window``,
-        ``recall_max``, and the extractive reader's knobs for the offline read."""
-        own = copy.copy(section)
-        own.params = None  # session-recall's settings, not its offline reader's
-        return cls(client_for("reader") if section.model else None, reader=ExtractiveAnswerer.from_config(
-            own, client_for), **settings(
-            section, prompt=section.prompt or "session-recall", unit=section.recall_unit,
-            window=section.recall_window, max_units=section.recall_max))
+        """``answer`` section: ``model`` (optional: without one the offline reader reads), ``prompt``, and
+        ``params`` (``unit``, ``window``, ``max_units``, the offline reader's as ``reader__<setting>``)."""
+        return construct(cls, {"client": client_for("reader") if section.model else None,
+                               "prompt": section.prompt or "session-recall", "reader": ExtractiveAnswerer(),
+                               **settings(section)})
 
-    def use_index(self, **params: Any) -> None:
-        """Index settings (embedder, keyword, index, date_in_text, sparse, session_text, ef_search,
-        ef_construction, turn_style, embedder_params, embedding_cache) before the first question; the runner
-        passes the run's ``index`` section (``append_citing`` does not apply: this index holds turns only)."""
+    def use_index(self, index: dict[str, Any], turn_style: str, embedding_cache: str | None) -> None:
+        """The run's index settings (`memlab.index.hybrid.HybridIndex` keywords), turn style and embedding cache,
+        before the first question (``append_citing`` does not apply: this index holds turns only)."""
         if self._built:
             raise RuntimeError("session-recall: index settings change after turns were indexed")
-        for k, v in params.items():
-            if k not in self.fixed_params:
-                raise TypeError(f"session-recall use_index: unknown setting {k!r}")
-            setattr(self, k, v if k != "embedder_params" else (v or {}))
+        self.index = {**index, "append_citing": False}
+        self.turn_style = turn_style
+        self.embedding_cache = embedding_cache
 
     def __init__(self, client: ModelClient | None = None,
                  prompt: Annotated[str, PromptName("answer"), Trust.file] = "session-recall",
-                 reader: Answerer | None = None, unit: Annotated[str, OneOf(UNITS)] = "session",
-                 window: Annotated[int, Range(0)] = 3, max_units: Annotated[int, Range(1)] = 2,
-                 embedder: str = "tfidf-lsa", keyword: str = "tfidf", index: str = "Flat",
-                 date_in_text: bool = True, turn_style: str = "speaker", embedder_params: dict[str, Any] | None = None,
-                 embedding_cache: str | None = None, sparse: str | None = None, session_text: bool = False,
-                 ef_search: int = 1024, ef_construction: int = 128):
+                 reader: ExtractiveAnswerer | None = None, unit: Annotated[str, OneOf(UNITS)] = "session",
+                 window: Annotated[int, Range(0)] = 3, max_units: Annotated[int, Range(1)] = 3,
+                 index: dict[str, Any] | None = None, turn_style: str = "speaker",
+                 embedding_cache: str | None = None):
         if unit not in UNITS:
             raise ValueError(f"session-recall unit: expected one of {UNITS}, got {unit!r}")
         if window < 0 or max_units < 1:
@@ -134,17 +124,9 @@ class SessionRecallAnswerer(Answerer):
         self.unit = unit
         self.window = window
         self.max_units = max_units
-        self.embedder = embedder
-        self.keyword = keyword
-        self.index = index
-        self.date_in_text = date_in_text
+        self.index = index or {}
         self.turn_style = turn_style
-        self.embedder_params = embedder_params or {}
         self.embedding_cache = embedding_cache
-        self.sparse = sparse
-        self.session_text = session_text
-        self.ef_search = ef_search
-        self.ef_construction = ef_construction
         self._service: MemoryService | None = None
         self._built: dict[str, list[MemoryEntry]] = {}
         self._lock = threading.Lock()
@@ -155,12 +137,7 @@ class SessionRecallAnswerer(Answerer):
         key = UserKey(APP_NAME, conv.sample_id)
         with self._lock:
             if self._service is None:
-                self._service = open_service("memory", embedder=self.embedder, index=self.index,
-                                             keyword=self.keyword, date_in_text=self.date_in_text,
-                                             embedder_params=self.embedder_params,
-                                             embedding_cache=self.embedding_cache, sparse=self.sparse,
-                                             session_text=self.session_text, ef_search=self.ef_search,
-                                             ef_construction=self.ef_construction)
+                self._service = open_service("memory", embedding_cache=self.embedding_cache, **self.index)
             if conv.sample_id not in self._built:
                 for m in turn_memories(conv, self.turn_style):
                     self._service.add(key, **m)
@@ -172,8 +149,9 @@ class SessionRecallAnswerer(Answerer):
     def build_texts(self, conv: Conversation) -> list[str]:
         """The texts this arm embeds for a conversation (its memory-building cost): every turn as indexed."""
         key = UserKey(APP_NAME, conv.sample_id)
+        dated = HybridIndex(**self.index).date_in_text  # the index's own default where the run gives none
         return [index_text(MemoryEntry(id=m["source_ids"][0], key=key, text=m["text"], event_time=m["event_time"]),
-                           self.date_in_text) for m in turn_memories(conv, self.turn_style)]
+                           dated) for m in turn_memories(conv, self.turn_style)]
 
     # ------------------------------------------------------------------------------ loading
     def select(self, conv: Conversation, hit_ids: list[str]) -> list[tuple[int, list[str]]]:

@@ -13,7 +13,10 @@ Porter-stemmed).
   offers them as a choice: "a beach or the mountains?"), or it comes
   from an evidence turn or a turn beside one in its session (``D3:6``-``D3:8`` for ``D3:7``: the neighbour
   often carries the same fact). A turn's words count, not those of the turn it replies to (``(replying to
-  ...)``). A line holding the gold's words by coincidence — "beach" in unrelated holiday
+  ...)``). When the question names a date ("on October 3, 2023", "in May 2023"), a line that is about it by its
+  words must also be about that time: its date, or a date its own words imply ("yesterday" said on 4 October),
+  within the date checks' slack (`memlab.eval.gold_checks.DATE_SLACK_DAYS`). A line holding the gold's words by
+  coincidence — "beach" in unrelated holiday
   pictures, a "yes" somewhere — is not about it. Without `Asked` every line counts.
 - **Answer ceiling** — the best official LoCoMo F1 a prediction made of spans of lines about the question can
   score, i.e. what a perfect extractive reader of this context would get; a span credited for function words
@@ -46,9 +49,10 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from memlab.answer.temporal import fmt_month, resolve
@@ -59,9 +63,11 @@ from memlab.eval.gold_checks import (
     best_span_f1,
     content_tokens,
     conversation_bigrams,
+    dates_agree,
     deglue,
     line_subjects,
     parse_date,
+    period,
 )
 from memlab.eval.scoring import stemmed_tokens
 
@@ -144,31 +150,64 @@ def about(lines: Sequence[str], sources: Sequence[Sequence[str]] | None, asked: 
         topic -= gold
     near = neighbours(asked.evidence)
     srcs = list(sources) if sources is not None else [()] * len(lines)
-    return [bool(near & set(src)) or bool(topic & content_tokens(line.split(" (replying to ")[0]))
-            for line, src in zip(lines, srcs)]
+    when = period(asked.question)  # "Which city was Calvin at on October 3, 2023?": a line about another time is not
+    own = [line.split(" (replying to ")[0] for line in lines]
+    return [bool(near & set(src)) or (bool(topic & content_tokens(mine)) and (
+        when is None or any(d is not None and dates_agree(when, d) for d in map(period, line_dates(mine)))))
+        for mine, src in zip(own, srcs)]
+
+
+def reached(facts: Mapping[str, Sequence[frozenset[str]]], own: Mapping[str, Sequence[str]], lines: Sequence[str],
+            sources: Sequence[Sequence[str]] | None, share: float = 0.5) -> tuple[set[str], set[str]]:
+    """(evidence ids whose fact reached the reader, those only part of whose fact did). ``facts``: per evidence
+    id, the gold words its turn holds, one set per gold part (a list item); ``own``: the context lines sourced
+    from it. A turn's fact reaches through its own lines or its same-session neighbours' (which often carry the
+    same fact): ``share`` of each part's words in them, or less (a summary or a neighbour that kept "joy" of "a
+    sense of joy and freedom": the rest was missed). A turn with no gold word (a bridge hop, a photo) is reached
+    by being in the context."""
+    srcs = list(sources) if sources is not None else []
+    full: set[str] = set()
+    part: set[str] = set()
+    for s, fact in facts.items():
+        if not any(fact):
+            if own.get(s):
+                full.add(s)
+            continue
+        near = [line for line, src in zip(lines, srcs) if s not in src and neighbours([s]) & set(src)]
+        held = {t for x in [*own.get(s, ()), *near] for t in content_tokens(x)}
+        if all(len(p & held) >= share * len(p) for p in fact):
+            full.add(s)
+        elif any(p & held for p in fact):
+            part.add(s)
+    return full, part
 
 
 _LINE_DATE = re.compile(r"^(\d{1,2} [A-Z][a-z]+ \d{4}) ")
 
 
+@lru_cache(maxsize=100_000)
+def line_dates(line: str) -> tuple[str, ...]:
+    """The dates one line is about: its own date (``8 May 2023 ...``) and that date moved by each of its relative
+    phrases ("yesterday" -> ``7 May 2023``; "last week" -> ``the week before 8 May 2023``). Cached: attribution
+    reads the same lines for many questions."""
+    m = _LINE_DATE.match(line)
+    if not m:
+        return ()
+    when = datetime.strptime(m.group(1), "%d %B %Y")
+    said = (resolve(x, when) for x in re.split(r"(?<=[.!?])\s+", line[m.end():]))
+    return (format_day(when), *(d for d, phrase in said if phrase is not None))
+
+
 def implied_dates(lines: Iterable[str]) -> list[str]:
-    """The dates lines imply, as a reader computing them would write them: each dated line's date moved by its
-    relative phrase ("yesterday" on 8 May 2023 -> ``7 May 2023``; "last week" -> ``the week before 8 May
-    2023``), and the day, month and year of its own date."""
+    """The dates lines imply, as a reader computing them would write them: each line's `line_dates`, and the
+    month and year of each of those that is a day."""
     out: list[str] = []
     for line in lines:
-        m = _LINE_DATE.match(line)
-        if not m:
-            continue
-        when = datetime.strptime(m.group(1), "%d %B %Y")
-        out += [format_day(when), fmt_month(when), str(when.year)]
-        for x in re.split(r"(?<=[.!?])\s+", line[m.end():]):
-            said, phrase = resolve(x, when)
-            if phrase is not None:
-                out.append(said)
-                d = parse_date(said)
-                if d is not None and d[1] == "day":
-                    out += [fmt_month(d[0]), str(d[0].year)]
+        for said in line_dates(line):
+            out.append(said)
+            d = parse_date(said)
+            if d is not None and d[1] == "day":
+                out += [fmt_month(d[0]), str(d[0].year)]
     return list(dict.fromkeys(out))
 
 

@@ -115,8 +115,8 @@ def line_subjects(text: str, speakers: Sequence[str]) -> set[str]:
 
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december")
-_MON = "|".join(_MONTHS)
-_DAY_RE = re.compile(rf"\b(\d{{1,2}})\s+({_MON}),?\s+(\d{{4}})\b", re.IGNORECASE)
+_MON, _TH = "|".join(_MONTHS), "(?:st|nd|rd|th)?"  # "3rd May 2023", "May 3, 2023"
+_DAY_RE = re.compile(rf"(?i)\b(?:(\d{{1,2}}){_TH}\s+({_MON})|({_MON})\s+(\d{{1,2}}){_TH}),?\s+(\d{{4}})\b")
 _MONTH_RE = re.compile(rf"\b({_MON}),?\s+(\d{{4}})\b", re.IGNORECASE)
 _YEAR_RE = re.compile(r"\b(19\d\d|20\d\d)\b")
 _MONTH_WORD = re.compile(rf"\b({_MON}|monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend)\b",
@@ -131,7 +131,7 @@ def parse_date(text: str) -> tuple[datetime, str] | None:
     """The first date in ``text`` with its precision: ``7 May 2023`` (day), ``May 2023`` (month), ``2022``."""
     m = _DAY_RE.search(text)
     if m:
-        return datetime(int(m.group(3)), _MONTHS.index(m.group(2).lower()) + 1, int(m.group(1))), "day"
+        return datetime(int(m[5]), _MONTHS.index((m[2] or m[3]).lower()) + 1, int(m[1] or m[4])), "day"
     m = _MONTH_RE.search(text)
     if m:
         return datetime(int(m.group(2)), _MONTHS.index(m.group(1).lower()) + 1, 1), "month"
@@ -143,7 +143,7 @@ _BEFORE = re.compile(r"\bthe (?:week|weekend|monday|tuesday|wednesday|thursday|f
                      re.IGNORECASE)
 
 
-def _period(text: str) -> tuple[datetime, datetime, str] | None:
+def period(text: str) -> tuple[datetime, datetime, str] | None:
     """The days a date phrase covers (first, last, precision): ``7 May 2023`` one day, ``May 2023`` the month,
     ``2022`` the year, ``the week before 9 June 2023`` (LoCoMo's and the resolver's form) the seven days before."""
     d = parse_date(text)
@@ -159,7 +159,7 @@ def _period(text: str) -> tuple[datetime, datetime, str] | None:
     return when, when.replace(month=12, day=31), prec
 
 
-def _dates_agree(gold: tuple[datetime, datetime, str], said: tuple[datetime, datetime, str]) -> bool:
+def dates_agree(gold: tuple[datetime, datetime, str], said: tuple[datetime, datetime, str]) -> bool:
     """Whether two periods lie within the gold precision's slack (`DATE_SLACK_DAYS`) of each other."""
     gap = max((said[0] - gold[1]).days, (gold[0] - said[1]).days, 0)
     return gap <= DATE_SLACK_DAYS[gold[2]]
@@ -184,7 +184,7 @@ def date_contradiction(answer: str, turns: Sequence[EvidenceTurn], question: str
     excuse a gold that the naming turn's "last Friday" contradicts; within a turn, the sentences naming it
     ("Last week I scored 40 points", not "So much has happened in the last month").
     """
-    gold = _period(str(answer))
+    gold = period(str(answer))
     if gold is None or not turns or any(t.date is None for t in turns):
         return None
     topic = content_tokens(question) - {_first(w) for w in re.findall(r"\b[A-Z][a-z]+", question)} - _when_words()
@@ -197,8 +197,8 @@ def date_contradiction(answer: str, turns: Sequence[EvidenceTurn], question: str
     implied = []
     for t in [t for t in turns if naming[t.id] or topic & content_tokens(t.text)] or turns:
         phrases = naming[t.id] or [(a, p) for _, a, p in resolved[t.id] if p is not None]
-        periods = [_period(a) for a, _ in phrases] + [(t.date, t.date, "day")]
-        if any(d is None or _dates_agree(gold, d) for d in periods):  # type: ignore[arg-type]
+        periods = [period(a) for a, _ in phrases] + [(t.date, t.date, "day")]
+        if any(d is None or dates_agree(gold, d) for d in periods):  # type: ignore[arg-type]
             return None
         implied.append(f"{t.id} said {format_day(t.date)}"  # type: ignore[arg-type]
                        + "".join(f" ({p!r} -> {a})" for a, p in phrases))
@@ -292,9 +292,9 @@ def relative_time_only(answer: str) -> bool:
     return bool(_RELATIVE_ONLY.match(answer))
 
 
-#: Punctuation between a letter and a letter or digit ("April.2023", "S.Lewis"), not in a decimal ("3.5"):
-#: the official normalisation deletes it and glues the two words into one token ("april2023").
-_GLUED = re.compile(r"(?<=[A-Za-z])[.;:/](?=[A-Za-z0-9])|(?<=[0-9])[.;:/](?=[A-Za-z])")
+#: Punctuation between a letter and a letter or digit ("April.2023", "S.Lewis", "relief,worry"), not in a decimal
+#: ("3.5"): the official normalisation deletes it and glues the two words into one token ("april2023").
+_GLUED = re.compile(r"(?<=[A-Za-z])[.;:/,](?=[A-Za-z0-9])|(?<=[0-9])[.;:/](?=[A-Za-z])")
 #: A number glued to a month or word ("3June"), a word to a number ("Sunday3").
 _NUMBER_GLUE = re.compile(r"(?<=\d)(?=[A-Za-z]{3})|(?<=[a-z])(?=\d)")
 
@@ -317,11 +317,11 @@ def _pair_words(bigrams: frozenset[str]) -> frozenset[str]:
 
 @lru_cache(maxsize=100_000)
 def deglue(answer: str, bigrams: frozenset[str] = frozenset()) -> str:
-    """The gold with its glued words split for matching: punctuation between words ("April.2023"), a number and
-    a word ("3June"), and a word the conversation never says whose split is a word pair it does say
+    """The gold with its glued words split for matching: punctuation between words ("April.2023", "relief,worry"),
+    a number and a word ("3June"), and a word the conversation never says whose split is a word pair it does say
     ("watchingmovies" -> "watching movies", "hanging withfriends" -> "hanging with friends"; ``bigrams``:
     `conversation_bigrams`). The official score is never computed on it: LoCoMo's F1 reads the gold as written."""
-    text = _NUMBER_GLUE.sub(" ", _GLUED.sub(" ", str(answer)))
+    text = _NUMBER_GLUE.sub(" ", _GLUED.sub(lambda m: ", " if m.group(0) == "," else " ", str(answer)))
     if not bigrams:
         return text
     words = _pair_words(bigrams)
@@ -418,7 +418,7 @@ def duration_contradiction(answer: str, turns: Sequence[EvidenceTurn]) -> str | 
                 continue
         for x in re.split(r"(?<=[.!?])\s+", t.text):
             a, p = resolve(x, t.date)  # type: ignore[arg-type]
-            d = _period(a) if p is not None else None
+            d = period(a) if p is not None else None
             if d is not None and d[2] == "day" and not _BEFORE.search(a):
                 phrased.add(d[0].date())
         dates |= named or phrased or {t.date.date()}  # type: ignore[union-attr]
@@ -438,10 +438,10 @@ def gold_issue(answer: str, prediction: str, question: str, category: int, turns
     """Why a (non-adversarial) gold is wrong or unusable against its evidence, or None: only a relative time,
     glued words that fail a right prediction, a date or duration its turns contradict, the other person's
     turns, a suggestion found nowhere. ``spoken``: each speaker's turns; ``said``: the conversation's content
-    words (derived from ``spoken`` when None)."""
+    words (derived from ``spoken`` when None, for a suggestion question only: stemming every turn costs seconds)."""
     if relative_time_only(answer):
         return f"the gold {answer!r} is a relative time with no date: it depends on when it was said"
-    if said is None and spoken is not None:
+    if said is None and spoken is not None and category == 3 and _SUGGESTION.search(question):  # only it reads them
         said = {t for texts in spoken.values() for x in texts for t in content_tokens(x)}
     matched = deglue(answer, bigrams)
     return (glued_gold(answer, prediction, category, threshold, bigrams)

@@ -169,7 +169,7 @@ def score_predictions(predictions: pd.DataFrame, profile: str | ScoringProfile =
 
 @JUDGES.register("llm")
 class ProfileJudge(Judge):
-    """The LLM judge (``judge.kind: llm``) as the run's scoring profile defines it: prompt, gold shown,
+    """The LLM judge (``judge.name: llm``) as the run's scoring profile defines it: prompt, gold shown,
     and the profile's one verdict rule (`ScoringProfile.judge_score`). An unreadable verdict raises
     `memlab.llm.BadReply` (the question's ``judge_error``) and is never cached, so a rerun asks again.
     """

@@ -52,7 +52,7 @@ class Arm:
     """One retrieval configuration: what is indexed, the index and the search options (minus query and k).
 
     ``index`` is the run's own index language: `memlab.index.open_service` keywords, exactly what a config's
-    ``IndexConfig.service_params()`` gives (a key not given keeps its default); or ``searcher`` makes the
+    ``IndexConfig.hybrid_params()`` gives (a key not given keeps its default); or ``searcher`` makes the
     arm's own `memlab.memory.Searcher` (a class or factory: one fresh searcher per arm) in place of it."""
 
     memory: str = "turns"

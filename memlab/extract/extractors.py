@@ -52,7 +52,7 @@ from memlab.params import MODEL_NAME, Component, OneOf, PromptName, Range, Trust
 from memlab.prompts import load_prompt, render
 from memlab.registry import Registry
 
-#: Extractors by config name (``extraction.extractor``).
+#: Extractors by config name (``extraction.name``).
 EXTRACTORS: Registry[Extractor] = Registry("extractor")
 #: ``client_for(role)``: the model client of a role ("extractor", "reader", "judge", "embedder").
 ClientFor = Callable[[str], ModelClient]
@@ -398,7 +398,7 @@ class TurnsAndObservations(CombinedExtractor):
 class TurnsAndLLM(Extractor):
     """Every turn verbatim plus the model's memories (`LLMExtractor`), each citing its source turns.
 
-    What observation-aware indexing (``index.append_citing``, ``retrieval.unit: turn``) needs without LoCoMo's
+    What observation-aware indexing (``index.params.append_citing``, ``retrieval.unit: turn``) needs without LoCoMo's
     annotations: the extracted memories play the observations' part. The turns are written as they are
     (`ExtractionResult.verbatim`); the model reads, and reconcile compares against, only its own earlier
     memories (``keeps_turns``: the worker's searches leave the turn records out), so a memory that restates

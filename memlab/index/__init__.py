@@ -28,7 +28,7 @@ def open_service(
     backend: str = "sqlite",
     path: str | os.PathLike[str] | None = None,
     embedder: str | Embedder = "tfidf-lsa",
-    index: str = "Flat",
+    factory: str = "Flat",
     keyword: str = "tfidf",
     embedding_cache: str | os.PathLike[str] | None = None,
     index_path: str | os.PathLike[str] | None = None,
@@ -53,7 +53,7 @@ def open_service(
         persist = None
         if backend == "sqlite" and path is not None and str(path) != ":memory:":
             persist = str(index_path or Path(path).with_name(Path(path).name + ".index"))
-        searcher = HybridIndex(embedder=embedder, index=index, keyword=keyword, persist_path=persist,
+        searcher = HybridIndex(embedder=embedder, factory=factory, keyword=keyword, persist_path=persist,
                                cache_path=None if embedding_cache is None else str(embedding_cache), **index_params)
     if backend == "memory":
         return InMemoryMemoryService(searcher)

@@ -8,7 +8,7 @@
 
 A new embedder is one file whose class is decorated with ``@EMBEDDERS.register(name)`` and imported at
 the bottom of this module (``e5-small`` is one); its constructor's arguments are its settings
-(``index.embedder_params``), read by `memlab.params`.
+(``index.embedder.params``), read by `memlab.params`.
 
 `CachedEmbedder` (`memlab.index.embedding_cache`) adds an on-disk cache keyed by (embedder id, text hash).
 """

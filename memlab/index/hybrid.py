@@ -14,24 +14,21 @@ memory's own text. ``SearchOptions.unit="turn"`` then returns turn records only,
 the best dense score among the memories citing it.
 
 The ranking itself (filters, the fused lists' producers, fusion, boost, dedupe) is `memlab.index.ranking`;
-the saved-index format is `memlab.index.persist`; what the index reads of a memory is `memlab.index.records`.
+saving and restoring keys is `memlab.index.saved` (the format: `memlab.index.persist`); what the index reads of a
+memory is `memlab.index.memory_fields`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 
-from memlab.cache_integrity import quarantine, report
 from memlab.index.dense import DenseIndex
 from memlab.index.embedders import (
     EMBEDDERS,
@@ -43,15 +40,14 @@ from memlab.index.embedders import (
 )
 from memlab.index.keyword import KEYWORD_SCORERS, TfidfScorer, make_keyword_scorer
 from memlab.index.machine_cache import SPARSE
-from memlab.index.persist import (
-    BadIndexFile,
-    SavedKey,
-    entries_fingerprint,
-    index_settings,
-    read_index,
-    saved_key,
-    write_index,
+from memlab.index.memory_fields import (  # noqa: F401
+    citing_pairs,
+    index_text,
+    is_turn_record,
+    session_documents,
+    with_citing_notes,
 )
+from memlab.index.persist import SavedKey, text_hash
 from memlab.index.ranking import (
     PRODUCERS,
     KeyState,
@@ -59,30 +55,39 @@ from memlab.index.ranking import (
     feedback_query,
     rank,
 )
-from memlab.index.records import (  # noqa: F401
-    citing_pairs,
-    index_text,
-    is_turn_record,
-    session_documents,
-    with_citing_notes,
-)
+from memlab.index.saved import SavedIndex
 from memlab.index.text import word_set
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import KIND_FALLBACK_MIN_HITS, SearchHit, SearchOptions, SearchResult
-from memlab.params import parse_spec
+from memlab.params import SEP, Component, Pattern, Range, parse_spec, resolved_params, secret_names
 
 #: File name of the sparse-vector cache, beside the embedding cache (`memlab.index.keyword_splade`).
 SPARSE_CACHE_NAME = SPARSE
 #: Guards `HybridIndex.builds` (a module lock keeps an index copyable and picklable, as its embedders are).
 _BUILDS_LOCK = threading.Lock()
+#: FAISS factory strings memlab builds (FAISS aborts the process on some malformed ones, e.g. ``HNSW0``, so they
+#: are checked before any index is built).
+FACTORY = Pattern(r"Flat|HNSW[1-9][0-9]*(,Flat)?|IVF[1-9][0-9]*,(Flat|PQ[1-9][0-9]*)|PQ[1-9][0-9]*|LSH",
+                  "a FAISS factory string memlab builds: Flat, HNSW<M> (M >= 1), IVF<n>,Flat, IVF<n>,PQ<m>, PQ<m> "
+                  "or LSH")
 
 
-def _h(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+class HybridIndex(SavedIndex, Component):
+    """Implements `memlab.memory.Searcher`: one dense + keyword index per user key.
 
+    A component whose parts are components: ``embedder`` (an `Embedder` or its registered name, with
+    ``embedder_params``), ``keyword`` and ``sparse`` (keyword scorers as ``name(setting=value,...)``,
+    `memlab.params.spec_text`). Its own settings are the rest of the constructor: a config gives them under
+    ``index.params``, the parts under ``index.embedder``, ``index.keyword`` and ``index.sparse``
+    (`memlab.run.config_sections.IndexConfig`); the saved-index manifest and the run's index file name are
+    derived from them (`memlab.index.persist.manifest_settings`)."""
 
-class HybridIndex:
-    """Implements `memlab.memory.Searcher`: one dense + keyword index per user key."""
+    #: The parts are given by their own config keys; the paths by the run (`memlab.run.extraction.open_store`).
+    fixed_params = {"embedder": "index.embedder.name", "embedder_params": "index.embedder.params",
+                    "keyword": "index.keyword", "sparse": "index.sparse",
+                    "cache_path": "run.cache_dir (the machine cache)", "persist_path": "the run's cache folder"}
+    #: Where vectors are cached and the index saved decide nothing it returns.
+    cache_exclude = ("cache_path", "persist_path")
 
     #: The ranked lists a search fuses, in fusion order (`memlab.index.ranking.PRODUCERS`; a subclass may
     #: set its own).
@@ -91,21 +96,27 @@ class HybridIndex:
     def __init__(
         self,
         embedder: str | Embedder = "tfidf-lsa",
-        index: str = "Flat",
+        factory: Annotated[str, FACTORY] = "Flat",
         keyword: str = "tfidf",
-        refit_growth: float = 0.25,
+        refit_growth: Annotated[float, Range(0, 1, lo_open=True)] = 0.25,
         date_in_text: bool = True,
         embedder_params: dict[str, Any] | None = None,
         cache_path: str | None = None,
         persist_path: str | None = None,
         append_citing: bool = False,
-        ef_search: int = 1024,
-        ef_construction: int = 128,
+        ef_search: Annotated[int, Range(1)] = 1024,
+        ef_construction: Annotated[int, Range(1)] = 128,
         sparse: str | None = None,
         session_text: bool = False,
     ):
+        """``factory``: the FAISS index (`memlab.index.dense`); ``refit_growth``: how far a key's corpus grows or
+        shrinks before a corpus-fitted embedder is fitted again; ``date_in_text``: a memory's event date is part
+        of its index text; ``append_citing``: observation-aware keyword text (a dialog-turn record's text plus
+        every memory citing that turn); ``ef_search`` / ``ef_construction``: HNSW's search and build breadth;
+        ``session_text``: each dialog-turn record also scored by BM25 over its whole session (the ``session``
+        list, meant for ``retrieval.fusion: zscore``)."""
         self.embedder = embedder
-        self.index = index
+        self.factory = factory
         self.keyword = keyword
         self.sparse = sparse
         self.session_text = session_text
@@ -126,14 +137,31 @@ class HybridIndex:
         if persist_path and Path(persist_path).is_file():
             self.load(persist_path)
 
+    def parts(self) -> dict[str, tuple[type, dict[str, Any]] | None]:
+        """Each part named by spec (embedder, keyword, sparse): its class and the settings it is built with (None:
+        no sparse list). An embedder given as an object is its own component (`get_params` nests it)."""
+        out: dict[str, tuple[type, dict[str, Any]] | None] = {}
+        if not isinstance(self.embedder, Embedder):
+            name, params = parse_embedder_spec(self.embedder, self.embedder_params)
+            out["embedder"] = (EMBEDDERS.get(name), params)
+        for part in ("keyword", "sparse"):
+            spec = getattr(self, part)
+            out[part] = None if spec is None else (KEYWORD_SCORERS.get(parse_spec(spec)[0]), parse_spec(spec)[1])
+        return out
+
+    def get_params(self, deep: bool = False) -> dict[str, Any]:
+        """The constructor's arguments; ``deep``: each part's settings too, defaults filled in, as ``part__setting``
+        (``embedder__n_components``, ``keyword__k1``; scikit-learn's spelling), never a secret."""
+        out = super().get_params(deep)
+        for part, got in (self.parts() if deep else {}).items():
+            if got is not None:
+                out.update({f"{part}{SEP}{k}": v for k, v in resolved_params(*got).items() if k not in
+                            secret_names(got[0])})
+        return out
+
     def twin(self) -> HybridIndex:
         """A new, empty index with these settings (no persist path: saving it writes only where told)."""
-        return HybridIndex(embedder=self.embedder, index=self.index, keyword=self.keyword,
-                           refit_growth=self.refit_growth, date_in_text=self.date_in_text,
-                           embedder_params=self.embedder_params, cache_path=self.cache_path,
-                           append_citing=self.append_citing, ef_search=self.ef_search,
-                           ef_construction=self.ef_construction, sparse=self.sparse,
-                           session_text=self.session_text)
+        return self.clone(persist_path=None)
 
     def sparse_cache_path(self) -> str | None:
         """A model-encoded sparse scorer keeps its vectors beside the embedding cache (none without one)."""
@@ -266,7 +294,7 @@ class HybridIndex:
             st.fit_version += 1
             st.vectors.clear()
         todo = [(e.id, t) for e, t in zip(rows, texts)
-                if (c := st.vectors.get(e.id)) is None or c[0] != _h(t) or c[1] != st.fit_version]
+                if (c := st.vectors.get(e.id)) is None or c[0] != text_hash(t) or c[1] != st.fit_version]
         if todo:
             wanted = [t for _, t in todo]
             if ahead:  # `encode_ahead` made these; what it did not see is embedded now
@@ -276,7 +304,7 @@ class HybridIndex:
             else:
                 vecs = embed_checked(st.embedder, wanted)
             for (mid, t), v in zip(todo, vecs):
-                st.vectors[mid] = (_h(t), st.fit_version, v)
+                st.vectors[mid] = (text_hash(t), st.fit_version, v)
         live = {e.id for e in rows}
         for mid in [m for m in st.vectors if m not in live]:
             del st.vectors[mid]
@@ -297,7 +325,7 @@ class HybridIndex:
         if n:
             mat = np.vstack([st.vectors[e.id][2] for e in rows])
             st.matrix = mat
-            st.dense = DenseIndex(self.index, ef_search=self.ef_search,
+            st.dense = DenseIndex(self.factory, ef_search=self.ef_search,
                                   ef_construction=self.ef_construction).build(mat)
             st.keyword = make_keyword_scorer(self.keyword, self.sparse_cache_path()).fit(kw_texts)
             # the bounded lexical score reconcile reads compares the memory's own text, never appended notes
@@ -415,98 +443,3 @@ class HybridIndex:
         if not options.feedback or options.keyword_only:
             return None
         return feedback_query(st, options, kind, self._query_vector(st, options.query), self.producers)
-
-    # ------------------------------------------------------------------------- persistence
-    def save(self, path: str | os.PathLike[str] | None = None) -> Path:
-        """Write every key's fitted embedder and vectors (atomic; `memlab.index.persist`'s format)."""
-        target = Path(path or self.persist_path or "")
-        if not str(target):
-            raise ValueError("HybridIndex.save: no path given and no persist_path set")
-        return self._write(target, self._states)
-
-    def _write(self, target: Path, states: dict[UserKey, KeyState]) -> Path:
-        """Write ``states`` (those built from the store's current rows) plus the keys loaded and not yet used."""
-        saved = dict(self._saved)
-        for key, st in states.items():
-            sk = saved_key(st)
-            if sk is not None:
-                saved[key] = sk
-        return write_index(target, self.settings(), saved)
-
-    def settings(self) -> dict[str, Any]:
-        return index_settings(self)
-
-    def load(self, path: str | os.PathLike[str]) -> bool:
-        """Read a saved index; False when there is none for these settings. A file that is
-        unreadable, truncated, of another format version or fails a checksum is reported (by path),
-        moved aside and rebuilt from the store -- never used."""
-        try:
-            keys = read_index(path, self.settings())
-        except BadIndexFile as e:
-            moved = quarantine(path)
-            report("index", path, str(e), "rebuilt from the store", moved)
-            return False
-        if keys is None:
-            return False  # built with other settings: not corrupt, just not this index
-        self._saved.update(keys)
-        return True
-
-    def _from_saved(self, key: UserKey, entries: list[MemoryEntry]) -> KeyState | None:
-        """A key's state from the saved index, if it was saved for exactly these rows."""
-        sk = self._saved.pop(key, None)
-        if sk is None or sk.fingerprint != entries_fingerprint(entries) or set(sk.ids) != {e.id for e in entries}:
-            return None
-        emb = self._new_embedder()
-        if sk.embedder_meta is not None:
-            try:
-                emb.load_fitted_state(sk.embedder_meta, sk.embedder_arrays)
-            except (ValueError, KeyError, NotImplementedError):
-                return None
-        elif emb.needs_fit and entries:
-            return None
-        st = KeyState(entries={e.id: e for e in entries}, embedder=emb, fit_n=sk.fit_n, fit_version=sk.fit_version)
-        rows = sorted(entries, key=lambda e: (e.created_at, e.id))
-        texts = [index_text(e, self.date_in_text) for e in rows]
-        if len(sk.ids) != len(sk.vectors) and sk.ids:
-            return None
-        st.vectors = {mid: (hsh, fv, sk.vectors[i]) for i, (mid, hsh, fv) in enumerate(zip(sk.ids, sk.hashes, sk.vfit))}
-        if any(st.vectors[e.id][0] != _h(t) for e, t in zip(rows, texts)):
-            return None  # saved for other index texts (e.g. date_in_text changed)
-        self._derive(st, rows, texts)
-        return st
-
-    def verify_against(self, key: UserKey, entries: list[MemoryEntry]) -> None:
-        """Use the saved state of a key only if the store holds exactly the rows it was built from
-        (the store is the truth); a live key whose rows changed is refreshed."""
-        if key in self._states:
-            self.refresh(key, entries)
-            return
-        st = self._from_saved(key, entries)
-        if st is not None:
-            self._states[key] = st
-
-    def export_key(self, key: UserKey) -> bytes | None:
-        """One key's fitted state (embedder fit, vectors) in the saved-index format; None when not built.
-
-        The fit depends on the order memories were written in (a corpus-fitted embedder is refitted only when
-        the key grew by ``refit_growth``), so it travels with the rows rather than being rebuilt."""
-        st = self._states.get(key)
-        if st is None:
-            return None
-        sk = saved_key(st)
-        with tempfile.TemporaryDirectory(prefix="memlab-index-") as d:
-            return write_index(Path(d) / "key.npz", self.settings(), {} if sk is None else {key: sk}).read_bytes()
-
-    def import_key(self, key: UserKey, blob: bytes, entries: list[MemoryEntry]) -> bool:
-        with tempfile.TemporaryDirectory(prefix="memlab-index-") as d:
-            p = Path(d) / "key.npz"
-            p.write_bytes(blob)
-            if not self.load(p):
-                return False
-        self._states.pop(key, None)
-        self.verify_against(key, entries)
-        return key in self._states
-
-    def close(self) -> None:
-        if self.persist_path:
-            self.save(self.persist_path)

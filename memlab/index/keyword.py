@@ -4,7 +4,7 @@ Both analyse text with `memlab.index.text.analyze` (stemmed content words) and s
 against every document by one sparse product, so a query costs microseconds at LoCoMo size.
 A learned sparse scorer, ``splade`` (`memlab.index.keyword_splade`), shares the posting-list product.
 
-A scorer's settings are its constructor's arguments (`memlab.params`; ``index.keyword_params``); an index names
+A scorer's settings are its constructor's arguments (`memlab.params`; ``index.keyword.params``); an index names
 a scorer with settings by one spec string, ``bm25(k1=1.5)`` (`memlab.params.spec_text`), which
 `make_keyword_scorer` reads back.
 """

@@ -24,9 +24,15 @@ from memlab.memory.entry import MemoryEntry, UserKey
 
 #: Version of the saved-index format; a file of another version is ignored and rebuilt.
 INDEX_FORMAT = 4
-#: Settings added after the saved-index format was fixed: written (into a manifest, into a run's index file
-#: name) only when set, so an index saved before them still matches.
-LATER_SETTINGS = ("sparse", "session_text")
+#: The `HybridIndex` settings format 4 was fixed with, written into every manifest under these names (the factory
+#: string was then called ``index``); a setting added since is written only when it is not at its default, so an
+#: index saved before it still matches. Frozen: the settings themselves are the constructor's (`memlab.params`).
+MANIFEST_FIRST = ("embedder", "factory", "keyword", "embedder_params", "date_in_text", "append_citing", "ef_search",
+                  "ef_construction")
+MANIFEST_NAMES = {"factory": "index"}
+#: The same for a run's index file name (`memlab.run.config_sections.IndexConfig.file_key`): the config keys
+#: hashed into it before any setting was added (embedder, keyword and sparse by name, their settings apart).
+FILE_FIRST = ("embedder", "factory", "keyword", "date_in_text", "append_citing", "ef_search", "ef_construction")
 
 
 @dataclass
@@ -58,15 +64,31 @@ def entries_fingerprint(entries: list[MemoryEntry]) -> str:
     return h.hexdigest()
 
 
-def index_settings(index: Any) -> dict[str, Any]:
-    """The settings of a `HybridIndex` a saved index must have been written with (never a credential)."""
-    emb = index.embedder if isinstance(index.embedder, str) else index.embedder.embedder_id
-    params = {k: v for k, v in index.embedder_params.items() if k != "api_key"}  # never written to disk
-    config = {"embedder": emb, "index": index.index, "keyword": index.keyword,
-              "embedder_params": params, "date_in_text": index.date_in_text, "append_citing": index.append_citing,
-              "ef_search": index.ef_search, "ef_construction": index.ef_construction}
-    config.update({k: getattr(index, k) for k in LATER_SETTINGS if getattr(index, k)})
-    return config
+def text_hash(text: str) -> str:
+    """What a key's saved vector records of the text it embeds (a changed text is embedded again)."""
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def frozen_key(settings: Mapping[str, Any], defaults: Mapping[str, Any], first: tuple[str, ...],
+               names: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``settings`` as a saved format names them: those in ``first`` always, any other only when it is not at its
+    default (an index written before that setting existed still matches), renamed by ``names``."""
+    names = names or {}
+    return {names.get(k, k): v for k, v in settings.items() if k in first or v != defaults.get(k)}
+
+
+def manifest_settings(index: Any) -> dict[str, Any]:
+    """The settings a saved index must have been written with: the index's `cache_params` (its constructor's
+    settings, paths left out) in the format's names, the embedder by its id; never a credential."""
+    from memlab.params import param_specs
+
+    params = index.cache_params()
+    if not isinstance(params["embedder"], str):
+        params["embedder"] = params["embedder"].embedder_id
+    params["embedder_params"] = {k: v for k, v in (params["embedder_params"] or {}).items()
+                                 if k != "api_key"}  # never written to disk
+    defaults = {n: s.default for n, s in param_specs(type(index)).items()}
+    return frozen_key(params, defaults, MANIFEST_FIRST, MANIFEST_NAMES)
 
 
 def saved_key(st: KeyState) -> SavedKey | None:

@@ -67,9 +67,9 @@ class Clients:
         return self._embedding_cache or embeddings_path(self.cfg.run.cache_dir)
 
     def embedder_params(self) -> dict[str, Any]:
-        """The embedder's settings (``index.embedder_params``) plus, for a model-backed one, its endpoint (the
+        """The embedder's settings (``index.embedder.params``) plus, for a model-backed one, its endpoint (the
         ``embedder`` role's api_base, key and timeout)."""
-        out = dict(self.cfg.index.embedder_params)
+        out = dict(self.cfg.index.embedder.params)
         if self.cfg.index.embedder_model() is not None:
             ep = self.endpoint("embedder")
             out.update(api_base=ep["api_base"], api_key=ep["api_key"], timeout=ep["timeout"])

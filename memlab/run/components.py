@@ -13,8 +13,10 @@ from memlab.answer import ANSWERERS, JUDGES, Answerer
 from memlab.answer.base import section_settings
 from memlab.extract.extractors import EXTRACTORS, Extractor
 from memlab.index.embedders import EMBEDDERS, parse_embedder_spec
+from memlab.index.hybrid import HybridIndex
 from memlab.index.keyword import KEYWORD_SCORERS
 from memlab.params import (
+    SEP,
     CacheIdentified,
     describe_params,
     fixed_params,
@@ -28,26 +30,24 @@ from memlab.run.config import ExperimentConfig, get_dotted
 
 
 def build_extractor(cfg: ExperimentConfig, clients: Clients) -> Extractor:
-    return EXTRACTORS.get(cfg.extraction.extractor).from_config(cfg.extraction, clients.for_role)
+    return EXTRACTORS.get(cfg.extraction.name).from_config(cfg.extraction, clients.for_role)
 
 
 def build_answerer(cfg: ExperimentConfig, clients: Clients) -> Answerer:
-    arm = ANSWERERS.get(cfg.answer.arm).from_config(cfg.answer, clients.for_role)
+    arm = ANSWERERS.get(cfg.answer.name).from_config(cfg.answer, clients.for_role)
     if arm.own_index:  # an arm with its own turn index (session-recall): the run's index settings
-        params = cfg.index.service_params()
-        del params["append_citing"]  # its index holds the turns only: nothing cites them
-        arm.use_index(**params, turn_style=cfg.extraction.turn_style, embedder_params=clients.embedder_params(),
-                      embedding_cache=str(clients.embedding_cache))
+        arm.use_index(index={**cfg.index.hybrid_params(), "embedder_params": clients.embedder_params()},
+                      turn_style=cfg.extraction.turn_style, embedding_cache=str(clients.embedding_cache))
     return arm
 
 
 def build_judge(cfg: ExperimentConfig, clients: Clients) -> Any | None:
-    """The registered judge ``judge.kind`` with ``judge.params``; each parameter it declares the run decides
+    """The registered judge ``judge.name`` with ``judge.params``; each parameter it declares the run decides
     (`memlab.params.Component.fixed_params`, e.g. the ``llm`` judge's ``profile`` from ``scoring.profile``,
     whose verdict rule it applies) gets that config key's value."""
     if not cfg.judge.model:
         return None
-    cls = JUDGES.get(cfg.judge.kind)
+    cls = JUDGES.get(cfg.judge.name)
     fixed = {name: get_dotted(cfg, key) for name, key in fixed_params(cls).items()}
     return cls.from_config(cfg.judge, clients.for_role, **fixed)
 
@@ -67,35 +67,36 @@ def _held(obj: Any, fallback: dict[str, Any]) -> dict[str, Any]:
 def component_params(cfg: ExperimentConfig, extractor: Any, answerer: Any, judge: Any = None) -> dict[str, Any]:
     """Each component's settings with every default filled in (run.json ``components.params``): the extractor,
     answer arm and judge as built, the embedder and keyword scorer as the index builds them."""
-    idx = cfg.index
-    name, emb = parse_embedder_spec(idx.embedder, idx.embedder_params)
+    index = HybridIndex(**cfg.index.hybrid_params(), embedder_params=cfg.index.embedder.params)
+    deep = index.get_params(deep=True)  # the index's parts, each with its settings (``keyword__k1``)
+
+    def part(name: str) -> dict[str, Any] | None:
+        return None if index.parts()[name] is None else \
+            {k[len(name) + len(SEP):]: v for k, v in deep.items() if k.startswith(name + SEP)}
+
     out: dict[str, Any] = {
         "extractor": None if extractor is None else _held(extractor, resolved_params(
-            EXTRACTORS.get(cfg.extraction.extractor), cfg.extraction.params)),
-        "answerer": _held(answerer, resolved_params(ANSWERERS.get(cfg.answer.arm), cfg.answer.params)),
-        "judge": None if judge is None else _held(judge, resolved_params(JUDGES.get(cfg.judge.kind), {
-            **section_settings(JUDGES.get(cfg.judge.kind), cfg.judge), **cfg.judge.params})),
-        "embedder": {k: v for k, v in resolved_params(EMBEDDERS.get(name), emb).items()
-                     if k not in secret_names(EMBEDDERS.get(name))},
-        "keyword": resolved_params(KEYWORD_SCORERS.get(idx.keyword), idx.keyword_params),
-        "sparse": None if idx.sparse is None else resolved_params(KEYWORD_SCORERS.get(idx.sparse), idx.sparse_params)}
+            EXTRACTORS.get(cfg.extraction.name), cfg.extraction.params)),
+        "answerer": _held(answerer, resolved_params(ANSWERERS.get(cfg.answer.name), cfg.answer.params)),
+        "judge": None if judge is None else _held(judge, resolved_params(JUDGES.get(cfg.judge.name), {
+            **section_settings(JUDGES.get(cfg.judge.name), cfg.judge), **cfg.judge.params})),
+        "embedder": part("embedder"), "keyword": part("keyword"), "sparse": part("sparse"),
+        "index": {k: deep[k] for k in settable_specs(HybridIndex)}}
     return out
 
 
 def describe_components() -> str:
     """Each family's registered components with their settings (`memlab.params.describe_params`), under the
     config keys that name them and take their settings: the CLI's ``memlab components``."""
-    from memlab.systems import SYSTEMS
+    from memlab.run.config import FAMILIES
 
-    families = (("extraction.extractor", "extraction.params", EXTRACTORS),
-                ("answer.arm", "answer.params", ANSWERERS),
-                ("index.embedder", "index.embedder_params", EMBEDDERS),
-                ("index.keyword, index.sparse", "index.keyword_params, index.sparse_params", KEYWORD_SCORERS),
-                ("judge.kind", "judge.params; judge.prompt, judge.repeats, judge.temperature are the settings of "
-                 "those names", JUDGES), ("system.name", "system.params", SYSTEMS))
-    lines = []
-    for key, params_key, registry in families:
-        lines.append(f"{key}" + (f" (settings under {params_key})" if params_key else "") + ":")
+    note = {"judge": "; judge.prompt, judge.repeats, judge.temperature are the settings of those names"}
+    lines = [f"index (its own settings under index.params): {describe_params(HybridIndex)}"]
+    for prefix, registry in FAMILIES:
+        if prefix == "index.sparse":
+            continue  # the keyword scorers again
+        key = "index.keyword.name, index.sparse.name" if prefix == "index.keyword" else f"{prefix}.name"
+        lines.append(f"{key} (settings under {key.replace('.name', '.params')}{note.get(prefix, '')}):")
         for name in registry:
             cls = registry.get(name)
             spelled = f"{name}:<{cls.spec_setting}>" if getattr(cls, "spec_setting", None) else name
@@ -122,12 +123,12 @@ def user_component_modules(cfg: ExperimentConfig) -> dict[str, list[str]]:
     """The modules outside memlab whose import registered a component ``cfg`` names, each with what it
     registered (``extractor 'mine' (mymod.MyExtractor)``): a process that has not imported them (a Ray worker)
     does not know these names."""
-    named = [(EXTRACTORS, cfg.extraction.extractor), (ANSWERERS, cfg.answer.arm),
-             (EMBEDDERS, parse_embedder_spec(cfg.index.embedder)[0]), (KEYWORD_SCORERS, cfg.index.keyword)]
-    if cfg.index.sparse:
-        named.append((KEYWORD_SCORERS, cfg.index.sparse))
+    named = [(EXTRACTORS, cfg.extraction.name), (ANSWERERS, cfg.answer.name),
+             (EMBEDDERS, parse_embedder_spec(cfg.index.embedder.name)[0]), (KEYWORD_SCORERS, cfg.index.keyword.name)]
+    if cfg.index.sparse.name:
+        named.append((KEYWORD_SCORERS, cfg.index.sparse.name))
     if cfg.judge.model:
-        named.append((JUDGES, cfg.judge.kind))
+        named.append((JUDGES, cfg.judge.name))
     out: dict[str, list[str]] = {}
     for registry, name in named:
         cls = registry.get(name)

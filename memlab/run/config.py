@@ -1,9 +1,11 @@
 """Experiments as data: a dataclass tree that round-trips to YAML, validated with clear errors.
 
 An *ablation* is a base config plus a ``grid`` of dotted keys to value lists, expanded into runs
-(``retrieval.top_k: [5, 10, 20, 40]`` gives four configs). Component names (extractor, answer arm,
-judge, embedder, keyword scorer) are validated against their registries, so a new component is
-allowed as soon as its class is registered. Shipped configs are package data (``memlab/configs``).
+(``retrieval.top_k: [5, 10, 20, 40]`` gives four configs). Every component family (`FAMILIES`: extractor, answer
+arm, judge, memory system, the index's embedder and keyword scorers) is one selector, ``<family>.name``, checked
+against its registry, and one settings mapping, ``<family>.params``, checked against the class's constructor
+(`memlab.params`); an old spelling is moved with a warning (`memlab.run.config_migrate`). Shipped configs are
+package data (``memlab/configs``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -29,9 +30,9 @@ from memlab.index.keyword import KEYWORD_SCORERS
 from memlab.llm.retry import default_concurrency
 from memlab.params import ParamError, check_params, param_specs, secret_names
 from memlab.prompts import load_prompt
+from memlab.run.config_migrate import migrate, migrate_key, short_name
 from memlab.run.config_models import ROLES, ModelsConfig, RoleConfig  # noqa: F401  (re-exported)
 from memlab.run.config_sections import (  # noqa: F401  (re-exported: the sections were defined here)
-    _FACTORY,
     _NAME,
     BACKENDS,
     COMBINES,
@@ -39,7 +40,6 @@ from memlab.run.config_sections import (  # noqa: F401  (re-exported: the sectio
     MAX_NAME,
     MAX_SEED,
     MAX_TOP_K,
-    SPLITS,
     AnswerConfig,
     CheckerConfig,
     ConfigError,
@@ -48,15 +48,22 @@ from memlab.run.config_sections import (  # noqa: F401  (re-exported: the sectio
     ExtractionConfig,
     IndexConfig,
     JudgeConfig,
+    PartConfig,
     RetrievalConfig,
     RunConfig,
     ScoringConfig,
     StoreConfig,
     SystemConfig,
     WorkerConfig,
+    build_section,
     one_of,
 )
 from memlab.systems import SYSTEMS
+
+#: Every component family: the config section holding its ``name`` and ``params``, and its registry.
+FAMILIES = (("extraction", EXTRACTORS), ("answer", ANSWERERS), ("index.embedder", EMBEDDERS),
+            ("index.keyword", KEYWORD_SCORERS), ("index.sparse", KEYWORD_SCORERS), ("judge", JUDGES),
+            ("system", SYSTEMS))
 
 
 @dataclass
@@ -84,7 +91,9 @@ class ExperimentConfig:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "config") -> ExperimentConfig:
+    def from_dict(cls, d: dict[str, Any], where: str = "config", recorded: bool = False) -> ExperimentConfig:
+        """A config from its dict (YAML); old spellings moved (`memlab.run.config_migrate`), with a warning each
+        unless ``recorded`` (a finished run's own record, read for report and compare)."""
         d = dict(d or {})
         if isinstance(d.get("judge"), str):  # the shorthand ``judge: litellm:<model>``
             spec = d["judge"]
@@ -95,8 +104,9 @@ class ExperimentConfig:
             d["answer"] = dict(d["answer"])
             if d["answer"].pop("speaker_window") not in (None, 1):  # 1: what every older run folder recorded
                 raise ConfigError(f"{where}: answer.speaker_window was removed: the offline reader's abstain test "
-                                  "reads the whole context; tune answer.abstain_margin instead")
-        cfg = _build(cls, d, where)
+                                  "reads the whole context; tune answer.params.abstain_margin instead")
+        d = migrate(d, where, quiet=recorded)
+        cfg = build_section(cls, d, where)
         cfg.validate(where)
         return cfg
 
@@ -138,23 +148,19 @@ class ExperimentConfig:
         """Each section's own constraints (``check``, next to its fields in `memlab.run.config_sections`), then
         the names the registries know, each component's settings, and the rules across sections."""
         check_name(self.name, where)
-        for section in (self.dataset, self.extraction, self.store, self.index, self.retrieval, self.answer,
+        for section in (self.dataset, self.extraction, self.store, self.index, self.retrieval,
                         self.judge, self.models, self.run):
             section.check(where)
-        one_of(where, "extraction.extractor", self.extraction.extractor, EXTRACTORS.names())
-        one_of(where, "index.keyword", self.index.keyword, KEYWORD_SCORERS.names())
-        if self.index.sparse is not None:
-            one_of(where, "index.sparse", self.index.sparse, KEYWORD_SCORERS.names())
-        one_of(where, "answer.arm", self.answer.arm, ANSWERERS.names())
-        one_of(where, "system.name", self.system.name, SYSTEMS.names())
+        for prefix, registry in FAMILIES:
+            if prefix != "index.embedder" and (prefix != "index.sparse" or self.index.sparse.name is not None):
+                one_of(where, f"{prefix}.name", get_dotted(self, prefix).name, registry.names())
         if self.system.name != "memlab" and self.run.executor != "local":
             raise ConfigError(f"{where}: system.name = {self.system.name!r} runs on the local executor only "
                               f"(run.executor = {self.run.executor!r})")
-        one_of(where, "judge.kind", self.judge.kind, JUDGES.names())
         one_of(where, "scoring.profile", self.scoring.profile, tuple(PROFILES))
         self._validate_settings(where)
         prompts = [("answer", "answer.prompt", self.answer.prompt), ("judge", "judge.prompt", self.judge.prompt)]
-        if EXTRACTORS.get(self.extraction.extractor).requires_model:
+        if EXTRACTORS.get(self.extraction.name).requires_model:
             prompts.append(("extract", "extraction.prompt", self.extraction.prompt))
         for stage, key, name in prompts:
             if name is not None:
@@ -162,11 +168,11 @@ class ExperimentConfig:
                     load_prompt(stage, name)
                 except FileNotFoundError as e:
                     raise ConfigError(f"{where}: {key} = {name!r}: {e}") from None
-        if EXTRACTORS.get(self.extraction.extractor).requires_model and not self.extraction.model:
-            raise ConfigError(f"{where}: extraction.model is required when extraction.extractor = "
-                              f"{self.extraction.extractor!r}")
-        if ANSWERERS.get(self.answer.arm).requires_model and not self.answer.model:
-            raise ConfigError(f"{where}: answer.model is required for answer.arm = {self.answer.arm!r}")
+        if EXTRACTORS.get(self.extraction.name).requires_model and not self.extraction.model:
+            raise ConfigError(f"{where}: extraction.model is required when extraction.name = "
+                              f"{self.extraction.name!r}")
+        if ANSWERERS.get(self.answer.name).requires_model and not self.answer.model:
+            raise ConfigError(f"{where}: answer.model is required for answer.name = {self.answer.name!r}")
         self._validate_models(where)
         for key, values in self.grid.items():
             get_dotted(self, key, where=f"{where}: grid")
@@ -175,40 +181,36 @@ class ExperimentConfig:
                                   f"per value, e.g. [{values!r}])")
 
     def _validate_settings(self, where: str) -> None:
-        """Each component's settings (``extraction.params``, ``answer.params``, ``index.embedder_params``,
-        ``index.keyword_params``, ``index.sparse_params``, ``system.params``, ``judge.params``) against its class's
-        declared parameters (`memlab.params.check_params`)."""
-        idx = self.index
-        named = (("extraction.params", EXTRACTORS, self.extraction.extractor, self.extraction.params),
-                 ("answer.params", ANSWERERS, self.answer.arm, self.answer.params),
-                 ("index.keyword_params", KEYWORD_SCORERS, idx.keyword, idx.keyword_params),
-                 ("index.sparse_params", KEYWORD_SCORERS, idx.sparse, idx.sparse_params),
-                 ("index.embedder_params", None, idx.embedder, idx.embedder_params),
-                 ("system.params", SYSTEMS, self.system.name,
-                  {} if self.system.params is None else self.system.params),
-                 ("judge.params", JUDGES, self.judge.kind, self.judge.params))
-        for key, registry, name, params in named:
+        """Each family's ``params`` (`FAMILIES`) and the index's own (``index.params``) against its class's
+        declared parameters (`memlab.params.check_params`), kept as the constructor gets them (2 for a float is
+        2.0: one cache key)."""
+        from memlab.index.hybrid import HybridIndex
+
+        for key, cls, name, params in component_sections(self, checked=False):
             if not isinstance(params, dict):
                 raise ConfigError(f"{where}: {key} = {params!r}; expected a mapping of setting names to values")
             if name is None:  # no sparse scorer (IndexConfig.check refuses its settings alone)
                 continue
-            cls = registry.get(name) if registry is not None else EMBEDDERS.get(name.partition(":")[0]) \
-                if name.partition(":")[0] in EMBEDDERS else None
             if cls is not None:
                 refuse_secrets(where, key, cls, params)
             try:
-                if registry is None:
+                if key == "index.embedder.params":
                     checked = parse_embedder_spec(name, params, complete=True)[1]
                     checked = {k: checked[k] for k in params}  # the spec's own setting stays in the spec
                 else:
-                    checked = check_params(registry.get(name), params, f"{registry.family} {name!r}")
-                params.update(checked)  # as the constructor gets them (2 for a float is 2.0): one cache key
+                    family = dict(FAMILIES)[key.rpartition(".params")[0]].family
+                    checked = check_params(cls, params, f"{family} {name!r}")
+                params.update(checked)
             except ParamError as e:
                 raise ConfigError(f"{where}: {key}.{e}" if e.key else f"{where}: {key}: {e}") from None
             except ValueError as e:
                 why = f" ({e})" if name.partition(":")[0] in EMBEDDERS else ""  # else the list says it all
-                raise ConfigError(f"{where}: index.embedder = {name!r}; allowed: {spec_forms()}{why}") from None
-        judge = JUDGES.get(self.judge.kind)  # the judge.* fields that are its settings (judge.prompt, .repeats ...)
+                raise ConfigError(f"{where}: index.embedder.name = {name!r}; allowed: {spec_forms()}{why}") from None
+        try:
+            self.index.params.update(check_params(HybridIndex, self.index.params, "the index (HybridIndex)"))
+        except ParamError as e:
+            raise ConfigError(f"{where}: index.params.{e}" if e.key else f"{where}: index.params: {e}") from None
+        judge = JUDGES.get(self.judge.name)  # the judge.* fields that are its settings (judge.prompt, .repeats ...)
         for name, value in section_settings(judge, self.judge).items():
             try:
                 param_specs(judge)[name].check(value)
@@ -242,8 +244,8 @@ class ExperimentConfig:
 
     def role_in_use(self, role: str) -> bool:
         """Whether this config calls a model for the role."""
-        arm = ANSWERERS.get(self.answer.arm)
-        return {"extractor": EXTRACTORS.get(self.extraction.extractor).requires_model and bool(self.extraction.model),
+        arm = ANSWERERS.get(self.answer.name)
+        return {"extractor": EXTRACTORS.get(self.extraction.name).requires_model and bool(self.extraction.model),
                 "reader": (arm.requires_model or arm.model_optional) and bool(self.answer.model),
                 "judge": bool(self.judge.model),
                 "embedder": self.index.embedder_model() is not None}[role]
@@ -267,7 +269,7 @@ class ExperimentConfig:
                 plural = len(remote) > 1
                 note = (f"; the chat endpoint{'s' if plural else ''} of {', '.join(remote)} "
                         f"{'are' if plural else 'is'} not used for embeddings") if remote else ""
-                lines.append(f"embedder: {self.index.embedder} (local, in this process){note}")
+                lines.append(f"embedder: {self.index.embedder.name} (local, in this process){note}")
                 continue
             if not self.role_in_use(role):
                 continue
@@ -286,7 +288,7 @@ class ExperimentConfig:
             overrides = parse_sets(overrides)
         d = self.to_dict()
         for key, value in overrides.items():
-            set_dotted_dict(d, key, value)
+            set_dotted_dict(d, migrate_key(key, d, value=value), value)
         return ExperimentConfig.from_dict(d, where="config with --set")
 
     def expand(self) -> list[ExperimentConfig]:
@@ -298,10 +300,34 @@ class ExperimentConfig:
         for combo in itertools.product(*(self.grid[k] for k in keys)):
             c = self.with_overrides(dict(zip(keys, combo)))
             c.grid = {}
-            c.name = self.name + "-" + "-".join(f"{k.split('.')[-1]}{slug(v)}" for k, v in zip(keys, combo))
+            c.name = self.name + "-" + "-".join(f"{short_name(k)}{slug(v)}" for k, v in zip(keys, combo))
             check_name(c.name, f"grid point {dict(zip(keys, combo))!r}")
             out.append(c)
         return out
+
+
+def component_sections(cfg: ExperimentConfig, checked: bool = True) -> list[tuple[str, Any, str | None, Any]]:
+    """(settings key, class, name, settings) of every family (`FAMILIES`) whose name is registered (an
+    unregistered one: class None, unless ``checked`` leaves it out); the embedder by its registered name."""
+    out = []
+    for prefix, registry in FAMILIES:
+        part = get_dotted(cfg, prefix)
+        name = part.name
+        reg_name = None if name is None else name.partition(":")[0] if registry is EMBEDDERS else name
+        cls = registry.get(reg_name) if reg_name is not None and reg_name in registry else None
+        if cls is None and checked:
+            continue
+        out.append((f"{prefix}.params", cls, name, part.params))
+    return out
+
+
+def recorded_dict(d: dict[str, Any] | None, where: str = "config") -> dict[str, Any] | None:
+    """A config dict a run recorded (config.yaml, run.json), in today's spelling with every default filled in, so a
+    run written before a key moved compares with one written after; None when it no longer reads as a config."""
+    try:
+        return build_section(ExperimentConfig, migrate(d, where, quiet=True), where).to_dict() if d else None
+    except ConfigError:
+        return None
 
 
 def refuse_secrets(where: str, key: str, cls: type, params: dict[str, Any]) -> None:
@@ -340,68 +366,9 @@ def shipped_configs() -> list[str]:
     return sorted(p.name[:-5] for p in resources.files("memlab.configs").iterdir() if p.name.endswith(".yaml"))
 
 
-def _build(cls: type, d: dict[str, Any], where: str, prefix: str = "") -> Any:
-    if not isinstance(d, dict):
-        raise ConfigError(f"{where}: {prefix.rstrip('.') or 'config'}: expected a mapping, got {d!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - set(fields))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(prefix + u for u in unknown)}; "
-                          f"allowed under {prefix.rstrip('.') or 'top level'}: {', '.join(fields)}")
-    kw = {}
-    for name, value in d.items():
-        f = fields[name]
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore
-        if dataclasses.is_dataclass(default):
-            kw[name] = _build(type(default), value or {}, where, f"{prefix}{name}.")
-            continue
-        kw[name] = _check_scalar(value, default, f"{prefix}{name}", where, f.type)
-    try:
-        return cls(**kw)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}: {prefix.rstrip('.')}: {e}") from e
-
-
-#: What a field whose default is None holds, from its annotation (``str | None`` -> a string).
-_OPTIONAL = {"str": (str, "a string"), "int": (int, "an integer"), "float": ((int, float), "a number"),
-             "list[str]": ((list, str), "a list"), "list[int]": ((list, int), "a list"),
-             "dict[str, float]": (dict, "a mapping"), "dict[str, Any]": (dict, "a mapping")}
-
-
-def _check_scalar(value: Any, default: Any, key: str, where: str, annotation: Any = None) -> Any:
-    if value is None:
-        return value
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{where}: {key} = {value!r}; expected a finite number")
-    if default is None:
-        want = _OPTIONAL.get(str(annotation).replace(" | None", "").strip())
-        if want is not None and (isinstance(value, bool) or not isinstance(value, want[0])):
-            raise ConfigError(f"{where}: {key} = {value!r}; expected {want[1]} or null")
-        if isinstance(value, (list, dict)):
-            inner = value.values() if isinstance(value, dict) else value
-            bad = [v for v in inner if isinstance(v, float) and not math.isfinite(v)]
-            if bad:
-                raise ConfigError(f"{where}: {key} has {bad[0]!r}; expected finite numbers")
-        return float(value) if str(annotation).startswith("float") else value
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: {key} = {value!r}; expected true or false")
-    elif isinstance(default, int):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: {key} = {value!r}; expected an integer")
-    elif isinstance(default, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: {key} = {value!r}; expected a number")
-        value = float(value)
-    elif isinstance(default, str):
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: {key} = {value!r}; expected a string")
-    return value
-
-
-#: Fields holding a component's settings by name: ``--set answer.params.rank=2`` and a grid over
+#: The field holding a component's settings by name: ``--set answer.params.rank=2`` and a grid over
 #: ``answer.params.rank`` may name a setting the section does not list yet.
-SETTINGS_KEYS = ("params", "embedder_params", "keyword_params", "sparse_params")
+SETTINGS_KEYS = ("params",)
 
 
 def get_dotted(cfg: Any, key: str, where: str = "config") -> Any:

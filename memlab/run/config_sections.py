@@ -4,11 +4,11 @@ constraints on its own fields (``check``); rules across sections stay in `Experi
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from memlab.answer.extractive import SPLITS  # noqa: F401  (re-exported: it was defined here)
 from memlab.extract.reconcile import ReconcileConfig
 from memlab.index import BACKENDS  # noqa: F401  (the store backends: defined once, where they are opened)
 from memlab.index.embedders import embedder_model
@@ -29,9 +29,6 @@ MAX_NAME = 120
 MAX_TOP_K = 10_000
 #: Seeds go to numpy's generators: an unsigned 32-bit integer.
 MAX_SEED = 2**32 - 1
-#: FAISS factory strings memlab builds (FAISS aborts the process on some malformed ones, e.g.
-#: ``HNSW0``, so they are checked here before any index is built).
-_FACTORY = re.compile(r"^(Flat|HNSW[1-9][0-9]*(,Flat)?|IVF[1-9][0-9]*,(Flat|PQ[1-9][0-9]*)|PQ[1-9][0-9]*|LSH)$")
 
 
 class ConfigError(ValueError):
@@ -130,7 +127,8 @@ class WorkerConfig:
 
 @dataclass
 class ExtractionConfig:
-    extractor: str = "observations"
+    name: str = "observations"
+    """The extractor (`memlab.extract.extractors.EXTRACTORS`), with its settings under ``params``."""
     prompt: str = field(default="structured", metadata=TRUST_FILE)
     model: str | None = None
     turn_style: str = "speaker-context"
@@ -161,51 +159,63 @@ class StoreConfig:
 
 
 @dataclass
+class PartConfig:
+    """A component given by its registered ``name`` and its constructor's settings (``params``, `memlab.params`):
+    the one shape of every family (``extraction``, ``answer``, ``judge``, ``system`` and the index's parts)."""
+
+    name: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class IndexConfig:
-    embedder: str = "tfidf-lsa"
-    factory: str = "Flat"
-    keyword: str = "tfidf"
-    date_in_text: bool = True
-    append_citing: bool = False
-    """Observation-aware keyword text: a dialog-turn record's text plus every memory citing that turn."""
-    sparse: str | None = None
-    """A second lexical list over the same keyword texts (a keyword scorer name, e.g. ``splade``), fused as
-    ``sparse``."""
-    session_text: bool = False
-    """Also score each dialog-turn record by BM25 over its whole session (the records sharing its event time,
-    joined), fused as the ``session`` list: a turn in the session the question is about ranks up. Meant for
-    ``retrieval.fusion: zscore`` (a session's turns tie in this list)."""
-    ef_search: int = 1024
-    ef_construction: int = 128
-    embedder_params: dict[str, Any] = field(default_factory=dict)
-    """The embedder's constructor settings by name (`memlab.params`; ``litellm:<model>`` is its ``model``)."""
-    keyword_params: dict[str, Any] = field(default_factory=dict)
-    """The keyword scorer's constructor settings by name (the index names it ``bm25(k1=1.5)``)."""
-    sparse_params: dict[str, Any] = field(default_factory=dict)
-    """The ``sparse`` scorer's constructor settings by name, as ``keyword_params`` (needs ``sparse``)."""
+    """The run's `memlab.index.hybrid.HybridIndex`: its parts, each a name with its settings (``embedder``,
+    ``keyword``, and ``sparse``: a second lexical list over the same keyword texts, fused as ``sparse``), and its
+    own settings under ``params`` (declared, with their constraints and meaning, once in its constructor;
+    ``memlab components`` lists them)."""
+
+    embedder: PartConfig = field(default_factory=lambda: PartConfig("tfidf-lsa"))
+    """``litellm:<model>`` names the ``litellm`` embedder with its ``model``."""
+    keyword: PartConfig = field(default_factory=lambda: PartConfig("tfidf"))
+    sparse: PartConfig = field(default_factory=PartConfig)
+    params: dict[str, Any] = field(default_factory=dict)
 
     def check(self, where: str) -> None:
-        if self.sparse is None and self.sparse_params:
-            raise ConfigError(f"{where}: index.sparse_params = {self.sparse_params!r} without index.sparse; name the "
-                              f"sparse scorer (index.sparse) these settings are for")
-        if not _FACTORY.match(self.factory):
-            raise ConfigError(f"{where}: index.factory = {self.factory!r}; expected a FAISS factory string "
-                              f"memlab builds: Flat, HNSW<M> (M >= 1), IVF<n>,Flat, IVF<n>,PQ<m>, PQ<m> or LSH")
-        integer(where, "index.ef_search", self.ef_search, 1)
-        integer(where, "index.ef_construction", self.ef_construction, 1)
+        if self.sparse.name is None and self.sparse.params:
+            raise ConfigError(f"{where}: index.sparse.params = {self.sparse.params!r} without index.sparse.name; name "
+                              f"the sparse scorer these settings are for")
 
     def embedder_model(self) -> str | None:
         """The model a model-backed embedder calls (None: the embedder runs in this process)."""
-        return embedder_model(self.embedder, self.embedder_params)
+        return embedder_model(self.embedder.name, self.embedder.params)
 
-    def service_params(self) -> dict[str, Any]:
-        """This section as `memlab.index.open_service` keywords (every index the run builds reads them here);
-        the embedder's settings travel apart (`memlab.run.clients.Clients.embedder_params`)."""
-        return {"embedder": self.embedder, "index": self.factory, "keyword": spec_text(self.keyword,
-                                                                                       self.keyword_params),
-                "date_in_text": self.date_in_text, "append_citing": self.append_citing,
-                "sparse": None if self.sparse is None else spec_text(self.sparse, self.sparse_params),
-                "session_text": self.session_text, "ef_search": self.ef_search, "ef_construction": self.ef_construction}
+    def own(self) -> dict[str, Any]:
+        """The index's own settings in force: ``params`` with the constructor's defaults filled in."""
+        from memlab.index.hybrid import HybridIndex
+        from memlab.params import resolved_params
+
+        return resolved_params(HybridIndex, self.params)
+
+    def hybrid_params(self) -> dict[str, Any]:
+        """This section as `memlab.index.hybrid.HybridIndex` keywords (every index the run builds reads them here);
+        the embedder's settings travel apart (`memlab.run.clients.Clients.embedder_params`: its endpoint added)."""
+        sparse = self.sparse
+        return {"embedder": self.embedder.name, "keyword": spec_text(self.keyword.name, self.keyword.params),
+                "sparse": None if sparse.name is None else spec_text(sparse.name, sparse.params), **self.params}
+
+    def file_key(self) -> dict[str, Any]:
+        """What names the run's saved index (`memlab.run.extraction.index_file`): the parts by name with their
+        settings, and the index's own settings, as that name has always hashed them (`memlab.index.persist`)."""
+        from memlab.index.hybrid import HybridIndex
+        from memlab.index.persist import FILE_FIRST, frozen_key
+        from memlab.params import settable_specs
+
+        parts = {"embedder": self.embedder, "keyword": self.keyword, "sparse": self.sparse}
+        out: dict[str, Any] = {n: p.name for n, p in parts.items()}
+        out.update({f"{n}_params": p.params for n, p in parts.items()})
+        out.update(self.own())
+        defaults = {n: s.default for n, s in settable_specs(HybridIndex).items()}
+        return frozen_key(out, {**defaults, "sparse": None, **{f"{n}_params": {} for n in parts}}, FILE_FIRST)
 
 
 @dataclass
@@ -264,70 +274,15 @@ class RetrievalConfig:
 
 @dataclass
 class AnswerConfig:
-    arm: str = "extractive"
+    """The answer arm: ``name`` (``answer.name``) with its constructor's settings (``params``; the extractive
+    reader's span, weights and scorer, session-recall's ``unit``/``window``/``max_units`` and its offline reader's
+    as ``reader__<setting>``, the optimized arm's ``max_rounds``), its ``prompt`` (a file memlab reads) and the
+    ``reader`` role's ``model``."""
+
+    name: str = "extractive"
     prompt: str | None = field(default=None, metadata=TRUST_FILE)
     model: str | None = None
-    max_rounds: int = 4
-    # the extractive reader's knobs (memlab.answer.extractive)
-    span: str = "novel"
-    abstain: bool = True
-    recall_unit: str = "session"
-    """session-recall: load whole ``session``s around the top turn hits, or a ``window`` of turns."""
-    recall_window: int = 3
-    """session-recall, ``recall_unit: window``: turns loaded either side of each hit."""
-    recall_max: int = 3
-    """session-recall: at most this many sessions (or windows) loaded into the prompt."""
-    temporal_window: int | None = None
-    """Ranks a time question's answer may come from (None: every retrieved memory)."""
-    span_window: int | None = None
-    """Ranks a span may come from (None: every retrieved memory)."""
-    max_words: int = 12
-    split: str = "sentence"
-    drop_filler: bool = True
-    list_spans: int = 3
-    scorer: str = "weights"
-    """How the extractive reader scores candidates: the ``weights`` below or ``learned`` (memlab.answer.learned)."""
-    reader_family: str = "offline"
-    """Which fitted family of the learned reader: the context distribution the arm gives it."""
-    # the extractive reader's weights: None = the fitted default (memlab.answer.reader_weights)
-    rank_weight: float | None = None
-    memory_weight: float | None = None
-    agreement_weight: float | None = None
-    speaker_weight: float | None = None
-    date_weight: float | None = None
-    length_weight: float | None = None
-    phrase_bonus: float | None = None
-    temporal_rank_weight: float | None = None
-    abstain_margin: float | None = None
     params: dict[str, Any] = field(default_factory=dict)
-    """The arm's constructor settings by name (`memlab.params`), over what the fields above give it."""
-
-    def check(self, where: str) -> None:
-        """Each field against the declaration of the arm parameter it gives (`memlab.params`): the extractive
-        reader's knobs by their own names, the rest as `ANSWER_FIELDS` maps them."""
-        from memlab.answer.extractive import ExtractiveAnswerer
-        from memlab.params import ParamError, param_specs
-
-        own = param_specs(ExtractiveAnswerer)
-        for f in dataclasses.fields(self):
-            arm, name = ANSWER_FIELDS.get(f.name, (None, f.name))
-            specs = own if arm is None else param_specs(_arm(arm))
-            if name in specs and f.name not in ("prompt", "params"):
-                try:
-                    specs[name].check(getattr(self, f.name))
-                except ParamError as e:
-                    raise ConfigError(f"{where}: answer.{f.name} = {getattr(self, f.name)!r}; {e}") from None
-
-
-#: ``answer`` fields named otherwise than the arm parameter they give: field -> (arm, parameter).
-ANSWER_FIELDS = {"recall_unit": ("session-recall", "unit"), "recall_window": ("session-recall", "window"),
-                 "recall_max": ("session-recall", "max_units"), "max_rounds": ("optimized", "max_rounds")}
-
-
-def _arm(name: str) -> type:
-    from memlab.answer import ANSWERERS
-
-    return ANSWERERS.get(name)
 
 
 @dataclass
@@ -335,7 +290,7 @@ class JudgeConfig:
     model: str | None = None
     prompt: str = field(default="default", metadata=TRUST_FILE)
     """A name under memlab/prompts/judge/ (default, generous, strict) or a file path."""
-    kind: str = "llm"
+    name: str = "llm"
     repeats: int = 1
     """Ask the judge this many times per question (each repeat cached apart); J = the mean verdict."""
     temperature: float = 0.0
@@ -372,7 +327,7 @@ class SystemConfig:
     above) or an adapter such as ``mem0``, built with ``params``."""
 
     name: str = "memlab"
-    params: dict[str, Any] | None = None
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -424,3 +379,66 @@ class RunConfig:
         integer(where, "run.threads", self.threads, 1, optional=True)
         if not 0.0 <= self.max_error_rate <= 1.0:
             raise ConfigError(f"{where}: run.max_error_rate = {self.max_error_rate!r}; expected a share in [0, 1]")
+
+
+def build_section(cls: type, d: dict[str, Any], where: str, prefix: str = "") -> Any:
+    """A config section (dataclass) from its mapping: unknown keys named with the allowed ones, each value's type
+    checked against its field's default (or annotation)."""
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where}: {prefix.rstrip('.') or 'config'}: expected a mapping, got {d!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - set(fields))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(prefix + u for u in unknown)}; "
+                          f"allowed under {prefix.rstrip('.') or 'top level'}: {', '.join(fields)}")
+    kw = {}
+    for name, value in d.items():
+        f = fields[name]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore
+        if dataclasses.is_dataclass(default):
+            if isinstance(default, PartConfig) and isinstance(value, dict) and "name" not in value:
+                value = {"name": default.name, **value}  # a part's settings alone: its default name
+            kw[name] = build_section(type(default), value or {}, where, f"{prefix}{name}.")
+            continue
+        kw[name] = _check_scalar(value, default, f"{prefix}{name}", where, f.type)
+    try:
+        return cls(**kw)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {prefix.rstrip('.')}: {e}") from e
+
+
+#: What a field whose default is None holds, from its annotation (``str | None`` -> a string).
+_OPTIONAL = {"str": (str, "a string"), "int": (int, "an integer"), "float": ((int, float), "a number"),
+             "list[str]": ((list, str), "a list"), "list[int]": ((list, int), "a list"),
+             "dict[str, float]": (dict, "a mapping"), "dict[str, Any]": (dict, "a mapping")}
+
+
+def _check_scalar(value: Any, default: Any, key: str, where: str, annotation: Any = None) -> Any:
+    if value is None:
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: {key} = {value!r}; expected a finite number")
+    if default is None:
+        want = _OPTIONAL.get(str(annotation).replace(" | None", "").strip())
+        if want is not None and (isinstance(value, bool) or not isinstance(value, want[0])):
+            raise ConfigError(f"{where}: {key} = {value!r}; expected {want[1]} or null")
+        if isinstance(value, (list, dict)):
+            inner = value.values() if isinstance(value, dict) else value
+            bad = [v for v in inner if isinstance(v, float) and not math.isfinite(v)]
+            if bad:
+                raise ConfigError(f"{where}: {key} has {bad[0]!r}; expected finite numbers")
+        return float(value) if str(annotation).startswith("float") else value
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: {key} = {value!r}; expected true or false")
+    elif isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: {key} = {value!r}; expected an integer")
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: {key} = {value!r}; expected a number")
+        value = float(value)
+    elif isinstance(default, str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: {key} = {value!r}; expected a string")
+    return value

@@ -294,7 +294,7 @@ class Engine:
                     continue
                 units.append(AnswerUnit(cell, convs[cid], qs))
         logs = {cell.index: RecordLog(cell.run_dir) for cell in self.cells}
-        arms = ", ".join(dict.fromkeys(c.cfg.answer.arm for c in self.cells))
+        arms = ", ".join(dict.fromkeys(c.cfg.answer.name for c in self.cells))
         self.bar = progress_bar(total=sum(len(u.questions) for u in units), desc=f"answer ({arms})",
                                 disable=not (self.progress and bar), leave=False)
         try:

@@ -28,7 +28,6 @@ from memlab.extract.pipeline import BUILD_COST, BuildCost, conversation_key
 from memlab.extract.policy import DEFAULT_POLICY, applied_reconcile, policy_decides_store
 from memlab.index import open_service
 from memlab.index.embedders import Embedder, blas_controller
-from memlab.index.persist import LATER_SETTINGS
 from memlab.memory import EncodesAhead, MemoryService, PlansBuilds
 from memlab.memory.capabilities import extraction_log
 from memlab.memory.entry import MemoryEntry, UserKey
@@ -116,7 +115,8 @@ def build_cost(cfg: ExperimentConfig) -> BuildCost:
     def cost(conv: Conversation, worker: Any, previous: dict[str, Any] | None) -> dict[str, Any] | None:
         if not any(r.status in ("ran", "failed") for r in worker.results):
             return previous
-        return costs.add_build(previous, costs.build_usage(conv.sample_id, worker.results, cfg.index.date_in_text))
+        return costs.add_build(previous, costs.build_usage(conv.sample_id, worker.results,
+                                                           cfg.index.own()["date_in_text"]))
 
     return cost
 
@@ -140,8 +140,7 @@ def build_rows(svc: MemoryService, convs: list[Conversation], cdir: Path) -> lis
 def index_file(cfg: ExperimentConfig, embedder: Embedder | None = None) -> str:
     """The file name of the configured index in a conversation store's cache folder (one per index section;
     a caller's ``embedder`` object stands in for the configured one)."""
-    later = (*LATER_SETTINGS, "embedder_params", "keyword_params", "sparse_params")
-    section = {k: v for k, v in asdict(cfg.index).items() if k not in later or v}  # older saved indexes stay
+    section = cfg.index.file_key()
     if embedder is not None:
         section["embedder"] = embedder.embedder_id
     return f"index-{hashlib.sha256(json.dumps(section, sort_keys=True).encode()).hexdigest()[:10]}.npz"
@@ -152,7 +151,7 @@ def open_store(cfg: ExperimentConfig, cdir: Path, cache_root: Path, clients: Cli
     """The configured store and index, at ``cdir`` for a durable backend; the caller's own ``searcher``
     (any `memlab.memory.Searcher`) or ``embedder`` object replaces the configured one."""
     idx = cfg.index
-    common = {**idx.service_params(), "embedder_params": clients.embedder_params(), "searcher": searcher}
+    common = {**idx.hybrid_params(), "embedder_params": clients.embedder_params(), "searcher": searcher}
     if embedder is not None:
         common["embedder"] = embedder
     if cfg.store.backend == "sqlite":

@@ -16,6 +16,7 @@ import pandas as pd
 import yaml
 
 from memlab.data.locomo import CATEGORY_LABELS
+from memlab.run.config_migrate import short_name
 from memlab.run.results import Run
 from memlab.systems.base import read_by_system
 
@@ -42,9 +43,13 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _config_dict(run: Run) -> dict[str, Any]:
+    """The run's config as its folder holds it, in today's spelling with every default filled in (a run written
+    before a key moved compares with one written after: `memlab.run.config_migrate`)."""
+    from memlab.run.config import recorded_dict
+
     p = run.run_dir / "config.yaml"
-    d = yaml.safe_load(p.read_text(encoding="utf-8")) if p.is_file() else run.config.to_dict()
-    return _flatten(d or {})
+    d = recorded_dict(yaml.safe_load(p.read_text(encoding="utf-8")), str(p)) if p.is_file() else None
+    return _flatten(d or run.config.to_dict())
 
 
 def distinguishing(runs: Sequence[Run]) -> list[dict[str, Any]]:
@@ -60,7 +65,7 @@ def distinguishing(runs: Sequence[Run]) -> list[dict[str, Any]]:
 
 def _short_keys(keys: Iterable[str]) -> dict[str, str]:
     keys = list(keys)
-    last = [k.split(".")[-1] for k in keys]
+    last = [short_name(k) for k in keys]
     return {k: KEY_ALIASES.get(k, s if last.count(s) == 1 else k) for k, s in zip(keys, last)}
 
 
@@ -79,7 +84,7 @@ def _fmt_value(v: Any, width: int | None = VALUE_MAX) -> str:
 def _base_name(run: Run, diff: dict[str, Any]) -> str:
     """The run's name without the suffixes an ablation grid appended (``topk-top_k5`` -> ``topk``)."""
     parts = run.config.name.split("-")
-    suffixes = {f"{k.split('.')[-1]}{v}" for k, v in diff.items()}
+    suffixes = {f"{short_name(k)}{v}" for k, v in diff.items()}
     while len(parts) > 1 and parts[-1] in suffixes:
         parts.pop()
     return "-".join(parts)

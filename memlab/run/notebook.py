@@ -22,6 +22,6 @@ def subset(cfg: ExperimentConfig | str, conversations: list[str] | None = None, 
     if api_base is not None:
         over["models.api_base"] = api_base
     if answer_model:
-        over.update({"answer.arm": "original", "answer.model": answer_model})
+        over.update({"answer.name": "original", "answer.model": answer_model})
     over.update({k.replace("__", "."): v for k, v in overrides.items()})
     return base.with_overrides(over)

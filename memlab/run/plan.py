@@ -13,7 +13,7 @@ estimate, and says which:
 - answering: per question, the arm's own prompt with ``retrieval.top_k`` memories of the mean length of the
   memories the extractor writes (turns: the turns; observations and model extraction: LoCoMo's annotated facts,
   the nearest stand-in for what a model writes); long-context: the whole transcript, exact; optimized: up to
-  ``answer.max_rounds`` calls, each carrying the earlier rounds' results;
+  ``answer.params.max_rounds`` calls, each carrying the earlier rounds' results;
 - judge: ``judge.repeats`` calls per judged question, the profile's prompt with the gold and a prediction of
   the reader's ``max_tokens`` (its bound);
 - completion tokens: calls x the role's ``max_tokens``, an upper bound (a reply past it is an error).
@@ -87,9 +87,9 @@ def _memory_tokens(cfg: ExperimentConfig, convs: list[Conversation]) -> tuple[fl
     date = 8  # "- [7 May 2023] "
     turns = [f"{t.speaker}: {t.searchable_text}" for c in convs for t in c.turns]
     facts = [o.text for c in convs for o in c.observations]
-    if cfg.extraction.extractor == "turns" or not facts:
+    if cfg.extraction.name == "turns" or not facts:
         return _mean_tokens(turns, 30) + date, "turns"
-    if cfg.extraction.extractor == "observations":
+    if cfg.extraction.name == "observations":
         return _mean_tokens(facts, 20) + date, "annotated facts"
     n_t, n_f = len(turns), len(facts)
     both = (_mean_tokens(turns, 30) * n_t + _mean_tokens(facts, 20) * n_f) / max(1, n_t + n_f)
@@ -134,10 +134,13 @@ def _extraction(cfg: ExperimentConfig, convs: list[Conversation], extractor: Any
 
 def _answering(cfg: ExperimentConfig, picks: list[tuple[Conversation, Question]], plan: RolePlan,
                mem_tokens: float, reader_cap: int) -> None:
+    from memlab.answer import ANSWERERS
     from memlab.answer.llm_arms import reader_question, render_transcript
+    from memlab.params import resolved_params
     from memlab.prompts import load_prompt, render
 
-    arm = cfg.answer.arm
+    arm = cfg.answer.name
+    own = resolved_params(ANSWERERS.get(arm), cfg.answer.params)  # the arm's settings in force
     k = cfg.retrieval.top_k
     prompt_name = cfg.answer.prompt or arm
     for conv, q in picks:
@@ -150,7 +153,7 @@ def _answering(cfg: ExperimentConfig, picks: list[tuple[Conversation, Question]]
             plan.prompt_tokens += sys_tok + qtok
         elif arm == "optimized":
             base = count_tokens(load_prompt("answer", prompt_name)) + qtok + 300  # the tools' schema
-            rounds = cfg.answer.max_rounds
+            rounds = own["max_rounds"]
             plan.calls += rounds
             # round r carries every earlier round's call and its k results
             plan.prompt_tokens += int(sum(base + (r - 1) * (k * (mem_tokens + 15) + reader_cap)
@@ -158,15 +161,15 @@ def _answering(cfg: ExperimentConfig, picks: list[tuple[Conversation, Question]]
         elif arm == "session-recall":
             per_session = mean(count_tokens(" ".join(t.searchable_text for t in s.turns)) + 10
                                for s in conv.sessions) if conv.sessions else 0
-            n = cfg.answer.recall_max if cfg.answer.recall_unit == "session" else cfg.answer.recall_max * (
-                2 * cfg.answer.recall_window + 1) * 25 / max(per_session, 1)
+            n = own["max_units"] if own["unit"] == "session" else own["max_units"] * (
+                2 * own["window"] + 1) * 25 / max(per_session, 1)
             plan.calls += 1
             plan.prompt_tokens += int(count_tokens(load_prompt("answer", prompt_name)) + n * per_session + qtok)
         else:  # original (and any arm built like it): the template and k memories
             plan.calls += 1
             plan.prompt_tokens += int(count_tokens(load_prompt("answer", prompt_name)) + k * mem_tokens + qtok)
     if arm == "optimized":
-        plan.notes.append(f"optimized: up to {cfg.answer.max_rounds} calls a question (an answer ends it earlier)")
+        plan.notes.append(f"optimized: up to {own['max_rounds']} calls a question (an answer ends it earlier)")
 
 
 def _judging(cfg: ExperimentConfig, picks: list[tuple[Conversation, Question]], plan: RolePlan,
@@ -242,7 +245,7 @@ def make_plan(cfg: ExperimentConfig, picks: list[tuple[Conversation, Question]],
     plan = Plan(questions=len(picks), conversations=len(convs), sessions=sessions, roles=roles)
     if cfg.index.embedder_model() is not None and needs_memory:
         plan.embedding_texts = sum(len(c.turns) for c in convs) + len(picks)
-        plan.notes.append(f"embedder {cfg.index.embedder}: about {plan.embedding_texts:,} texts (the turns as a "
+        plan.notes.append(f"embedder {cfg.index.embedder.name}: about {plan.embedding_texts:,} texts (the turns as a "
                           f"bound for the memories, and the questions)")
     rates: dict[str, tuple[float, float]] = {}
     for role, p in roles.items():

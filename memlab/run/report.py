@@ -198,7 +198,7 @@ def report_table(runs: Sequence[Run | str | Path], metrics: Sequence[str] = DEFA
                           + (f" (finish a run with: memlab run --resume {skipped[0][0]})" if skipped else ""))
     labels = run_labels(loaded)
     if "j" in metrics:  # J under the other verdict rule (LongMemEval's official one), where it differs from J
-        from memlab.eval.longmemeval import differs_from_j
+        from memlab.eval.longmemeval_tables import differs_from_j
 
         metrics = [*metrics, *(c for c in RULE_J if c not in metrics
                                and any(differs_from_j(r.predictions, c) for r in loaded))]

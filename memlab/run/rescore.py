@@ -82,10 +82,10 @@ def rescore(run: Run | str | Path, profile: str = "locomo", allow_model_calls: b
     client = _judge_client(r, allow_model_calls)
     metrics = ["f1", "bleu1", "em"]
     if client is not None:
-        kind = r.config.judge.kind
+        kind = r.config.judge.name
         if not issubclass(JUDGES.get(kind), ProfileJudge):
             raise ValueError(f"{r.run_dir}: rescore re-reads the llm judge's verdicts under another profile; this "
-                             f"run's judge is judge.kind = {kind!r}")
+                             f"run's judge is judge.name = {kind!r}")
         judge = ProfileJudge.from_config(r.config.judge, lambda role: client, profile=prof)  # the run's settings
         j, misses, failures = [], 0, 0
         for row in scores.to_dict("records"):

@@ -146,7 +146,7 @@ def add_costs(run_dir: Path, cfg: ExperimentConfig, pred: pd.DataFrame, question
     models = costs.Models(answer=cfg.answer.model, judge=cfg.judge.model,
                           api_bases={r: cfg.models.resolve(role)["api_base"] for r, role in roles.items()},
                           extract=cfg.extraction.model if cfg.role_in_use("extractor") else None,
-                          embed=(cfg.index.embedder_model() or cfg.index.embedder) if len(build) else None)
+                          embed=(cfg.index.embedder_model() or cfg.index.embedder.name) if len(build) else None)
     table = costs.PriceTable.of(cfg.cost.prices)
     pred, sources = costs.add_dollars(pred, models, table)
     info: dict[str, Any] = {"prices": sources,
@@ -198,7 +198,7 @@ def read_config(path: Path) -> ExperimentConfig:
         raise RunFileError(f"{path}: unreadable ({type(e).__name__}: {e}); expected the run's config as YAML") from None
     if not isinstance(d, dict):
         raise RunFileError(f"{path}: expected a mapping (the run's config), got {type(d).__name__}")
-    return ExperimentConfig.from_dict(d, where=str(path))
+    return ExperimentConfig.from_dict(d, where=str(path), recorded=True)  # a run's own record: old spellings quietly
 
 
 def _read_table(stem: Path) -> pd.DataFrame:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memlab.data import sha256_file
+from memlab.run.config import recorded_dict
 from memlab.run.outputs import copy_outputs, record_outputs, verify_outputs
 from memlab.run.records import RunStatus
 from memlab.run.results import Run, RunFileError, load_run, read_run_json
@@ -121,7 +122,8 @@ def why_not(run_dir: Path, p: Prepared, env: dict[str, Any] | None = None, any_n
         return f"its recorded completion time {done!r} is not a time"
     if any((info.get("components") or {}).get("custom", {}).values()):
         return "built with the caller's own component objects"
-    diff = [k for k in config_differences(info.get("config") or {}, p.cfg.to_dict())
+    recorded = recorded_dict(info.get("config")) or info.get("config") or {}  # an older spelling read as today's
+    diff = [k for k in config_differences(recorded, p.cfg.to_dict())
             if not (any_name and k == "name") and k not in SPEND_KEYS]  # a cap it never reached decides nothing
     if diff:
         return f"{CONFIG_DIFFERS}{', '.join(diff[:5])}{' ...' if len(diff) > 5 else ''}"

@@ -107,7 +107,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
     endpoints, key variables and prompt files from the folder that this user did not start it with;
     ``extractor`` / ``answerer`` replace the configured components with the caller's own objects; ``system`` (a
     `memlab.systems.MemorySystem`) replaces the memory pipeline the arms search (as ``system.name`` does); ``judge``
-    (a `memlab.answer.Judge`) scores instead of ``judge.kind``; ``searcher`` (any `memlab.memory.Searcher`) replaces
+    (a `memlab.answer.Judge`) scores instead of ``judge.name``; ``searcher`` (any `memlab.memory.Searcher`) replaces
     the configured index, or ``embedder`` (a `memlab.index.Embedder`) its embedder. Ctrl-C and
     SIGTERM stop the run as ``interrupted``; a storage error (disk full, read-only folder) marks it ``failed``
     and is raised as `RunStorageError` naming the path. ``reuse`` returns the newest complete run of the same

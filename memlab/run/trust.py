@@ -25,22 +25,9 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 
 def component_sections(cfg: ExperimentConfig) -> list[tuple[str, Any, dict[str, Any]]]:
     """(config key, component class, its settings) for every component section whose name is registered."""
-    from memlab.answer import ANSWERERS, JUDGES
-    from memlab.extract.extractors import EXTRACTORS
-    from memlab.index.embedders import EMBEDDERS
-    from memlab.index.keyword import KEYWORD_SCORERS
-    from memlab.systems import SYSTEMS
+    from memlab.run.config import component_sections as sections
 
-    idx = cfg.index
-    named = (("extraction.params", EXTRACTORS, cfg.extraction.extractor, cfg.extraction.params),
-             ("answer.params", ANSWERERS, cfg.answer.arm, cfg.answer.params),
-             ("index.embedder_params", EMBEDDERS, idx.embedder.partition(":")[0], idx.embedder_params),
-             ("index.keyword_params", KEYWORD_SCORERS, idx.keyword, idx.keyword_params),
-             ("index.sparse_params", KEYWORD_SCORERS, idx.sparse, idx.sparse_params),
-             ("system.params", SYSTEMS, cfg.system.name, cfg.system.params),
-             ("judge.params", JUDGES, cfg.judge.kind, cfg.judge.params))
-    return [(key, registry.get(name), params or {}) for key, registry, name, params in named
-            if name is not None and name in registry]
+    return [(key, cls, params or {}) for key, cls, _, params in sections(cfg)]
 
 
 def _own_file(value: Any, run_dir: Path | None) -> bool:

@@ -11,7 +11,7 @@ from memlab.systems.base import (
     SystemService,
     session_messages,
 )
-from memlab.systems.pipeline import MemlabSystem
+from memlab.systems.builtin import MemlabSystem
 from memlab.systems.provenance import Alignment, ProvenanceAligner
 
 __all__ = ["SYSTEMS", "Alignment", "MemlabSystem", "MemorySystem", "Message", "ProvenanceAligner", "SystemHit",

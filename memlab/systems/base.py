@@ -1,7 +1,7 @@
 """The `MemorySystem` interface and the read view the answer arms search through.
 
 A system is anything that can take a conversation's sessions and later answer ``search(query, k)`` for one
-user key: memlab's own pipeline (`memlab.systems.pipeline`), mem0 (`memlab.systems.mem0`), or a user's class.
+user key: memlab's own pipeline (`memlab.systems.builtin`), mem0 (`memlab.systems.mem0`), or a user's class.
 The answer arms never see the system: they get a `SystemService`, the `memlab.memory.MemoryView` that memlab's
 `MemoryService` provides too (``search``/``list``/``read_recent``...), so every arm runs unchanged on every system
 with the same top-k. A hit without turn ids gets the provenance recovered at ingest (`memlab.systems.provenance`),
@@ -19,6 +19,7 @@ from memlab.data.locomo import Conversation, Session
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import SearchHit, SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
+from memlab.params import Component
 from memlab.registry import Registry
 
 
@@ -71,10 +72,11 @@ def session_messages(s: Session) -> list[Message]:
     return [Message(t.dia_id, t.speaker, t.searchable_text, s.date_time) for t in s.turns]
 
 
-class MemorySystem(ABC):
+class MemorySystem(Component, ABC):
     """One memory system: ``ingest`` sessions per user key, ``search`` them; registered in `SYSTEMS`.
 
-    The constructor only stores parameters; ``memories`` (what was stored, for the memory trace and provenance
+    A component (`memlab.params`): the constructor only stores its parameters, which ``system.params`` gives and
+    ``memlab components`` lists; ``memories`` (what was stored, for the memory trace and provenance
     recovery), ``costs`` (its own counters) and ``features`` (what of its retrieval was active, for run.json)
     are optional.
     """
@@ -111,6 +113,8 @@ class MemorySystem(ABC):
         return None
 
     def cache_id(self) -> str:
+        """The system's name (run.json's ``system.id``; a system's store is the run's own, so no cache is keyed
+        by its settings: run.json records them apart, `get_params`)."""
         return self.name
 
     def as_service(self) -> SystemService | MemoryService:

@@ -201,7 +201,7 @@ def format_table(table: pd.DataFrame, digits: int = 3) -> str:
     return out.to_string()
 
 
-if __name__ == "__main__":  # python -m memlab.eval.longmemeval RUN_DIR
+if __name__ == "__main__":  # python -m memlab.eval.longmemeval_tables RUN_DIR
     import sys
 
     tables = report(sys.argv[1])

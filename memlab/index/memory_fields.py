@@ -62,7 +62,7 @@ def citing_pairs(rows: list[MemoryEntry], is_record: Any) -> list[tuple[int, int
 
 
 def with_citing_notes(rows: list[MemoryEntry], texts: list[str], pairs: list[tuple[int, int]]) -> list[str]:
-    """Each record's text with the texts of the notes citing it appended (``index.append_citing``: what the
+    """Each record's text with the texts of the notes citing it appended (``index.params.append_citing``: what the
     keyword scorers read); ``texts`` itself where no note cites a record."""
     if not pairs:
         return texts
