@@ -1,6 +1,6 @@
 """How long ``memlab report --html`` takes to build its page, before and after, side by side on the same runs.
 
-    python benchmarks/report_html_time.py RUN_A RUN_B [--before-ref main] [--repeat 1]
+    python benchmarks/report_html_time.py RUN_A RUN_B [--before-ref main] [--repeat 3] [--stages] [--profile 25]
 
 "before" is the page builder of a git ref (``--before-ref``, default ``main``: its ``memlab`` package, extracted
 with ``git archive`` into a temporary folder), "after" is this checkout's; each build runs in its own Python
@@ -10,7 +10,10 @@ threads) is what the build costs on a quiet machine, give or take contention's c
 
 It then checks that the pages show the same numbers: the question browser's data (every question's outcome and
 three layers, the string table), the paired comparisons' rows, and every cell of the summary table the before
-page shows (the after page may add columns: the answer ceiling and answer-bearing).
+page shows (the after page may add columns: the answer ceiling and answer-bearing); and says whether the two pages
+are the same bytes but for their "generated" time (plots included). ``--stages`` builds each side once more and
+prints its CPU seconds per stage; ``--profile N`` builds the after page under cProfile (CPU time) and prints its N
+most expensive calls (cumulative): where the time goes.
 """
 
 from __future__ import annotations
@@ -36,6 +39,45 @@ page = build_html(sys.argv[2:])
 open(sys.argv[1], "w", encoding="utf-8").write(page)
 print(time.perf_counter() - t0, time.process_time() - c0)
 """
+PROFILE = """
+import cProfile, pstats, sys, time
+prof = cProfile.Profile(time.process_time)
+prof.enable()
+from memlab.report_html import build_html
+build_html(sys.argv[2:])
+prof.disable()
+pstats.Stats(prof).sort_stats("cumulative").print_stats(int(sys.argv[1]))
+"""
+STAGES = """
+import collections, functools, json, sys, time
+c0 = time.process_time()
+import memlab.report_html as rh
+import memlab.plots as plots
+cpu = collections.Counter({"imports": time.process_time() - c0})
+def timed(mod, name, key):
+    f = getattr(mod, name, None)
+    if f is None:
+        return
+    @functools.wraps(f)
+    def g(*a, **k):
+        s = time.process_time()
+        try:
+            return f(*a, **k)
+        finally:
+            cpu[key] += time.process_time() - s
+    setattr(mod, name, g)
+for n in ("load_runs", "report_table", "load_dataset", "pack_runs", "embed_json", "report_comparison", "_png"):
+    timed(rh, n, n.strip("_"))
+timed(rh.trace, "load", "trace.load")
+timed(rh.attribution, "attribute", "attribute")
+for n in ("category_bars", "f1_vs_tokens", "attribution_bars", "recall_curves", "topk_curve"):
+    timed(plots, n, "plots (figures)")
+rh.build_html(sys.argv[1:])
+cpu["total"] = time.process_time() - c0
+cpu["other"] = cpu["total"] - sum(v for k, v in cpu.items() if k != "total")
+print(json.dumps(cpu))
+"""
+GENERATED = re.compile(r"generated \d{4}-\d\d-\d\d \d\d:\d\d UTC")
 
 
 def extract_ref(ref: str, into: Path) -> Path:
@@ -58,6 +100,16 @@ def build(tree: Path, runs: list[str], out: Path) -> tuple[float, float]:
         raise SystemExit(f"build with {tree} failed:\n{res.stderr[-3000:]}")
     wall, cpu = res.stdout.strip().splitlines()[-1].split()
     return float(wall), float(cpu)
+
+
+def stage_cpu(tree: Path, runs: list[str]) -> dict[str, float]:
+    """CPU seconds per stage of one page build in a fresh process (the stages timed by wrapping the functions
+    ``build_html`` calls; what is not wrapped is 'other')."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    res = subprocess.run([sys.executable, "-c", STAGES, *runs], env=env, capture_output=True, text=True, cwd=tree)
+    if res.returncode:
+        raise SystemExit(f"staged build with {tree} failed:\n{res.stderr[-3000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def payload(text: str) -> dict:
@@ -92,6 +144,10 @@ def main() -> None:
     ap.add_argument("runs", nargs="+", help="finished run folders (the page's runs, in order)")
     ap.add_argument("--before-ref", default="main", help="git ref whose page builder is 'before' (default: main)")
     ap.add_argument("--repeat", type=int, default=1, help="builds per side, alternating (default 1)")
+    ap.add_argument("--stages", action="store_true",
+                    help="then build each side once more and print its CPU seconds per stage (imports included)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="then profile one more after build and print its N top calls (default: no profile)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
@@ -103,15 +159,32 @@ def main() -> None:
                 print(f"{side}: {times[side][-1][0]:.1f} s wall, {times[side][-1][1]:.1f} s CPU", flush=True)
         pages = {s: (t / f"{s}.html").read_text(encoding="utf-8") for s in times}
         diff = same_numbers(pages["before"], pages["after"])
+        same_page = GENERATED.sub("", pages["before"]) == GENERATED.sub("", pages["after"])
+        stages = {side: stage_cpu(tree, args.runs) for side, tree in (("before", before_tree), ("after", REPO))} \
+            if args.stages else {}
     wall = {s: statistics.median(w for w, _ in v) for s, v in times.items()}
     cpu = {s: statistics.median(c for _, c in v) for s, v in times.items()}
-    print(f"\n{'':8}{'wall s':>10}{'CPU s':>10}{'page bytes':>14}   (medians of {args.repeat})")
+    print(f"\n{'':8}{'wall s':>10}{'CPU s':>10}{'page bytes':>14}   (medians of {args.repeat}; each build, wall/CPU)")
     for s in ("before", "after"):
-        print(f"{s:8}{wall[s]:>10.1f}{cpu[s]:>10.1f}{len(pages[s].encode()):>14,}")
+        print(f"{s:8}{wall[s]:>10.1f}{cpu[s]:>10.1f}{len(pages[s].encode()):>14,}   "
+              + ", ".join(f"{w:.1f}/{c:.1f}" for w, c in times[s]))
     print(f"speed-up: {wall['before'] / wall['after']:.1f}x wall, {cpu['before'] / cpu['after']:.1f}x CPU "
           f"({args.before_ref} -> this checkout), {len(args.runs)} runs: {', '.join(args.runs)}")
     print("numbers shown: " + ("identical (browser data, comparisons, every summary cell of the before page)"
                                if not diff else "DIFFER in " + ", ".join(diff)))
+    print("whole page: " + ("the same bytes but for the generation time (plots included)" if same_page else
+                            "differs (beyond the generation time)"))
+    if stages:
+        print(f"\nCPU s per stage (one build per side; 'attribute' includes importing nltk and scikit-learn, "
+              f"'png' is drawing the figures to PNG):\n{'stage':20}{'before':>10}{'after':>10}")
+        for k in sorted(set(stages["before"]) | set(stages["after"]), key=lambda k: -stages["before"].get(k, 0)):
+            print(f"{k:20}{stages['before'].get(k, 0):>10.2f}{stages['after'].get(k, 0):>10.2f}")
+    if args.profile:
+        res = subprocess.run([sys.executable, "-c", PROFILE, str(args.profile), *args.runs], capture_output=True,
+                             text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        print(f"\nwhere the after build's CPU goes (cProfile, top {args.profile} by cumulative time; the profiler "
+              f"inflates many small calls):\n" + (res.stdout[-30000:] if not res.returncode else
+                                                  f"profile failed:\n{res.stderr[-3000:]}"))
     if diff:
         raise SystemExit(1)
 

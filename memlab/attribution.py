@@ -95,6 +95,7 @@ from memlab.eval.ceiling import (
     Asked,
     answer_bearing,
     answer_ceiling,
+    conversation_words,
     jointly_asked,
     memory_line,
     reached,
@@ -115,7 +116,7 @@ from memlab.eval.gold_checks import (
     speaker_contradiction,
 )
 from memlab.eval.scoring import is_abstention, stemmed_tokens
-from memlab.trace import SourceIndex, Traces, as_list, load, run_judged
+from memlab.trace import SourceIndex, Traces, as_list, load, run_judged, table_records
 
 __all__ = ["ATTRIBUTION_COLUMNS", "COVERAGE", "DATE_SLACK_DAYS", "F1_THRESHOLD", "LABELS", "EvidenceTurn",
            "QuestionEvidence", "answer_kind", "attribute", "attribution_table", "coverage", "date_contradiction",
@@ -388,32 +389,28 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
         data = load_dataset(info.get("dataset"))  # LoCoMo or LongMemEval
     judged = run_judged(tr)
     qs = rescored(tr.questions, errata)
-    memories = tr.memories.to_dict("records")
+    memories = tr.records("memories")  # shared with the HTML report's browser: read only
     mems_by_conv: dict[str, list[dict[str, Any]]] = {}
     for m in memories:
         mems_by_conv.setdefault(m["conversation"], []).append(m)
     text_of = {m["id"]: m["text"] for m in memories}
     line_of = {m["id"]: memory_line(m["text"], m.get("event_time")) for m in memories}
     ops_by_conv: dict[str, list[dict[str, Any]]] = {}
-    for o in tr.extraction.to_dict("records") if len(tr.extraction) else []:
+    for o in tr.records("extraction"):
         ops_by_conv.setdefault(o["conversation"], []).append(o)
     mems_citing, ops_citing = SourceIndex(mems_by_conv), SourceIndex(ops_by_conv)
     recovered = {c for c, ms in mems_by_conv.items() if any(m.get("provenance") == "recovered" for m in ms)}
     contexts = {qid: set(ids) for qid, ids in tr.contexts.items()}
     sources_of = {m["id"]: list(m["source_ids"]) for m in memories}
-    heard: dict[str, tuple[dict[str, list[str]], frozenset[str]]] = {}
-    rows = []
-    for row in qs.to_dict("records"):
+    rows, heard_of = [], {}
+    for row in table_records(qs):
         if row.get("errata") != INVALID and not failed(row, threshold, judged):
             continue
         evidence = set(as_list(row.get("evidence")))
         conv = data[row["conversation_id"]]
-        if conv.sample_id not in heard:  # what each person says and the conversation's word pairs (its words, for
-            spoken: dict[str, list[str]] = {}  # a suggestion question only, `gold_issue` reads off ``spoken``)
-            for t in conv.turns:
-                spoken.setdefault(t.speaker, []).append(t.searchable_text)
-            heard[conv.sample_id] = (spoken, conversation_bigrams(x for xs in spoken.values() for x in xs))
-        spoken, bigrams = heard[conv.sample_id]
+        if conv.sample_id not in heard_of:  # the report's runs share it (keyed by the turns)
+            heard_of[conv.sample_id] = conversation_words(tuple((t.speaker, t.searchable_text) for t in conv.turns))
+        spoken, bigrams = heard_of[conv.sample_id]
         turns = [EvidenceTurn(e, conv.turn_index[e].speaker, conv.turn_index[e].searchable_text,
                               conv.session_by_index[conv.turn_index[e].session_index].date_time)
                  for e in as_list(row.get("evidence")) if e in conv.turn_index]
@@ -435,8 +432,7 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
         label, reason = label_question(ev)
         rows.append({"qid": row["qid"], "conversation_id": row["conversation_id"], "category": cat,
                      "label": label, "reason": reason, "f1": row["f1"], "ceiling": ceiling, "bearing": bearing,
-                     "question": row["question"],
-                     "answer": row["answer"], "prediction": row["prediction"],
+                     "question": row["question"], "answer": row["answer"], "prediction": row["prediction"],
                      # a black-box system's memories got their dialog ids by alignment (memlab.systems)
                      "provenance": "recovered" if row["conversation_id"] in recovered else "exact"})
     return pd.DataFrame(rows, columns=list(ATTRIBUTION_COLUMNS))

@@ -22,6 +22,7 @@ T = TypeVar("T")
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})
 _FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+_FIELD_SETS: dict[type, frozenset[str]] = {}
 
 
 def _field_names(t: type) -> tuple[str, ...] | None:
@@ -63,8 +64,11 @@ def from_fields(cls: type[T], d: Mapping[str, Any], where: str, error: type[Exce
     names = _field_names(cls)  # looked up once per class: a run's traces read ~100,000 records
     if names is None:
         raise error(f"{where}: {cls.__name__} is not a dataclass")
-    unknown = sorted(set(d).difference(names))
-    if unknown:
+    known = _FIELD_SETS.get(cls)
+    if known is None:
+        known = _FIELD_SETS[cls] = frozenset(names)
+    if not known.issuperset(d):
+        unknown = sorted(set(d).difference(names))
         raise error(f"{where}: unknown field(s) {unknown} for {cls.__name__}; its fields: {', '.join(names)}")
     try:
         return cls(**d)

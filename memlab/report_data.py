@@ -26,21 +26,21 @@ from memlab.run.results import Run
 MAX_TEXT = 300
 
 
-_PLAIN = (str, int, bool, type(None))
+_PLAIN = frozenset((str, int, bool, type(None)))
 
 
 def _clean(v: Any) -> Any:
     """JSON-safe values (NaN -> None, numpy scalars -> Python). Called on every value of a page (millions), so
-    the common types are answered first."""
+    the common types are answered first, and a container's plain items are kept without a call each."""
     t = type(v)
     if t in _PLAIN:
         return v
     if t is float:
         return None if math.isnan(v) or math.isinf(v) else v
     if t is dict:
-        return {k if type(k) is str else str(k): _clean(x) for k, x in v.items()}
+        return {k if type(k) is str else str(k): x if type(x) in _PLAIN else _clean(x) for k, x in v.items()}
     if t is list or t is tuple:
-        return [_clean(x) for x in v]
+        return [x if type(x) in _PLAIN else _clean(x) for x in v]
     if isinstance(v, dict):
         return {str(k): _clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -66,19 +66,12 @@ def _records(x: Any) -> list[dict[str, Any]]:
     return x.to_dict("records") if isinstance(x, pd.DataFrame) else list(x)
 
 
-def _table_records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """``df.to_dict("records")``, column by column (several times faster on a run's tables); a missing value of a
-    nullable integer column is ``pd.NA`` here (None there), which `layers` reads alike."""
-    cols = list(df.columns)
-    return [dict(zip(cols, row)) for row in zip(*(df[c].tolist() for c in cols))] if len(df) else []
-
-
 def _by_qid(df: pd.DataFrame, fields: Sequence[str] | None = None) -> dict[str, list[dict[str, Any]]]:
     """A table's rows grouped by question, in table order (only ``fields`` and ``qid`` when given)."""
     out: dict[str, list[dict[str, Any]]] = {}
     if fields is not None:
         df = df[["qid", *(f for f in fields if f in df.columns and f != "qid")]]
-    for r in _table_records(df):
+    for r in trace.table_records(df):
         out.setdefault(r["qid"], []).append(r)
     return out
 
@@ -97,13 +90,13 @@ class QuestionTraces:
 
     def __init__(self, tr: trace.Traces):
         self.tr = tr
-        self.q = {r["qid"]: r for r in _table_records(tr.questions)}
+        self.q = {r["qid"]: r for r in tr.records("questions")}
         self.hits, self.queries, self.answers = (_by_qid(tr.retrieval, HIT_READ), _by_qid(tr.queries),
                                                  _by_qid(tr.answers))
-        mm = _table_records(tr.memories)
+        mm = tr.records("memories")
         self.mem_text = {m["id"]: m["text"] for m in mm}
         self.mems = mm
-        self.ops = _table_records(tr.extraction)
+        self.ops = tr.records("extraction")
         self.ops_of: dict[tuple[str, str], list[int]] = {}
         for pos, o in enumerate(self.ops):
             for sid in o["source_ids"] or []:
@@ -140,6 +133,8 @@ def _round(v: Any, digits: int) -> float | None:
 
 def _int(v: Any) -> int | None:
     """A rank as an integer (a column with a missing rank is float: 2.0 would print as "2.0")."""
+    if type(v) is int:  # most ranks (four per hit): answered without the checks
+        return v
     return None if _missing(v) or v is pd.NA else int(v)
 
 
@@ -197,20 +192,23 @@ class Tables:
         self.tables: list[dict[str, Any]] = []
 
     def text(self, s: Any) -> int | None:
-        if s is None or (isinstance(s, float) and math.isnan(s)):
-            return None
-        s = str(s)
-        if s not in self.index:
-            self.index[s] = len(self.strings)
+        if type(s) is not str:
+            if s is None or (isinstance(s, float) and math.isnan(s)):
+                return None
+            s = str(s)
+        i = self.index.get(s)
+        if i is None:
+            i = self.index[s] = len(self.strings)
             self.strings.append(s)
             self.uses.append(0)
-        self.uses[self.index[s]] += 1
-        return self.index[s]
+        self.uses[i] += 1
+        return i
 
     def table(self, rows: Sequence[dict[str, Any]], fields: Sequence[str], strings: Sequence[str] = ()) -> dict:
         out: dict[str, Any] = {"s": list(strings)}
         for f in fields:
-            out[f] = [self.text(r.get(f)) if f in strings else r.get(f) for r in rows]
+            col = [r.get(f) for r in rows]
+            out[f] = [self.text(v) for v in col] if f in strings else col
         self.tables.append(out)
         return out
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from memlab.memory.search_types import HIT_COLUMNS, HitRecord
@@ -41,6 +42,21 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def as_list(v: Any) -> list[Any]:
     return list(v) if isinstance(v, (list, tuple)) else []
+
+
+def table_records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """``df.to_dict("records")``, built column by column: the same values (a nullable column's missing value is
+    None, as there), several times faster on a run's tables (to_dict boxes every value on its own)."""
+    if not len(df):
+        return []
+    cols = []
+    for c in df.columns:
+        vals = df[c].tolist()
+        if not isinstance(df[c].dtype, np.dtype):  # Int64, boolean, Float64: tolist gives pd.NA, to_dict None
+            vals = [None if v is pd.NA else v for v in vals]
+        cols.append(vals)
+    names = list(df.columns)
+    return [dict(zip(names, row)) for row in zip(*cols)]
 
 
 @dataclass
@@ -68,6 +84,18 @@ class Traces:
     layer is what it stored from the evidence turns, `memories.jsonl`, with how the turn ids are known)."""
     _ranks_of: tuple[pd.DataFrame, dict[str, list[Any]]] | None = field(default=None, repr=False, compare=False)
     """``queries`` and its evidence ranks grouped by question (`best_ranks`)."""
+    _records: dict[str, tuple[pd.DataFrame, list[dict[str, Any]]]] = field(default_factory=dict, repr=False,
+                                                                          compare=False)
+
+    def records(self, table: str) -> list[dict[str, Any]]:
+        """`table_records` of one table (``"memories"``, ``"extraction"`` ...), made once per table (rebuilt if
+        the attribute is replaced): the failure attribution and the HTML report's browser both read them.
+        Shared between readers: never modify them."""
+        df = getattr(self, table)
+        got = self._records.get(table)
+        if got is None or got[0] is not df:
+            got = self._records[table] = (df, table_records(df))
+        return got[1]
 
     def best_ranks(self, qid: str) -> dict[str, int | None]:
         """Best rank of each evidence dialog id over the question's queries (None: not within the depth).

@@ -46,3 +46,13 @@ def test_no_module_imports_a_later_stage():
 def test_every_module_has_a_stage():
     missing = {p.relative_to(PKG).parts[0].removesuffix(".py") for p in PKG.rglob("*.py")} - set(STAGES)
     assert not missing
+
+
+#: The brief's module size: a module a newcomer can read in one sitting.
+MAX_MODULE_LINES = 450
+
+
+def test_every_module_is_at_most_450_lines():
+    long = {str(p.relative_to(PKG)): n for p in PKG.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"

@@ -185,22 +185,11 @@ class Dataset:
         """One row per question (pandas), the table scoring and runs join on."""
         import pandas as pd
 
-        rows = [
-            {
-                "qid": q.qid,
-                "conversation_id": q.conversation_id,
-                "q_index": q.index,
-                "category": q.category,
-                "category_label": q.category_label,
-                "question": q.question,
-                "answer": q.answer,
-                "adversarial_answer": q.adversarial_answer,
-                "evidence": list(q.evidence_ids),
-                "n_evidence": len(q.evidence_ids),
-            }
-            for q in self.questions
-        ]
-        return pd.DataFrame(rows)
+        return pd.DataFrame([{"qid": q.qid, "conversation_id": q.conversation_id, "q_index": q.index,
+                              "category": q.category, "category_label": q.category_label, "question": q.question,
+                              "answer": q.answer, "adversarial_answer": q.adversarial_answer,
+                              "evidence": list(q.evidence_ids), "n_evidence": len(q.evidence_ids)}
+                             for q in self.questions])
 
     def category_stats(self) -> list[dict[str, Any]]:
         """Per-category counts and shapes, one dict per category number in order (no pandas: ``memlab data

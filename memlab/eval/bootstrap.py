@@ -105,6 +105,28 @@ def groups_of(frame: pd.DataFrame, category_col: str = "category") -> list[tuple
     return out
 
 
+def _whole(x: np.ndarray) -> bool:
+    """Whether every value is a whole number (or missing) small enough that any replicate's sum (at most n^2
+    draws) is exact in floating point, whatever the order of the additions."""
+    v = x[~np.isnan(x)]
+    return bool(not len(v) or ((v == np.round(v)).all() and np.abs(v).max() * len(x) ** 2 < 2**53))
+
+
+def _known_bootstrap(vals: np.ndarray, n_boot: int) -> np.ndarray:
+    """The bootstrap means of the columns whose every replicate is known without resampling, exactly as
+    `cluster_bootstrap` gives them (columns share the draws, not their values): NaN for a column with no value,
+    ``c`` for a column of one whole number ``c`` and no gap (each replicate sums k copies: exactly k c);
+    ``inf`` marks the columns to resample (all of them when there are no rows)."""
+    out = np.full((n_boot, vals.shape[1]), np.inf)
+    for i in range(vals.shape[1] if len(vals) else 0):
+        col = vals[:, i]
+        if np.isnan(col).all():
+            out[:, i] = np.nan
+        elif (col == col[0]).all() and _whole(col):
+            out[:, i] = col[0]
+    return out
+
+
 def ci_columns(frame: pd.DataFrame, metrics: Sequence[str], cluster_col: str = "conversation_id",
                category_col: str = "category", n_boot: int = N_BOOT, seed: int = 0, level: float = 0.95,
                mdd_metrics: Sequence[str] = ("f1", "j")) -> pd.DataFrame:
@@ -116,7 +138,12 @@ def ci_columns(frame: pd.DataFrame, metrics: Sequence[str], cluster_col: str = "
     rows = {}
     for name, _, g in groups_of(frame, category_col):
         vals = g[list(metrics)].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
-        boot = cluster_bootstrap(vals, g[cluster_col].tolist(), n_boot=n_boot, seed=seed)
+        boot = _known_bootstrap(vals, n_boot)
+        todo = np.flatnonzero(np.isinf(boot[0]))
+        if len(todo) == vals.shape[1] or not _whole(vals[:, todo]):
+            boot = cluster_bootstrap(vals, g[cluster_col].tolist(), n_boot=n_boot, seed=seed)
+        elif len(todo):  # the same draws, fewer columns: whole-number sums do not depend on how numpy adds them
+            boot[:, todo] = cluster_bootstrap(vals[:, todo], g[cluster_col].tolist(), n_boot=n_boot, seed=seed)
         lo, hi = percentile_ci(boot, level)
         row: dict[str, float] = {}
         for i, m in enumerate(metrics):

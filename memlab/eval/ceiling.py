@@ -99,6 +99,17 @@ def asked_of(conv: Any, question: str, evidence: Iterable[str]) -> Asked:
     return Asked(question, tuple(evidence), tuple(conv.speakers), hit[1])
 
 
+@lru_cache(maxsize=32)
+def conversation_words(turns: tuple[tuple[str, str], ...]) -> tuple[dict[str, list[str]], frozenset[str]]:
+    """A conversation's (speaker, text) turns -> what each person says and its word pairs (what the gold checks
+    read; its words, for a suggestion question only, `gold_issue` reads off the first); cached by the turns
+    themselves, so the runs of one report share it (read only)."""
+    spoken: dict[str, list[str]] = {}
+    for speaker, text in turns:
+        spoken.setdefault(speaker, []).append(text)
+    return spoken, conversation_bigrams(x for xs in spoken.values() for x in xs)
+
+
 def memory_line(text: str, event_time: Any = None) -> str:
     """One memory as the reader sees it: ``7 May 2023 <text>`` (no date when the memory has none).
 
