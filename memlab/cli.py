@@ -65,7 +65,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from memlab.eval import format_summary
-    from memlab.run import ExperimentConfig, run_experiment
+    from memlab.run import ExperimentConfig
+    from memlab.run.executors import run_grid
     from memlab.run.steps import over_budget
 
     if args.resume:
@@ -73,14 +74,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise SystemExit("memlab run: give either a CONFIG or --resume RUN_DIR, not both")
         if args.reuse:
             raise SystemExit("memlab run: --reuse starts from a CONFIG; --resume finishes its own folder")
-        if args.executor == "ray":
-            from memlab.run.executors import run_grid
-
-            runs = run_grid(resume=args.resume, executor="ray", address=args.address, overrides=args.set or None,
-                            force_config=args.force_config, trust_run_config=args.trust_run_config)
-        else:
-            runs = [run_experiment(None, resume=args.resume, overrides=args.set or None,
-                                   force_config=args.force_config, trust_run_config=args.trust_run_config)]
+        runs = run_grid(resume=args.resume, executor=args.executor, address=args.address, overrides=args.set or None,
+                        force_config=args.force_config, trust_run_config=args.trust_run_config)
     else:
         if not args.config:
             raise SystemExit("memlab run: give a CONFIG (a file or a shipped config name) or --resume RUN_DIR")
@@ -93,14 +88,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             for c in cfg.expand():
                 print(f"{c.name}: " + format_plan(plan_config(c, probe=not args.no_probe)))
             return 0
-        if (args.executor or cfg.run.executor) == "ray":
-            from memlab.run.executors import run_grid
-
-            if args.reuse:
-                raise SystemExit("memlab run: --reuse works with the local executor only")
-            runs = run_grid(cfg, results=args.results, executor="ray", address=args.address)
-        else:
-            runs = [run_experiment(c, results=args.results, reuse=args.reuse) for c in cfg.expand()]
+        if args.reuse and (args.executor or cfg.run.executor) == "ray":
+            raise SystemExit("memlab run: --reuse works with the local executor only")
+        runs = run_grid(cfg, results=args.results, executor=args.executor, address=args.address, reuse=args.reuse)
     rc = 0
     for run in runs:
         judged = ("j", "j_lo", "j_hi", "j_sd", "judge_errors") if run.config.judge.model else ()

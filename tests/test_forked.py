@@ -93,7 +93,7 @@ def test_a_forked_child_reads_the_store_through_its_own_connection(tmp_path):
 
 def test_only_a_model_free_arm_over_a_model_free_index_answers_in_processes(tmp_path):
     from memlab.index import HybridIndex
-    from memlab.run.answering import answer_workers
+    from memlab.run.executors import Local, answers_without_model
 
     class Roles:
         def __init__(self, *roles: str):
@@ -102,15 +102,20 @@ def test_only_a_model_free_arm_over_a_model_free_index_answers_in_processes(tmp_
         def roles_in_use(self, answerer):
             return self.roles
 
-    cfg = ExperimentConfig.from_dict({"name": "w", "run": {"threads": 2}})
     assert HybridIndex().model_free and not HybridIndex(embedder="minilm").model_free
     assert not HybridIndex(keyword="splade").model_free and not HybridIndex(sparse="splade").model_free
     svc = open_service("memory")
-    assert answer_workers(cfg, Roles(), None, svc, 1000) == 2
-    assert answer_workers(cfg, Roles(), None, None, 1000) == 2  # no store (an arm that reads the conversation)
-    assert answer_workers(cfg, Roles(), None, svc, 30) == 1  # one unit of questions
-    assert answer_workers(cfg, Roles("answerer"), None, svc, 1000) == 1  # model calls: run.concurrency's threads
-    assert answer_workers(cfg, Roles(), None, open_service("memory", embedder="minilm"), 1000) == 1
+    assert answers_without_model(Roles(), None, svc)
+    assert answers_without_model(Roles(), None, None)  # no store (an arm that reads the conversation)
+    assert not answers_without_model(Roles("answerer"), None, svc)  # model calls: run.concurrency's threads
+    assert not answers_without_model(Roles(), None, open_service("memory", embedder="minilm"))
+    # the local executor forks only units that call no model (``in_child`` given), one process per unit at most
+    ex = Local(threads=2)
+    assert [r for _, r in ex.map(lambda u: os.getpid(), [1, 2])] == [os.getpid()] * 2
+    assert ex.processes == 1
+    pids = [r for _, r in ex.map(lambda u: os.getpid(), [1, 2], in_child=lambda: None)]
+    assert ex.processes == 2 and os.getpid() not in pids
+    assert [r for _, r in Local(threads=2).map(lambda u: u * 2, [3], in_child=lambda: None)] == [6]  # one unit: here
 
 
 def _run_folder_lines(run_dir) -> dict[str, list[dict]]:

@@ -426,7 +426,7 @@ def test_run_streams_one_haystack_at_a_time_with_the_staged_results(lme_path, tm
 
     from memlab.answer.extractive import ExtractiveAnswerer
     from memlab.run import ExperimentConfig, run_experiment
-    from memlab.run import runner as runner_mod
+    from memlab.run import engine as engine_mod
 
     class Probe(ExtractiveAnswerer):
         """The extractive arm, noting how many keys the index holds as each question is answered."""
@@ -444,7 +444,7 @@ def test_run_streams_one_haystack_at_a_time_with_the_staged_results(lme_path, tm
     assert streamed.info["extraction"]["max_resident_keys"] == 1 and streamed.info["extraction"]["streamed"]
     rerun = run_experiment(cfg, results=tmp_path / "a", progress=False)  # extraction and index fits cached
     assert rerun.info["extraction"]["from_cache"]
-    monkeypatch.setattr(runner_mod, "streams", lambda data: False)  # the staged run: every key first
+    monkeypatch.setattr(engine_mod, "streams", lambda data: False)  # the staged plan: every key in one wave
     staged = run_experiment(cfg, results=tmp_path / "b", progress=False)
     cols = ["prediction", "retrieved_ids", "f1", "recall@5", "recall@10", "answer_ceiling", "evidence_recall"]
     for other in (rerun, staged):

@@ -191,8 +191,8 @@ def test_lost_worker_is_retried_and_a_failing_task_becomes_errors_that_resume_fi
     ok = p[p.conversation_id == "syn-1"]
     assert ok.error.isna().all() and len(ok) == 5  # ... and the retry answered every question
     bad = p[p.conversation_id == "syn-2"]
-    assert len(bad) == 2 and bad.error.str.contains("RayTaskFailed: the task failed after 2 attempt").all()
-    assert bad.error.str.contains("scripted task failure").all() and bad.f1.isna().all()
+    # a unit's own error fails the unit at once, as under every executor (a lost worker is what Ray retries)
+    assert len(bad) == 2 and bad.error.eq("RuntimeError: scripted task failure").all() and bad.f1.isna().all()
     assert run.status == "complete-with-errors" and run.summary.loc["overall 1-5", "errors"] == 2
     (done,) = run_grid(resume=run.run_dir, executor="ray", progress=False)  # the errored questions again
     assert done.status == "complete" and done.predictions.error.isna().all()

@@ -12,7 +12,7 @@ from memlab.memory.entry import UserKey
 
 #: The session-state key holding the extraction cursor (tRPC-Agent-Go's name).
 CURSOR_KEY = "memory:last_extract_at"
-ROLES = ("user", "assistant", "tool", "system")
+MESSAGE_ROLES = ("user", "assistant", "tool", "system")
 
 
 @dataclass(frozen=True)
@@ -26,8 +26,8 @@ class Message:
     tool_calls: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ValueError(f"Message.role: expected one of {ROLES}, got {self.role!r}")
+        if self.role not in MESSAGE_ROLES:
+            raise ValueError(f"Message.role: expected one of {MESSAGE_ROLES}, got {self.role!r}")
 
 
 @dataclass

@@ -14,7 +14,7 @@ import json
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -26,10 +26,9 @@ from memlab.data import Conversation, Question
 from memlab.eval.ceiling import answer_bearing, answer_ceiling, asked_of, context_lines
 from memlab.extract.pipeline import conversation_key
 from memlab.llm import BadReply, EndpointUnreachable, ModelError, SpendCapReached, redact
-from memlab.memory import MemoryService, MemoryView, PlansBuilds, PreparesQueries
+from memlab.memory import MemoryService, MemoryView, PreparesQueries
 from memlab.progress import progress_bar
 from memlab.run.config import ExperimentConfig
-from memlab.run.forked import fork_map, fork_workers
 from memlab.run.records import AnswerRecord, PredictionRecord, RecordSchemaError, RetrievalRecord
 
 log = logging.getLogger(__name__)
@@ -344,74 +343,24 @@ def prepare_queries(svc: MemoryView | None, todo: list[tuple[Conversation, Quest
     return n
 
 
-def answer_workers(cfg: ExperimentConfig, clients: Any, answerer: Answerer, svc: MemoryView | None,
-                   questions: int) -> int:
-    """Processes to answer in: several (`memlab.run.forked`, up to ``run.threads``) only for an arm and judge
-    that call no model, over an index that searches without one (`memlab.memory.PlansBuilds.model_free`) or no store."""
-    forkable = svc is None or (isinstance(svc, MemoryService) and isinstance(svc.searcher, PlansBuilds)
-                               and svc.searcher.model_free)
-    if clients.roles_in_use(answerer) or not forkable:
-        return 1
-    return fork_workers(cfg.run.threads, questions // ANSWER_CHUNK)
-
-
-def answer_all(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: MemoryView | None,
-               todo: Iterable[tuple[Conversation, Question]], run_dir: Path, progress: bool = True,
-               stop: StopFlag | None = None, workers: int = 1) -> int:
-    """Answer ``todo`` (in parallel up to ``run.concurrency``, or in ``workers`` forked processes: see
-    `answer_workers`), appending records as each finishes (in ``todo``'s order from the processes).
-
-    Returns how many were answered; an unreachable endpoint, Ctrl-C or SIGTERM stops at once, leaving every
-    finished question in the log (so ``--resume`` goes on from there). ``stop``: the caller's
-    `remembered_interrupts` flag (else this call installs its own).
-    """
-    todo = list(todo)
-    prepare_queries(svc, todo, progress)
-    log = RecordLog(run_dir)
-
-    def record(out: Records) -> None:
-        log.write([out])
-
-    bar = progress_bar(total=len(todo), desc=f"answer ({cfg.answer.name})", disable=not progress, leave=False)
+def answer_batch(cfg: ExperimentConfig, answerer: Any, judge: Any, svc: Any, conv: Conversation,
+                 questions: list[Question], emit: Callable[[Records], None]) -> None:
+    """Answer and judge ``questions`` of ``conv`` (``run.concurrency`` in flight), handing each question's records
+    to ``emit`` as it finishes; an unreachable endpoint stops it (the questions in flight still finish)."""
+    if cfg.run.concurrency <= 1:
+        for q in questions:
+            emit(answer_one(cfg, answerer, judge, svc, conv, q))
+        return
+    pool = cf.ThreadPoolExecutor(max_workers=cfg.run.concurrency)
     try:
-        with contextlib.nullcontext(stop) if stop is not None else remembered_interrupts() as interrupted:
-            if workers > 1:
-                chunks = [todo[i:i + ANSWER_CHUNK] for i in range(0, len(todo), ANSWER_CHUNK)]
-                in_child = svc.after_fork if isinstance(svc, MemoryService) else None
-
-                def answer_chunk(chunk: list[tuple[Conversation, Question]]) -> list[tuple[str, str, str]]:
-                    return [json_lines(answer_one(cfg, answerer, judge, svc, c, q)) for c, q in chunk]
-
-                for lines in fork_map(answer_chunk, chunks, workers, in_child):
-                    interrupted.stop()
-                    log.write_lines(lines)
-                    bar.update(len(lines))
-            elif cfg.run.concurrency <= 1:
-                for c, q in todo:
-                    out = answer_one(cfg, answerer, judge, svc, c, q)
-                    interrupted.stop()  # an answer made while Ctrl-C was swallowed is not kept
-                    record(out)
-                    bar.update()
-            else:
-                pool = cf.ThreadPoolExecutor(max_workers=cfg.run.concurrency)
-                try:
-                    futs = [pool.submit(answer_one, cfg, answerer, judge, svc, c, q) for c, q in todo]
-                    capped: SpendCapReached | None = None
-                    for f in cf.as_completed(futs):
-                        interrupted.stop()
-                        try:
-                            out = f.result()
-                        except SpendCapReached as e:  # the questions in flight still finish and are kept
-                            capped = capped or e
-                            continue
-                        record(out)
-                        bar.update()
-                    if capped is not None:
-                        raise capped
-                finally:
-                    pool.shutdown(wait=True, cancel_futures=True)
-            interrupted.stop()
+        futs = [pool.submit(answer_one, cfg, answerer, judge, svc, conv, q) for q in questions]
+        fatal: BaseException | None = None
+        for f in cf.as_completed(futs):
+            try:
+                emit(f.result())
+            except (EndpointUnreachable, SpendCapReached) as e:  # what is in flight finishes and is kept
+                fatal = fatal or e
+        if fatal is not None:
+            raise fatal
     finally:
-        bar.close()
-        log.close()
-    return log.written
+        pool.shutdown(wait=True, cancel_futures=True)

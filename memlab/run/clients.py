@@ -19,8 +19,8 @@ from memlab.index.machine_cache import embeddings_path
 from memlab.llm import ModelClient, is_local
 from memlab.llm.endpoints import http_get_json, served_model_id
 from memlab.run.config import ExperimentConfig
+from memlab.run.config_models import ROLES
 
-ROLES = ("extractor", "reader", "judge", "embedder")
 log = logging.getLogger(__name__)
 
 

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memlab.extract.reconcile import ReconcileConfig
+from memlab.index import BACKENDS  # noqa: F401  (the store backends: defined once, where they are opened)
 from memlab.index.embedders import embedder_model
 from memlab.memory.search_types import SearchOptions
 from memlab.params import spec_text
 
-BACKENDS = ("sqlite", "memory")
 #: Field metadata: the field names a file memlab reads (`memlab.run.trust`: a resume or rescore of a folder from
 #: elsewhere uses it only when its user started the run with it).
 TRUST_FILE = {"trust": "file"}

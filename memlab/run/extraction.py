@@ -13,28 +13,29 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memlab.data import Conversation, LoCoMo
+from memlab.data import Conversation
 from memlab.eval import cost as costs
 from memlab.extract.checkers import Checker, checks_all, checks_any, message_threshold, time_interval
 from memlab.extract.extractors import Extractor
-from memlab.extract.pipeline import BUILD_COST, BuildCost, conversation_key, extract_dataset
+from memlab.extract.messages import ChatSession, locomo_messages
+from memlab.extract.pipeline import BUILD_COST, BuildCost, conversation_key
 from memlab.extract.policy import DEFAULT_POLICY, applied_reconcile, policy_decides_store
 from memlab.index import open_service
 from memlab.index.embedders import Embedder, blas_controller
 from memlab.memory import EncodesAhead, MemoryService, PlansBuilds
+from memlab.memory.capabilities import extraction_log
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import Searcher
 from memlab.run.clients import Clients
 from memlab.run.config import ExperimentConfig
-from memlab.run.records import ExtractionTraceRecord, MemoryRecord
-from memlab.threads import peak_rss_mb, resolve_threads
+from memlab.run.records import ExtractionTraceRecord
+from memlab.threads import resolve_threads
 
 BUILD_LOG = "build_cost.jsonl"  # the build costs older caches logged beside the store (now: in its state)
 CACHE_VERSION = 3  # 3: cursor and trace live in the store (checksummed), index saved as .npz
@@ -46,15 +47,12 @@ class ExtractionFailed(RuntimeError):
 
 @dataclass
 class ExtractionOutcome:
-    """What the extraction stage hands on: the service to answer from and what run.json records."""
+    """What a memory system's ingest hands on (`memlab.run.systems`): the service to answer from and what run.json
+    records."""
 
     service: MemoryService
     info: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
-    peak_rss_mb: dict[str, float] = field(default_factory=dict)
-    """The process's peak RSS after extraction and after indexing (`memlab.threads.peak_rss_mb`)."""
-    index_threads: int = 1
-    """How many keys built at once (`build_indexes`): how this executor ran, not what the run is."""
 
 
 def build_checkers(cfg: ExperimentConfig) -> list[Checker]:
@@ -134,7 +132,7 @@ def build_rows(svc: MemoryService, convs: list[Conversation], cdir: Path) -> lis
             legacy.setdefault(row.get("conversation"), []).append(row)
     rows: list[dict[str, Any]] = []
     for c in convs:
-        saved = (svc.extraction_state(c.sample_id) or {}).get(BUILD_COST)
+        saved = (extraction_log(svc).extraction_state(c.sample_id) or {}).get(BUILD_COST)
         rows += [saved] if saved else legacy.get(c.sample_id, [])
     return rows
 
@@ -186,33 +184,6 @@ def worker_params(cfg: ExperimentConfig) -> dict[str, Any]:
             "policy": cfg.extraction.policy}
 
 
-def run_extraction(cfg: ExperimentConfig, data: LoCoMo, convs: list[Conversation], extractor: Extractor,
-                   clients: Clients, cache_root: Path, run_dir: Path, dataset_sha: str,
-                   extractor_id: str | None = None, searcher: Searcher | None = None,
-                   embedder: Embedder | None = None) -> ExtractionOutcome:
-    """Extract (or reuse the cache), write the extraction and memory traces, warm the indexes.
-
-    ``extractor_id`` names the extractor in the cache key (default: its ``cache_id()``); ``searcher`` /
-    ``embedder``: the caller's objects instead of the configured index (`open_store`)."""
-    t0 = time.perf_counter()
-    ex = cfg.extraction
-    extractor_id = extractor_id or extractor.cache_id()
-    key = extraction_cache_key(cfg, dataset_sha, extractor_id, extractor)
-    cdir = cache_root / "extract" / key
-    cdir.mkdir(parents=True, exist_ok=True)
-    svc = open_store(cfg, cdir, cache_root, clients, searcher, embedder)
-    if cfg.store.backend != "sqlite":
-        (cdir / BUILD_LOG).unlink(missing_ok=True)  # an in-memory store is extracted afresh every run
-    table, results = extract_dataset(
-        svc, data, extractor, reconcile=ex.reconcile, checkers=build_checkers(cfg),
-        conversations=[c.sample_id for c in convs], worker_params=worker_params(cfg), build_cost=build_cost(cfg))
-    failures = [{"conversation": conv_id, "reason": r.reason} for conv_id, rs in _by_conversation(results, convs)
-                for r in rs if r.status == "failed"]
-    info = extraction_info(table, failures, convs, key, cdir, extractor_id, ex.policy)
-    out = ExtractionOutcome(svc, info, {"extraction_s": time.perf_counter() - t0})
-    return finish_extraction(cfg, convs, out, run_dir)
-
-
 def extraction_info(table: Any, failures: list[dict[str, str]], convs: list[Conversation], key: str, cdir: Path,
                     extractor_id: str, policy: str) -> dict[str, Any]:
     """What run.json records of the extraction stage (``table``: `extract_dataset`'s per-conversation counts)."""
@@ -229,42 +200,20 @@ def extraction_info(table: Any, failures: list[dict[str, str]], convs: list[Conv
     }
 
 
-def finish_extraction(cfg: ExperimentConfig, convs: list[Conversation], out: ExtractionOutcome, run_dir: Path,
-                      close_on_failure: bool = True) -> ExtractionOutcome:
-    """Stop on failed extraction (`ExtractionFailed`), else write the run's extraction and memory traces
-    and build the per-key indexes (shared by the local and the Ray executor)."""
-    svc, info = out.service, out.info
-    failures, empty = info["failed_jobs"], info["empty_conversations"]
-    if (failures or empty) and not cfg.run.allow_failed_extraction:
-        if close_on_failure:
-            svc.close()
-        lines = [f"  {f['conversation']}: {f['reason']}" for f in failures[:20]]
-        lines += [f"  {c}: the extractor wrote no memory for a conversation with text" for c in empty]
-        more = f"\n  ... and {len(failures) - 20} more failed jobs" if len(failures) > 20 else ""
-        raise ExtractionFailed(f"extraction failed for {len({f['conversation'] for f in failures} | set(empty))} "
-                               f"conversation(s); not answering:\n" + "\n".join(lines) + more +
-                               "\n(fix the cause and rerun: done jobs are cached; or set "
-                               "run.allow_failed_extraction=true to answer anyway)")
-    out.peak_rss_mb["extraction"] = peak_rss_mb()
-    keys = [conversation_key(c) for c in convs]
-    rows = {k: svc.list(k) for k in keys}
+def extraction_done(conv: Conversation, state: dict[str, Any] | None) -> bool:
+    """Whether a conversation's cached cursor is past its last message (a replay would run no job): the engine's
+    one cache skip (`memlab.run.engine`)."""
+    if not state:
+        return False
+    chat = ChatSession(id=f"locomo:{conv.sample_id}", key=conversation_key(conv), state=dict(state),
+                       messages=locomo_messages(conv))
+    return not chat.delta()
 
-    def write_traces() -> None:
-        traces = run_dir / "traces"
-        traces.mkdir(exist_ok=True)
-        ext_rows = svc.extraction_trace([c.sample_id for c in convs])
-        write_jsonl(traces / "extraction.jsonl", [
-            ExtractionTraceRecord.from_dict(r, where=f"{info['cache_dir']}: trace line").to_dict() for r in ext_rows])
-        write_jsonl(traces / "build_cost.jsonl", build_rows(svc, convs, Path(info["cache_dir"])))
-        mem_rows = [MemoryRecord.of(c.sample_id, e).to_dict() for c, k in zip(convs, keys) for e in rows[k]]
-        write_jsonl(traces / "memories.jsonl", mem_rows)
-        info["memories"] = len(mem_rows)
 
-    t1 = time.perf_counter()
-    out.index_threads = build_indexes(svc, rows, cfg.run.threads, meanwhile=write_traces)
-    out.timings["indexing_s"] = time.perf_counter() - t1  # the traces are written meanwhile
-    out.peak_rss_mb["indexing"] = peak_rss_mb()
-    return out
+def trace_lines(svc: MemoryService, convs: list[Conversation], cdir: Path) -> list[dict[str, Any]]:
+    """The extraction trace lines of ``convs`` as the store holds them, checked (`ExtractionTraceRecord`)."""
+    rows = extraction_log(svc).extraction_trace([c.sample_id for c in convs])
+    return [ExtractionTraceRecord.from_dict(r, where=f"{cdir}: trace line").to_dict() for r in rows]
 
 
 def build_indexes(svc: MemoryService, rows: dict[UserKey, list[MemoryEntry]], threads: int | None,
@@ -301,15 +250,6 @@ def build_indexes(svc: MemoryService, rows: dict[UserKey, list[MemoryEntry]], th
     return workers
 
 
-def _by_conversation(results: list[Any], convs: list[Conversation]) -> list[tuple[str, list[Any]]]:
-    """Job results grouped by conversation (a job's session id is ``locomo:<sample_id>``)."""
-    groups: dict[str, list[Any]] = {c.sample_id: [] for c in convs}
-    for r in results:
-        sid = (r.session_id or "").removeprefix("locomo:")
-        groups.setdefault(sid, []).append(r)
-    return list(groups.items())
-
-
 _TABLE_COLS = ("sessions", "turns", "jobs_run", "jobs_noop", "jobs_failed", "ops_proposed", "ops_applied", "rewritten",
                "skipped", "ops_failed", "superseded", "refused", "model_calls", "malformed_tool_calls",
                "memories_added", "memories")
@@ -326,3 +266,28 @@ def extraction_table(rows: list[dict[str, Any]]) -> Any:
     import pandas as pd
 
     return pd.DataFrame(rows, columns=["conversation", *_TABLE_COLS]).set_index("conversation")
+
+
+def extract_here(cfg: ExperimentConfig, svc: MemoryService, data: Any, extractor: Extractor,
+                 conv: Conversation) -> dict[str, Any]:
+    """Extract one conversation into ``svc`` in this process: its `extract_dataset` counts (as records) and failed
+    jobs, as an extraction unit returns them under every executor (`memlab.run.engine`)."""
+    from memlab.extract.pipeline import extract_dataset
+
+    table, results = extract_dataset(svc, data, extractor, reconcile=cfg.extraction.reconcile,
+                                     checkers=build_checkers(cfg), conversations=[conv.sample_id],
+                                     worker_params=worker_params(cfg), build_cost=build_cost(cfg))
+    return {"table": table.reset_index().to_dict("records"),
+            "failures": [{"conversation": conv.sample_id, "reason": r.reason} for r in results if r.status == "failed"]}
+
+
+def failure_message(failed: list[dict[str, str]], empty: list[str], kept: bool) -> str:
+    """What `ExtractionFailed` says: each failed job and empty conversation, and what to do (``kept``: keys were
+    answered before it, and stay)."""
+    lines = [f"  {f['conversation']}: {f['reason']}" for f in failed[:20]]
+    lines += [f"  {c}: the extractor wrote no memory for a conversation with text" for c in empty]
+    more = f"\n  ... and {len(failed) - 20} more failed jobs" if len(failed) > 20 else ""
+    return (f"extraction failed for {len({f['conversation'] for f in failed} | set(empty))} conversation(s); not "
+            f"answering{' (the keys answered before it are kept)' if kept else ''}:\n" + "\n".join(lines) + more +
+            "\n(fix the cause and rerun: done jobs are cached; or set run.allow_failed_extraction=true to answer "
+            "anyway)")

@@ -4,6 +4,8 @@ worker is `memlab.run.ray_units`; what a grid does is `memlab.run.ray_executor`.
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,10 +61,13 @@ def connect(address: str | None) -> Any:
     """Join the Ray cluster at ``address`` (``auto``, ``ray://host:port``), or start a local instance."""
     ray = import_ray()
     if not ray.is_initialized():
+        kept = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
         if address:
             ray.init(address=address, log_to_driver=False)
         else:
             ray.init(include_dashboard=False, log_to_driver=False)
+        if kept is not None:  # ray.init makes SIGTERM a SystemExit: the run's own handler stops it as interrupted
+            signal.signal(signal.SIGTERM, kept)
     return ray
 
 

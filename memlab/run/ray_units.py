@@ -1,6 +1,6 @@
 """The work of one Ray task, on a worker: extract a conversation or answer a conversation's questions in a
 private temp folder, from the state the driver ships (memory rows and index state through the public
-`memlab.memory.shipping` `export_rows` / `import_rows` / `export_index` / `import_index`, cache rows through
+`memlab.memory.shipping` (`export_rows` / `import_rows` / `export_index` / `import_index`), cache rows through
 `cache_snapshot` / `store_cache_rows`), returning the records and everything it added to its caches.
 The driver (`memlab.run.ray_executor`) schedules these and stores what they return.
 
@@ -24,15 +24,16 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from memlab.data import Conversation, Question
-from memlab.extract.messages import ChatSession, locomo_messages
 from memlab.extract.pipeline import conversation_key, extract_dataset, keyed_trace_rows
 from memlab.index.machine_cache import EMBEDDINGS
+from memlab.memory.capabilities import extraction_log
 from memlab.memory.shipping import export_index, export_rows, import_index, import_rows
-from memlab.run.answering import answer_one, prepare_queries
+from memlab.run.answering import Records, answer_batch, prepare_queries
 from memlab.run.clients import Clients
 from memlab.run.components import build_answerer, build_extractor, build_judge, import_component_modules
 from memlab.run.config import ExperimentConfig
@@ -43,51 +44,87 @@ from memlab.threads import set_threads, worker_threads
 UnitHook = Callable[[str], None]
 
 
-def cache_snapshot(cache_root: Path, models: set[str], embeddings: Path) -> dict[str, list[tuple]]:
+@dataclass(frozen=True)
+class ResponseRow:
+    """One cached model response as the worker and the driver exchange it (the response cache's columns, checksum
+    included: `memlab.llm.cache`)."""
+
+    h: str
+    model: str
+    body: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class EmbeddingRow:
+    """One cached model-embedder vector (the machine cache's ``emb`` columns: `memlab.index.embedding_cache`)."""
+
+    eid: str
+    h: str
+    dim: int
+    v: bytes
+    crc: int
+
+
+@dataclass
+class CacheRows:
+    """Cache rows shipped between the driver and a worker, typed (never ``SELECT *`` tuples)."""
+
+    responses: list[ResponseRow] = field(default_factory=list)
+    embeddings: list[EmbeddingRow] = field(default_factory=list)
+
+
+def _columns(row: type) -> str:
+    return ", ".join(f.name for f in fields(row))
+
+
+def cache_snapshot(cache_root: Path, models: set[str], embeddings: Path) -> CacheRows:
     """The cached responses of ``models`` (under ``cache_root``) and the cached vectors of model embedders
     (``litellm:*``, in the ``embeddings`` file: the driver's machine cache): what a worker needs so that a cached
     rerun makes no model call. Rows are copied whole (checksums included). Corpus-fitted embedders (tfidf-lsa) are
     not shipped: their fit travels in the index state."""
-    out: dict[str, list[tuple]] = {"responses": [], "embeddings": []}
+    out = CacheRows()
     resp = cache_root / "responses.sqlite"
     if resp.is_file() and models:
         with sqlite3.connect(resp) as c:
             if c.execute("SELECT name FROM sqlite_master WHERE name='responses'").fetchone():
-                q = f"SELECT * FROM responses WHERE model IN ({','.join('?' * len(models))})"
-                out["responses"] = list(c.execute(q, sorted(models)))
+                q = (f"SELECT {_columns(ResponseRow)} FROM responses "
+                     f"WHERE model IN ({','.join('?' * len(models))})")
+                out.responses = [ResponseRow(*r) for r in c.execute(q, sorted(models))]
     if embeddings.is_file():
         with sqlite3.connect(embeddings) as c:
             if c.execute("SELECT name FROM sqlite_master WHERE name='emb'").fetchone():
-                out["embeddings"] = list(c.execute("SELECT * FROM emb WHERE eid LIKE 'litellm:%'"))
+                q = f"SELECT {_columns(EmbeddingRow)} FROM emb WHERE eid LIKE 'litellm:%'"
+                out.embeddings = [EmbeddingRow(*r) for r in c.execute(q)]
     return out
 
 
-def store_cache_rows(cache_root: Path, rows: dict[str, list[tuple]], embeddings: Path) -> None:
+def store_cache_rows(cache_root: Path, rows: CacheRows, embeddings: Path) -> None:
     """Insert the cache rows a worker returned into the results root's response cache and the ``embeddings`` file
     (each file created, with its format, by the class that owns it)."""
-    if rows.get("responses"):
+    if rows.responses:
         from memlab.llm import ResponseCache
 
         ResponseCache(cache_root / "responses.sqlite").close()  # creates or checks the file
         with sqlite3.connect(cache_root / "responses.sqlite") as c:
-            n = len(rows["responses"][0])
-            c.executemany(f"INSERT OR REPLACE INTO responses VALUES ({','.join('?' * n)})", rows["responses"])
-    if rows.get("embeddings"):
+            c.executemany(f"INSERT OR REPLACE INTO responses ({_columns(ResponseRow)}) VALUES (?,?,?,?)",
+                          [astuple(r) for r in rows.responses])
+    if rows.embeddings:
         from memlab.index.embedders import CachedEmbedder, TfidfLSAEmbedder
 
         CachedEmbedder(TfidfLSAEmbedder(), embeddings).open()  # creates or checks the file
         with sqlite3.connect(embeddings) as c:
-            n = len(rows["embeddings"][0])
-            c.executemany(f"INSERT OR IGNORE INTO emb VALUES ({','.join('?' * n)})", rows["embeddings"])
+            c.executemany(f"INSERT OR IGNORE INTO emb ({_columns(EmbeddingRow)}) VALUES (?,?,?,?,?)",
+                          [astuple(r) for r in rows.embeddings])
 
 
-def _new_rows(root: Path, snapshot: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
+def _new_rows(root: Path, snapshot: CacheRows) -> CacheRows:
     """Cache rows a task added beyond its snapshot (model responses and model-embedder vectors)."""
-    seen_r = {r[0] for r in snapshot.get("responses", [])}
-    seen_e = {(r[0], r[1]) for r in snapshot.get("embeddings", [])}
+    seen_r = {r.h for r in snapshot.responses}
+    seen_e = {(r.eid, r.h) for r in snapshot.embeddings}
     got = cache_snapshot(root, _all_models(root), root / EMBEDDINGS)
-    return {"responses": [r for r in got["responses"] if r[0] not in seen_r],
-            "embeddings": [r for r in got["embeddings"] if (r[0], r[1]) not in seen_e]}
+    return CacheRows([r for r in got.responses if r.h not in seen_r],
+                     [r for r in got.embeddings if (r.eid, r.h) not in seen_e])
 
 
 def _all_models(root: Path) -> set[str]:
@@ -96,16 +133,6 @@ def _all_models(root: Path) -> set[str]:
         return set()
     with sqlite3.connect(p) as c:
         return {m for (m,) in c.execute("SELECT DISTINCT model FROM responses")}
-
-
-# ============================================================================ extraction state
-def extraction_done(conv: Conversation, state: dict[str, Any] | None) -> bool:
-    """Whether a conversation's cached cursor is past its last message (a replay would run no job)."""
-    if not state:
-        return False
-    chat = ChatSession(id=f"locomo:{conv.sample_id}", key=conversation_key(conv), state=dict(state),
-                       messages=locomo_messages(conv))
-    return not chat.delta()
 
 
 def _where() -> dict[str, Any]:
@@ -120,8 +147,18 @@ def _where() -> dict[str, Any]:
     return {"node_id": node, "host": socket.gethostname(), "pid": os.getpid()}
 
 
+def _resolve(x: Any) -> Any:
+    """An argument a task was sent inside its payload: a Ray object reference is fetched (Ray resolves only
+    top-level arguments), anything else is the value."""
+    if type(x).__name__ == "ObjectRef":
+        import ray
+
+        return ray.get(x)
+    return x
+
+
 @contextlib.contextmanager
-def _private_root(cfg: ExperimentConfig, snapshot: dict[str, list[tuple]], unit: str,
+def _private_root(cfg: ExperimentConfig, snapshot: CacheRows, unit: str,
                   hook: UnitHook | None) -> Iterator[tuple[Path, Clients]]:
     """A task's private temp folder, its caches seeded from the driver's snapshot, and its model clients."""
     if hook is not None:
@@ -134,7 +171,7 @@ def _private_root(cfg: ExperimentConfig, snapshot: dict[str, list[tuple]], unit:
 
 
 def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str, Any]] | None,
-                 state: dict[str, Any] | None, index_blob: bytes | None, snapshot: dict[str, list[tuple]],
+                 state: dict[str, Any] | None, index_blob: bytes | None, snapshot: CacheRows,
                  unit: str, hook: UnitHook | None = None, modules: dict[str, list[str]] | None = None
                  ) -> dict[str, Any]:
     """Extract one conversation in a private folder, continuing from the cached rows/state/index given
@@ -152,7 +189,7 @@ def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str,
                 import_rows(svc, key, rows)
                 import_index(svc, key, index_blob)
             if state:
-                svc.save_extraction(conv.sample_id, state, [])
+                extraction_log(svc).save_extraction(conv.sample_id, state, [])
             lines: list[tuple[str, int, dict[str, Any]]] = []
 
             def on_conversation(c: Conversation, wk: Any) -> None:
@@ -163,7 +200,8 @@ def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str,
                 conversations=[conv.sample_id], on_conversation=on_conversation, worker_params=worker_params(cfg),
                 build_cost=build_cost(cfg))
             svc.searcher.ensure_built(key, lambda: svc.list(key))
-            return {"rows": export_rows(svc, key), "state": svc.extraction_state(conv.sample_id), "trace": lines,
+            state = extraction_log(svc).extraction_state(conv.sample_id)
+            return {"rows": export_rows(svc, key), "state": state, "trace": lines,
                     "table": table.reset_index().to_dict("records"),
                     "failures": [{"conversation": conv.sample_id, "reason": r.reason} for r in results
                                  if r.status == "failed"],
@@ -174,13 +212,11 @@ def extract_unit(cfg: ExperimentConfig, conv: Conversation, rows: list[dict[str,
 
 
 def answer_unit(cfg: ExperimentConfig, conv: Conversation, questions: list[Question],
-                rows: list[dict[str, Any]] | None, index_blob: bytes | None, snapshot: dict[str, list[tuple]],
+                rows: list[dict[str, Any]] | None, index_blob: bytes | None, snapshot: CacheRows,
                 unit: str, hook: UnitHook | None = None, errata: Any = None,
                 modules: dict[str, list[str]] | None = None) -> dict[str, Any]:
-    """Answer one conversation's questions (``run.concurrency`` in flight) from the memories given; ``errata`` is
-    loaded by the driver (the file need not exist on the worker)."""
-    import concurrent.futures as cf
-
+    """Answer one conversation's questions (`memlab.run.answering.answer_batch`, as every executor does) from the
+    memories given; ``errata`` is loaded by the driver (the file need not exist on the worker)."""
     t0 = time.perf_counter()
     import_component_modules(modules or {})
     with _private_root(cfg, snapshot, unit, hook) as (root, clients):
@@ -194,14 +230,41 @@ def answer_unit(cfg: ExperimentConfig, conv: Conversation, questions: list[Quest
             import_index(svc, key, index_blob)
             svc.searcher.ensure_built(key, lambda: svc.list(key))
             prepare_queries(svc, [(conv, q) for q in questions], progress=False)  # one batched encoder pass
+        out: list[Records] = []
         try:
-            if cfg.run.concurrency <= 1:
-                out = [answer_one(cfg, answerer, judge, svc, conv, q) for q in questions]
-            else:
-                with cf.ThreadPoolExecutor(max_workers=cfg.run.concurrency) as pool:
-                    out = list(pool.map(lambda q: answer_one(cfg, answerer, judge, svc, conv, q), questions))
+            answer_batch(cfg, answerer, judge, svc, conv, questions, out.append)
         finally:
             if svc is not None:
                 svc.close()
         return {"records": out, "cache": _new_rows(root, snapshot), "models": clients.totals(), "where": _where(),
                 "seconds": time.perf_counter() - t0}
+
+
+@dataclass
+class Task:
+    """What a Ray task is sent: the unit's arguments (large ones as object references) and the driver's shared
+    parts (the cache snapshot, the fault hook, the user modules)."""
+
+    cfg: ExperimentConfig
+    conv: Conversation
+    unit: str
+    rows: Any = None
+    index: Any = None
+    snapshot: Any = None
+    hook: UnitHook | None = None
+    modules: dict[str, list[str]] | None = None
+    state: dict[str, Any] | None = None
+    questions: list[Question] = field(default_factory=list)
+    errata: Any = None
+
+
+def extract_task(t: Task) -> dict[str, Any]:
+    """An extraction unit on a worker."""
+    return extract_unit(t.cfg, t.conv, _resolve(t.rows), t.state, _resolve(t.index), _resolve(t.snapshot), t.unit,
+                        t.hook, t.modules)
+
+
+def answer_task(t: Task) -> dict[str, Any]:
+    """An answering unit on a worker."""
+    return answer_unit(t.cfg, t.conv, t.questions, _resolve(t.rows), _resolve(t.index), _resolve(t.snapshot),
+                       t.unit, t.hook, t.errata, t.modules)

@@ -3,8 +3,8 @@
 1. config + data validated, questions selected (`selection`) — before any folder exists;
 2. components built from the registries, or the user's own (`components`); in the run folder, every
    model endpoint they use checked at once, before any work (`clients.check_endpoints`);
-3. extraction into the cached store, traces, warm indexes (`extraction`);
-4. answering with the resume log (`answering`);
+3. and 4. the stage engine (`engine`): extraction into the cached store, traces, warm indexes (`extraction`),
+   answering with the resume log (`answering`), each a batch of units mapped by the executor (`executors`);
 5. scoring and the summary (`results`), and ``run.json`` (status, counts, timings, provenance).
 
 Results under ``results/<run_id>/``: ``config.yaml`` (as run), ``environment.json``, ``predictions.jsonl``
@@ -27,18 +27,12 @@ from memlab.index.embedders import Embedder
 from memlab.llm.cancel import allow_calls, cancel_calls
 from memlab.llm.spend import SpendCapReached, capped
 from memlab.memory.search_types import Searcher
-from memlab.run.answering import (
-    StopFlag,
-    Terminated,
-    answer_all,
-    answer_workers,
-    load_done,
-    remembered_interrupts,
-)
+from memlab.run.answering import StopFlag, Terminated, remembered_interrupts
 from memlab.run.clients import Clients, check_endpoints
 from memlab.run.components import component_label
 from memlab.run.config import ConfigError, ExperimentConfig, parse_sets
-from memlab.run.extraction import run_extraction
+from memlab.run.engine import Engine
+from memlab.run.executors import Local
 from memlab.run.results import Run, RunFileError, load_run, read_config, read_run_json
 from memlab.run.reuse import copy_as, renamed_twin, reusable_run
 from memlab.run.spend import SPEND_KEYS, record_stop, spend_cap, spend_overrides
@@ -57,9 +51,9 @@ from memlab.run.steps import (  # noqa: F401 - RunStorageError, is_storage_error
     storage_message,
     write_run_json,
 )
-from memlab.run.streaming import run_streamed, streams
 from memlab.run.systems import build_system, run_system
 from memlab.run.trust import check_trust
+from memlab.run.units import Cell
 from memlab.rundir import RunLock, open_run_dir, results_root
 from memlab.systems import MemorySystem
 from memlab.threads import peak_rss_mb, set_threads
@@ -104,7 +98,8 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
                    overrides: dict[str, Any] | list[str] | None = None, force_config: bool = False,
                    trust_run_config: bool = False, extractor: Extractor | None = None,
                    answerer: Answerer | None = None, system: MemorySystem | None = None, judge: Judge | None = None,
-                   searcher: Searcher | None = None, embedder: Embedder | None = None, reuse: bool = False) -> Run:
+                   searcher: Searcher | None = None, embedder: Embedder | None = None, reuse: bool = False,
+                   executor: str | None = None) -> Run:
     """Run one experiment (a config without a grid) and return its `Run`.
 
     ``resume`` finishes a killed or errored run (its errored questions are answered again) while holding the
@@ -117,6 +112,7 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
     SIGTERM stop the run as ``interrupted``; a storage error (disk full, read-only folder) marks it ``failed``
     and is raised as `RunStorageError` naming the path. ``reuse`` returns the newest complete run of the same
     config, data and code under the results root instead of running it again (`memlab.run.reuse`), and says so.
+    ``executor`` (default ``run.executor``) is where it runs: ``ray`` hands it to `memlab.run.ray_executor`.
     """
     t_start = time.perf_counter()
     allow_calls()  # an interrupted run earlier in this process cancelled model calls; this one may call
@@ -128,6 +124,11 @@ def run_experiment(config: ExperimentConfig | str | Path | None = None, results:
         raise ConfigError("run_experiment: reuse=True with your own component objects (extractor, answerer, "
                           "system, judge, searcher, embedder): a run "
                           "folder cannot tell whether it used the same objects; drop reuse or the objects")
+    kind = executor or cfg.run.executor
+    if kind != "local":  # honoured, not ignored: that executor's driver runs it (after the config's checks)
+        cfg.with_overrides({"run.executor": kind})
+        return _on_executor(cfg, results, resume, progress, overrides, force_config, trust_run_config, reuse,
+                            extractor, answerer, system, judge, searcher, embedder)
     with contextlib.ExitStack() as held:
         if resume is not None:  # before any work: a second resume of this folder stops here
             held.enter_context(RunLock(resume))
@@ -184,69 +185,39 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
     info = open_info(p, run_dir, comps, {"kind": "local"})
     info["threads"] = threads
     stop.on_signal(interrupted_on_signal(run_dir, info, resume_cmd))
-    peak: dict[str, float] = {}  # the process's peak RSS (MB) after each stage
-    svc = None
+    cell = Cell(0, p, comps, run_dir, info, clients, timings)
+    peak = cell.peak  # the process's peak RSS (MB) after each stage
+    ex = Local(cfg.run.threads)
+    engine = Engine([cell], ex, cache_root, stop, progress)
     try:
         write_run_json(run_dir, {**info, "timings": timings})
         if cfg.run.check_endpoint:  # every model endpoint this run calls, at once, before any work
             check_endpoints(cfg, clients, clients.roles_in_use(comps.answerer))
-        # -- 3. extraction
-        ext_info: dict[str, Any] = {}
-        streamed: int | None = None  # questions a streamed run answered with its extraction
-        if comps.answerer.needs_memory and comps.on_system:
+        if comps.answerer.needs_memory and comps.on_system:  # a memory system ingests; the engine answers
             if system is None:
                 system = build_system(cfg, clients, run_dir)
             out = run_system(cfg, p.convs, system, run_dir)
-            svc, info["system"] = out.service, out.info
+            cell.service, info["system"] = out.service, out.info
             info["components"]["system"] = component_label(system)
             timings.update(out.timings)
             peak["extraction"] = peak_rss_mb()  # the system's ingest
-        elif comps.answerer.needs_memory and streams(p.data):  # one key's haystack in memory at a time
-            assert comps.extractor is not None and comps.extractor_id is not None
-            done = load_done(run_dir)
-            done_ids = {r.qid for r in done}
-            todo = [(c, q) for c, q in p.picks if q.qid not in done_ids]
-            out, streamed = run_streamed(cfg, p.data, p.convs, todo, comps.extractor, comps.extractor_id,
-                                         comps.answerer, comps.judge, clients, cache_root, run_dir, p.dataset_sha,
-                                         stop, progress, searcher=comps.searcher, embedder=comps.embedder)
-            svc, ext_info = out.service, out.info
-            timings.update(out.timings)
-            peak.update(out.peak_rss_mb)
-        elif comps.answerer.needs_memory:
-            assert comps.extractor is not None and comps.extractor_id is not None
-            out = run_extraction(cfg, p.data, p.convs, comps.extractor, clients, cache_root, run_dir, p.dataset_sha,
-                                 extractor_id=comps.extractor_id, searcher=comps.searcher, embedder=comps.embedder)
-            svc, ext_info = out.service, out.info
-            timings.update(out.timings)
-            peak.update(out.peak_rss_mb)
-            info["executor"]["index_threads"] = out.index_threads
+        # -- 3. and 4. extraction, indexes, answering: the stage engine
+        try:
+            engine.run()
+        finally:
+            info["executor"]["answer_processes"] = ex.processes
+            if ex.processes > 1:  # each forked process's own (pages shared with this one count in both)
+                peak["answer_processes"] = peak_rss_mb(children=True)
+        ext_info = info.get("extraction") or {}
         if ext_info.get("ops_failed"):
             print(f"memlab: {ext_info['ops_failed']} extraction op(s) failed to write (see "
                   f"{run_dir / 'traces' / 'extraction.jsonl'})")
-        info["extraction"] = ext_info
-        stop.stop()  # a signal swallowed during extraction still stops the run here
-        # -- 4. answering
-        if streamed is not None:  # answered key by key above
-            answered = streamed
-        else:
-            done = load_done(run_dir)
-            done_ids = {r.qid for r in done}
-            todo = [(c, q) for c, q in p.picks if q.qid not in done_ids]
-            workers = answer_workers(cfg, clients, comps.answerer, svc, len(todo))
-            info["executor"]["answer_processes"] = workers
-            t0 = time.perf_counter()
-            try:
-                answered = answer_all(cfg, comps.answerer, comps.judge, svc, todo, run_dir, progress=progress,
-                                      stop=stop, workers=workers)
-            finally:
-                timings["answering_s"] = time.perf_counter() - t0
-                peak["answering"] = peak_rss_mb()
-                if workers > 1:  # each forked process's own (pages shared with this one count in both)
-                    peak["answer_processes"] = peak_rss_mb(children=True)
+        engine.raise_failed()
+        stop.stop()  # a signal swallowed by a component still stops the run here
         if cap.reason is not None:  # a refused request whose stop a component swallowed: still not complete
             raise SpendCapReached(cap.reason)
         # -- 5. scoring
-        run = finish_run(p, run_dir, comps.answerer, info, timings, len(done), answered, clients.totals(),
+        run = finish_run(p, run_dir, comps.answerer, info, timings, cell.done, cell.answered, clients.totals(),
                          on_system=comps.on_system)
         peak["scoring"] = peak_rss_mb()
         return run
@@ -271,13 +242,32 @@ def _run(cfg: ExperimentConfig, prev: dict[str, Any], results: str | Path | None
             close_session(run_dir, info, timings, integrity_mark,  # per session: plan vs actual sums them
                           {"peak_rss_mb": peak, "models_by_role": clients.totals()["by_role"]})
         finally:
-            if svc is not None:
-                svc.close()
+            engine.close()
+            if cell.service is not None:
+                cell.service.close()
+
+
+def _on_executor(cfg: ExperimentConfig, results: str | Path | None, resume: str | Path | None, progress: bool,
+                 overrides: dict[str, Any] | list[str] | None, force_config: bool, trust_run_config: bool,
+                 reuse: bool, *objects: Any) -> Run:
+    """`run_experiment` of a config whose ``run.executor`` is not ``local``: run there, or refuse what it cannot do."""
+    from memlab.run.ray_executor import run_grid_ray
+
+    if reuse or any(o is not None for o in objects):
+        raise ConfigError("run_experiment: the ray executor runs the configured components only "
+                          "(no reuse=True, no extractor/answerer/system/judge/searcher/embedder objects: they "
+                          "would not reach its workers); run it with executor='local' to use them")
+    if resume is not None:
+        return run_grid_ray(resume=resume, progress=progress, overrides=overrides, force_config=force_config,
+                            trust_run_config=trust_run_config)[0]
+    return run_grid_ray(cfg, results=results, progress=progress)[0]
 
 
 def run_ablation(config: ExperimentConfig | str | Path, results: str | Path | None = None,
                  progress: bool = True, *, reuse: bool = False) -> list[Run]:
     """Every run of an ablation grid, in order (each its own folder, sharing the caches; ``reuse`` as in
-    `run_experiment`, per grid point)."""
-    cfg = ExperimentConfig.of(config, caller="run_ablation")
-    return [run_experiment(c, results=results, progress=progress, reuse=reuse) for c in cfg.expand()]
+    `run_experiment`, per grid point), on the config's ``run.executor`` (`memlab.run.executors.run_grid`)."""
+    from memlab.run.executors import run_grid
+
+    return run_grid(ExperimentConfig.of(config, caller="run_ablation"), results=results, progress=progress,
+                    reuse=reuse)

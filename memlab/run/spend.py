@@ -15,11 +15,11 @@ from typing import Any
 
 from memlab.llm.spend import SpendCap
 from memlab.run.config import ConfigError, ExperimentConfig
+from memlab.run.config_models import ROLES
 from memlab.run.records import RunStatus
 
 #: The config keys a resume may change without ``--force-config`` (they decide no result, only when it stops).
 SPEND_KEYS = ("run.max_calls", "run.max_usd")
-ROLE_MODELS = ("extractor", "reader", "judge", "embedder")
 
 
 def priced_models(cfg: ExperimentConfig) -> list[tuple[str, str, str | None]]:
@@ -27,7 +27,7 @@ def priced_models(cfg: ExperimentConfig) -> list[tuple[str, str, str | None]]:
     from memlab.run.clients import role_model
 
     out = []
-    for role in ROLE_MODELS:
+    for role in ROLES:
         model = role_model(cfg, role)
         if model and (role == "embedder" or cfg.role_in_use(role)):
             out.append((role, model, cfg.models.resolve(role)["api_base"]))
@@ -67,7 +67,7 @@ def counted_spend(cfg: ExperimentConfig, prev: dict[str, Any], models: dict[str,
     before = prev.get("spend") or {}
     usd: float | None = float(before.get("usd") or 0.0) if before.get("usd", 0.0) is not None else None
     for role, r in (models.get("by_role") or {}).items():
-        price = table.price(r.get("model"), cfg.models.resolve(role)["api_base"] if role in ROLE_MODELS else None)
+        price = table.price(r.get("model"), cfg.models.resolve(role)["api_base"] if role in ROLES else None)
         cost = None if price.source.startswith("unknown") else price.cost(
             r.get("prompt_tokens", 0), r.get("completion_tokens", 0), r.get("cached_tokens", 0))
         usd = None if usd is None or cost is None else usd + cost
