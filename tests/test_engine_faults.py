@@ -4,7 +4,8 @@ in run.json, the same errors counted, and nothing partial cached.
 
 Executors: ``local`` (``run.threads: 1``: every unit here), ``forked`` (``run.threads: 2``: answering that calls no
 model goes to two forked processes; a unit that calls a model runs here, by design: `memlab.run.forked`), ``ray``
-(one in-process Ray instance for the module). Faults come from the scripted server (`memlab.testing`).
+(`check_cell` run by tests/test_ray_executor.py on that module's Ray instance, so the suite starts Ray once per
+file that needs it, not twice). Faults come from the scripted server (`memlab.testing`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from tests.conftest import synthetic_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 EXECUTORS = ("local", "forked", "ray")
+#: The columns this module runs; the ``ray`` column is tests/test_ray_executor.py's.
+HERE = ("local", "forked")
 FAULTS = ("unreachable", "failed-extraction", "malformed-reply", "sigterm")
 
 #: Each fault's outcome, the same under every executor: what is raised, run.json's status and errors, the questions
@@ -37,25 +40,6 @@ EXPECTED = {
     "malformed-reply": {"raised": None, "status": "complete-with-errors", "errors": 7, "logged": 7, "cached": 0},
     "sigterm": {"raised": "Terminated", "status": "interrupted", "errors": 0, "logged": "some", "cached": 0},
 }
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'memlab[ray]' for the Ray executor")
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), old]))  # the workers import tests.*
-    os.environ.setdefault("RAY_worker_register_timeout_seconds", "300")
-    os.environ.setdefault("RAY_agent_register_timeout_ms", "300000")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
-    # ray.init makes SIGTERM a SystemExit in this process; a run started by memlab keeps its own handler
-    # (`memlab.run.ray_cluster.connect`), and the local runs of this module must find the default one to take over
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    yield ray
-    ray.shutdown()
-    if old is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = old
 
 
 @pytest.fixture(scope="module")
@@ -140,9 +124,14 @@ def _fault(fault: str, executor: str, data_path: Path, root: Path, monkeypatch) 
         return _run(_config(data_path, executor, **over), root, executor)
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("executor", HERE)
 @pytest.mark.parametrize("fault", FAULTS)
-def test_a_fault_ends_the_same_way_under_every_executor(fault, executor, ray_local, data_path, tmp_path, monkeypatch):
+def test_a_fault_ends_the_same_way_under_every_executor(fault, executor, data_path, tmp_path, monkeypatch):
+    check_cell(fault, executor, data_path, tmp_path, monkeypatch)
+
+
+def check_cell(fault: str, executor: str, data_path: Path, tmp_path: Path, monkeypatch) -> None:
+    """One cell of the matrix: ``fault`` under ``executor`` ends as `EXPECTED` says (and a SIGTERM'd run resumes)."""
     if executor == "forked":  # units of two questions, so that seven fork (24 a unit otherwise)
         monkeypatch.setattr("memlab.run.answering.ANSWER_CHUNK", 2)
     raised = _fault(fault, executor, data_path, tmp_path, monkeypatch)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +17,7 @@ import pytest
 from memlab.run import ExperimentConfig
 from memlab.run.executors import run_grid
 from memlab.testing import ScriptedServer
+from tests import test_engine_faults as engine_matrix
 from tests.conftest import synthetic_samples
 from tests.scripted_model import responder
 
@@ -303,3 +305,15 @@ def test_tasks_are_submitted_in_a_window():
         got.append((ref, i))
         assert len(submitted) <= len(got) + 3
     assert got == [(f"ref{i}", i) for i in range(7)] and submitted == list(range(7)) and most == 3
+
+
+@pytest.mark.parametrize("fault", engine_matrix.FAULTS)
+def test_a_fault_ends_on_ray_as_it_does_locally_and_forked(fault, ray_local, data_path, tmp_path, monkeypatch):
+    """The Ray column of the fault x executor matrix (tests/test_engine_faults.py: the same `EXPECTED` outcome),
+    on this module's Ray instance."""
+    # ray.init made SIGTERM a SystemExit in this process; a run takes the signal over from the default handler
+    old = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        engine_matrix.check_cell(fault, "ray", data_path, tmp_path, monkeypatch)
+    finally:
+        signal.signal(signal.SIGTERM, old)
