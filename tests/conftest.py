@@ -40,21 +40,11 @@ def locomo_path() -> Path:
     return p
 
 
-#: The longest files of the suite (each 70-140 s on 2 cores), in the order ``make test`` starts them: pytest-xdist's
-#: ``--dist loadfile`` hands files to free workers in collection order, so starting the longest first keeps one of
-#: them from beginning last and running alone (longest-first scheduling; measured with ``--durations=0``).
-LONGEST_FIRST = ("test_ray_executor.py", "test_notebooks.py", "test_faults_run.py", "test_real_model.py",
-                 "test_report_html.py", "test_run.py", "test_model_faults.py", "test_systems.py")
-
-
 def pytest_collection_modifyitems(items):
-    """A test over the full LoCoMo file is ``slow`` (``-m "not slow"`` skips them; ``make test`` runs all); the
-    `LONGEST_FIRST` files come first (a stable sort: each file's own order is kept)."""
+    """A test over the full LoCoMo file is ``slow`` (``-m "not slow"`` skips them; ``make test`` runs all)."""
     for item in items:
         if {"locomo", "locomo_path", "warm_results"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 #: The extraction configs the conv-26 tests and notebooks run (the offline demo's, plain turns, observations).
