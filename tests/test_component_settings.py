@@ -186,14 +186,14 @@ def test_model_embedder_spelling_is_read_in_one_place():
     assert embedder_model("litellm", {"model": "m"}) == "m" and embedder_model("tfidf-lsa") is None
     cfg = ExperimentConfig.from_dict({"index": {"embedder": {"name": "litellm", "params": {"model": "e"}}}})
     assert role_model(cfg, "embedder") == "e" and cfg.role_in_use("embedder")
-    assert role_model(ExperimentConfig.from_dict({"index": {"embedder": "litellm:e"}}), "embedder") == "e"
+    assert role_model(ExperimentConfig.from_dict({"index": {"embedder": {"name": "litellm:e"}}}), "embedder") == "e"
     with pytest.raises(ConfigError, match=r"index.embedder.name = 'litellm'; .*needs the setting\(s\) model"):
-        ExperimentConfig.from_dict({"index": {"embedder": "litellm"}})
+        ExperimentConfig.from_dict({"index": {"embedder": {"name": "litellm"}}})
     with pytest.raises(ConfigError, match="give it once"):
         ExperimentConfig.from_dict({"index": {"embedder": {"name": "litellm:e", "params": {"model": "f"}}}})
     with pytest.raises(ConfigError, match=r"index.embedder.name = 'minilm:x'; allowed: tfidf-lsa, minilm, "
                                           r"litellm:<model>"):
-        ExperimentConfig.from_dict({"index": {"embedder": "minilm:x"}})
+        ExperimentConfig.from_dict({"index": {"embedder": {"name": "minilm:x"}}})
     emb = make_embedder("example-hashing", dim=16)
     assert emb.embed(["a cat sat"]).shape == (1, 16) and emb.embedder_id == "example-hashing(16)"
 

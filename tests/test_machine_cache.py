@@ -48,7 +48,7 @@ def test_the_folder_is_the_setting_then_the_variable_then_xdg_then_home(tmp_path
 def embedder_run(path: Path, api_base: str, **run: object) -> ExperimentConfig:
     return ExperimentConfig.from_dict({
         "name": "emb", "dataset": {"path": str(path)}, "extraction": {"name": "turns"},
-        "index": {"embedder": "litellm:openai/embed"}, "models": {"embedder": {"api_base": api_base}},
+        "index": {"embedder": {"name": "litellm:openai/embed"}}, "models": {"embedder": {"api_base": api_base}},
         "run": {"check_endpoint": False, **run}})
 
 
@@ -73,7 +73,7 @@ def test_a_second_results_root_makes_no_embedding_call(synthetic_path, tmp_path,
 
 def hashing_run(path: Path) -> ExperimentConfig:
     return ExperimentConfig.from_dict({"name": "h", "dataset": {"path": str(path)},
-                                       "extraction": {"name": "turns"}, "index": {"embedder": "example-hashing"}})
+                                       "extraction": {"name": "turns"}, "index": {"embedder": {"name": "example-hashing"}}})
 
 
 def test_a_pretrained_embedder_encodes_nothing_twice_across_roots(synthetic_path, tmp_path, cache, monkeypatch):
@@ -191,7 +191,7 @@ def test_a_second_root_encodes_no_splade_vector(synthetic_path, tmp_path, cache,
                         or real(texts, dtype))
     cfg = ExperimentConfig.from_dict({"name": "s", "dataset": {"path": str(synthetic_path)},
                                       "extraction": {"name": "turns"},
-                                      "index": {"embedder": "example-hashing", "keyword": "bm25", "sparse": "splade"}})
+                                      "index": {"embedder": {"name": "example-hashing"}, "keyword": {"name": "bm25"}, "sparse": {"name": "splade"}}})
     keyword_splade.clear_cache()
     a = run_experiment(cfg, results=tmp_path / "a", progress=False)
     assert sum(encoded) > 0 and (cache / "sparse-vectors.sqlite").is_file()

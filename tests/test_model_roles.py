@@ -117,7 +117,7 @@ def every_role(path, base: str, **over) -> ExperimentConfig:
         "name": "roles", "dataset": {"path": str(path)},
         "extraction": {"name": "llm", "model": "gpt-4o-mini"},
         "answer": {"name": "original", "model": "gpt-4o-mini"},
-        "index": {"embedder": "litellm:text-embedding-3-small"}, "judge": {"model": "gpt-4o-mini"},
+        "index": {"embedder": {"name": "litellm:text-embedding-3-small"}}, "judge": {"model": "gpt-4o-mini"},
         "models": {"api_base": base}})
     return c.with_overrides(over) if over else c
 

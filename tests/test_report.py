@@ -249,7 +249,7 @@ def test_printed_tables_leave_out_what_an_offline_run_does_not_have(synthetic_pa
     from memlab.cli import main
 
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"name: offline\ndataset: {{path: {synthetic_path}}}\nextraction: {{extractor: turns}}\n")
+    cfg.write_text(f"name: offline\ndataset: {{path: {synthetic_path}}}\nextraction: {{name: turns}}\n")
     assert main(["run", str(cfg), "--results", str(tmp_path / "r")]) == 0
     header = set(next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("label")).split())
     assert {"context_tokens_qa", "embedding_tokens_qa"} <= header

@@ -42,7 +42,7 @@ def test_shipped_configs_round_trip():
     [
         ({"retrieval": {"top_kk": 3}}, "unknown key(s) retrieval.top_kk; allowed under retrieval: top_k"),
         ({"answer": {"name": "oracle"}}, "answer.name = 'oracle'; allowed: extractive, long-context"),
-        ({"index": {"embedder": "word2vec"}}, "index.embedder.name = 'word2vec'; allowed: tfidf-lsa, minilm"),
+        ({"index": {"embedder": {"name": "word2vec"}}}, "index.embedder.name = 'word2vec'; allowed: tfidf-lsa, minilm"),
         ({"retrieval": {"top_k": 0}}, "retrieval.top_k = 0; expected an integer >= 1"),
         ({"retrieval": {"hybrid": "yes"}}, "retrieval.hybrid = 'yes'; expected true or false"),
         ({"answer": {"name": "original"}}, "answer.model is required"),
@@ -196,7 +196,7 @@ def test_llm_extraction_arm_end_to_end(extractor, synthetic_path, tmp_path):
     data = load_locomo(synthetic_path)
     turns = {c.sample_id: {t.dia_id for t in c.turns} for c in data}
     keep_turns = extractor == "turns+llm"  # then observation-aware: the extracted memories index their turns
-    extra = {"index.append_citing": True, "retrieval.unit": "turn"} if keep_turns else {}
+    extra = {"index.params.append_citing": True, "retrieval.unit": "turn"} if keep_turns else {}
     with ScriptedServer(responder=responder) as srv:  # it proposes one add per message in the delta
         cfg = model_cfg(synthetic_path, srv, "original", **{"extraction.name": extractor,
                                                             "extraction.model": "openai/scripted-extractor",

@@ -53,7 +53,7 @@ def test_shipped_config_round_trips_and_runs_offline(synthetic_path, tmp_path):
     cfg = ExperimentConfig.from_yaml("session-recall")
     assert ExperimentConfig.from_dict(yaml.safe_load(cfg.to_yaml())) == cfg
     assert cfg.answer.name == "session-recall" and cfg.answer.model is None
-    cfg = cfg.with_overrides({"dataset.path": str(synthetic_path), "answer.recall_max": 1})
+    cfg = cfg.with_overrides({"dataset.path": str(synthetic_path), "answer.params.max_units": 1})
     run = run_experiment(cfg, results=tmp_path, progress=False)
     p = run.predictions.set_index("qid")
     assert run.info["extraction"] == {}  # no extracted store: it reads the raw turns
@@ -68,7 +68,7 @@ def test_shipped_config_round_trips_and_runs_offline(synthetic_path, tmp_path):
 
 def _model_cfg(path, srv, **over):
     base = {"name": "sr", "dataset": {"path": str(path)},
-            "answer": {"name": "session-recall", "model": "openai/scripted-reader", "recall_max": 1},
+            "answer": {"name": "session-recall", "model": "openai/scripted-reader", "params": {"max_units": 1}},
             "models": {"api_base": srv.api_base, "max_retries": 0}}
     return ExperimentConfig.from_dict(base).with_overrides(over)
 
@@ -99,7 +99,7 @@ def test_model_path_prompt_carries_the_loaded_session_and_usage_is_accounted(syn
 def test_model_path_window_unit(synthetic_path, tmp_path):
     with ScriptedServer(default=Reply(text="Rex")) as srv:
         cfg = _model_cfg(synthetic_path, srv, **{"dataset.conversations": ["syn-1"], "dataset.categories": [4],
-                                                 "answer.recall_unit": "window", "answer.recall_window": 0})
+                                                 "answer.params.unit": "window", "answer.params.window": 0})
         run = run_experiment(cfg, results=tmp_path, progress=False)
         system = srv.requests[0]["messages"][0]["content"]
         retr = [json.loads(x) for x in open(run.run_dir / "traces" / "retrieval.jsonl")][0]

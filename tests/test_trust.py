@@ -107,11 +107,11 @@ def test_a_new_components_declared_endpoint_is_covered_without_a_list(synthetic_
 
 
 @pytest.mark.parametrize("over", [
-    {"index.embedder.name": "litellm:text-embedding-3-small", "index.embedder_params": {"api_key": "sk-literal-1234"}},
+    {"index.embedder.name": "litellm:text-embedding-3-small", "index.embedder.params": {"api_key": "sk-literal-1234"}},
     {"extraction.name": "llm", "extraction.model": "openai/m",
      "extraction.params": {"api_key": "sk-literal-1234"}},
     {"system.name": "mem0", "system.params": {"api_key": "sk-literal-1234"}},
-    {"index.keyword": "trust-probe-scorer", "index.keyword_params": {"token": "sk-literal-1234"}},
+    {"index.keyword.name": "trust-probe-scorer", "index.keyword.params": {"token": "sk-literal-1234"}},
 ], ids=["embedder", "extractor", "system", "a-new-components-token"])
 def test_a_key_is_refused_as_a_config_value_and_never_shown(over, synthetic_path, tmp_path, capsys):
     with pytest.raises(ConfigError) as e:
