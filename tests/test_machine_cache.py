@@ -73,7 +73,8 @@ def test_a_second_results_root_makes_no_embedding_call(synthetic_path, tmp_path,
 
 def hashing_run(path: Path) -> ExperimentConfig:
     return ExperimentConfig.from_dict({"name": "h", "dataset": {"path": str(path)},
-                                       "extraction": {"name": "turns"}, "index": {"embedder": {"name": "example-hashing"}}})
+                                       "extraction": {"name": "turns"},
+                                       "index": {"embedder": {"name": "example-hashing"}}})
 
 
 def test_a_pretrained_embedder_encodes_nothing_twice_across_roots(synthetic_path, tmp_path, cache, monkeypatch):
@@ -191,7 +192,8 @@ def test_a_second_root_encodes_no_splade_vector(synthetic_path, tmp_path, cache,
                         or real(texts, dtype))
     cfg = ExperimentConfig.from_dict({"name": "s", "dataset": {"path": str(synthetic_path)},
                                       "extraction": {"name": "turns"},
-                                      "index": {"embedder": {"name": "example-hashing"}, "keyword": {"name": "bm25"}, "sparse": {"name": "splade"}}})
+                                      "index": {"embedder": {"name": "example-hashing"}, "keyword": {"name": "bm25"},
+                                                "sparse": {"name": "splade"}}})
     keyword_splade.clear_cache()
     a = run_experiment(cfg, results=tmp_path / "a", progress=False)
     assert sum(encoded) > 0 and (cache / "sparse-vectors.sqlite").is_file()
