@@ -151,6 +151,14 @@ def synthetic_samples() -> list[dict]:
     return [conv1, conv2]
 
 
+@pytest.fixture(scope="module")
+def data_path(tmp_path_factory) -> Path:
+    """`synthetic_samples` written once per module: for modules whose runs share one Ray instance or cache."""
+    p = tmp_path_factory.mktemp("data") / "synthetic_locomo.json"
+    p.write_text(json.dumps(synthetic_samples()), encoding="utf-8")
+    return p
+
+
 @pytest.fixture
 def synthetic_path(tmp_path) -> Path:
     p = tmp_path / "synthetic_locomo.json"

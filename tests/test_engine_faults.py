@@ -23,7 +23,6 @@ from memlab.run.answering import RecordLog
 from memlab.run.executors import run_grid
 from memlab.testing import Reply, ScriptedServer, closed_port_api_base
 from memlab.testing.models import scripted_model
-from tests.conftest import synthetic_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 EXECUTORS = ("local", "forked", "ray")
@@ -40,13 +39,6 @@ EXPECTED = {
     "malformed-reply": {"raised": None, "status": "complete-with-errors", "errors": 7, "logged": 7, "cached": 0},
     "sigterm": {"raised": "Terminated", "status": "interrupted", "errors": 0, "logged": "some", "cached": 0},
 }
-
-
-@pytest.fixture(scope="module")
-def data_path(tmp_path_factory) -> Path:
-    p = tmp_path_factory.mktemp("data") / "synthetic_locomo.json"
-    p.write_text(json.dumps(synthetic_samples()), encoding="utf-8")
-    return p
 
 
 def _config(data_path: Path, executor: str, **over) -> ExperimentConfig:

@@ -18,7 +18,6 @@ from memlab.run import ExperimentConfig
 from memlab.run.executors import run_grid
 from memlab.testing import ScriptedServer
 from tests import test_engine_faults as engine_matrix
-from tests.conftest import synthetic_samples
 from tests.scripted_model import responder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,13 +40,6 @@ def ray_local():
         os.environ.pop("PYTHONPATH", None)
     else:
         os.environ["PYTHONPATH"] = old
-
-
-@pytest.fixture(scope="module")
-def data_path(tmp_path_factory) -> Path:
-    p = tmp_path_factory.mktemp("data") / "synthetic_locomo.json"
-    p.write_text(json.dumps(synthetic_samples()), encoding="utf-8")
-    return p
 
 
 def offline_grid(path: Path) -> ExperimentConfig:
