@@ -25,6 +25,7 @@ a cold run. `run.json` keeps the plan (``plan``) beside what the run used (``mod
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from statistics import mean
 from typing import Any
@@ -33,8 +34,8 @@ from memlab.data import Conversation, Question
 from memlab.llm import ModelClient, ModelError, count_tokens, is_local, prompt_tokens_estimate
 from memlab.run.config import ExperimentConfig
 
-#: The prompt and reply sizes of the throughput probe (tokens, about).
-PROBE_PROMPT_WORDS = 400
+#: The prompt and reply sizes of the throughput probe (words and tokens: about 600 prompt tokens).
+PROBE_PROMPT_WORDS = 200
 PROBE_REPLY_TOKENS = 48
 
 
@@ -189,7 +190,9 @@ def _judging(cfg: ExperimentConfig, picks: list[tuple[Conversation, Question]], 
 
 def probe_throughput(client: ModelClient) -> tuple[float, float]:
     """(prompt tokens/s, generated tokens/s) of a local endpoint, from two small requests (not cached; each is
-    cut at its max_tokens on purpose, and what it computed is what is measured)."""
+    cut at its max_tokens on purpose, and what it computed is what is measured). Each prompt starts with a nonce: a
+    server that keeps a prompt's KV cache (llama.cpp does) would otherwise serve a second probe's prompt from it and
+    report a prefill rate a hundred times the real one."""
     probe = ModelClient(client.model, api_base=client.api_base, api_key=client.api_key, timeout=client.timeout,
                         max_retries=0, temperature=0.0)
 
@@ -204,10 +207,11 @@ def probe_throughput(client: ModelClient) -> tuple[float, float]:
             usage = e.partial.usage
         return usage, max(time.perf_counter() - t0, 1e-3)
 
-    text = "Read this and reply with one word. " + " ".join(f"word{i}" for i in range(PROBE_PROMPT_WORDS))
+    nonce = f"{uuid.uuid4().hex[:12]}:"  # differs from its first character on (a shared prefix is cached)
+    text = f"{nonce} Read this and reply with one word. " + " ".join(f"word{i}" for i in range(PROBE_PROMPT_WORDS))
     usage, took = measured(text, 1)
     prefill = usage.prompt_tokens / took
-    usage, took = measured("Count from one to one hundred in words.", PROBE_REPLY_TOKENS)
+    usage, took = measured(f"{nonce} Count from one to one hundred in words.", PROBE_REPLY_TOKENS)
     return prefill, usage.completion_tokens / took
 
 
