@@ -278,6 +278,7 @@ def learned_main(args: argparse.Namespace) -> None:
 
     rl.RELATIVE, rl.DEDUPE, rl.CAT5_FLOOR = args.relative_target, args.dedupe, args.cat5_floor
     rl.SENTENCE_TARGET, rl.KS_PER_QUESTION = args.sentence_target, args.ks_per_question
+    rl.SEMANTIC, rl.ORIG = not args.no_semantic, not args.no_orig
     config, over = rl.FAMILY_CAPTURE[args.learned]
     over = {**over, **dict(kv.split("=", 1) for kv in args.override)}
     over = {k: {"true": True, "false": False}.get(v, v) if isinstance(v, str) else v for k, v in over.items()}
@@ -286,8 +287,8 @@ def learned_main(args: argparse.Namespace) -> None:
     store = capture(ks, Path(args.cache), over or None, config=config)
     tag = "-".join(f"{k}={v}" for k, v in sorted(over.items())).replace("/", "_")
     # keyed by the reading code too: a changed reader never reuses candidates read by an older one
-    src = hashlib.sha256(b"".join((Path(rl.__file__).parents[1] / "memlab" / "answer" / f).read_bytes() for f in
-                                  ("extractive.py", "learned.py", "reading_features.py"))).hexdigest()[:10]
+    src = hashlib.sha256(b"".join((Path(rl.__file__).parents[1] / "memlab" / "answer" / f).read_bytes() for f in (
+        "extractive.py", "learned.py", "reading_features.py", "semantic.py"))).hexdigest()[:10]
     read_cache = Path(args.cache) / f"read-{config}-k{'-'.join(map(str, ks))}{'-' + tag if tag else ''}-{src}.pkl"
     if read_cache.is_file():  # the candidates of these contexts, read by this reader before
         with open(read_cache, "rb") as f:
@@ -350,6 +351,8 @@ def main() -> None:
     ap.add_argument("--ks-per-question", type=int, default=rl_default("KS_PER_QUESTION"),
                     help="with --learned: how many of a question's k's the forests are fit on (CPU: the rows)")
     ap.add_argument("--dedupe", action="store_true", help="with --learned: composition skips repeated words")
+    ap.add_argument("--no-semantic", action="store_true", help="with --learned: fit without the minilm features")
+    ap.add_argument("--no-orig", action="store_true", help="with --learned: no windows of the sentence's own words")
     ap.add_argument("--cat5-floor", type=float, default=0.62,
                     help="with --learned: the category-5 F1 the abstain threshold keeps on the training questions")
     ap.add_argument("--from-held-out", default=None,

@@ -33,6 +33,7 @@ from memlab.answer.learned import (
     span_rows,
 )
 from memlab.answer.reading_features import FEATURE_NAMES, QTYPE_NAMES
+from memlab.answer.semantic import SEMANTIC_FEATURES, shared
 from memlab.eval.ceiling import gold_parts
 from memlab.eval.scoring import score_answer, stemmed_tokens
 
@@ -57,8 +58,11 @@ DEDUPE = False
 #: it should rank a sentence by the answer it *holds*) or ``f1`` (the F1 of all its novel words, the first fit's
 #: target, which favours short sentences). ``fit_reader.py --sentence-target``.
 SENTENCE_TARGET = "ceiling"
-#: Permutation importances are measured on every n-th group (the forest walks every row once per feature).
-IMPORTANCE_EVERY = 4
+#: The sentence forest may read `SEMANTIC_FEATURES` (minilm question-sentence similarity); off: those columns are
+#: left out of both forests' fits (``fit_reader.py --no-semantic``: the fit before them, for a paired comparison).
+SEMANTIC = True
+#: The span forest also scores windows of the sentence's own words (``kind_orig``; ``fit_reader.py --no-orig``).
+ORIG = True
 
 
 @dataclass
@@ -74,15 +78,18 @@ class Group:
 
 
 def read_groups(store: list[dict[str, Any]], ks: list[int], reader: ExtractiveAnswerer) -> list[Group]:
+    """Every (question, k) group read, its sentence rows with `SEMANTIC_FEATURES` (all texts embedded first, in
+    large batches, through the machine cache)."""
+    readings = [(i, k, reader.read(q["question"], q["contexts"][k], q["speakers"])) for i, q in enumerate(store)
+                for k in ks]
+    shared().warm([t for _, _, r in readings for t in (r.question, *(c.text for c in r.candidates))])
     out = []
-    for i, q in enumerate(store):
+    for i, k, r in readings:
+        q = store[i]
         cat = int(q["category"])
-        for k in ks:
-            r = reader.read(q["question"], q["contexts"][k], q["speakers"])
-            sents = sentence_rows(r, k)
-            f1 = np.array([score_answer(s.answer, q["answer"], cat) for s in sents])
-            out.append(Group(i, k, r, sents, f1, score_answer(ABSTAIN, q["answer"], cat),
-                             r.top_memory or ABSTAIN))
+        sents = sentence_rows(r, k, semantic=True)
+        f1 = np.array([score_answer(s.answer, q["answer"], cat) for s in sents])
+        out.append(Group(i, k, r, sents, f1, score_answer(ABSTAIN, q["answer"], cat), r.top_memory or ABSTAIN))
     return out
 
 
@@ -137,16 +144,25 @@ def export_forest(est: Any) -> dict[str, Any]:
     return {"base": float(np.ravel(est._baseline_prediction)[0]), "trees": trees}
 
 
-def fit_forest(X: np.ndarray, y: np.ndarray, names: list[str], seed: int = 0) -> tuple[Forest, dict[str, Any], Any]:
+def fit_forest(X: np.ndarray, y: np.ndarray, names: list[str], seed: int = 0,
+               drop: tuple[str, ...] = ()) -> tuple[Forest, dict[str, Any], Any]:
+    """A forest fit on the columns of ``X`` (named ``names``) but ``drop``; it reads rows of all ``names``."""
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    est = HistGradientBoostingRegressor(random_state=seed, **FOREST).fit(X, y)
-    spec = dict(export_forest(est), features=names)
-    return Forest(spec), spec, est
+    keep = [j for j, n in enumerate(names) if n not in drop]
+    est = HistGradientBoostingRegressor(random_state=seed, **FOREST).fit(X[:, keep], y)
+    spec = dict(export_forest(est), features=[names[j] for j in keep])
+    return Forest(spec, names), spec, est
+
+
+def dropped() -> tuple[str, ...]:
+    """The features the forests are fit without (`SEMANTIC` off: the semantic ones)."""
+    return () if SEMANTIC else SEMANTIC_FEATURES
 
 
 def span_table(groups: list[Group], store: list[dict[str, Any]], idx: np.ndarray, forest: Forest,
-               top: int = TOP, longest: int = LONGEST) -> tuple[list[list[Any]], np.ndarray, np.ndarray]:
+               top: int = TOP, longest: int = LONGEST,
+               orig: bool | None = None) -> tuple[list[list[Any]], np.ndarray, np.ndarray]:
     """Each group's span candidates (sentence-scored by ``forest``), their rows and official F1."""
     allX = [g for g in (groups[i] for i in idx) if g.sents]
     if allX:
@@ -165,7 +181,7 @@ def span_table(groups: list[Group], store: list[dict[str, Any]], idx: np.ndarray
             continue
         q = store[g.qi]
         order = np.argsort(-np.array([s.score for s in g.sents]), kind="stable")
-        sp = span_rows(g.reading, g.sents, order, top, longest)
+        sp = span_rows(g.reading, g.sents, order, top, longest, ORIG if orig is None else orig)
         spans.append(sp)
         for s in sp:
             rows.append(s.row)
@@ -206,7 +222,7 @@ def fit_family(groups: list[Group], store: list[dict[str, Any]], train: np.ndarr
     ys = np.concatenate([sentence_target(groups[i], store) for i in tr])
     ys -= np.concatenate([np.full(len(groups[i].sents), sentence_target(groups[i], store).mean() if RELATIVE
                                   else 0.0) for i in tr])
-    sent, sent_spec, _ = fit_forest(Xs, ys, list(FEATURE_NAMES))
+    sent, sent_spec, _ = fit_forest(Xs, ys, list(FEATURE_NAMES), drop=dropped())
     spans, Xp, yp = span_table(groups, store, train, sent)
     if RELATIVE:
         a = 0
@@ -215,7 +231,7 @@ def fit_family(groups: list[Group], store: list[dict[str, Any]], train: np.ndarr
             a += len(sp)
     rng = np.random.default_rng(0)
     keep = rng.choice(len(Xp), size=min(len(Xp), 400_000), replace=False)
-    span, span_spec, _ = fit_forest(Xp[keep], yp[keep], list(SPAN_NAMES))
+    span, span_spec, _ = fit_forest(Xp[keep], yp[keep], list(SPAN_NAMES), drop=dropped())
     sc = span.predict(Xp)
     a = 0
     for sp in spans:
@@ -224,7 +240,8 @@ def fit_family(groups: list[Group], store: list[dict[str, Any]], train: np.ndarr
             a += 1
     t1 = time.perf_counter()
     m = FamilyModel(sent, span, TOP, LONGEST, 1, 0.0, (), np.zeros(len(QTYPE_NAMES) + len(ABSTAIN_FEATURES)), 0.0,
-                    1.01, tuple(f"q_{n}" for n in QTYPE_NAMES) + ABSTAIN_FEATURES, compose_dedupe=DEDUPE)
+                    1.01, tuple(f"q_{n}" for n in QTYPE_NAMES) + ABSTAIN_FEATURES, compose_dedupe=DEDUPE,
+                    semantic=SEMANTIC, orig_windows=ORIG)
     m = choose_compose(groups, store, train, spans, m)
     m = fit_abstain(groups, store, train, spans, m)
     spec = {"sentence": sent_spec, "span": span_spec, "top": TOP, "longest": LONGEST,
@@ -349,7 +366,7 @@ def fit_abstain(groups, store, idx, spans, m: FamilyModel) -> FamilyModel:
 
 def predict_family(groups, store, idx: np.ndarray, m: FamilyModel) -> list[tuple[str, str, float]]:
     """(kind, prediction, official F1) of each group in ``idx``, as `memlab.answer.learned.decide` answers."""
-    spans, _, _ = span_table(groups, store, idx, m.sentence, m.top, m.longest)
+    spans, _, _ = span_table(groups, store, idx, m.sentence, m.top, m.longest, m.orig_windows)
     Xp = [s.row for sp in spans for s in sp]
     if Xp:
         sc = m.span.predict(np.stack(Xp))
@@ -404,47 +421,4 @@ def cross_validate(groups: list[Group], store: list[dict[str, Any]], folds: list
                           "prediction": res[i][1], "f1": res[i][2]} for i, g in enumerate(groups)])
 
 
-def held_out_summary(df: Any) -> dict[str, Any]:
-    """Per k: F1 [95% CI] per category and overall, abstain rates, n; and the predictions changed between the
-    smallest and the largest k."""
-    from memlab.eval.summary import category_summary
-
-    out: dict[str, Any] = {}
-    for k, g in df.groupby("k"):
-        s = category_summary(g, metrics=("f1",))
-        row = {grp: [round(float(s.loc[grp, c]), 4) for c in ("f1", "f1_lo", "f1_hi")] for grp in s.index}
-        ab = g.kind == "abstain"
-        row["abstain_rate_cat5"] = round(float(ab[g.category == 5].mean()), 4)
-        row["abstain_rate_cat1_4"] = round(float(ab[g.category != 5].mean()), 4)
-        row["n"] = int(len(g))
-        out[int(k)] = row
-    ks = sorted(out)
-    a = df[df.k == ks[0]].set_index("qid").prediction
-    b = df[df.k == ks[-1]].set_index("qid").prediction
-    out[f"changed_k{ks[0]}_k{ks[-1]}"] = int((a != b.loc[a.index]).sum())
-    return out
-
-
-def importances(groups: list[Group], store: list[dict[str, Any]], idx: np.ndarray, m: FamilyModel,
-                seed: int = 0) -> dict[str, float]:
-    """Permutation importance of each sentence-forest feature: the drop in the mean official F1 of the
-    best-scored sentence candidate per group when that feature's column is shuffled."""
-    rng = np.random.default_rng(seed)
-    live = [i for i in idx if groups[i].sents][::IMPORTANCE_EVERY]
-    X = np.concatenate([np.stack([s.row for s in groups[i].sents]) for i in live])
-    y = np.concatenate([groups[i].sent_f1 for i in live])
-    starts = np.cumsum([0] + [len(groups[i].sents) for i in live])[:-1]
-
-    def picked(sc: np.ndarray) -> float:
-        return float(np.mean([y[a + int(np.argmax(sc[a:a + len(groups[i].sents)]))]
-                              for a, i in zip(starts, live)]))
-
-    base = picked(m.sentence.predict(X))
-    out = {}
-    for j, name in enumerate(FEATURE_NAMES):
-        if np.ptp(X[:, j]) == 0:
-            continue
-        Xs = X.copy()
-        Xs[:, j] = rng.permutation(Xs[:, j])
-        out[name] = round(base - picked(m.sentence.predict(Xs)), 4)
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+from reader_summaries import held_out_summary, importances  # noqa: E402,F401  (fit_reader reads them here)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from memlab.answer.base import ABSTAIN
+from memlab.answer.forest import Forest
 from memlab.answer.reading_features import (
     CONTEXT_ABSTAIN,
     FEATURE_NAMES,
@@ -37,6 +38,7 @@ from memlab.answer.reading_features import (
     context_abstain,
     date_grains,
     idf_table,
+    original_windows,
     question_row,
     question_type,
     stack,
@@ -44,6 +46,7 @@ from memlab.answer.reading_features import (
     windows,
     word_types,
 )
+from memlab.answer.semantic import SEMANTIC_FEATURES, semantic_features
 from memlab.index.text import analyze
 
 MODEL_PATH = Path(__file__).with_name("reader_model.json")
@@ -55,59 +58,6 @@ FAMILIES = ("offline", "observations", "turns", "retrieval-best")
 #: person's own words about it speak to the other ("Wow, Caroline! Your necklace ...").
 ABSTAIN_FEATURES = ("best", "best_owned", "gap", "owned_none", "owned_share", "q_people", "ov_own", "ov_other",
                     "ov_gap", "top_own_share", "own_you", "own_names_other", "other_names_asked")
-
-
-class Forest:
-    """A sum of regression trees (scikit-learn's HistGradientBoostingRegressor, exported as arrays).
-
-    All trees are walked at once (one array of nodes, every tree's root offset), so a question's candidates
-    cost one gather per tree level, not one per tree."""
-
-    def __init__(self, spec: dict[str, Any]):
-        self.base = float(spec["base"])
-        self.features = list(spec["features"])
-        parts = {k: [] for k in ("feature", "threshold", "left", "right", "value", "leaf", "nan_left")}
-        roots, offset, depth = [], 0, 0
-        for t in spec["trees"]:
-            n = len(t["value"])
-            roots.append(offset)
-            for k in parts:
-                v = np.asarray(t[k])
-                parts[k].append(v + offset if k in ("left", "right") else v)
-            offset += n
-            depth = max(depth, _depth(t))
-        cat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in parts.items()}
-        self.feature = cat["feature"].astype(np.int64)
-        self.threshold = cat["threshold"].astype(float)
-        self.left, self.right = cat["left"].astype(np.int64), cat["right"].astype(np.int64)
-        self.value = cat["value"].astype(float)
-        self.leaf, self.nan_left = cat["leaf"].astype(bool), cat["nan_left"].astype(bool)
-        self.roots = np.asarray(roots, dtype=np.int64)
-        self.depth = depth
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        if not len(self.roots):
-            return np.full(len(X), self.base)
-        node = np.broadcast_to(self.roots, (len(X), len(self.roots))).copy()
-        rows = np.arange(len(X))[:, None]
-        for _ in range(self.depth):
-            x = X[rows, self.feature[node]]
-            go_left = np.where(np.isnan(x), self.nan_left[node], x <= self.threshold[node])
-            node = np.where(self.leaf[node], node, np.where(go_left, self.left[node], self.right[node]))
-        return self.base + self.value[node].sum(axis=1)
-
-
-def _depth(tree: dict[str, Any]) -> int:
-    """The longest root-to-leaf path of one exported tree (in edges)."""
-    left, right, leaf = tree["left"], tree["right"], tree["leaf"]
-    best, stack = 0, [(0, 0)]
-    while stack:
-        n, d = stack.pop()
-        if leaf[n]:
-            best = max(best, d)
-        else:
-            stack += [(left[n], d + 1), (right[n], d + 1)]
-    return best
 
 
 @dataclass
@@ -131,6 +81,10 @@ class FamilyModel:
     """The multi-part gate: {"vocab": {word: coef}, "intercept", "threshold"} over the question's words; a
     question whose probability of asking for several things exceeds the threshold is composed (None: the
     ``compose_types`` rule alone)."""
+    semantic: bool = False
+    """The sentence forest reads `SEMANTIC_FEATURES` (so the question and its sentences are embedded)."""
+    orig_windows: bool = False
+    """The span forest scores windows of the sentence's own words too (``kind_orig``)."""
 
 
 @lru_cache(maxsize=1)
@@ -163,17 +117,14 @@ def family_from_spec(spec: dict[str, Any]) -> FamilyModel:
     for k in ("sentence", "span", "top", "longest", "compose", "abstain"):
         if k not in spec:
             raise ValueError(f"{MODEL_PATH.name}: a family lacks {k!r}")
-    # a span forest reads a prefix of SPAN_NAMES (a family fit before SPAN_FEATURES reads up to ``parent``)
-    for forest, names in ((spec["sentence"], list(FEATURE_NAMES)), (spec["span"], list(SPAN_NAMES))):
-        f = list(forest["features"])
-        if f != names[: len(f)] or len(f) < len(FEATURE_NAMES) + (forest is spec["span"]):
-            raise ValueError(f"{MODEL_PATH.name}: the forest's features differ from this reader's FEATURE_NAMES "
-                             f"(refit with benchmarks/fit_reader.py)")
+    # forests read their features by name (a family fit before a feature existed reads without it)
+    sentence, span = Forest(spec["sentence"], FEATURE_NAMES), Forest(spec["span"], SPAN_NAMES)
     c, a = spec["compose"], spec["abstain"]
-    return FamilyModel(Forest(spec["sentence"]), Forest(spec["span"]), int(spec["top"]), int(spec["longest"]),
+    return FamilyModel(sentence, span, int(spec["top"]), int(spec["longest"]),
                        int(c["max"]), float(c["ratio"]), tuple(c["types"]), np.asarray(a["coef"], float),
                        float(a["intercept"]), float(a["threshold"]), tuple(a["features"]), bool(c.get("dedupe", False)),
-                       c.get("multi"))
+                       c.get("multi"), semantic=any(n in SEMANTIC_FEATURES for n in sentence.features + span.features),
+                       orig_windows="kind_orig" in span.features)
 
 
 def multi_part_p(question: str, gate: dict[str, Any]) -> float:
@@ -212,8 +163,9 @@ def _idf(texts: tuple[str, ...]) -> dict[str, float]:
     return idf_table(texts)
 
 
-def sentence_rows(r: Any, k: int) -> list[Scored]:
-    """Every `Reading` candidate (and a temporal one's month / year grains) with its feature row."""
+def sentence_rows(r: Any, k: int, semantic: bool = False) -> list[Scored]:
+    """Every `Reading` candidate (and a temporal one's month / year grains) with its feature row (``semantic``:
+    with `SEMANTIC_FEATURES`, else those are 0)."""
     cands = r.candidates
     if not cands:
         return []
@@ -226,12 +178,14 @@ def sentence_rows(r: Any, k: int) -> list[Scored]:
     qt = question_type(r.question)
     out: list[Scored] = []
     max_ov, max_idf = max(ov.max(), 1.0), max(idf_ov.max(), 1e-9)
+    sem = semantic_features(r.question, [c.text for c in cands]) if semantic else None
     for i, c in enumerate(cands):
         named = dict(zip(FEATURE_NAMES[:9], map(float, c.features)))
         named.update(qrow, overlap_frac=ov[i] / max(len(qstems), 1), overlap_rel=ov[i] / max_ov,
                     idf_overlap=idf_ov[i], idf_rel=idf_ov[i] / max_idf, rank_recip=1.0 / max(c.rank, 1),
                     context_size=math.log2(1 + k), sentence_pos=float(c.position), quoted=float(c.segment > 0),
-                    observation=float(c.memory_kind != "episode"), n_owners=float(len(c.owners)))
+                    observation=float(c.memory_kind != "episode"), n_owners=float(len(c.owners)),
+                    **(dict(zip(SEMANTIC_FEATURES, map(float, sem[i]))) if sem is not None else {}))
         base = stack([named])[0]
         if c.kind == "temporal" and c.when is not None:
             for kind, ans in date_grains(c.answer, c.phrase, c.when):
@@ -242,7 +196,7 @@ def sentence_rows(r: Any, k: int) -> list[Scored]:
     return out
 
 
-_KIND_AT = {n: INDEX[f"kind_{n}"] for n in ("novel", "window", "date", "month", "year")}
+_KIND_AT = {n: INDEX[f"kind_{n}"] for n in ("novel", "window", "date", "month", "year", "orig")}
 _PLACE_WORDS = ("in", "at", "to", "from", "near", "visited")
 
 
@@ -250,7 +204,7 @@ def _row(base: np.ndarray, kind: str, span: Sequence[str], qtype: str, text: str
          n: int) -> np.ndarray:
     """``base`` (the sentence's and the question's features) with the span's own features set."""
     num, cap, cap_frac, month = word_types(span)
-    place = float(kind in ("novel", "window") and bool(span) and any(
+    place = float(kind in ("novel", "window", "orig") and bool(span) and any(
         f" {p} {span[0]}" in f" {text}" for p in _PLACE_WORDS))
     row = base.copy()
     for i in _KIND_AT.values():
@@ -298,9 +252,11 @@ def _span_extra(qpos: Sequence[int], pos: Sequence[int], a: int, b: int, idf: Se
             sum(vals) / len(vals) if vals else 0.0, float(max(vals)) if vals else 0.0]
 
 
-def span_rows(r: Any, sents: list[Scored], order: Sequence[int], top: int, longest: int) -> list[Scored]:
-    """The best ``top`` sentence candidates (``order``: best first) and the windows of their novel words,
-    each row extended by its parent's sentence score (the ``parent`` feature) and `SPAN_FEATURES`."""
+def span_rows(r: Any, sents: list[Scored], order: Sequence[int], top: int, longest: int,
+              orig: bool = False) -> list[Scored]:
+    """The best ``top`` sentence candidates (``order``: best first) and the windows of their novel words (with
+    ``orig``, also of their own words: `original_windows`), each row extended by its parent's sentence score
+    (the ``parent`` feature) and `SPAN_FEATURES`."""
     out: list[Scored] = []
     qt = question_type(r.question)
     qstems = set(analyze(r.question))
@@ -332,6 +288,23 @@ def span_rows(r: Any, sents: list[Scored], order: Sequence[int], top: int, longe
             row[INDEX["next_to_question"]] = float(_clean(span[0]) in near)
             out.append(Scored(" ".join(span), "window", s.parent,
                               np.concatenate([row, [s.score], _span_extra(qpos, pos, a, b, nidf)])))
+        if orig:
+            out += _orig_rows(s, words_all[:48], qpos, pos, near, idf, qt, longest)
+    return out
+
+
+def _orig_rows(s: Scored, words_all: list[str], qpos: list[int], novel_pos: list[int], near: set[str],
+               idf: dict[str, float], qt: str, longest: int) -> list[Scored]:
+    """The ``orig`` span candidates of one sentence (`original_windows` of its own words, edges trimmed)."""
+    out: list[Scored] = []
+    widf = [max((idf.get(st, 1.0) for st in _stems(w)), default=0.0) for w in words_all]
+    every = list(range(len(words_all)))
+    for a, b in original_windows(words_all, novel_pos, qpos, longest):
+        span = [_clean(w) for w in words_all[a:b]]
+        row = _row(s.row, "orig", span, qt, " ".join(words_all), a, b, len(words_all))
+        row[INDEX["next_to_question"]] = float(span[0] in near)
+        out.append(Scored(" ".join(span), "orig", s.parent,
+                          np.concatenate([row, [s.score], _span_extra(qpos, every, a, b, widf)])))
     return out
 
 
@@ -359,7 +332,7 @@ def compose(spans: list[Scored], order: np.ndarray, r: Any, m: FamilyModel) -> t
     wanted = r.list_question or qt in m.compose_types
     if m.multi is not None:
         wanted = multi_part_p(r.question, m.multi) > float(m.multi["threshold"])
-    if not wanted or m.compose_max < 2 or best.kind not in ("novel", "window"):
+    if not wanted or m.compose_max < 2 or best.kind not in ("novel", "window", "orig"):
         return best.answer, [int(order[0])]
     floor = best.score * m.compose_ratio
     picked, ranks = [int(order[0])], {r.candidates[best.parent].rank}
@@ -367,7 +340,7 @@ def compose(spans: list[Scored], order: np.ndarray, r: Any, m: FamilyModel) -> t
     for j in order[1:]:
         s = spans[int(j)]
         rank = r.candidates[s.parent].rank
-        if s.score < floor or rank in ranks or s.kind not in ("novel", "window"):
+        if s.score < floor or rank in ranks or s.kind not in ("novel", "window", "orig"):
             continue
         if m.compose_dedupe:
             words = frozenset(analyze(s.answer))
@@ -383,13 +356,13 @@ def compose(spans: list[Scored], order: np.ndarray, r: Any, m: FamilyModel) -> t
 
 def decide(r: Any, k: int, m: FamilyModel, abstain: bool = True) -> dict[str, Any]:
     """The learned reader's answer to a `Reading`: {answer, kind, spans, order, abstain_p, composed}."""
-    sents = sentence_rows(r, k)
+    sents = sentence_rows(r, k, m.semantic)
     if not sents:
         return {"answer": None, "spans": [], "order": np.zeros(0, int), "abstain_p": None, "composed": []}
     sc = m.sentence.predict(np.stack([s.row for s in sents]))
     for s, v in zip(sents, sc):
         s.score = float(v)
-    spans = span_rows(r, sents, np.argsort(-sc, kind="stable"), m.top, m.longest)
+    spans = span_rows(r, sents, np.argsort(-sc, kind="stable"), m.top, m.longest, m.orig_windows)
     ss = m.span.predict(np.stack([s.row for s in spans]))
     for s, v in zip(spans, ss):
         s.score = float(v)
@@ -423,7 +396,7 @@ def choose_learned(r: Any, k: int, m: FamilyModel, abstain: bool,
         info["composed"] = ranks
         return d["answer"], f"learned: {len(ranks)} spans composed (ranks {', '.join(map(str, ranks))})", info
     what = {"novel": "novel words", "window": "a window of the novel words", "date": "date", "month": "month",
-            "year": "year"}[top.kind]
+            "year": "year", "orig": "a window of the sentence's words"}[top.kind]
     c = r.candidates[top.parent]
     how = f" ('{c.phrase}')" if c.kind == "temporal" and c.phrase else ""
     return d["answer"], f"learned: {what}{how} of rank {c.rank}, score {top.score:.2f}", info

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from memlab.answer.semantic import SEMANTIC_FEATURES
 from memlab.data.locomo import format_day
 from memlab.index.text import analyze
 
@@ -47,8 +48,9 @@ _PLACE_PREP = re.compile(r"\b(in|at|to|from|near|visited|visit)\s+(?:the\s+)?[A-
 _CAP = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+")
 _DIGIT = re.compile(r"\d")
 _YOU = re.compile(r"\b(you|your|you're|yours)\b", re.IGNORECASE)
-#: Candidate kinds: the sentence's novel words, a window of them, a temporal date (day / month / year grain).
-KINDS = ("novel", "window", "date", "month", "year")
+#: Candidate kinds: the sentence's novel words, a window of them, a temporal date (day / month / year grain), a
+#: window of the sentence's own words (``orig``: function words kept inside, as golds keep them).
+KINDS = ("novel", "window", "date", "month", "year", "orig")
 
 FEATURE_NAMES: tuple[str, ...] = (
     # the sentence-level features of `memlab.answer.extractive.FEATURES`
@@ -56,6 +58,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     # relative to the rest of the context
     "overlap_frac", "overlap_rel", "idf_overlap", "idf_rel", "rank_recip", "context_size",
     "sentence_pos", "quoted", "observation", "n_owners",
+    # the question's and the sentence's minilm vectors (`memlab.answer.semantic`)
+    *SEMANTIC_FEATURES,
     # the question
     *(f"q_{n}" for n in QTYPE_NAMES), "q_list", "q_people", "q_len", "q_plural",
     # the candidate
@@ -115,6 +119,33 @@ def windows(novel: Sequence[str], longest: int) -> list[tuple[int, int]]:
     """The contiguous runs of a sentence's novel words, 1 to ``longest`` words long (the whole run apart)."""
     n = len(novel)
     return [(i, j) for i in range(n) for j in range(i + 1, min(n, i + longest) + 1) if (i, j) != (0, n)]
+
+
+#: Words a span of the sentence's own words does not start or end on (articles, conjunctions, prepositions,
+#: auxiliaries, pronouns that open a clause): the trimmed edges of an ``orig`` window.
+EDGE_STOP = frozenset("""a an the and or but so to of in on at for with by from as that which who whom whose than
+then if because while when is am are was were be been being do does did have has had will would can could should
+i you he she it we they me him us them my your its our their this these those there here it's i'm i've that's
+really very just also too not no yes oh well""".split())
+
+
+def original_windows(words_all: Sequence[str], novel_at: Sequence[int], question_at: Sequence[int],
+                     longest: int) -> list[tuple[int, int]]:
+    """Runs ``a:b`` of a sentence's own words, 1 to ``longest`` long, that hold a novel word (``novel_at``: their
+    places), start and end on a word outside `EDGE_STOP` and the question's words (``question_at``), and are not
+    a run of novel words alone (those are ``window`` candidates already)."""
+    novel, asked = set(novel_at), set(question_at)
+    ok = [i not in asked and w.strip(".,!?;:\"'()").lower() not in EDGE_STOP and any(c.isalnum() for c in w)
+          for i, w in enumerate(words_all)]
+    out = []
+    for a in range(len(words_all)):
+        if not ok[a]:
+            continue
+        for b in range(a + 1, min(len(words_all), a + longest) + 1):
+            inside = range(a, b)
+            if ok[b - 1] and any(i in novel for i in inside) and not all(i in novel for i in inside):
+                out.append((a, b))
+    return out
 
 
 def date_grains(answer: str, phrase: str | None, when: datetime) -> list[tuple[str, str]]:
