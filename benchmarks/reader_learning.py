@@ -32,7 +32,7 @@ from memlab.answer.learned import (
     sentence_rows,
     span_rows,
 )
-from memlab.answer.reading_features import FEATURE_NAMES, QTYPE_NAMES
+from memlab.answer.reading_features import FEATURE_NAMES, QTYPE_NAMES, SEMANTIC_ABSTAIN
 from memlab.answer.semantic import SEMANTIC_FEATURES, shared
 from memlab.eval.ceiling import gold_parts
 from memlab.eval.scoring import score_answer, stemmed_tokens
@@ -239,8 +239,9 @@ def fit_family(groups: list[Group], store: list[dict[str, Any]], train: np.ndarr
             s.score = float(sc[a])
             a += 1
     t1 = time.perf_counter()
-    m = FamilyModel(sent, span, TOP, LONGEST, 1, 0.0, (), np.zeros(len(QTYPE_NAMES) + len(ABSTAIN_FEATURES)), 0.0,
-                    1.01, tuple(f"q_{n}" for n in QTYPE_NAMES) + ABSTAIN_FEATURES, compose_dedupe=DEDUPE,
+    names = tuple(f"q_{n}" for n in QTYPE_NAMES) + tuple(n for n in ABSTAIN_FEATURES if SEMANTIC or
+                                                         n not in SEMANTIC_ABSTAIN)
+    m = FamilyModel(sent, span, TOP, LONGEST, 1, 0.0, (), np.zeros(len(names)), 0.0, 1.01, names, compose_dedupe=DEDUPE,
                     semantic=SEMANTIC, orig_windows=ORIG)
     m = choose_compose(groups, store, train, spans, m)
     m = fit_abstain(groups, store, train, spans, m)

@@ -35,6 +35,7 @@ from memlab.answer.reading_features import (
     CONTEXT_ABSTAIN,
     FEATURE_NAMES,
     INDEX,
+    SEMANTIC_ABSTAIN,
     context_abstain,
     date_grains,
     idf_table,
@@ -57,7 +58,8 @@ FAMILIES = ("offline", "observations", "turns", "retrieval-best")
 #: to the other person, so the sentence that matches the question best is the *other* person's, or the named
 #: person's own words about it speak to the other ("Wow, Caroline! Your necklace ...").
 ABSTAIN_FEATURES = ("best", "best_owned", "gap", "owned_none", "owned_share", "q_people", "ov_own", "ov_other",
-                    "ov_gap", "top_own_share", "own_you", "own_names_other", "other_names_asked")
+                    "ov_gap", "top_own_share", "own_you", "own_names_other", "other_names_asked", "sem_own",
+                    "sem_other", "sem_gap")
 
 
 @dataclass
@@ -120,10 +122,11 @@ def family_from_spec(spec: dict[str, Any]) -> FamilyModel:
     # forests read their features by name (a family fit before a feature existed reads without it)
     sentence, span = Forest(spec["sentence"], FEATURE_NAMES), Forest(spec["span"], SPAN_NAMES)
     c, a = spec["compose"], spec["abstain"]
+    reads = [*sentence.features, *span.features, *a["features"]]
     return FamilyModel(sentence, span, int(spec["top"]), int(spec["longest"]),
                        int(c["max"]), float(c["ratio"]), tuple(c["types"]), np.asarray(a["coef"], float),
                        float(a["intercept"]), float(a["threshold"]), tuple(a["features"]), bool(c.get("dedupe", False)),
-                       c.get("multi"), semantic=any(n in SEMANTIC_FEATURES for n in sentence.features + span.features),
+                       c.get("multi"), semantic=any(n in SEMANTIC_FEATURES + SEMANTIC_ABSTAIN for n in reads),
                        orig_windows="kind_orig" in span.features)
 
 

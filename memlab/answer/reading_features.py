@@ -177,17 +177,22 @@ def stack(rows: list[dict[str, float]]) -> np.ndarray:
 
 
 CONTEXT_ABSTAIN = ("ov_own", "ov_other", "ov_gap", "top_own_share", "own_you", "own_names_other",
-                    "other_names_asked")
+                    "other_names_asked", "sem_own", "sem_other", "sem_gap")
+#: The context abstain features read from the semantic columns (0 in a family fit without them).
+SEMANTIC_ABSTAIN = ("sem_own", "sem_other", "sem_gap")
 
 
 def context_abstain(r: Any, sents: Sequence[Any], top: int = 5) -> dict[str, float]:
     """Whose words match the question best (IDF-weighted overlap of each sentence with the question): the named
     person's (``ov_own``) or another's (``ov_other``), the share of the ``top`` best-matching sentences the named
     person owns, and whether the named person's best-matching sentences speak to someone (``own_you``), name
-    another person (``own_names_other``), or the others' best sentence names the person asked about."""
+    another person (``own_names_other``), or the others' best sentence names the person asked about; ``sem_*``: the
+    same ownership test by minilm similarity (whose sentence *means* what the question asks)."""
     per: dict[int, float] = {}
+    sem: dict[int, float] = {}
     for s in sents:
         per[s.parent] = max(per.get(s.parent, 0.0), float(s.row[INDEX["idf_overlap"]]))
+        sem[s.parent] = float(s.row[INDEX["sem"]])
     order = sorted(per, key=lambda i: -per[i])
     own = [i for i in order if r.people & r.candidates[i].owners]
     other = [i for i in order if not r.people & r.candidates[i].owners]
@@ -196,7 +201,10 @@ def context_abstain(r: Any, sents: Sequence[Any], top: int = 5) -> dict[str, flo
     asked = {p.split()[0] for p in r.people}
     others = {p.split()[0] for i in order for p in r.candidates[i].owners} - asked
     mine = [r.candidates[i].text for i in own[:3]]
-    return dict(ov_own=ov_own, ov_other=ov_other, ov_gap=ov_other - ov_own,
+    sem_own = max((sem[i] for i in own), default=0.0)
+    sem_other = max((sem[i] for i in other), default=0.0)
+    return dict(ov_own=ov_own, ov_other=ov_other, ov_gap=ov_other - ov_own, sem_own=sem_own, sem_other=sem_other,
+                sem_gap=sem_other - sem_own,
                 top_own_share=len([i for i in order[:top] if i in set(own)]) / max(min(top, len(order)), 1),
                 own_you=sum(bool(_YOU.search(t)) for t in mine) / max(len(mine), 1),
                 own_names_other=sum(any(o in t.split() or f"{o}'s" in t for o in others) for t in mine)
