@@ -78,6 +78,12 @@ class SentenceVectors:
                 self._memo.popitem(last=False)
         return out
 
+    def forget(self, texts: Sequence[str]) -> None:
+        """Drop these texts' vectors from this process (a cost benchmark re-asking the same questions)."""
+        with self._lock:
+            for t in texts:
+                self._memo.pop(t, None)
+
     def similarity(self, question: str, texts: Sequence[str]) -> np.ndarray:
         """Cosine similarity of the question to each text."""
         if not texts:
