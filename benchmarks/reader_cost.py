@@ -6,8 +6,10 @@ Reads the contexts ``benchmarks/fit_reader.py`` captured (no retrieval is timed:
 cost) and times ``read`` + ``choose`` per question with `time.process_time`, the two scorers alternating
 question by question in one process so machine load falls on both alike (the ratio is the robust figure).
 The first pass over the sample warms the per-text caches both readers share and is not counted; the questions'
-minilm vectors (a family reading `memlab.answer.semantic`) are dropped before the timed pass, so each timed
-question pays its one encode, as a new question does (its memories' sentence vectors are cached by text).
+minilm vectors (a family reading `memlab.answer.semantic`) are dropped from the process before the timed pass, so
+each timed question pays its one encode, as a new question does (``--question encode``; ``cached``: it is read
+back from the machine cache, as after a search that embedded it with minilm); its memories' sentence vectors are
+cached by text.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ def main() -> None:
     ap.add_argument("--ks", type=int, nargs="+", default=[10, 40])
     ap.add_argument("--n", type=int, default=300, help="questions sampled (every n-th of the capture)")
     ap.add_argument("--family", default="offline")
+    ap.add_argument("--question", choices=("encode", "cached"), default="encode",
+                    help="a family reading minilm similarity: each timed question is encoded (a search that did not "
+                    "embed it, as offline's) or read back from the machine cache (a dense search wrote it there)")
     args = ap.parse_args()
+    shared().question_cache = args.question == "cached"
     path = Path(args.cache) / args.contexts
     if not path.is_file():
         sys.exit(f"{path}: no captured contexts (run benchmarks/fit_reader.py first)")

@@ -6,9 +6,12 @@ gradient-boosted regression forests that predict the official F1 of a candidate 
 abstain rule, each as plain numbers. Evaluating them needs numpy only; the file is read on first use.
 
 1. ``sentence`` forest: every candidate of `ExtractiveAnswerer.read` (a sentence's novel words; a
-   temporal candidate's date at day, month and year grain) gets a predicted F1.
+   temporal candidate's date at day, month and year grain) gets a predicted F1; a family fit with
+   `SEMANTIC_FEATURES` also reads the question's and the sentence's minilm similarity (`memlab.answer.semantic`).
 2. ``span`` forest: the best ``top`` sentences are cut into windows of their novel words (shorter
-   spans), each scored with the sentence forest's prediction as a feature; the best scoring span wins.
+   spans) and, for a family fit with ``kind_orig``, windows of their own words (function words kept inside),
+   each scored with the sentence forest's prediction as a feature; the best scoring span wins. Forests read
+   their features by name (`memlab.answer.forest`), so a family fit before a feature existed still loads.
 3. Composition: a multi-part question (a list question, or the family's ``compose_types``) joins the
    best spans of up to ``compose_max`` different memories whose score is within ``compose_ratio`` of
    the best (the official multi-hop F1 credits each gold part's best-matching part).

@@ -45,9 +45,12 @@ def one_torch_thread(active: bool) -> Iterator[None]:
 class SentenceVectors:
     """minilm vectors of texts, memoised by text in this process and cached on disk by (model, text hash)."""
 
-    def __init__(self, embedder: Embedder | None = None, memo_size: int = MEMO_SIZE):
+    def __init__(self, embedder: Embedder | None = None, memo_size: int = MEMO_SIZE, question_cache: bool = True):
         self._embedder = embedder
         self.memo_size = memo_size
+        #: look the question up in (and write it to) the machine cache; off: encode it every time (what a search
+        #: that did not embed it leaves the reader to pay: `benchmarks/reader_cost.py --question encode`)
+        self.question_cache = question_cache
         self._memo: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -57,13 +60,15 @@ class SentenceVectors:
             self._embedder = make_embedder("minilm", cache_path=embeddings_path())
         return self._embedder
 
-    def vectors(self, texts: Sequence[str]) -> np.ndarray:
-        """One L2-normalised row per text (missing ones read from the machine cache, or encoded in one batch)."""
+    def vectors(self, texts: Sequence[str], disk: bool = True) -> np.ndarray:
+        """One L2-normalised row per text (missing ones read from the machine cache, or encoded in one batch;
+        ``disk=False``: encoded, the cache neither read nor written)."""
         with self._lock:
             missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
         if missing:
+            emb = self.embedder if disk else getattr(self.embedder, "embedder", self.embedder)
             with one_torch_thread(len(missing) < ONE_THREAD_BELOW):
-                vecs = self.embedder.embed(missing)
+                vecs = emb.embed(missing)
             if vecs.shape[0] != len(missing):
                 raise RuntimeError(f"semantic: the embedder returned {vecs.shape[0]} vectors for {len(missing)} texts")
             with self._lock:
@@ -89,7 +94,7 @@ class SentenceVectors:
         it back instead of encoding it again."""
         if not texts:
             return np.zeros(0)
-        q = self.vectors([question])[0]
+        q = self.vectors([question], disk=self.question_cache)[0]
         return (self.vectors(texts) @ q).astype(float)
 
     def warm(self, texts: Sequence[str], batch: int = 4096) -> None:
