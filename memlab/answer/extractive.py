@@ -4,8 +4,9 @@ Two scorers choose among the candidates read here: ``scorer="weights"`` (the def
 score described below; ``scorer="learned"`` hands them to the fitted model of `memlab.answer.learned` (a
 candidate's official F1 predicted from the features of `memlab.answer.reading_features`, shorter spans,
 multi-part composition, a learned abstain rule; one model per ``reader_family`` of context). Held out by
-conversation the learned scorer does not beat the weights on categories 1-4 (issue 36; its FIT in
-``reader_model.json``), so it is opt-in.
+conversation it beats the weights on categories 1-4 at k = 10 but lets category 5 fall below 0.583 at k = 20
+and 40, and its minilm question encode costs ~20 ms CPU per question (issue 36; docs/benchmarks/reader.md), so
+it is opt-in.
 
 Every retrieved memory is read. A memory is cut into *segments*, each with its owner: a turn memory
 ("Bob: ... (replying to Ann: ...)") gives Bob's own words and Ann's quoted words; another memory
