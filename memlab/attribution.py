@@ -97,6 +97,7 @@ from memlab.eval.ceiling import (
     answer_ceiling,
     conversation_words,
     jointly_asked,
+    line_words,
     memory_line,
     reached,
 )
@@ -135,7 +136,7 @@ def coverage(answer: str, text: str) -> float:
     gold = _content(answer)
     if not gold:
         return 0.0
-    return len(gold & content_tokens(text)) / len(gold)
+    return len(gold & line_words(text)) / len(gold)
 
 
 def _num(v: Any) -> float:
@@ -218,9 +219,9 @@ def _adds(pieces: Sequence[set[str]], about: Sequence[str], turn: str, same_sess
     holds that no one line about the question holds together ("gaming" in a tournament line, "courses" in a cooking
     one do not state "game design course"); a turn with none of the gold's words adds nothing when an evidence turn
     of its session (its date) reached the reader, and may otherwise (a bridge hop, a photo, a paraphrase)."""
-    held = [w for w in (p & content_tokens(turn) for p in pieces) if w]
+    held = [w for w in (p & line_words(turn) for p in pieces) if w]
     if held:
-        return any(not any(w <= content_tokens(x) for x in about) for w in held)
+        return any(not any(w <= line_words(x) for x in about) for w in held)
     return not same_session
 
 
@@ -231,8 +232,8 @@ def _reached(ev: QuestionEvidence, pieces: Sequence[set[str]], gold: set[str], e
     turn_of = {t.id: t.text for t in ev.turns}
     for s in evs - set(turn_of):  # no turn text of its own: its memories' gold words, else all the turns' text
         mine = " ".join(own[s])
-        turn_of[s] = mine if gold & content_tokens(mine) else ev.turn_text
-    facts = {s: [w for w in (q & content_tokens(turn_of[s]) for q in pieces) if w] for s in evs}
+        turn_of[s] = mine if gold & line_words(mine) else ev.turn_text
+    facts = {s: [w for w in (q & line_words(turn_of[s]) for q in pieces) if w] for s in evs}
     full, part = reached(facts, own, lines, ev.context_sources)
     return sorted(full), sorted(part)
 
@@ -244,7 +245,7 @@ def _supported_people(ev: QuestionEvidence, question: str, answer: str, lines: S
     gold = _content(POLARITY.sub("", answer)) - content_tokens(" ".join(ev.speakers))  # "Evan and Sam use ..."
     held = [p for p in people if gold and 2 * len(gold & {t for line, a in zip(lines, about) if a
                                                    and line_subjects(line, ev.speakers) == {p}
-                                                   for t in content_tokens(line)}) >= len(gold)]
+                                                   for t in line_words(line)}) >= len(gold)]
     return people, held
 
 
@@ -330,7 +331,7 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
         # 6. retrieval-miss (a multi-hop part, or one person's support, that reached the reader through another
         # turn still counts)
         parts = [p.strip() for p in matched.split(",") if p.strip()] if cat == 1 else []
-        have = {t for line, a in zip(lines, about) if a for t in content_tokens(line)}
+        have = {t for line, a in zip(lines, about) if a for t in line_words(line)}
         carried = [p for p in parts if len(parts) > 1 and len(_content(p) & have) >= COVERAGE * len(_content(p))]
         people, held = _supported_people(ev, question, matched, lines, about)
         if not reached and not partly and (carried or held):

@@ -110,6 +110,18 @@ def conversation_words(turns: tuple[tuple[str, str], ...]) -> tuple[dict[str, li
     return spoken, conversation_bigrams(x for xs in spoken.values() for x in xs)
 
 
+_HYPHEN = re.compile(r"(?<=[A-Za-z])-(?=[A-Za-z])")
+
+
+@lru_cache(maxsize=200_000)
+def line_words(text: str) -> frozenset[str]:
+    """The `content_tokens` a line or turn holds, a hyphenated compound's parts too: "work-life balance" holds
+    "work" (the official normalisation glues it into "worklife"). Only a text's side: a gold's "self-care" stays
+    one word to find."""
+    mine = content_tokens(text)
+    return mine | content_tokens(_HYPHEN.sub(" ", text)) if "-" in text else mine
+
+
 def memory_line(text: str, event_time: Any = None) -> str:
     """One memory as the reader sees it: ``7 May 2023 <text>`` (no date when the memory has none).
 
@@ -163,7 +175,7 @@ def about(lines: Sequence[str], sources: Sequence[Sequence[str]] | None, asked: 
     srcs = list(sources) if sources is not None else [()] * len(lines)
     when = period(asked.question)  # "Which city was Calvin at on October 3, 2023?": a line about another time is not
     own = [line.split(" (replying to ")[0] for line in lines]
-    return [bool(near & set(src)) or (bool(topic & content_tokens(mine)) and (
+    return [bool(near & set(src)) or (bool(topic & line_words(mine)) and (
         when is None or any(d is not None and dates_agree(when, d) for d in map(period, line_dates(mine)))))
         for mine, src in zip(own, srcs)]
 
@@ -185,7 +197,7 @@ def reached(facts: Mapping[str, Sequence[frozenset[str]]], own: Mapping[str, Seq
                 full.add(s)
             continue
         near = [line for line, src in zip(lines, srcs) if s not in src and neighbours([s]) & set(src)]
-        held = {t for x in [*own.get(s, ()), *near] for t in content_tokens(x)}
+        held = {t for x in [*own.get(s, ()), *near] for t in line_words(x)}
         if all(len(p & held) >= share * len(p) for p in fact):
             full.add(s)
         elif any(p & held for p in fact):
@@ -273,12 +285,12 @@ def answer_bearing(answer: Any, category: int, lines: Sequence[str], sources: Se
     if not gold:
         return 0.0
     kept = [s for s, a in zip(lines, about(lines, sources, asked, answer)) if a]
-    if not gold <= {t for s in kept for t in content_tokens(s)}:
+    if not gold <= {t for s in kept for t in line_words(s)}:
         return 0.0
     people = jointly_asked(asked.question, asked.speakers) if asked is not None else []
     words = gold - content_tokens(" ".join(people))  # the names in "Evan and Sam use ..." say nothing of either
     for person in people:
-        own = {t for s in kept if line_subjects(s, asked.speakers) == {person} for t in content_tokens(s)}
+        own = {t for s in kept if line_subjects(s, asked.speakers) == {person} for t in line_words(s)}
         if not words or len(words & own) < PERSON_SHARE * len(words):
             return 0.0
     return 1.0
