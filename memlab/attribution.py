@@ -35,7 +35,7 @@ Rules, tried in this order; the first that holds names the label (``abstain-erro
 two rules each). Rules 4-7 are only tried when the context is not answer-bearing, and, for an inferred answer
 whose words are not in its evidence turns, when no evidence id was reached.
 
-1. ``label-issue`` — the gold or its evidence is wrong or unusable (`memlab.eval.gold_checks.gold_issue`):
+1. ``label-issue`` — the gold or its evidence is wrong or unusable (`memlab.eval.gold_issues.gold_issue`):
    the errata file marks it invalid; no valid evidence id; a raw evidence entry names no existing turn even
    after recovery; the gold is only a relative time ("Last year"); glued words ("April.2023",
    "watchingmovies") fail a prediction that passes with them split; a dated gold contradicts its evidence
@@ -111,11 +111,11 @@ from memlab.eval.gold_checks import (
     conversation_bigrams,
     date_contradiction,
     deglue,
-    gold_issue,
     line_subjects,
     parse_date,
     speaker_contradiction,
 )
+from memlab.eval.gold_issues import gold_issue
 from memlab.eval.scoring import is_abstention, stemmed_tokens
 from memlab.trace import SourceIndex, Traces, as_list, load, run_judged, table_records
 

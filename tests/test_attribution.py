@@ -26,11 +26,10 @@ from memlab.eval.gold_checks import (
     content_tokens,
     conversation_bigrams,
     deglue,
-    duration_contradiction,
     glued_gold,
     parse_date,
-    unfounded_suggestion,
 )
+from memlab.eval.gold_issues import duration_contradiction, unfounded_suggestion
 
 ROW = {"category": 4, "evidence": ["D1:2"], "evidence_raw": ["D1:2"], "answer": "Rex", "prediction": "a cat",
        "f1": 0.0, "em": 0.0, "question": "What is Bob's dog called?"}
