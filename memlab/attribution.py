@@ -413,7 +413,7 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
             heard_of[conv.sample_id] = conversation_words(tuple((t.speaker, t.searchable_text) for t in conv.turns))
         spoken, bigrams = heard_of[conv.sample_id]
         turns = [EvidenceTurn(e, conv.turn_index[e].speaker, conv.turn_index[e].searchable_text,
-                              conv.session_by_index[conv.turn_index[e].session_index].date_time)
+                              conv.session_by_index[conv.turn_index[e].session_index].date_time, _follows(conv, e))
                  for e in as_list(row.get("evidence")) if e in conv.turn_index]
         ev_text = " ".join(t.text for t in turns)
         ev_mems = mems_citing.citing(row["conversation_id"], evidence)
@@ -437,6 +437,13 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
                      # a black-box system's memories got their dialog ids by alignment (memlab.systems)
                      "provenance": "recovered" if row["conversation_id"] in recovered else "exact"})
     return pd.DataFrame(rows, columns=list(ATTRIBUTION_COLUMNS))
+
+
+def _follows(conv: Any, dia_id: str) -> tuple[str, str] | None:
+    """(speaker, text) of the turn a turn follows in its session, or None."""
+    m = re.fullmatch(r"(D\d+):(\d+)", dia_id)
+    prev = conv.turn_index.get(f"{m.group(1)}:{int(m.group(2)) - 1}") if m else None
+    return None if prev is None else (prev.speaker, prev.searchable_text)
 
 
 def attribution_table(att: pd.DataFrame) -> pd.DataFrame:

@@ -28,12 +28,14 @@ DATE_SLACK_DAYS = {"day": 10, "month": 7, "year": 0}
 
 @dataclass
 class EvidenceTurn:
-    """One evidence turn as the dataset has it: who said it, when (its session's date), what."""
+    """One evidence turn as the dataset has it: who said it, when (its session's date), what, and the turn it
+    follows in its session (speaker, text; None: the session's first, or unknown)."""
 
     id: str
     speaker: str
     text: str
     date: datetime | None = None
+    follows: tuple[str, str] | None = None
 
 
 #: Stop words that carry an answer: numbers (a count's "three"), the month "may" and nouns scikit-learn's list holds.
@@ -214,11 +216,11 @@ def speaker_contradiction(question: str, turns: Sequence[EvidenceTurn], speakers
                           spoken: Mapping[str, Sequence[str]] | None = None) -> str | None:
     """Why the evidence was spoken by the other person than the one the question asks about, or None.
 
-    Every evidence turn is the other speaker's and none names the person asked other than in a greeting ("Hey
-    Evan!"), and either no evidence turn says "you" (the other person speaks about themself) or — given
-    ``spoken``, each speaker's turns in the whole conversation — the person asked never says the gold
-    themself (no span of a turn of theirs, photo captions aside, scores `SAYS` F1 against the gold: a few
-    shared words are chat, not the answer)."""
+    Every evidence turn is the other speaker's, none names the person asked other than in a greeting ("Hey
+    Evan!") or follows their saying of themself what the question asks (`_tells`), and either no evidence turn
+    says "you" (the other person speaks about themself) or — given ``spoken``, each speaker's turns in the whole
+    conversation — the person asked never says the gold themself (no span of a turn of theirs, photo captions
+    aside, scores `SAYS` F1 against the gold: a few shared words are chat, not the answer)."""
     if len(speakers) != 2 or not turns:
         return None
     named = asked_people(question, speakers)
@@ -234,10 +236,11 @@ def speaker_contradiction(question: str, turns: Sequence[EvidenceTurn], speakers
     asked = named[0]
     other = next(s for s in speakers if s != asked)
     name = re.escape(_first(asked))
+    topic = content_tokens(question) - content_tokens(" ".join(speakers)) - _when_words()
     for t in turns:
         mentions = len(re.findall(rf"\b{name}\b", t.text, re.IGNORECASE))
         greetings = len(re.findall(_VOCATIVE.format(name=name), t.text, re.IGNORECASE))
-        if t.speaker != other or mentions > greetings:
+        if t.speaker != other or mentions > greetings or _tells(t.follows, asked, topic):
             return None
     why = f"the question asks about {asked}, but every evidence turn ({', '.join(t.id for t in turns)}) is {other}"
     if not any(_YOU.search(t.text) for t in turns):
@@ -250,6 +253,19 @@ def speaker_contradiction(question: str, turns: Sequence[EvidenceTurn], speakers
     return f"{why}'s, and {asked} never says it"
 
 
+def _tells(follows: tuple[str, str] | None, asked: str, topic: frozenset[str]) -> bool:
+    """Whether the turn an evidence turn follows is the person asked saying, of themself, what the question asks:
+    one sentence in the first person holding half the question's topic words ("It reminds me of one of my
+    favorite Disney movies." before "Ratatouille is one of my favorites!"); the fact is theirs, the other person
+    only names it. A question to the other ("What did you do?") is not, nor a passing word ("Italy is on my list")."""
+    if follows is None or follows[0] != asked:
+        return False
+    return any(2 * len(topic & content_tokens(x)) >= len(topic) > 0 and _FIRST_PERSON.search(x)
+               and not x.rstrip().endswith("?")
+               for x in re.split(r"(?<=[.!?])\s+", _CAPTION.sub(" ", follows[1])))
+
+
+_FIRST_PERSON = re.compile(r"\b(i|i'm|i've|i'd|i'll|me|my|mine|myself)\b", re.IGNORECASE)
 #: F1 a span of one turn must score against the gold for its speaker to have said it.
 SAYS = 2 / 3
 _CAPTION = re.compile(r"\[shared a photo:[^\]]*\]")
