@@ -284,3 +284,16 @@ def test_a_hyphenated_compound_in_a_line_holds_its_words():
     assert line_words("work-life balance") >= content_tokens("work life balance")
     # a gold's own compound stays one word to find: "self-care" is not "self" and "care" scattered over a line
     assert answer_bearing("self-care", 1, ["Andrew: I care for myself, and hike"], [["D18:1"]], ask) == 0.0
+
+
+def test_a_line_of_the_month_after_may_report_a_month_the_question_names():
+    # blind3 conv-50/q57: a summary of 17 November ("has taken up photography") reports the October the question
+    # names; a day question keeps the date checks' slack (blind2 conv-50/q43: 26 days later is another time)
+    ask = Asked("Which hobby did Dave pick up in October 2023?", ("D27:2",), ("Calvin", "Dave"))
+    lines = ["17 November 2023 Dave has taken up photography as a new hobby.",
+             "20 December 2023 Dave has taken up photography as a new hobby.",
+             "20 September 2023 Dave is thinking about a new hobby, photography."]
+    assert about(lines, [["D30:1"]] * 3, ask) == [True, False, False]
+    assert answer_bearing("photography", 2, lines[:1], [["D30:1"]], ask) == 1.0
+    day = Asked("Which hobby did Dave pick up on October 3, 2023?", ("D27:2",), ("Calvin", "Dave"))
+    assert about(["29 October 2023 Dave has a new hobby."], [["D30:1"]], day) == [False]

@@ -176,8 +176,19 @@ def about(lines: Sequence[str], sources: Sequence[Sequence[str]] | None, asked: 
     when = period(asked.question)  # "Which city was Calvin at on October 3, 2023?": a line about another time is not
     own = [line.split(" (replying to ")[0] for line in lines]
     return [bool(near & set(src)) or (bool(topic & line_words(mine)) and (
-        when is None or any(d is not None and dates_agree(when, d) for d in map(period, line_dates(mine)))))
+        when is None or any(d is not None and _about_time(when, d) for d in map(period, line_dates(mine)))))
         for mine, src in zip(own, srcs)]
+
+
+#: A line dated this long after a month a question names may report it ("has taken up photography", said on
+#: 17 November, for "Which hobby did Dave pick up in October 2023?").
+REPORTS_DAYS = 31
+
+
+def _about_time(when: tuple[datetime, datetime, str], said: tuple[datetime, datetime, str]) -> bool:
+    """Whether a line's date (or one its words imply) is about the time a question names: within the date checks'
+    slack (`memlab.eval.gold_checks.DATE_SLACK_DAYS`), or, for a month, in the `REPORTS_DAYS` after it."""
+    return dates_agree(when, said) or (when[2] == "month" and 0 <= (said[0] - when[1]).days <= REPORTS_DAYS)
 
 
 def reached(facts: Mapping[str, Sequence[frozenset[str]]], own: Mapping[str, Sequence[str]], lines: Sequence[str],
