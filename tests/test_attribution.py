@@ -758,3 +758,14 @@ def test_the_other_persons_turn_naming_what_the_asked_person_said_of_themself():
         turns = [EvidenceTurn("D19:6", "Calvin", reply, MAY8, ("Dave", before))]
         assert "never says it" in speaker_contradiction(q, turns, ("Calvin", "Dave"), gold, spoken), before
     assert speaker_contradiction(q, [EvidenceTurn("D19:6", "Calvin", reply, MAY8)], ("Calvin", "Dave"), gold, spoken)
+
+
+
+def test_a_suffix_or_prefix_is_no_glued_word():
+    # "boxing" is not "box ing" (blind3 conv-43/q53's gold), "Somewhat" not "Some what", "himself" not "him self",
+    # "returned" not "re turned", "Sunday" not "Sun day"; a glued pair still splits ("localzoo", "withfriends")
+    pairs = conversation_bigrams(["a box of tools", "it is what it is", "some days", "him and the self", "the zoo",
+                                  "re the sun", "ing day", "local park", "with you", "my friends", "turned up"])
+    for word in ("boxing", "Somewhat", "himself", "returned", "Sunday"):
+        assert deglue(word, pairs) == word, word
+    assert deglue("a localzoo, hanging withfriends", pairs) == "a local zoo, hanging with friends"

@@ -332,6 +332,12 @@ def _pair_words(bigrams: frozenset[str]) -> frozenset[str]:
     return frozenset(w for pair in bigrams for w in pair.split())
 
 
+#: Pieces that are an English word's prefix or suffix, not a glued word: "boxing" is not "box ing", "Sunday" not
+#: "Sun day", "himself" not "him self", "returned" not "re turned".
+_PREFIXES = frozenset("re un de dis per pre".split())
+_SUFFIXES = frozenset("ing ings er ers ed est ly day days self selves thing things what on".split())
+
+
 @lru_cache(maxsize=100_000)
 def deglue(answer: str, bigrams: frozenset[str] = frozenset()) -> str:
     """The gold with its glued words split for matching: punctuation between words ("April.2023", "relief,worry"),
@@ -348,7 +354,7 @@ def deglue(answer: str, bigrams: frozenset[str] = frozenset()) -> str:
         low = w.lower()
         if low in words:
             return w
-        cuts = range(2, len(low) - 1)
+        cuts = [i for i in range(2, len(low) - 1) if low[:i] not in _PREFIXES and low[i:] not in _SUFFIXES]
         for i in cuts:  # a pair the conversation says, else two words it says ("localzoo": "local", "zoo")
             if f"{low[:i]} {low[i:]}" in bigrams:
                 return f"{w[:i]} {w[i:]}"
