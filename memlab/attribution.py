@@ -41,8 +41,10 @@ whose words are not in its evidence turns, when no evidence id was reached.
    "watchingmovies") fail a prediction that passes with them split; a dated gold contradicts its evidence
    turns (the turn naming the event: "last week" said on 16 July 2023 is not "June 2023"); a duration its
    turns' dates contradict ("19 days" for 9 to 20 July); the question names one speaker while every evidence
-   turn is the other's, about themself, and the person asked never says it (not category 5, whose questions
-   swap the person on purpose); an open-ended suggestion whose words are nowhere in the conversation;
+   turn is the other's, about themself, and the person asked never says it (nor says of themself, right before
+   an evidence turn, what the question asks: "It reminds me of one of my favorite Disney movies" before the
+   other's "Ratatouille is one of my favorites!"; not category 5, whose questions swap the person on purpose);
+   an open-ended suggestion whose words are nowhere in the conversation;
 2. ``judge-error`` — the judge call failed, or the judge said wrong (J = 0) to an exact match (EM = 1);
 3. ``abstain-error`` — an adversarial question (category 5) answered instead of abstaining;
 4. ``reconcile-loss`` — the evidence memories lost the answer, and reconcile is why: an extractor
@@ -114,6 +116,7 @@ from memlab.eval.gold_checks import (
     line_subjects,
     parse_date,
     speaker_contradiction,
+    turn_before,
 )
 from memlab.eval.gold_issues import gold_issue
 from memlab.eval.scoring import is_abstention, stemmed_tokens
@@ -412,8 +415,8 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
         if conv.sample_id not in heard_of:  # the report's runs share it (keyed by the turns)
             heard_of[conv.sample_id] = conversation_words(tuple((t.speaker, t.searchable_text) for t in conv.turns))
         spoken, bigrams = heard_of[conv.sample_id]
-        turns = [EvidenceTurn(e, conv.turn_index[e].speaker, conv.turn_index[e].searchable_text,
-                              conv.session_by_index[conv.turn_index[e].session_index].date_time, _follows(conv, e))
+        turns = [EvidenceTurn(e, (t := conv.turn_index[e]).speaker, t.searchable_text,
+                              conv.session_by_index[t.session_index].date_time, turn_before(conv.turn_index, e))
                  for e in as_list(row.get("evidence")) if e in conv.turn_index]
         ev_text = " ".join(t.text for t in turns)
         ev_mems = mems_citing.citing(row["conversation_id"], evidence)
@@ -437,13 +440,6 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
                      # a black-box system's memories got their dialog ids by alignment (memlab.systems)
                      "provenance": "recovered" if row["conversation_id"] in recovered else "exact"})
     return pd.DataFrame(rows, columns=list(ATTRIBUTION_COLUMNS))
-
-
-def _follows(conv: Any, dia_id: str) -> tuple[str, str] | None:
-    """(speaker, text) of the turn a turn follows in its session, or None."""
-    m = re.fullmatch(r"(D\d+):(\d+)", dia_id)
-    prev = conv.turn_index.get(f"{m.group(1)}:{int(m.group(2)) - 1}") if m else None
-    return None if prev is None else (prev.speaker, prev.searchable_text)
 
 
 def attribution_table(att: pd.DataFrame) -> pd.DataFrame:

@@ -15,9 +15,10 @@ Porter-stemmed).
   often carries the same fact). A turn's words count, not those of the turn it replies to (``(replying to
   ...)``). When the question names a date ("on October 3, 2023", "in May 2023"), a line that is about it by its
   words must also be about that time: its date, or a date its own words imply ("yesterday" said on 4 October),
-  within the date checks' slack (`memlab.eval.gold_checks.DATE_SLACK_DAYS`). A line holding the gold's words by
-  coincidence — "beach" in unrelated holiday
-  pictures, a "yes" somewhere — is not about it. Without `Asked` every line counts.
+  within the date checks' slack (`memlab.eval.gold_checks.DATE_SLACK_DAYS`), or, for a month, in the month after
+  it (`REPORTS_DAYS`: "has taken up photography" said on 17 November reports October). A line holding the gold's
+  words by coincidence — "beach" in unrelated holiday pictures, a "yes" somewhere — is not about it. A line holds
+  a hyphenated compound's words ("work-life" holds "work": `line_words`). Without `Asked` every line counts.
 - **Answer ceiling** — the best official LoCoMo F1 a prediction made of spans of lines about the question can
   score, i.e. what a perfect extractive reader of this context would get; a span credited for function words
   alone ("of" against a three-title gold) scores nothing. Categories 2 and 4: the best span; category 3:

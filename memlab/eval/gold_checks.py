@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache, lru_cache
+from typing import Any
 
 from memlab.answer.temporal import resolve
 from memlab.data.locomo import format_day
@@ -251,6 +252,14 @@ def speaker_contradiction(question: str, turns: Sequence[EvidenceTurn], speakers
                                                   [stemmed_tokens(x) for x in own], gold) >= SAYS:
         return None
     return f"{why}'s, and {asked} never says it"
+
+
+def turn_before(turn_index: Mapping[str, Any], dia_id: str) -> tuple[str, str] | None:
+    """(speaker, text) of the turn ``dia_id`` follows in its session (``D19:5`` for ``D19:6``), or None; ``turn_index``:
+    a conversation's turns by dia id."""
+    m = re.fullmatch(r"(D\d+):(\d+)", dia_id)
+    prev = turn_index.get(f"{m.group(1)}:{int(m.group(2)) - 1}") if m else None
+    return None if prev is None else (prev.speaker, prev.searchable_text)
 
 
 def _tells(follows: tuple[str, str] | None, asked: str, topic: frozenset[str]) -> bool:
