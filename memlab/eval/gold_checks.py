@@ -18,7 +18,7 @@ from typing import Any
 
 from memlab.answer.temporal import resolve
 from memlab.data.locomo import format_day
-from memlab.eval.scoring import normalize_answer, score_answer, stemmed_tokens
+from memlab.eval.scoring import normalize_answer, score_answer, stem, stemmed_tokens
 from memlab.index.text import stop_words
 
 #: How far (days) a gold date may sit from the date or period its evidence turn implies, by the gold's
@@ -61,8 +61,8 @@ def function_words() -> frozenset[str]:
 def content_tokens(text: str) -> frozenset[str]:
     """The official stemmed tokens of ``text`` that are not `function_words`: the words that can tie a text to
     an answer. Empty when ``text`` has none. Cached: attribution reads the same lines for many questions."""
-    stops = function_words()
-    return frozenset(stemmed_tokens(" ".join(w for w in normalize_answer(text).split() if w not in stops)))
+    stops = function_words()  # normalize_answer's words are normalized already: stemmed as they are
+    return frozenset(map(stem, [w for w in normalize_answer(text).split() if w not in stops]))
 
 
 def best_span_f1(gold: Sequence[str], lines_tokens: Iterable[Sequence[str]], content: set[str] | None = None) -> float:
