@@ -35,14 +35,16 @@ Rules, tried in this order; the first that holds names the label (``abstain-erro
 two rules each). Rules 4-7 are only tried when the context is not answer-bearing, and, for an inferred answer
 whose words are not in its evidence turns, when no evidence id was reached.
 
-1. ``label-issue`` — the gold or its evidence is wrong or unusable (`memlab.eval.gold_checks.gold_issue`):
+1. ``label-issue`` — the gold or its evidence is wrong or unusable (`memlab.eval.gold_issues.gold_issue`):
    the errata file marks it invalid; no valid evidence id; a raw evidence entry names no existing turn even
    after recovery; the gold is only a relative time ("Last year"); glued words ("April.2023",
    "watchingmovies") fail a prediction that passes with them split; a dated gold contradicts its evidence
    turns (the turn naming the event: "last week" said on 16 July 2023 is not "June 2023"); a duration its
    turns' dates contradict ("19 days" for 9 to 20 July); the question names one speaker while every evidence
-   turn is the other's, about themself, and the person asked never says it (not category 5, whose questions
-   swap the person on purpose); an open-ended suggestion whose words are nowhere in the conversation;
+   turn is the other's, about themself, and the person asked never says it (nor says of themself, right before
+   an evidence turn, what the question asks: "It reminds me of one of my favorite Disney movies" before the
+   other's "Ratatouille is one of my favorites!"; not category 5, whose questions swap the person on purpose);
+   an open-ended suggestion whose words are nowhere in the conversation;
 2. ``judge-error`` — the judge call failed, or the judge said wrong (J = 0) to an exact match (EM = 1);
 3. ``abstain-error`` — an adversarial question (category 5) answered instead of abstaining;
 4. ``reconcile-loss`` — the evidence memories lost the answer, and reconcile is why: an extractor
@@ -97,6 +99,7 @@ from memlab.eval.ceiling import (
     answer_ceiling,
     conversation_words,
     jointly_asked,
+    line_words,
     memory_line,
     reached,
 )
@@ -110,11 +113,12 @@ from memlab.eval.gold_checks import (
     conversation_bigrams,
     date_contradiction,
     deglue,
-    gold_issue,
     line_subjects,
     parse_date,
     speaker_contradiction,
+    turn_before,
 )
+from memlab.eval.gold_issues import gold_issue
 from memlab.eval.scoring import is_abstention, stemmed_tokens
 from memlab.trace import SourceIndex, Traces, as_list, load, run_judged, table_records
 
@@ -135,7 +139,7 @@ def coverage(answer: str, text: str) -> float:
     gold = _content(answer)
     if not gold:
         return 0.0
-    return len(gold & content_tokens(text)) / len(gold)
+    return len(gold & line_words(text)) / len(gold)
 
 
 def _num(v: Any) -> float:
@@ -218,9 +222,9 @@ def _adds(pieces: Sequence[set[str]], about: Sequence[str], turn: str, same_sess
     holds that no one line about the question holds together ("gaming" in a tournament line, "courses" in a cooking
     one do not state "game design course"); a turn with none of the gold's words adds nothing when an evidence turn
     of its session (its date) reached the reader, and may otherwise (a bridge hop, a photo, a paraphrase)."""
-    held = [w for w in (p & content_tokens(turn) for p in pieces) if w]
+    held = [w for w in (p & line_words(turn) for p in pieces) if w]
     if held:
-        return any(not any(w <= content_tokens(x) for x in about) for w in held)
+        return any(not any(w <= line_words(x) for x in about) for w in held)
     return not same_session
 
 
@@ -231,8 +235,8 @@ def _reached(ev: QuestionEvidence, pieces: Sequence[set[str]], gold: set[str], e
     turn_of = {t.id: t.text for t in ev.turns}
     for s in evs - set(turn_of):  # no turn text of its own: its memories' gold words, else all the turns' text
         mine = " ".join(own[s])
-        turn_of[s] = mine if gold & content_tokens(mine) else ev.turn_text
-    facts = {s: [w for w in (q & content_tokens(turn_of[s]) for q in pieces) if w] for s in evs}
+        turn_of[s] = mine if gold & line_words(mine) else ev.turn_text
+    facts = {s: [w for w in (q & line_words(turn_of[s]) for q in pieces) if w] for s in evs}
     full, part = reached(facts, own, lines, ev.context_sources)
     return sorted(full), sorted(part)
 
@@ -244,7 +248,7 @@ def _supported_people(ev: QuestionEvidence, question: str, answer: str, lines: S
     gold = _content(POLARITY.sub("", answer)) - content_tokens(" ".join(ev.speakers))  # "Evan and Sam use ..."
     held = [p for p in people if gold and 2 * len(gold & {t for line, a in zip(lines, about) if a
                                                    and line_subjects(line, ev.speakers) == {p}
-                                                   for t in content_tokens(line)}) >= len(gold)]
+                                                   for t in line_words(line)}) >= len(gold)]
     return people, held
 
 
@@ -330,7 +334,7 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
         # 6. retrieval-miss (a multi-hop part, or one person's support, that reached the reader through another
         # turn still counts)
         parts = [p.strip() for p in matched.split(",") if p.strip()] if cat == 1 else []
-        have = {t for line, a in zip(lines, about) if a for t in content_tokens(line)}
+        have = {t for line, a in zip(lines, about) if a for t in line_words(line)}
         carried = [p for p in parts if len(parts) > 1 and len(_content(p) & have) >= COVERAGE * len(_content(p))]
         people, held = _supported_people(ev, question, matched, lines, about)
         if not reached and not partly and (carried or held):
@@ -411,8 +415,8 @@ def attribute(run: str | Path | Traces | Any, data: LoCoMo | None = None, thresh
         if conv.sample_id not in heard_of:  # the report's runs share it (keyed by the turns)
             heard_of[conv.sample_id] = conversation_words(tuple((t.speaker, t.searchable_text) for t in conv.turns))
         spoken, bigrams = heard_of[conv.sample_id]
-        turns = [EvidenceTurn(e, conv.turn_index[e].speaker, conv.turn_index[e].searchable_text,
-                              conv.session_by_index[conv.turn_index[e].session_index].date_time)
+        turns = [EvidenceTurn(e, (t := conv.turn_index[e]).speaker, t.searchable_text,
+                              conv.session_by_index[t.session_index].date_time, turn_before(conv.turn_index, e))
                  for e in as_list(row.get("evidence")) if e in conv.turn_index]
         ev_text = " ".join(t.text for t in turns)
         ev_mems = mems_citing.citing(row["conversation_id"], evidence)

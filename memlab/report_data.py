@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,6 @@ import pandas as pd
 from memlab import trace
 from memlab.run.labels import category_name
 from memlab.run.report import correct
-from memlab.run.results import Run
 
 MAX_TEXT = 300
 
@@ -230,27 +230,43 @@ ANSWER_FIELDS = ("rule", "calls", "prompt_tokens", "completion_tokens", "latency
 ANSWER_STRINGS = ("rule", "prompt", "response", "tools")
 
 
-def pack_runs(runs: Sequence[Run], attributions: Sequence[pd.DataFrame], flipped: set[str],
-              traces: Sequence[trace.Traces] | None = None) -> dict[str, Any]:
-    """The question browser's data: the questions (in the first run's order, then any only later runs answered)
-    and, per run, each question's outcome and three layers (`layers`), as `Tables`. ``traces``: the runs' loaded
-    traces, when the caller has them (loading is most of what is left of the time)."""
-    per_run = []
-    for tr in traces if traces is not None else [trace.load(r.run_dir) for r in runs]:
+#: The prediction fields the browser shows of a question (its table and each run's outcome).
+QUESTION_FIELDS = ("category", "conversation_id", "question", "answer", "evidence", "f1", "prediction", "error")
+
+
+@dataclass
+class RunBrowser:
+    """One run's part of the question browser, from its traces alone: each question's fields (`QUESTION_FIELDS`)
+    and its three layers (`layers`), in the run's question order. Plain data: a forked process makes it for one
+    run while another makes the next (`memlab.report_html`), and sends it back pickled."""
+
+    questions: dict[str, dict[str, Any]]
+    layers: dict[str, dict[str, Any]]
+
+    @classmethod
+    def of(cls, tr: trace.Traces) -> RunBrowser:
         qt = QuestionTraces(tr)
-        per_run.append((qt, qt.q, qt.mem_text))
-    order = list(dict.fromkeys(q for _, qs, _ in per_run for q in qs))
+        return cls({qid: {f: r.get(f) for f in QUESTION_FIELDS} for qid, r in qt.q.items()},
+                   {qid: layers(qt.question(qid), qt.mem_text) for qid in qt.q})
+
+
+def pack_runs(browsers: Sequence[RunBrowser], attributions: Sequence[pd.DataFrame], flipped: set[str]
+              ) -> dict[str, Any]:
+    """The question browser's data: the questions (in the first run's order, then any only later runs answered)
+    and, per run, each question's outcome and three layers, as `Tables` (one string table for all runs)."""
+    per_run = [(b.questions, b.layers) for b in browsers]
+    order = list(dict.fromkeys(q for qs, _ in per_run for q in qs))
     t = Tables()
     questions = []
     for qid in order:
-        ref = next(qs[qid] for _, qs, _ in per_run if qid in qs)
+        ref = next(qs[qid] for qs, _ in per_run if qid in qs)
         questions.append({"qid": qid, "cat": int(ref["category"]), "catName": category_name(int(ref["category"])),
                           "conv": ref["conversation_id"], "q": str(ref["question"]), "gold": _short(ref["answer"], 500),
                           "ev": ", ".join(map(str, trace.as_list(ref["evidence"]))), "flip": int(qid in flipped)})
     mems: list[dict[str, Any]] = []
     mem_ids: dict[tuple[Any, Any], int] = {}
     out_runs = []
-    for (qt, qs, mem_text), att in zip(per_run, attributions):
+    for (qs, run_layers), att in zip(per_run, attributions):
         labs = {r["qid"]: r for r in att.to_dict("records")} if len(att) else {}
         outcome, answers, ops, op_ids, op_refs, queries, hits = [], [], [], {}, [], [], []
         sequential = True  # every query's ranks are 1..n: the page numbers them itself
@@ -261,7 +277,7 @@ def pack_runs(runs: Sequence[Run], attributions: Sequence[pd.DataFrame], flipped
                 continue
             row = qs[qid]
             lab = labs.get(qid)
-            L = layers(qt.question(qid), mem_text)
+            L = run_layers[qid]
             for o in L["ops"]:
                 key = tuple(o[f] for f in OP_FIELDS)
                 if key not in op_ids:

@@ -4,7 +4,8 @@ The page needs no server and no network: plots are embedded as base64 PNG, the d
 the script and style are inline. The data holds only what the page shows, packed (`memlab.report_data`:
 `Tables`, column tables, one shared string table; about 3.8 MB for two full LoCoMo-10 offline runs, from 23 MB as
 one nested record per question), and is escaped (`embed_json`) so that no question or model reply can end the
-script block. Each run's traces are read once, for the attribution and the browser both.
+script block. Each run's traces are read once, for the attribution and the browser both, in a forked process per
+run where there are cores (`run_pieces`).
 
 It holds the runs table (each run's short label, folder and the config values the runs differ in:
 `memlab.run.labels.run_legend`), the per-category table with 95 % intervals (with the answer ceiling and
@@ -19,10 +20,13 @@ evidence memories, the retrieval ranks of every query, and the answer.
 from __future__ import annotations
 
 import base64
+import gc
 import html
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +41,13 @@ from memlab.report_data import (  # noqa: F401 (re-exported: the page's data is 
     HIT_FIELDS,
     OP_FIELDS,
     QuestionTraces,
+    RunBrowser,
     Tables,
     embed_json,
     layers,
     pack_runs,
 )
+from memlab.run.forked import fork_map, fork_workers
 from memlab.run.plan import PLAN_NOTE, plan_vs_actual
 from memlab.run.report import (
     CORRECT_F1,
@@ -121,47 +127,87 @@ def with_ceiling(runs: Sequence[Run], table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def run_pieces(job: tuple[Run, Any]) -> tuple[pd.DataFrame, RunBrowser]:
+    """What the page needs of one run's traces: its failure attribution and its part of the question browser
+    (the traces, ~35 MB of JSON for a full run, are read once for both and never leave this call)."""
+    run, data = job
+    tr = trace.load(run.run_dir)
+    return attribution.attribute(tr, data), RunBrowser.of(tr)
+
+
+@contextmanager
+def cycle_collector_paused() -> Iterator[None]:
+    """A page build allocates millions of short-lived objects (trace records, layers, tables) and no garbage cycles
+    worth collecting before it ends: the cyclic collector's passes over them were ~15 % of the build's CPU. Paused
+    for the build (a forked run process inherits the pause), restored after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def build_html(runs: Sequence[Run | str | Path], title: str | None = None, table: pd.DataFrame | None = None,
                questions: str = "same") -> str:
     """The page as a string (see the module docstring); runs keep the order given, the first is A of every delta.
     ``questions='intersection'`` compares runs with different question sets on their shared questions."""
+    with cycle_collector_paused():
+        return _build(runs, title, table, questions)
+
+
+def summary_pieces(loaded: list[Run], labels: list[str], table: pd.DataFrame | None, questions: str
+                   ) -> tuple[pd.DataFrame, Comparison | str | None, dict[str, str]]:
+    """What the page needs of the runs' summaries and predictions, not their traces: the per-category table with
+    intervals, the paired comparisons and the figures other than the failure attribution's (as PNG data)."""
+    table = with_ceiling(loaded, report_table(loaded, (*DEFAULT_METRICS, *CEILING_METRICS), warn=False)
+                         if table is None else table)
+    by_label = dict(zip(labels, loaded))
+    figs = {"F1 per category": _png(plots.category_bars(by_label, "f1")),
+            "F1 against tokens": _png(plots.f1_vs_tokens(by_label))}
+    if len(loaded) > 1 and all(set(d) == {"retrieval.top_k"} for d in distinguishing(loaded)):
+        figs["Top-k curve"] = _png(plots.topk_curve(loaded))
+    for lab, run in zip(labels, loaded):
+        figs[f"Evidence recall ({lab})"] = _png(plots.recall_curves(run))
+    cmp = table.attrs.get("comparison")
+    if cmp is None and len(loaded) > 1:
+        cmp = report_comparison(loaded, labels, questions)
+    return table, cmp, figs
+
+
+def _call(job: Callable[[], Any]) -> Any:
+    return job()
+
+
+def _build(runs: Sequence[Run | str | Path], title: str | None, table: pd.DataFrame | None, questions: str) -> str:
     matplotlib.use("Agg", force=False)
     loaded, skipped = load_runs(runs, warn=False)
     if not loaded:
         raise FileNotFoundError("memlab report --html: no finished run among " + ", ".join(str(d) for d, _ in skipped))
     labels = run_labels(loaded)
-    table = with_ceiling(loaded, report_table(loaded, (*DEFAULT_METRICS, *CEILING_METRICS), warn=False)
-                         if table is None else table)
     by_label = dict(zip(labels, loaded))
     datasets: dict[str, Any] = {}
-    atts, traces = [], []
+    jobs: list[Callable[[], Any]] = [partial(summary_pieces, loaded, labels, table, questions)]
     for run in loaded:
-        path = run.info.get("dataset") or run.config.dataset.path
-        key = str(path)
-        if key not in datasets:
-            datasets[key] = load_dataset(path)
-        traces.append(trace.load(run.run_dir))  # once per run: attribution and the browser both read them
-        atts.append(attribution.attribute(traces[-1], datasets[key]))
-
-    figs: list[tuple[str, str]] = []
-    figs.append(("F1 per category", _png(plots.category_bars(by_label, "f1"))))
-    figs.append(("F1 against tokens", _png(plots.f1_vs_tokens(by_label))))
+        path = str(run.info.get("dataset") or run.config.dataset.path)
+        if path not in datasets:
+            datasets[path] = load_dataset(path)
+        jobs.append(partial(run_pieces, (run, datasets[path])))
+    # the summaries' part and each run's traces in forked processes of their own where there are cores (they start
+    # from this one's memory: the runs and datasets are not copied); the pieces come back in order, so the page is
+    # the same bytes either way
+    (table, cmp, drawn), *pieces = fork_map(_call, jobs, fork_workers(None, len(jobs)))
+    atts, browsers = [a for a, _ in pieces], [b for _, b in pieces]
+    figs = [(c, drawn[c]) for c in ("F1 per category", "F1 against tokens")]
     figs.append(("Failure attribution", _png(plots.attribution_bars(
         dict(zip(labels, atts)), n={lab: {int(k): int(v) for k, v in r.summary["n"].items() if str(k).isdigit()}
                                     for lab, r in by_label.items()}))))
-    diffs = distinguishing(loaded)
-    if len(loaded) > 1 and all(set(d) == {"retrieval.top_k"} for d in diffs):
-        figs.append(("Top-k curve", _png(plots.topk_curve(loaded))))
-    for lab, run in zip(labels, loaded):
-        figs.append((f"Evidence recall ({lab})", _png(plots.recall_curves(run))))
-
-    cmp = table.attrs.get("comparison")
-    if cmp is None and len(loaded) > 1:
-        cmp = report_comparison(loaded, labels, questions)
+    figs += [(c, src) for c, src in drawn.items() if c not in ("F1 per category", "F1 against tokens")]
     flipped: set[str] = set(map(str, cmp.flipped.qid)) if isinstance(cmp, Comparison) and len(cmp.flipped) else set()
 
     data = {"runs": [{"label": lab, "dir": str(r.run_dir)} for lab, r in zip(labels, loaded)],
-            "labels": list(attribution.LABELS), **pack_runs(loaded, atts, flipped, traces),
+            "labels": list(attribution.LABELS), **pack_runs(browsers, atts, flipped),
             "comparisons": comparison_data(cmp) if isinstance(cmp, Comparison) else []}
     data["cats"] = sorted({(c, category_name(c)) for c in data["questions"]["cat"]})
     payload = embed_json(data)

@@ -26,11 +26,10 @@ from memlab.eval.gold_checks import (
     content_tokens,
     conversation_bigrams,
     deglue,
-    duration_contradiction,
     glued_gold,
     parse_date,
-    unfounded_suggestion,
 )
+from memlab.eval.gold_issues import duration_contradiction, unfounded_suggestion
 
 ROW = {"category": 4, "evidence": ["D1:2"], "evidence_raw": ["D1:2"], "answer": "Rex", "prediction": "a cat",
        "f1": 0.0, "em": 0.0, "question": "What is Bob's dog called?"}
@@ -743,3 +742,30 @@ def test_a_missed_item_whose_words_are_only_scattered_over_other_lines_is_needed
     got = label_question(ev(row, context_lines=[*lines, "8 May 2023 James: my gaming course is great"],
                             **{**kw, "context_sources": [*kw["context_sources"], ["D14:2"]]}))
     assert got[0] == "reading-miss" and "missed D13:6 carry nothing" in got[1], got
+
+
+def test_the_other_persons_turn_naming_what_the_asked_person_said_of_themself():
+    # blind3 conv-50/q111: Dave says the poster "reminds me of one of my favorite Disney movies", Calvin's reply
+    # names it ("Ratatouille is one of my favorites!"): the fact is Dave's, Calvin only names it
+    q, gold = "Which Disney movie did Dave mention as one of his favorites?", "Ratatouille"
+    dave = "Wow, that's a gorgeous poster! It reminds me of one of my favorite Disney movies. Have you seen it yet?"
+    reply = "Thanks! Ratatouille is one of my favorites! Last time we talked, you mentioned your car hobby."
+    spoken = {"Dave": [dave], "Calvin": [reply]}
+    calvin = [EvidenceTurn("D19:6", "Calvin", reply, MAY8, ("Dave", dave))]
+    assert speaker_contradiction(q, calvin, ("Calvin", "Dave"), gold, spoken) is None
+    # the same reply after Dave's question to Calvin, or after a passing word of his, is Calvin's own fact
+    for before in ("Which Disney movie is your favorite?", "I love the poster. Disney is on my list."):
+        turns = [EvidenceTurn("D19:6", "Calvin", reply, MAY8, ("Dave", before))]
+        assert "never says it" in speaker_contradiction(q, turns, ("Calvin", "Dave"), gold, spoken), before
+    assert speaker_contradiction(q, [EvidenceTurn("D19:6", "Calvin", reply, MAY8)], ("Calvin", "Dave"), gold, spoken)
+
+
+
+def test_a_suffix_or_prefix_is_no_glued_word():
+    # "boxing" is not "box ing" (blind3 conv-43/q53's gold), "Somewhat" not "Some what", "himself" not "him self",
+    # "returned" not "re turned", "Sunday" not "Sun day"; a glued pair still splits ("localzoo", "withfriends")
+    pairs = conversation_bigrams(["a box of tools", "it is what it is", "some days", "him and the self", "the zoo",
+                                  "re the sun", "ing day", "local park", "with you", "my friends", "turned up"])
+    for word in ("boxing", "Somewhat", "himself", "returned", "Sunday"):
+        assert deglue(word, pairs) == word, word
+    assert deglue("a localzoo, hanging withfriends", pairs) == "a local zoo, hanging with friends"

@@ -18,6 +18,7 @@ from memlab.eval.ceiling import (
     context_lines,
     gold_parts,
     jointly_asked,
+    line_words,
     memory_line,
 )
 from memlab.eval.gold_checks import content_tokens, conversation_bigrams
@@ -272,3 +273,27 @@ def test_the_random_context_control(synthetic_path, tmp_path):
     assert list(t.group[t.k == 2]) == ["1 multi-hop", "2 temporal", "3 open-domain", "4 single-hop", "overall 1-4"]
     assert (t.supported_lo <= t.supported + 1e-9).all() and (t.supported <= t.supported_hi + 1e-9).all()
     assert mod.markdown(t).count("\n") == len(t) + 2
+
+
+def test_a_hyphenated_compound_in_a_line_holds_its_words():
+    # blind3 conv-44/q26: "work-life balance" says "work" (the official normalisation glues it into "worklife")
+    ask = Asked("What is the biggest stressor in Andrew's life besides not being able to hike frequently?",
+                ("D18:1",), ("Andrew", "Audrey"))
+    line = ["4 October 2023 Andrew used to hike a lot but finds it challenging now with work-life balance."]
+    assert answer_bearing("work", 1, line, [["D21:5"]], ask) == 1.0
+    assert line_words("work-life balance") >= content_tokens("work life balance")
+    # a gold's own compound stays one word to find: "self-care" is not "self" and "care" scattered over a line
+    assert answer_bearing("self-care", 1, ["Andrew: I care for myself, and hike"], [["D18:1"]], ask) == 0.0
+
+
+def test_a_line_of_the_month_after_may_report_a_month_the_question_names():
+    # blind3 conv-50/q57: a summary of 17 November ("has taken up photography") reports the October the question
+    # names; a day question keeps the date checks' slack (blind2 conv-50/q43: 26 days later is another time)
+    ask = Asked("Which hobby did Dave pick up in October 2023?", ("D27:2",), ("Calvin", "Dave"))
+    lines = ["17 November 2023 Dave has taken up photography as a new hobby.",
+             "20 December 2023 Dave has taken up photography as a new hobby.",
+             "20 September 2023 Dave is thinking about a new hobby, photography."]
+    assert about(lines, [["D30:1"]] * 3, ask) == [True, False, False]
+    assert answer_bearing("photography", 2, lines[:1], [["D30:1"]], ask) == 1.0
+    day = Asked("Which hobby did Dave pick up on October 3, 2023?", ("D27:2",), ("Calvin", "Dave"))
+    assert about(["29 October 2023 Dave has a new hobby."], [["D30:1"]], day) == [False]

@@ -83,15 +83,16 @@ def test_optimized_and_long_context_plans_bound_their_calls(synthetic_path):
     assert whole < lc.roles["reader"].prompt_tokens < whole + 400 * n  # the whole transcript in every prompt
 
 
-def test_plan_cli_asks_nothing_and_writes_no_run(synthetic_path, tmp_path):
+def test_plan_cli_asks_nothing_and_writes_no_run(synthetic_path, tmp_path, capsys):
+    from memlab.cli import main
+
     with ScriptedServer(responder=judging) as srv:
         cfg = tmp_path / "c.yaml"
         cfg.write_text(json.dumps(model_cfg(synthetic_path, srv.api_base).to_dict()))
-        out = subprocess.run([sys.executable, "-m", "memlab", "run", str(cfg), "--plan", "--no-probe", "--results",
-                              str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0, out.stderr
+        assert main(["run", str(cfg), "--plan", "--no-probe", "--results", str(tmp_path / "r")]) == 0
         assert srv.requests == [] and not (tmp_path / "r").exists()
-        assert "extractor" in out.stdout and "completion_tokens_max" in out.stdout
+        out = capsys.readouterr().out
+        assert "extractor" in out and "completion_tokens_max" in out
         probed = subprocess.run([sys.executable, "-m", "memlab", "run", str(cfg), "--plan"], capture_output=True,
                                 text=True, timeout=120)
         assert probed.returncode == 0, probed.stderr

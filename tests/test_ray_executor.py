@@ -253,7 +253,7 @@ def test_longmemeval_m_like_grid_on_ray_equals_local_streamed_run(ray_local, tmp
 
     path = tmp_path / "lme_m_like.json"
     write_synthetic(path, questions=2, sessions=40, turns=4, words=12)
-    cfg = offline_grid(path)
+    cfg = offline_grid(path).with_overrides({"grid": {"retrieval.top_k": [3]}})  # one cell: the two-cell grid is above
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the longmemeval scoring profile is chosen for the file
         local = run_grid(cfg, results=tmp_path / "local", executor="local", progress=False)

@@ -126,3 +126,24 @@ def test_clean_and_tables_fast_paths():
                   ("w",))
     assert tab["n"] == [1, 2, None, None, None]
     assert t.finish() == ["x", "5"] and tab["w"] == [0, None, 0, None, 1]
+
+
+def test_the_shipped_stop_words_are_scikit_learns():
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    from memlab.index.text import stop_words
+
+    assert stop_words() == frozenset(ENGLISH_STOP_WORDS) and len(stop_words()) == 318
+
+
+@pytest.mark.parametrize("b,c", [(0, 1), (1, 1), (5, 9), (40, 60), (300, 330), (900, 1000), (0, 40), (700, 700),
+                                 (12, 1974)])
+def test_exact_mcnemar_is_scipys_binomial_tail(b, c):
+    """The exact integer sum against scipy.stats' binomial CDF (the definition it replaced)."""
+    from scipy import stats
+
+    from memlab.eval.significance import mcnemar_from_counts
+
+    want = float(min(1.0, 2 * stats.binom.cdf(min(b, c), b + c, 0.5)))
+    assert mcnemar_from_counts(b, c) == pytest.approx(want, rel=1e-12, abs=1e-300)
+    assert mcnemar_from_counts(b, c) == mcnemar_from_counts(c, b)

@@ -207,6 +207,37 @@ def test_each_text_is_stored_once_and_numbers_rounded(two_arms):
     assert all(v is None or v == round(v, 4) for R in data["runs_data"] for v in R["q"]["f1"])
 
 
+def test_forked_and_serial_builds_are_the_same_page(two_arms, monkeypatch):
+    """The runs' traces and the summaries' part are built in forked processes where there are cores; the page is
+    the same bytes as one built in this process alone (but for its generation time)."""
+    import memlab.report_html as rh
+    from memlab.run import forked
+
+    runs = [two_arms["a"].run_dir, two_arms["b"].run_dir]
+    made = []
+    real = forked.fork_map
+    monkeypatch.setattr(rh, "fork_workers", lambda threads, units: 2)  # forked even on a one-core machine
+    monkeypatch.setattr(rh, "fork_map", lambda fn, items, workers: made.append(workers) or real(fn, items, workers))
+    in_children = build_html(runs)
+    monkeypatch.setattr(rh, "fork_workers", lambda threads, units: 1)
+    here = build_html(runs)
+    assert made == [2, 1]
+    stamp = re.compile(r"generated \d{4}-\d\d-\d\d \d\d:\d\d UTC")
+    assert stamp.sub("", in_children) == stamp.sub("", here) and len(here) > 10_000
+
+
+def test_a_forked_runs_error_reaches_the_caller(two_arms, monkeypatch):
+    import memlab.report_html as rh
+
+    def broken(job):
+        raise ValueError(f"attribution broke on {job[0].run_dir.name}")
+
+    monkeypatch.setattr(rh, "fork_workers", lambda threads, units: 2)
+    monkeypatch.setattr(rh, "run_pieces", broken)
+    with pytest.raises(ValueError, match="attribution broke on offline-"):
+        build_html([two_arms["a"].run_dir, two_arms["b"].run_dir])
+
+
 def test_no_text_can_end_the_data_block(tmp_path):
     """Issue 20: a question or reply holding ``<!--`` then ``<script``, or ``</script>``, used to end or comment out
     the inline JSON (the browser went empty). Every < > & in the data is now written as \\u003c..."""

@@ -15,9 +15,10 @@ Porter-stemmed).
   often carries the same fact). A turn's words count, not those of the turn it replies to (``(replying to
   ...)``). When the question names a date ("on October 3, 2023", "in May 2023"), a line that is about it by its
   words must also be about that time: its date, or a date its own words imply ("yesterday" said on 4 October),
-  within the date checks' slack (`memlab.eval.gold_checks.DATE_SLACK_DAYS`). A line holding the gold's words by
-  coincidence — "beach" in unrelated holiday
-  pictures, a "yes" somewhere — is not about it. Without `Asked` every line counts.
+  within the date checks' slack (`memlab.eval.gold_checks.DATE_SLACK_DAYS`), or, for a month, in the month after
+  it (`REPORTS_DAYS`: "has taken up photography" said on 17 November reports October). A line holding the gold's
+  words by coincidence — "beach" in unrelated holiday pictures, a "yes" somewhere — is not about it. A line holds
+  a hyphenated compound's words ("work-life" holds "work": `line_words`). Without `Asked` every line counts.
 - **Answer ceiling** — the best official LoCoMo F1 a prediction made of spans of lines about the question can
   score, i.e. what a perfect extractive reader of this context would get; a span credited for function words
   alone ("of" against a three-title gold) scores nothing. Categories 2 and 4: the best span; category 3:
@@ -110,6 +111,18 @@ def conversation_words(turns: tuple[tuple[str, str], ...]) -> tuple[dict[str, li
     return spoken, conversation_bigrams(x for xs in spoken.values() for x in xs)
 
 
+_HYPHEN = re.compile(r"(?<=[A-Za-z])-(?=[A-Za-z])")
+
+
+@lru_cache(maxsize=200_000)
+def line_words(text: str) -> frozenset[str]:
+    """The `content_tokens` a line or turn holds, a hyphenated compound's parts too: "work-life balance" holds
+    "work" (the official normalisation glues it into "worklife"). Only a text's side: a gold's "self-care" stays
+    one word to find."""
+    mine = content_tokens(text)
+    return mine | content_tokens(_HYPHEN.sub(" ", text)) if "-" in text else mine
+
+
 def memory_line(text: str, event_time: Any = None) -> str:
     """One memory as the reader sees it: ``7 May 2023 <text>`` (no date when the memory has none).
 
@@ -163,9 +176,20 @@ def about(lines: Sequence[str], sources: Sequence[Sequence[str]] | None, asked: 
     srcs = list(sources) if sources is not None else [()] * len(lines)
     when = period(asked.question)  # "Which city was Calvin at on October 3, 2023?": a line about another time is not
     own = [line.split(" (replying to ")[0] for line in lines]
-    return [bool(near & set(src)) or (bool(topic & content_tokens(mine)) and (
-        when is None or any(d is not None and dates_agree(when, d) for d in map(period, line_dates(mine)))))
+    return [bool(near & set(src)) or (bool(topic & line_words(mine)) and (
+        when is None or any(d is not None and _about_time(when, d) for d in map(period, line_dates(mine)))))
         for mine, src in zip(own, srcs)]
+
+
+#: A line dated this long after a month a question names may report it ("has taken up photography", said on
+#: 17 November, for "Which hobby did Dave pick up in October 2023?").
+REPORTS_DAYS = 31
+
+
+def _about_time(when: tuple[datetime, datetime, str], said: tuple[datetime, datetime, str]) -> bool:
+    """Whether a line's date (or one its words imply) is about the time a question names: within the date checks'
+    slack (`memlab.eval.gold_checks.DATE_SLACK_DAYS`), or, for a month, in the `REPORTS_DAYS` after it."""
+    return dates_agree(when, said) or (when[2] == "month" and 0 <= (said[0] - when[1]).days <= REPORTS_DAYS)
 
 
 def reached(facts: Mapping[str, Sequence[frozenset[str]]], own: Mapping[str, Sequence[str]], lines: Sequence[str],
@@ -185,7 +209,7 @@ def reached(facts: Mapping[str, Sequence[frozenset[str]]], own: Mapping[str, Seq
                 full.add(s)
             continue
         near = [line for line, src in zip(lines, srcs) if s not in src and neighbours([s]) & set(src)]
-        held = {t for x in [*own.get(s, ()), *near] for t in content_tokens(x)}
+        held = {t for x in [*own.get(s, ()), *near] for t in line_words(x)}
         if all(len(p & held) >= share * len(p) for p in fact):
             full.add(s)
         elif any(p & held for p in fact):
@@ -273,12 +297,12 @@ def answer_bearing(answer: Any, category: int, lines: Sequence[str], sources: Se
     if not gold:
         return 0.0
     kept = [s for s, a in zip(lines, about(lines, sources, asked, answer)) if a]
-    if not gold <= {t for s in kept for t in content_tokens(s)}:
+    if not gold <= {t for s in kept for t in line_words(s)}:
         return 0.0
     people = jointly_asked(asked.question, asked.speakers) if asked is not None else []
     words = gold - content_tokens(" ".join(people))  # the names in "Evan and Sam use ..." say nothing of either
     for person in people:
-        own = {t for s in kept if line_subjects(s, asked.speakers) == {person} for t in content_tokens(s)}
+        own = {t for s in kept if line_subjects(s, asked.speakers) == {person} for t in line_words(s)}
         if not words or len(words & own) < PERSON_SHARE * len(words):
             return 0.0
     return 1.0

@@ -1,6 +1,7 @@
-"""A gold answer checked against its evidence turns, with no run needed: whether its date or duration contradicts
-what the turns imply, whether the turns are the other speaker's, whether it is only a relative time, an
-open-ended suggestion found nowhere, or glued words, and how the answer relates to its evidence (`answer_kind`).
+"""A gold answer checked against its evidence turns, with no run needed: whether its date contradicts what the
+turns imply, whether the turns are the other speaker's, whether it is only a relative time or glued words, and how
+the answer relates to its evidence (`answer_kind`); the words that tie a text to an answer (`content_tokens`).
+Durations, suggestions and the whole check (`gold_issue`) are `memlab.eval.gold_issues`'.
 Failure attribution (`memlab.attribution`) labels a question whose gold fails one of these a ``label-issue``;
 the definitions a hand labeller reads are the attribution guide's ("Failure labels"), and these checks are
 their computable form."""
@@ -13,10 +14,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache, lru_cache
+from typing import Any
 
 from memlab.answer.temporal import resolve
 from memlab.data.locomo import format_day
-from memlab.eval.scoring import normalize_answer, score_answer, stemmed_tokens
+from memlab.eval.scoring import normalize_answer, score_answer, stem, stemmed_tokens
 from memlab.index.text import stop_words
 
 #: How far (days) a gold date may sit from the date or period its evidence turn implies, by the gold's
@@ -27,12 +29,14 @@ DATE_SLACK_DAYS = {"day": 10, "month": 7, "year": 0}
 
 @dataclass
 class EvidenceTurn:
-    """One evidence turn as the dataset has it: who said it, when (its session's date), what."""
+    """One evidence turn as the dataset has it: who said it, when (its session's date), what, and the turn it
+    follows in its session (speaker, text; None: the session's first, or unknown)."""
 
     id: str
     speaker: str
     text: str
     date: datetime | None = None
+    follows: tuple[str, str] | None = None
 
 
 #: Stop words that carry an answer: numbers (a count's "three"), the month "may" and nouns scikit-learn's list holds.
@@ -57,8 +61,8 @@ def function_words() -> frozenset[str]:
 def content_tokens(text: str) -> frozenset[str]:
     """The official stemmed tokens of ``text`` that are not `function_words`: the words that can tie a text to
     an answer. Empty when ``text`` has none. Cached: attribution reads the same lines for many questions."""
-    stops = function_words()
-    return frozenset(stemmed_tokens(" ".join(w for w in normalize_answer(text).split() if w not in stops)))
+    stops = function_words()  # normalize_answer's words are normalized already: stemmed as they are
+    return frozenset(map(stem, [w for w in normalize_answer(text).split() if w not in stops]))
 
 
 def best_span_f1(gold: Sequence[str], lines_tokens: Iterable[Sequence[str]], content: set[str] | None = None) -> float:
@@ -113,9 +117,9 @@ def line_subjects(text: str, speakers: Sequence[str]) -> set[str]:
     return {sp for sp in speakers if _first(sp) in low}
 
 
-_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december")
-_MON, _TH = "|".join(_MONTHS), "(?:st|nd|rd|th)?"  # "3rd May 2023", "May 3, 2023"
+_MON, _TH = "|".join(MONTHS), "(?:st|nd|rd|th)?"  # "3rd May 2023", "May 3, 2023"
 _DAY_RE = re.compile(rf"(?i)\b(?:(\d{{1,2}}){_TH}\s+({_MON})|({_MON})\s+(\d{{1,2}}){_TH}),?\s+(\d{{4}})\b")
 _MONTH_RE = re.compile(rf"\b({_MON}),?\s+(\d{{4}})\b", re.IGNORECASE)
 _YEAR_RE = re.compile(r"\b(19\d\d|20\d\d)\b")
@@ -131,15 +135,15 @@ def parse_date(text: str) -> tuple[datetime, str] | None:
     """The first date in ``text`` with its precision: ``7 May 2023`` (day), ``May 2023`` (month), ``2022``."""
     m = _DAY_RE.search(text)
     if m:
-        return datetime(int(m[5]), _MONTHS.index((m[2] or m[3]).lower()) + 1, int(m[1] or m[4])), "day"
+        return datetime(int(m[5]), MONTHS.index((m[2] or m[3]).lower()) + 1, int(m[1] or m[4])), "day"
     m = _MONTH_RE.search(text)
     if m:
-        return datetime(int(m.group(2)), _MONTHS.index(m.group(1).lower()) + 1, 1), "month"
+        return datetime(int(m.group(2)), MONTHS.index(m.group(1).lower()) + 1, 1), "month"
     m = _YEAR_RE.search(text)
     return (datetime(int(m.group(1)), 1, 1), "year") if m else None
 
 
-_BEFORE = re.compile(r"\bthe (?:week|weekend|monday|tuesday|wednesday|thursday|friday|saturday|sunday) before\b",
+WEEK_BEFORE = re.compile(r"\bthe (?:week|weekend|monday|tuesday|wednesday|thursday|friday|saturday|sunday) before\b",
                      re.IGNORECASE)
 
 
@@ -151,7 +155,7 @@ def period(text: str) -> tuple[datetime, datetime, str] | None:
         return None
     when, prec = d
     if prec == "day":
-        week = _BEFORE.search(text)
+        week = WEEK_BEFORE.search(text)
         return (when - timedelta(days=7), when - timedelta(days=1), prec) if week else (when, when, prec)
     if prec == "month":
         nxt = when.replace(year=when.year + when.month // 12, month=when.month % 12 + 1)
@@ -213,11 +217,11 @@ def speaker_contradiction(question: str, turns: Sequence[EvidenceTurn], speakers
                           spoken: Mapping[str, Sequence[str]] | None = None) -> str | None:
     """Why the evidence was spoken by the other person than the one the question asks about, or None.
 
-    Every evidence turn is the other speaker's and none names the person asked other than in a greeting ("Hey
-    Evan!"), and either no evidence turn says "you" (the other person speaks about themself) or — given
-    ``spoken``, each speaker's turns in the whole conversation — the person asked never says the gold
-    themself (no span of a turn of theirs, photo captions aside, scores `SAYS` F1 against the gold: a few
-    shared words are chat, not the answer)."""
+    Every evidence turn is the other speaker's, none names the person asked other than in a greeting ("Hey
+    Evan!") or follows their saying of themself what the question asks (`_tells`), and either no evidence turn
+    says "you" (the other person speaks about themself) or — given ``spoken``, each speaker's turns in the whole
+    conversation — the person asked never says the gold themself (no span of a turn of theirs, photo captions
+    aside, scores `SAYS` F1 against the gold: a few shared words are chat, not the answer)."""
     if len(speakers) != 2 or not turns:
         return None
     named = asked_people(question, speakers)
@@ -233,10 +237,11 @@ def speaker_contradiction(question: str, turns: Sequence[EvidenceTurn], speakers
     asked = named[0]
     other = next(s for s in speakers if s != asked)
     name = re.escape(_first(asked))
+    topic = content_tokens(question) - content_tokens(" ".join(speakers)) - _when_words()
     for t in turns:
         mentions = len(re.findall(rf"\b{name}\b", t.text, re.IGNORECASE))
         greetings = len(re.findall(_VOCATIVE.format(name=name), t.text, re.IGNORECASE))
-        if t.speaker != other or mentions > greetings:
+        if t.speaker != other or mentions > greetings or _tells(t.follows, asked, topic):
             return None
     why = f"the question asks about {asked}, but every evidence turn ({', '.join(t.id for t in turns)}) is {other}"
     if not any(_YOU.search(t.text) for t in turns):
@@ -249,6 +254,27 @@ def speaker_contradiction(question: str, turns: Sequence[EvidenceTurn], speakers
     return f"{why}'s, and {asked} never says it"
 
 
+def turn_before(turn_index: Mapping[str, Any], dia_id: str) -> tuple[str, str] | None:
+    """(speaker, text) of the turn ``dia_id`` follows in its session (``D19:5`` for ``D19:6``), or None; ``turn_index``:
+    a conversation's turns by dia id."""
+    m = re.fullmatch(r"(D\d+):(\d+)", dia_id)
+    prev = turn_index.get(f"{m.group(1)}:{int(m.group(2)) - 1}") if m else None
+    return None if prev is None else (prev.speaker, prev.searchable_text)
+
+
+def _tells(follows: tuple[str, str] | None, asked: str, topic: frozenset[str]) -> bool:
+    """Whether the turn an evidence turn follows is the person asked saying, of themself, what the question asks:
+    one sentence in the first person holding half the question's topic words ("It reminds me of one of my
+    favorite Disney movies." before "Ratatouille is one of my favorites!"); the fact is theirs, the other person
+    only names it. A question to the other ("What did you do?") is not, nor a passing word ("Italy is on my list")."""
+    if follows is None or follows[0] != asked:
+        return False
+    return any(2 * len(topic & content_tokens(x)) >= len(topic) > 0 and _FIRST_PERSON.search(x)
+               and not x.rstrip().endswith("?")
+               for x in re.split(r"(?<=[.!?])\s+", _CAPTION.sub(" ", follows[1])))
+
+
+_FIRST_PERSON = re.compile(r"\b(i|i'm|i've|i'd|i'll|me|my|mine|myself)\b", re.IGNORECASE)
 #: F1 a span of one turn must score against the gold for its speaker to have said it.
 SAYS = 2 / 3
 _CAPTION = re.compile(r"\[shared a photo:[^\]]*\]")
@@ -315,6 +341,12 @@ def _pair_words(bigrams: frozenset[str]) -> frozenset[str]:
     return frozenset(w for pair in bigrams for w in pair.split())
 
 
+#: Pieces that are an English word's prefix or suffix, not a glued word: "boxing" is not "box ing", "Sunday" not
+#: "Sun day", "himself" not "him self", "returned" not "re turned".
+_PREFIXES = frozenset("re un de dis per pre".split())
+_SUFFIXES = frozenset("ing ings er ers ed est ly day days self selves thing things what on".split())
+
+
 @lru_cache(maxsize=100_000)
 def deglue(answer: str, bigrams: frozenset[str] = frozenset()) -> str:
     """The gold with its glued words split for matching: punctuation between words ("April.2023", "relief,worry"),
@@ -331,7 +363,7 @@ def deglue(answer: str, bigrams: frozenset[str] = frozenset()) -> str:
         low = w.lower()
         if low in words:
             return w
-        cuts = range(2, len(low) - 1)
+        cuts = [i for i in range(2, len(low) - 1) if low[:i] not in _PREFIXES and low[i:] not in _SUFFIXES]
         for i in cuts:  # a pair the conversation says, else two words it says ("localzoo": "local", "zoo")
             if f"{low[:i]} {low[i:]}" in bigrams:
                 return f"{w[:i]} {w[i:]}"
@@ -355,96 +387,3 @@ def glued_gold(answer: str, prediction: str, category: int, threshold: float = 0
         return None
     return (f"the gold {answer!r} normalises to {normalize_answer(answer)!r}, gluing words; the prediction "
             f"matches {spaced!r}")
-
-
-#: A question asking for a suggestion, whose gold is an idea rather than a fact of the conversation.
-_SUGGESTION = re.compile(r"\b(gifts?|advice|advise|suggest\w*|recommend\w*|appropriate|tips?|ideas?)\b", re.IGNORECASE)
-_HEDGE = re.compile(r"\b(likely|probably|presumably|maybe|possibly|yes|no|not|unlikely|somewhat|would|could)\b",
-                    re.IGNORECASE)
-
-
-def unfounded_suggestion(answer: str, question: str, category: int, turns: Sequence[EvidenceTurn],
-                         said: set[str]) -> str | None:
-    """Why an open-ended suggestion gold is supported by nothing, or None: an open-domain question (category 3)
-    asking for a suggestion (a gift, advice, a recommendation, an idea), whose gold has three or more content
-    words beyond the question's, fewer than half of them said anywhere in the conversation (``said``: the
-    conversation's `content_tokens`) and fewer than half in its evidence turns (which point elsewhere: a hike,
-    a painting class). World knowledge is not a suggestion: a short answer ("Florida"), or one of names
-    ("Skellig Michael, Malin Head": capitalised past its first word)."""
-    if category != 3 or not _SUGGESTION.search(question) or answer_kind(answer, category) in ("date", "count"):
-        return None
-    # proper names the conversation never says ("Skellig Michael") are world knowledge, not a suggestion
-    names = content_tokens(" ".join(w for w in answer.split()[1:] if w[:1].isupper()))
-    gold = content_tokens(_HEDGE.sub(" ", answer)) - content_tokens(question)
-    if len(gold) < 3 or 2 * len(gold & names) >= len(gold):
-        return None
-    found, ev = gold & said, gold & content_tokens(" ".join(t.text for t in turns))
-    if 2 * len(found) >= len(gold) or 2 * len(ev) >= len(gold):
-        return None
-    return (f"the gold suggests what the conversation never says: {sorted(gold - found)} are in no turn and its "
-            f"evidence turns hold {len(ev)} of its {len(gold)} words")
-
-
-_WORD_NUM = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
-             "ten": 10, "eleven": 11, "twelve": 12, "a": 1, "an": 1}
-_DAYS = re.compile(r"^\W*(?:(?:about|around|nearly|almost|roughly|approximately|over)\s+)?(\d+|[a-z]+)\s+(days?|weeks?)"
-                   r"\W*$", re.IGNORECASE)
-_ORD = "(?:st|nd|rd|th)?"
-_MONTH_DAY = re.compile(rf"\b(?:({_MON})\s+(\d{{1,2}}){_ORD}|(\d{{1,2}}){_ORD}\s+(?:of\s+)?({_MON}))\b", re.IGNORECASE)
-
-
-def duration_contradiction(answer: str, turns: Sequence[EvidenceTurn]) -> str | None:
-    """Why a gold duration in days or weeks contradicts its evidence turns, or None: the turns date both ends
-    (their session dates, the days their "yesterday" / "tomorrow" / "last Friday" resolve to, the days they
-    name: "return on July 20"), the gold is not said by a turn, and it is more than 3 days and 30 % off the span
-    those dates cover (a trip "19 days" long whose turns give 9 July to 20 July)."""
-    m = _DAYS.match(str(answer))
-    if m is None or not turns or any(t.date is None for t in turns):
-        return None
-    n = int(m.group(1)) if m.group(1).isdigit() else _WORD_NUM.get(m.group(1).lower())
-    if n is None:
-        return None
-    days = n * (7 if m.group(2).lower().startswith("week") else 1)
-    if any(re.search(rf"\b{m.group(1)}\s+{m.group(2)[:3]}", t.text, re.IGNORECASE) for t in turns):
-        return None
-    dates = set()
-    for t in turns:  # a turn's days: those it names, else those its phrases resolve to, else its session's
-        named, phrased = set(), set()
-        for mon, day, day2, mon2 in _MONTH_DAY.findall(t.text):
-            try:
-                named.add(datetime(t.date.year, _MONTHS.index((mon or mon2).lower()) + 1,  # type: ignore[union-attr]
-                                   int(day or day2)).date())
-            except ValueError:
-                continue
-        for x in re.split(r"(?<=[.!?])\s+", t.text):
-            a, p = resolve(x, t.date)  # type: ignore[arg-type]
-            d = period(a) if p is not None else None
-            if d is not None and d[2] == "day" and not _BEFORE.search(a):
-                phrased.add(d[0].date())
-        dates |= named or phrased or {t.date.date()}  # type: ignore[union-attr]
-    if len(dates) < 2:
-        return None
-    span = (max(dates) - min(dates)).days
-    if abs(span - days) <= max(3, 0.3 * days):
-        return None
-    return (f"gold duration {answer!r} contradicts its evidence: its turns date {min(dates):%d %B %Y} to "
-            f"{max(dates):%d %B %Y}, {span} days")
-
-
-def gold_issue(answer: str, prediction: str, question: str, category: int, turns: Sequence[EvidenceTurn],
-               speakers: Sequence[str], spoken: Mapping[str, Sequence[str]] | None = None,
-               said: set[str] | None = None, bigrams: frozenset[str] = frozenset(),
-               threshold: float = 0.5) -> str | None:
-    """Why a (non-adversarial) gold is wrong or unusable against its evidence, or None: only a relative time,
-    glued words that fail a right prediction, a date or duration its turns contradict, the other person's
-    turns, a suggestion found nowhere. ``spoken``: each speaker's turns; ``said``: the conversation's content
-    words (derived from ``spoken`` when None, for a suggestion question only: stemming every turn costs seconds)."""
-    if relative_time_only(answer):
-        return f"the gold {answer!r} is a relative time with no date: it depends on when it was said"
-    if said is None and spoken is not None and category == 3 and _SUGGESTION.search(question):  # only it reads them
-        said = {t for texts in spoken.values() for x in texts for t in content_tokens(x)}
-    matched = deglue(answer, bigrams)
-    return (glued_gold(answer, prediction, category, threshold, bigrams)
-            or date_contradiction(answer, turns, question) or duration_contradiction(answer, turns)
-            or speaker_contradiction(question, turns, speakers, matched, spoken)
-            or (unfounded_suggestion(matched, question, category, turns, said) if said is not None else None))

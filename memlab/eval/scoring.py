@@ -37,7 +37,7 @@ def normalize_answer(s: str) -> str:
 
 @lru_cache(maxsize=200_000)
 def stemmed_tokens(s: str) -> tuple[str, ...]:
-    return tuple(stem(w) for w in normalize_answer(s).split())
+    return tuple(map(stem, normalize_answer(s).split()))
 
 
 def token_f1(prediction: str, ground_truth: str) -> float:

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import re
-from functools import cache, lru_cache
+from functools import lru_cache
 
+from memlab.index.stop_words import ENGLISH_STOP_WORDS
 from memlab.stemming import stem
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
-@cache
 def stop_words() -> frozenset[str]:
-    """scikit-learn's English stop words, read on first use (importing scikit-learn costs seconds of CPU)."""
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-
-    return frozenset(ENGLISH_STOP_WORDS)
+    """scikit-learn's English stop words (`memlab.index.stop_words`: the list without importing scikit-learn)."""
+    return ENGLISH_STOP_WORDS
 
 
 def words(text: str) -> list[str]:
