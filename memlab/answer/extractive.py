@@ -56,6 +56,7 @@ from memlab.answer.learned import FAMILIES, choose_learned, family_model
 from memlab.answer.reader_weights import WEIGHTS
 from memlab.answer.temporal import is_temporal_question, resolve
 from memlab.data.locomo import Question
+from memlab.index.embedders import MiniLMEmbedder
 from memlab.index.text import analyze, stem, stop_words, words
 from memlab.llm import count_tokens
 from memlab.memory.entry import MemoryEntry
@@ -244,6 +245,10 @@ class ExtractiveAnswerer(Answerer):
         self.reader_family = reader_family
         #: the fitted model of ``reader_family`` (`memlab.answer.learned`), loaded here so a bad family fails early
         self.model = family_model(reader_family) if scorer == "learned" and span == "novel" else None
+        if self.model is not None and self.model.semantic:  # its forests read minilm similarity: fail here, not mid-run
+            ok, why = MiniLMEmbedder.available()
+            if not ok:
+                raise RuntimeError(f"the learned reader's {reader_family!r} family reads minilm similarity: {why}")
         self.span = span
         self.abstain = abstain
         self.temporal_window = temporal_window
