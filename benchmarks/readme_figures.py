@@ -171,10 +171,10 @@ GRID_ARGS = ["--conversations", "2", "--questions", "10", "--latency", "0.2", "-
 LME_ARGS = ["--s-questions", "2", "6", "--m-questions", "1", "2", "--workers", "2", "8", "32"]
 
 _FR = "results/.cache/fit_reader"
-#: The reader's held-out tables read what `benchmarks/fit_reader.py --learned ... --held-out` wrote (the fit is
-#: ~1 h on 2 loaded cores; its commands are on docs/benchmarks/reader.md) and the hand-weighted reader's frame.
-READER_OFFLINE_ARGS = ["--held-out", f"{_FR}/heldout-offline-v3-floor66.csv", "--weights-csv", f"{_FR}/weights-offline.csv",
-                       "--contexts", f"{_FR}/contexts-k5-10-20-40.pkl",
+#: The reader's held-out tables read what `benchmarks/fit_reader.py --learned ... --held-out` wrote (a fit is
+#: ~20 min on 2 loaded cores; its commands are on docs/benchmarks/reader.md) and the hand-weighted reader's frame.
+READER_OFFLINE_ARGS = ["--held-out", f"{_FR}/heldout-offline-v3-floor66.csv",
+                       "--weights-csv", f"{_FR}/weights-offline.csv", "--contexts", f"{_FR}/contexts-k5-10-20-40.pkl",
                        "--before", "benchmarks/reader_before.json:offline"]
 READER_RB_ARGS = ["--held-out", f"{_FR}/heldout-rb-k10-v3.csv", "--weights-csv", f"{_FR}/weights-rb-k10.csv",
                   "--contexts", f"{_FR}/contexts-retrieval-best-k10.pkl", "--ks", "10",
