@@ -435,12 +435,13 @@ def test_handcheck_agreement_script():
     assert set(hand.hand_label) <= set(LABELS) and hand.reason.str.len().min() > 10
     assert not hand.qid.str.startswith("conv-26/").any() and hand.prediction.notna().all()
     # 110 drawn on the old reader's run; 20 the shipped reader no longer fails were dropped; holdout4/5: 8 x 5, blind;
-    # blind2, blind3: 10 x categories 1-4, labelled blind from the sheet alone
+    # blind2, blind3, blind4: 10 x categories 1-4, labelled blind from the sheet alone
     assert hand.groupby("sample").size().to_dict() == {"dev": 49, "holdout": 21, "holdout2": 20, "holdout3": 30,
-                                                       "holdout4": 40, "holdout5": 40, "blind2": 40, "blind3": 40}
+                                                       "holdout4": 40, "holdout5": 40, "blind2": 40, "blind3": 40,
+                                                       "blind4": 40}
     for name in ("holdout4", "holdout5"):
         assert (hand[hand["sample"] == name].groupby("category").size() == 8).all()
-    for name in ("blind2", "blind3"):
+    for name in ("blind2", "blind3", "blind4"):
         assert hand[hand["sample"] == name].groupby("category").size().to_dict() == {1: 10, 2: 10, 3: 10, 4: 10}
 
 
