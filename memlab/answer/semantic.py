@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from memlab.index.embedders import Embedder, make_embedder
+from memlab.index.embedding_cache import CachedEmbedder
 from memlab.index.machine_cache import embeddings_path
 
 #: Vectors kept in this process (a LoCoMo-10 context set holds ~30k distinct sentences: ~45 MB).
@@ -66,7 +67,9 @@ class SentenceVectors:
         with self._lock:
             missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
         if missing:
-            emb = self.embedder if disk else getattr(self.embedder, "embedder", self.embedder)
+            emb = self.embedder
+            if not disk and isinstance(emb, CachedEmbedder):  # the wrapped model itself: no cache read or write
+                emb = emb.embedder
             with one_torch_thread(len(missing) < ONE_THREAD_BELOW):
                 vecs = emb.embed(missing)
             if vecs.shape[0] != len(missing):
