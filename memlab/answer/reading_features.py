@@ -176,10 +176,10 @@ def stack(rows: list[dict[str, float]]) -> np.ndarray:
     return X
 
 
-CONTEXT_ABSTAIN = ("ov_own", "ov_other", "ov_gap", "top_own_share", "own_you", "own_names_other",
-                    "other_names_asked", "sem_own", "sem_other", "sem_gap")
 #: The context abstain features read from the semantic columns (0 in a family fit without them).
 SEMANTIC_ABSTAIN = ("sem_own", "sem_other", "sem_gap")
+CONTEXT_ABSTAIN = ("ov_own", "ov_other", "ov_gap", "top_own_share", "own_you", "own_names_other",
+                   "other_names_asked", *SEMANTIC_ABSTAIN)
 
 
 def context_abstain(r: Any, sents: Sequence[Any], top: int = 5) -> dict[str, float]:
