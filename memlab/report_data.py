@@ -254,19 +254,19 @@ def pack_runs(browsers: Sequence[RunBrowser], attributions: Sequence[pd.DataFram
               ) -> dict[str, Any]:
     """The question browser's data: the questions (in the first run's order, then any only later runs answered)
     and, per run, each question's outcome and three layers, as `Tables` (one string table for all runs)."""
-    per_run = [(b.questions, b.layers) for b in browsers]
-    order = list(dict.fromkeys(q for qs, _ in per_run for q in qs))
+    order = list(dict.fromkeys(q for b in browsers for q in b.questions))
     t = Tables()
     questions = []
     for qid in order:
-        ref = next(qs[qid] for qs, _ in per_run if qid in qs)
+        ref = next(b.questions[qid] for b in browsers if qid in b.questions)
         questions.append({"qid": qid, "cat": int(ref["category"]), "catName": category_name(int(ref["category"])),
                           "conv": ref["conversation_id"], "q": str(ref["question"]), "gold": _short(ref["answer"], 500),
                           "ev": ", ".join(map(str, trace.as_list(ref["evidence"]))), "flip": int(qid in flipped)})
     mems: list[dict[str, Any]] = []
     mem_ids: dict[tuple[Any, Any], int] = {}
     out_runs = []
-    for (qs, run_layers), att in zip(per_run, attributions):
+    for b, att in zip(browsers, attributions):
+        qs, run_layers = b.questions, b.layers
         labs = {r["qid"]: r for r in att.to_dict("records")} if len(att) else {}
         outcome, answers, ops, op_ids, op_refs, queries, hits = [], [], [], {}, [], [], []
         sequential = True  # every query's ranks are 1..n: the page numbers them itself

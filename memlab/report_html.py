@@ -127,10 +127,9 @@ def with_ceiling(runs: Sequence[Run], table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def run_pieces(job: tuple[Run, Any]) -> tuple[pd.DataFrame, RunBrowser]:
+def run_pieces(run: Run, data: Any) -> tuple[pd.DataFrame, RunBrowser]:
     """What the page needs of one run's traces: its failure attribution and its part of the question browser
     (the traces, ~35 MB of JSON for a full run, are read once for both and never leave this call)."""
-    run, data = job
     tr = trace.load(run.run_dir)
     return attribution.attribute(tr, data), RunBrowser.of(tr)
 
@@ -193,17 +192,16 @@ def _build(runs: Sequence[Run | str | Path], title: str | None, table: pd.DataFr
         path = str(run.info.get("dataset") or run.config.dataset.path)
         if path not in datasets:
             datasets[path] = load_dataset(path)
-        jobs.append(partial(run_pieces, (run, datasets[path])))
+        jobs.append(partial(run_pieces, run, datasets[path]))
     # the summaries' part and each run's traces in forked processes of their own where there are cores (they start
     # from this one's memory: the runs and datasets are not copied); the pieces come back in order, so the page is
     # the same bytes either way
     (table, cmp, drawn), *pieces = fork_map(_call, jobs, fork_workers(None, len(jobs)))
     atts, browsers = [a for a, _ in pieces], [b for _, b in pieces]
-    figs = [(c, drawn[c]) for c in ("F1 per category", "F1 against tokens")]
-    figs.append(("Failure attribution", _png(plots.attribution_bars(
+    figs = list(drawn.items())
+    figs.insert(2, ("Failure attribution", _png(plots.attribution_bars(  # after the two F1 figures
         dict(zip(labels, atts)), n={lab: {int(k): int(v) for k, v in r.summary["n"].items() if str(k).isdigit()}
                                     for lab, r in by_label.items()}))))
-    figs += [(c, src) for c, src in drawn.items() if c not in ("F1 per category", "F1 against tokens")]
     flipped: set[str] = set(map(str, cmp.flipped.qid)) if isinstance(cmp, Comparison) and len(cmp.flipped) else set()
 
     data = {"runs": [{"label": lab, "dir": str(r.run_dir)} for lab, r in zip(labels, loaded)],

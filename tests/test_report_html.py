@@ -229,8 +229,8 @@ def test_forked_and_serial_builds_are_the_same_page(two_arms, monkeypatch):
 def test_a_forked_runs_error_reaches_the_caller(two_arms, monkeypatch):
     import memlab.report_html as rh
 
-    def broken(job):
-        raise ValueError(f"attribution broke on {job[0].run_dir.name}")
+    def broken(run, data):
+        raise ValueError(f"attribution broke on {run.run_dir.name}")
 
     monkeypatch.setattr(rh, "fork_workers", lambda threads, units: 2)
     monkeypatch.setattr(rh, "run_pieces", broken)
