@@ -133,3 +133,12 @@ def test_the_runs_index_section_reaches_the_arms_turn_index(syn, tmp_path):
     assert arm.reader.max_words == 3 and arm.get_params(deep=True)["reader__max_words"] == 3
     st = idx.ensure_built(key, lambda: svc.list(key))
     assert st.dense.index_.hnsw.efSearch == 77 and st.sparse is not None and st.session_kw is not None
+
+
+@pytest.mark.parametrize("kw, named", [({"unit": "paragraph"}, "unit"), ({"window": -1}, "window"),
+                                       ({"max_units": 0}, "max_units")])
+def test_the_constructor_refuses_what_its_declaration_refuses(kw, named):
+    from memlab.params import ParamError
+
+    with pytest.raises(ParamError, match=f"{named} = "):
+        SessionRecallAnswerer(reader=ExtractiveAnswerer(), **kw)

@@ -29,7 +29,7 @@ from memlab.llm import ModelClient, count_tokens
 from memlab.memory.entry import MemoryEntry, UserKey
 from memlab.memory.search_types import SearchOptions, SearchResult
 from memlab.memory.service import MemoryService
-from memlab.params import OneOf, PromptName, Range, Trust, construct, settings
+from memlab.params import OneOf, PromptName, Range, Trust, check_params, construct, settings
 from memlab.prompts import load_prompt, render
 
 UNITS = ("session", "window")
@@ -112,10 +112,8 @@ class SessionRecallAnswerer(Answerer):
                  window: Annotated[int, Range(0)] = 3, max_units: Annotated[int, Range(1)] = 3,
                  index: dict[str, Any] | None = None, turn_style: str = "speaker",
                  embedding_cache: str | None = None):
-        if unit not in UNITS:
-            raise ValueError(f"session-recall unit: expected one of {UNITS}, got {unit!r}")
-        if window < 0 or max_units < 1:
-            raise ValueError(f"session-recall: window must be >= 0 and max_units >= 1, got {window}, {max_units}")
+        # the declared constraints (OneOf, Range above), the one check a config's answer.params also meets
+        check_params(SessionRecallAnswerer, {"unit": unit, "window": window, "max_units": max_units}, "session-recall")
         if client is None and reader is None:
             raise ValueError("session-recall needs a model client or an offline reader (e.g. ExtractiveAnswerer)")
         self.client = client
