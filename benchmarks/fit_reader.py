@@ -42,13 +42,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from memlab.answer.base import ABSTAIN, Answer, AnswerContext, Answerer, retrieve
+from memlab.answer.base import ABSTAIN
 from memlab.answer.extractive import FEATURES, PENALTIES, WEIGHT_OF, ExtractiveAnswerer
 from memlab.answer.learned import FAMILIES
 from memlab.answer.reader_weights import WEIGHTS
-from memlab.data.locomo import Question
 from memlab.eval.scoring import score_answer
 from memlab.eval.summary import category_summary
+
+sys.path.insert(0, str(Path(__file__).parent))
+from reader_capture import capture, capture_tag  # noqa: E402  (1. retrieve once)
 
 GRID: dict[str, list[float]] = {
     "rank_weight": [0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0],
@@ -62,51 +64,6 @@ GRID: dict[str, list[float]] = {
     "abstain_margin": [-1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 1e6],
 }
 PASSES = 4
-
-
-# ------------------------------------------------------------------------------------ 1. retrieve once
-class _Capture(Answerer):
-    """Stores each question's retrieved context at every k (answers nothing: abstains)."""
-
-    name = "capture"
-
-    def __init__(self, ks: list[int]):
-        self.ks = ks
-        self.store: list[dict[str, Any]] = []
-
-    def answer(self, question: Question, ctx: AnswerContext) -> Answer:
-        per_k = {}
-        for k in self.ks:
-            res, _ = retrieve(ctx, question.question, max_results=k)
-            per_k[k] = [(h.rank, h.entry) for h in res.hits]
-        self.store.append({"qid": question.qid, "conversation_id": question.conversation_id,
-                           "category": question.category, "question": question.question, "answer": question.answer,
-                           "speakers": tuple(ctx.conversation.speakers), "contexts": per_k})
-        return Answer(prediction=ABSTAIN)
-
-
-def capture(ks: list[int], cache: Path, overrides: dict[str, Any] | None = None,
-            config: str = "offline") -> list[dict[str, Any]]:
-    """Each question's context at every k under ``config`` (``overrides``: config keys, e.g. the dataset);
-    cached in ``cache`` by the config, the k's and the overrides."""
-    tag = "-".join(f"{k}={v}" for k, v in sorted((overrides or {}).items())).replace("/", "_")
-    name = "" if config == "offline" else f"{config}-"
-    path = cache / f"contexts-{name}k{'-'.join(map(str, ks))}{'-' + tag if tag else ''}.pkl"
-    if path.is_file():
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    from memlab.run import ExperimentConfig, run_experiment
-
-    cap = _Capture(ks)
-    # one answering process: forked workers (`memlab.run.forked`) would fill their own copies of the store
-    cfg = ExperimentConfig.from_yaml(config).with_overrides({**(overrides or {}), "run.threads": 1})
-    run_experiment(cfg, results=cache / "runs", progress=False, answerer=cap)
-    if not cap.store:
-        raise RuntimeError(f"capture: the run answered no question into the capture store ({cfg.name})")
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        pickle.dump(cap.store, f)
-    return cap.store
 
 
 # ------------------------------------------------------------------------------------ 2. read once
@@ -285,7 +242,7 @@ def learned_main(args: argparse.Namespace) -> None:
     ks = sorted(args.ks)
     t0 = time.perf_counter()
     store = capture(ks, Path(args.cache), over or None, config=config)
-    tag = "-".join(f"{k}={v}" for k, v in sorted(over.items())).replace("/", "_")
+    tag = capture_tag(over, config)[1]
     # keyed by the reading code too: a changed reader never reuses candidates read by an older one
     src = hashlib.sha256(b"".join((Path(rl.__file__).parents[1] / "memlab" / "answer" / f).read_bytes() for f in (
         "extractive.py", "learned.py", "reading_features.py", "semantic.py"))).hexdigest()[:10]

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from memlab.data.locomo import Conversation, Question
+from memlab.index.memory_fields import citing_pairs, is_turn_record
 from memlab.llm import CallStats, ModelError, Usage, count_tokens
 from memlab.memory.capabilities import MemoryView
 from memlab.memory.entry import MemoryEntry, UserKey
@@ -230,6 +231,32 @@ def within_budget(res: SearchResult, budget: int) -> tuple[SearchResult, int]:
         kept.append(h)
         used += n
     return replace(res, hits=kept), used
+
+
+def with_citing(hits: list[tuple[int, MemoryEntry]], entries: list[MemoryEntry]) -> list[tuple[int, MemoryEntry]]:
+    """``hits`` ((rank, memory), best first) with, after each dialog turn, the notes of ``entries`` citing it
+    (LoCoMo's observations, extracted memories: the citation link of ``index.params.append_citing`` and the
+    ``note_dense`` list) at that turn's rank, each note once (after the first turn it cites) and none already a
+    hit. A turn-unit search ranks turns only; this lets its reader also read the short facts stated about them
+    while what was retrieved stays the same (``answer.params.context_citing``)."""
+    rows = list(entries)
+    notes_of: dict[str, list[MemoryEntry]] = {}
+    for note, rec in citing_pairs(rows, [is_turn_record(e) for e in rows]):
+        notes_of.setdefault(rows[rec].id, []).append(rows[note])
+    seen = {e.id for _, e in hits}
+    out: list[tuple[int, MemoryEntry]] = []
+    for rank, e in hits:
+        out.append((rank, e))
+        for n in notes_of.get(e.id, ()):
+            if n.id not in seen:
+                seen.add(n.id)
+                out.append((rank, n))
+    return out
+
+
+def citing_context(ctx: AnswerContext, hits: list[tuple[int, MemoryEntry]]) -> list[tuple[int, MemoryEntry]]:
+    """`with_citing` over the question's key's memories (the search index's in-memory view where there is one)."""
+    return with_citing(hits, _entries(ctx))
 
 
 def preload(ctx: AnswerContext, message: str) -> tuple[list[MemoryEntry], dict[str, Any]]:

@@ -51,7 +51,7 @@ from typing import Annotated, Any
 
 import numpy as np
 
-from memlab.answer.base import ABSTAIN, ANSWERERS, Answer, AnswerContext, Answerer, retrieve
+from memlab.answer.base import ABSTAIN, ANSWERERS, Answer, AnswerContext, Answerer, citing_context, retrieve
 from memlab.answer.learned import FAMILIES, choose_learned, family_model
 from memlab.answer.reader_weights import WEIGHTS
 from memlab.answer.temporal import is_temporal_question, resolve
@@ -220,7 +220,10 @@ class ExtractiveAnswerer(Answerer):
 
     Every weight is a constructor parameter; None takes the fitted default
     (`memlab.answer.reader_weights.WEIGHTS`). ``span_window`` / ``temporal_window`` cap the ranks
-    read (None: all); ``abstain=False`` never abstains on a named person.
+    read (None: all); ``abstain=False`` never abstains on a named person. ``context_citing``: after each
+    retrieved dialog turn the reader also reads the notes (observations) citing it, at the turn's rank
+    (`memlab.answer.base.with_citing`: a turn-unit search, ``retrieval.unit: turn``, ranks turns only); the
+    context the run records and counts tokens of holds them.
     """
 
     name = "extractive"
@@ -239,9 +242,10 @@ class ExtractiveAnswerer(Answerer):
                  temporal_rank_weight: Annotated[float | None, Range(0)] = None,
                  abstain_margin: Annotated[float | None, Range()] = None,
                  scorer: Annotated[str, OneOf(SCORERS)] = "weights",
-                 reader_family: Annotated[str, OneOf(FAMILIES)] = "offline"):
+                 reader_family: Annotated[str, OneOf(FAMILIES)] = "offline", context_citing: bool = False):
         check_params(ExtractiveAnswerer, {k: v for k, v in locals().items() if k != "self"}, "the extractive reader")
         self.scorer = scorer
+        self.context_citing = context_citing
         self.reader_family = reader_family
         #: the fitted model of ``reader_family`` (`memlab.answer.learned`), loaded here so a bad family fails early
         self.model = family_model(reader_family) if scorer == "learned" and span == "novel" else None
@@ -400,9 +404,13 @@ class ExtractiveAnswerer(Answerer):
 
     def answer(self, question: Question, ctx: AnswerContext) -> Answer:
         res, trace = retrieve(ctx, question.question)
-        ans = Answer(prediction=ABSTAIN, context=res.entries, queries=[trace])
-        ans.context_tokens = count_tokens("\n".join(e.text for e in res.entries) + "\n" + question.question)
-        r = self.read(question.question, [(h.rank, h.entry) for h in res.hits], ctx.conversation.speakers)
+        hits = [(h.rank, h.entry) for h in res.hits]
+        if self.context_citing:
+            hits = citing_context(ctx, hits)
+        context = [e for _, e in hits]
+        ans = Answer(prediction=ABSTAIN, context=context, queries=[trace])
+        ans.context_tokens = count_tokens("\n".join(e.text for e in context) + "\n" + question.question)
+        r = self.read(question.question, hits, ctx.conversation.speakers)
         ans.prediction, ans.rule, info = self.choose(r, ctx.search.max_results)
         ans.reading = reading_trace(r, info)
         return ans
