@@ -6,7 +6,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from memlab.answer.base import ABSTAIN, Answer, AnswerContext, Answerer, citing_context, retrieve
+from memlab.answer.base import ABSTAIN, Answer, AnswerContext, Answerer, retrieve, retrieve_citing
 from memlab.data.locomo import Question
 
 
@@ -23,9 +23,11 @@ class _Capture(Answerer):
     def answer(self, question: Question, ctx: AnswerContext) -> Answer:
         per_k = {}
         for k in self.ks:
-            res, _ = retrieve(ctx, question.question, max_results=k)
-            hits = [(h.rank, h.entry) for h in res.hits]
-            per_k[k] = citing_context(ctx, hits) if self.citing else hits  # the reader's context, as it reads it
+            if self.citing:  # the reader's context as it reads it
+                per_k[k] = retrieve_citing(ctx, question.question, max_results=k)[0]
+            else:
+                res, _ = retrieve(ctx, question.question, max_results=k)
+                per_k[k] = [(h.rank, h.entry) for h in res.hits]
         self.store.append({"qid": question.qid, "conversation_id": question.conversation_id,
                            "category": question.category, "question": question.question, "answer": question.answer,
                            "speakers": tuple(ctx.conversation.speakers), "contexts": per_k})

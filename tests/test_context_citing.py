@@ -94,6 +94,19 @@ def test_the_reader_reads_the_citing_notes_and_the_context_and_its_tokens_hold_t
     assert on.context_source_ids == ["D1:1", "D1:3", "D1:2"]  # the notes cite only retrieved turns here
 
 
+def test_a_token_budget_binds_the_lines_read_notes_included_and_the_trace_keeps_the_turns_read(synthetic_path):
+    conv = load_locomo(synthetic_path)["syn-1"]
+    budget = count_tokens(T1.text + "\n") + count_tokens(O1.text + "\n") + 1  # t1 and o1 fit, o2 does not
+    ctx = AnswerContext(service=TurnsOnly(ALL), key=KEY, conversation=conv, search=SearchOptions(max_results=10),
+                        context_tokens=budget)
+    q = Question("syn-1", 0, "What did Alice research?", "adoption agencies", None, (), (), 4, "x")
+    a = ExtractiveAnswerer(**PINNED, context_citing=True).answer(q, ctx)
+    assert [e.id for e in a.context] == ["t1", "o1"] and [h["id"] for h in a.queries[0].hits] == ["t1"]
+    assert a.queries[0].options["context_tokens_used"] == budget - 1 <= a.queries[0].options["context_tokens"]
+    plain = ExtractiveAnswerer(**PINNED).answer(q, ctx)  # without the notes the same budget reads the next turn
+    assert [e.id for e in plain.context] == ["t1", "t2"]
+
+
 def test_the_setting_is_declared_so_it_changes_the_cache_id_and_the_record_and_a_bad_value_names_it():
     on, off = ExtractiveAnswerer(context_citing=True), ExtractiveAnswerer()
     assert off.context_citing is False and on.get_params()["context_citing"] is True

@@ -223,14 +223,20 @@ def within_budget(res: SearchResult, budget: int) -> tuple[SearchResult, int]:
     ``context_tokens_qa``; each text plus its line break), and the tokens they use. The first hit that does not fit
     ends the context: a later, shorter one is not taken instead (the context stays a prefix of the ranking, so a
     system's order decides what it reads, as with k)."""
-    kept, used = [], 0
-    for h in res.hits:
-        n = count_tokens(h.entry.text + "\n")
-        if used + n > budget:
+    n, used = prefix_within([h.entry.text for h in res.hits], budget)
+    return replace(res, hits=res.hits[:n]), used
+
+
+def prefix_within(texts: list[str], budget: int) -> tuple[int, int]:
+    """How many of ``texts``, in order, fit ``budget`` o200k tokens (each plus its line break; the first that does
+    not fit ends them), and the tokens those use."""
+    n = used = 0
+    for t in texts:
+        c = count_tokens(t + "\n")
+        if used + c > budget:
             break
-        kept.append(h)
-        used += n
-    return replace(res, hits=kept), used
+        n, used = n + 1, used + c
+    return n, used
 
 
 def with_citing(hits: list[tuple[int, MemoryEntry]], entries: list[MemoryEntry]) -> list[tuple[int, MemoryEntry]]:
@@ -254,9 +260,21 @@ def with_citing(hits: list[tuple[int, MemoryEntry]], entries: list[MemoryEntry])
     return out
 
 
-def citing_context(ctx: AnswerContext, hits: list[tuple[int, MemoryEntry]]) -> list[tuple[int, MemoryEntry]]:
-    """`with_citing` over the question's key's memories (the search index's in-memory view where there is one)."""
-    return with_citing(hits, _entries(ctx))
+def retrieve_citing(ctx: AnswerContext, query: str, **overrides: Any
+                    ) -> tuple[list[tuple[int, MemoryEntry]], QueryTrace]:
+    """`retrieve`, then `with_citing` over the key's memories (the search index's in-memory view where there is
+    one): the lines the reader reads, (rank, memory). A ``context_tokens`` budget binds those lines, notes
+    included (in order while they fit: the first that does not ends the context), and the trace keeps the
+    retrieved memories read."""
+    res, trace = retrieve(replace(ctx, context_tokens=None), query, **overrides)
+    lines = with_citing([(h.rank, h.entry) for h in res.hits], _entries(ctx))
+    if ctx.context_tokens is None:
+        return lines, trace
+    n, used = prefix_within([e.text for _, e in lines], ctx.context_tokens)
+    read = {e.id for _, e in lines[:n]}
+    trace = QueryTrace.from_result(replace(res, hits=[h for h in res.hits if h.entry.id in read]))
+    trace.options.update(context_tokens=ctx.context_tokens, context_tokens_used=used)
+    return lines[:n], trace
 
 
 def preload(ctx: AnswerContext, message: str) -> tuple[list[MemoryEntry], dict[str, Any]]:

@@ -52,7 +52,7 @@ from typing import Annotated, Any
 
 import numpy as np
 
-from memlab.answer.base import ABSTAIN, ANSWERERS, Answer, AnswerContext, Answerer, citing_context, retrieve
+from memlab.answer.base import ABSTAIN, ANSWERERS, Answer, AnswerContext, Answerer, retrieve, retrieve_citing
 from memlab.answer.learned import FAMILIES, choose_learned, family_model
 from memlab.answer.reader_weights import WEIGHTS
 from memlab.answer.temporal import is_temporal_question, resolve
@@ -404,10 +404,11 @@ class ExtractiveAnswerer(Answerer):
         return c.answer, f"span: novel words of the best clause (rank {c.rank})", info
 
     def answer(self, question: Question, ctx: AnswerContext) -> Answer:
-        res, trace = retrieve(ctx, question.question)
-        hits = [(h.rank, h.entry) for h in res.hits]
         if self.context_citing:
-            hits = citing_context(ctx, hits)
+            hits, trace = retrieve_citing(ctx, question.question)
+        else:
+            res, trace = retrieve(ctx, question.question)
+            hits = [(h.rank, h.entry) for h in res.hits]
         context = [e for _, e in hits]
         ans = Answer(prediction=ABSTAIN, context=context, queries=[trace])
         ans.context_tokens = count_tokens("\n".join(e.text for e in context) + "\n" + question.question)
