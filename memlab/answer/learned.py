@@ -136,7 +136,7 @@ def family_from_spec(spec: dict[str, Any]) -> FamilyModel:
 def multi_part_p(question: str, gate: dict[str, Any]) -> float:
     """The gate's probability that a question asks for several things (a logistic over its words)."""
     vocab = gate["vocab"]
-    z = float(gate["intercept"]) + sum(vocab.get(w, 0.0) for w in set(question_words(question)))
+    z = float(gate["intercept"]) + math.fsum(vocab.get(w, 0.0) for w in set(question_words(question)))
     return 1.0 / (1.0 + math.exp(-z))
 
 
@@ -177,9 +177,9 @@ def sentence_rows(r: Any, k: int, semantic: bool = False) -> list[Scored]:
         return []
     qstems = set(analyze(r.question))
     idf = _idf(tuple(c.text for c in cands))
-    q_idf = sum(idf.get(s, 1.0) for s in qstems) or 1.0
+    q_idf = math.fsum(idf.get(s, 1.0) for s in qstems) or 1.0  # fsum: a set's order is the hash seed's
     ov = np.array([c.features[0] for c in cands])
-    idf_ov = np.array([sum(idf.get(s, 1.0) for s in qstems & _stems(c.text)) / q_idf for c in cands])
+    idf_ov = np.array([math.fsum(idf.get(s, 1.0) for s in qstems & _stems(c.text)) / q_idf for c in cands])
     qrow = question_row(r.question, r.list_question, len(r.people))
     qt = question_type(r.question)
     out: list[Scored] = []
