@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -236,3 +238,32 @@ def test_answer_scorer_learned_reads_with_its_configs_own_family(config, family,
         assert shipped.scorer == "weights" and shipped.model is None and not shipped.context_citing
     else:  # retrieval-best reads the observations citing its turns with the learned reader fit on them
         assert shipped.scorer == "learned" and shipped.model is family_model(family) and shipped.context_citing
+
+
+_ROWS_SCRIPT = """
+import json
+import os
+import subprocess
+from memlab.answer.extractive import ExtractiveAnswerer
+from memlab.answer.learned import sentence_rows
+from memlab.answer.reading_features import INDEX
+from memlab.memory.entry import MemoryEntry, UserKey
+K = UserKey("locomo", "syn-1")
+texts = ["Alice: I researched adoption agencies and counseling options.", "Alice: Support groups and painting classes.",
+         "Bob: Counseling, painting, adoption, agencies, research, groups, classes and support all week.",
+         "Alice: Painting classes helped.", "Bob: Agencies called back about adoption."]
+hits = [(i + 1, MemoryEntry(id=f"m{i}", key=K, text=t, kind="episode", participants=(t.split(":")[0],)))
+        for i, t in enumerate(texts)]
+q = "What did Alice research about adoption agencies, counseling, support groups and painting classes?"
+r = ExtractiveAnswerer(scorer="weights").read(q, hits, ("Alice", "Bob"))
+print(json.dumps([float(s.row[INDEX["idf_overlap"]]).hex() for s in sentence_rows(r, 5)]))
+"""
+
+
+def test_the_learned_readers_features_do_not_depend_on_the_hash_seed():
+    """A set's iteration order follows PYTHONHASHSEED; a float sum in that order differed in the last bit from
+    process to process, enough to flip a forest split (one retrieval-best answer changed run to run)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    outs = {subprocess.run([sys.executable, "-c", _ROWS_SCRIPT], env={**env, "PYTHONHASHSEED": str(seed)},
+                           capture_output=True, text=True, check=True, timeout=120).stdout for seed in range(6)}
+    assert len(outs) == 1, outs
