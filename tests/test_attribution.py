@@ -770,3 +770,39 @@ def test_a_suffix_or_prefix_is_no_glued_word():
     for word in ("boxing", "Somewhat", "himself", "returned", "Sunday"):
         assert deglue(word, pairs) == word, word
     assert deglue("a localzoo, hanging withfriends", pairs) == "a local zoo, hanging with friends"
+
+
+def test_a_dates_comma_parts_are_not_parts_another_line_carries():
+    # blind4 conv-42/q51: gold "25 May, 2022", the only dating turn (D13:9) at rank 73; the context's other lines of
+    # 2022 about the gift held "2022", which made the failure partial-retrieval as though one part had reached
+    turns = [EvidenceTurn("D13:9", "Nate", "I got Tilly for Joanna today!", datetime(2022, 5, 25))]
+    row = {**ROW, "category": 1, "question": "When did Nate get Tilly for Joanna?", "answer": "25 May, 2022",
+           "evidence": ["D13:9"], "evidence_raw": ["D13:9"], "prediction": "21 October 2022"}
+    line = "21 October 2022 Nate: Tilly has been such a great gift for Joanna."
+    kw = dict(row=row, mems=({"id": "m1", "text": turns[0].text, "source_ids": ["D13:9"]},), context=("m7",),
+              evidence_turns=turns, ranks={"D13:9": 73}, depth=100, context_sources=[["D24:4"]],
+              speakers=("Nate", "Joanna"), context_lines=[line])
+    got = label_question(ev(**kw))
+    assert got[0] == "retrieval-miss" and "D13:9 at rank 73" in got[1], got
+    # a list gold's comma parts still are: one carried through another line is partial-retrieval
+    lst = {**row, "question": "What pets did Nate get for Joanna?", "answer": "a turtle, a dog", "prediction": "a cat"}
+    said = [EvidenceTurn("D13:9", "Nate", "I got Joanna a turtle and a dog today!", datetime(2022, 5, 25))]
+    got = label_question(ev(**{**kw, "row": lst, "evidence_turns": said, "turns": said[0].text,
+                               "mems": ({"id": "m1", "text": said[0].text, "source_ids": ["D13:9"]},),
+                               "context_lines": ["21 October 2022 Nate: Joanna's new pet is a dog."]}))
+    assert got[0] == "partial-retrieval" and "through other turns" in got[1], got
+
+
+def test_an_inferred_answers_ground_reaches_through_its_same_session_neighbour():
+    # issue 36 (the definitions, fourth revision): an inferred answer rests on its evidence turns, reached by the
+    # turn, its observation or the turn beside it in the same session; a line from elsewhere that only points the
+    # same way is no ground
+    turns = [EvidenceTurn("D5:3", "Ann", "I spend every weekend on the trails with my dog.", MAY8)]
+    row = {**ROW, "category": 3, "question": "Would Ann enjoy a career as a park ranger?",
+           "answer": "Likely yes", "evidence": ["D5:3"], "evidence_raw": ["D5:3"], "prediction": "my dog"}
+    kw = dict(row=row, mems=({"id": "m1", "text": turns[0].text, "source_ids": ["D5:3"]},), context=("m7",),
+              evidence_turns=turns, turns=turns[0].text, ranks={"D5:3": 30}, depth=100, speakers=("Ann", "Bob"),
+              context_lines=["8 May 2023 Bob: Those trails sound lovely, Ann."])
+    assert label_question(ev(**kw, context_sources=[["D5:4"]]))[0] == "reading-miss"
+    got = label_question(ev(**kw, context_sources=[["D9:4"]]))  # the same line from another session
+    assert got[0] == "retrieval-miss" and "D5:3 at rank 30" in got[1], got

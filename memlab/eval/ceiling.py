@@ -193,19 +193,22 @@ def _about_time(when: tuple[datetime, datetime, str], said: tuple[datetime, date
 
 
 def reached(facts: Mapping[str, Sequence[frozenset[str]]], own: Mapping[str, Sequence[str]], lines: Sequence[str],
-            sources: Sequence[Sequence[str]] | None, share: float = 0.5) -> tuple[set[str], set[str]]:
+            sources: Sequence[Sequence[str]] | None, share: float = 0.5, wordless_near: bool = False
+            ) -> tuple[set[str], set[str]]:
     """(evidence ids whose fact reached the reader, those only part of whose fact did). ``facts``: per evidence
     id, the gold words its turn holds, one set per gold part (a list item); ``own``: the context lines sourced
     from it. A turn's fact reaches through its own lines or its same-session neighbours' (which often carry the
     same fact): ``share`` of each part's words in them, or less (a summary or a neighbour that kept "joy" of "a
     sense of joy and freedom": the rest was missed). A turn with no gold word (a bridge hop, a photo) is reached
-    by being in the context."""
+    by being in the context; with ``wordless_near`` (the grounds of an inferred answer) also by its same-session
+    neighbour's being there."""
     srcs = list(sources) if sources is not None else []
+    shown = {x for src in srcs for x in src}
     full: set[str] = set()
     part: set[str] = set()
     for s, fact in facts.items():
         if not any(fact):
-            if own.get(s):
+            if own.get(s) or (wordless_near and neighbours([s]) & shown):
                 full.add(s)
             continue
         near = [line for line, src in zip(lines, srcs) if s not in src and neighbours([s]) & set(src)]
