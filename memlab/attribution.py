@@ -23,7 +23,7 @@ official F1 a span of those lines (or a date they imply) could score (`memlab.ev
 An evidence id is *reached* when the context memories sourced from it and the context lines from its
 same-session neighbours (which often carry the same fact) hold at least half of each gold part's words that
 its turn holds (or the turn holds none — a bridge hop — and a memory sourced from it is in the context; for
-an inferred answer, or a line from its same-session neighbour);
+an inferred answer or a date, or a line from its same-session neighbour, which has its date);
 *reached in part* when they hold fewer but some ("joy" of "a sense of joy and freedom": partial-retrieval
 unless the rest is in the context); a summary that dropped the turn's gold words does not reach it. The
 *answer kind* (`answer_kind`): a ``count`` needs every evidence turn (each is one instance), an ``inferred``
@@ -228,15 +228,15 @@ def _adds(pieces: Sequence[set[str]], about: Sequence[str], turn: str, same_sess
 
 
 def _reached(ev: QuestionEvidence, pieces: Sequence[set[str]], gold: set[str], evs: set[str], lines: Sequence[str],
-             inferred: bool = False) -> tuple[list[str], list[str]]:
-    """(evidence ids reached, ids reached in part): the module doc, `memlab.eval.ceiling.reached` (``inferred``)."""
+             wordless_near: bool = False) -> tuple[list[str], list[str]]:
+    """(evidence ids reached, ids reached in part): the module doc, `memlab.eval.ceiling.reached`."""
     own = {s: [str(m["text"]) for m in ev.memories if m["id"] in ev.context_ids and s in m["source_ids"]] for s in evs}
     turn_of = {t.id: t.text for t in ev.turns}
     for s in evs - set(turn_of):  # no turn text of its own: its memories' gold words, else all the turns' text
         mine = " ".join(own[s])
         turn_of[s] = mine if gold & line_words(mine) else ev.turn_text
     facts = {s: [w for w in (q & line_words(turn_of[s]) for q in pieces) if w] for s in evs}
-    full, part = reached(facts, own, lines, ev.context_sources, wordless_near=inferred)
+    full, part = reached(facts, own, lines, ev.context_sources, wordless_near=wordless_near)
     return sorted(full), sorted(part)
 
 
@@ -306,7 +306,8 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     kind = answer_kind(answer, cat)
     pieces = [_content(p) & gold for p in re.split(r"[,;]", stated)]  # the gold's words per list item
     turn_cov = coverage(stated, ev.turn_text)
-    reached, partly = _reached(ev, pieces, gold, evs, lines, inferred=kind == "inferred" and turn_cov < COVERAGE)
+    near = kind == "date" or (kind == "inferred" and turn_cov < COVERAGE)  # a wordless turn by its neighbour too
+    reached, partly = _reached(ev, pieces, gold, evs, lines, near)
     # an inferred answer is supported by any sufficient part of its evidence: a reached turn leaves it to the reader
     supported = kind == "inferred" and turn_cov < COVERAGE and bool(reached)
     if not bearing and not supported:

@@ -808,3 +808,21 @@ def test_an_inferred_answers_ground_reaches_through_its_same_session_neighbour()
     assert label_question(ev(**kw, context_sources=[["D5:4"]]))[0] == "reading-miss"
     got = label_question(ev(**kw, context_sources=[["D9:4"]]))  # the same line from another session
     assert got[0] == "retrieval-miss" and "D5:3 at rank 30" in got[1], got
+
+
+def test_a_date_computed_from_two_turns_reaches_one_through_its_neighbour():
+    # blind5 conv-49/q70: "How long did Evan and his partner date before getting married?" (gold "four months")
+    # from D5:1 (met her "last week", 7 August) and D21:1 ("Long time no see", 26 December); D21:1's neighbour
+    # D21:2 ("got married last week") was in the context: one hop reached, the other missed
+    turns = [EvidenceTurn("D5:1", "Evan", "Last week I met this awesome Canadian woman.", datetime(2023, 8, 7)),
+             EvidenceTurn("D21:1", "Sam", "Hey Evan! Long time no see, how's it going?", datetime(2023, 12, 26))]
+    row = {**ROW, "category": 2, "question": "How long did Evan and his partner date before getting married?",
+           "answer": "four months", "evidence": ["D5:1", "D21:1"], "evidence_raw": ["D5:1", "D21:1"],
+           "prediction": "a minor accident"}
+    mems = tuple({"id": f"m{i}", "text": t.text, "source_ids": [t.id]} for i, t in enumerate(turns))
+    kw = dict(row=row, mems=mems, context=("m7",), evidence_turns=turns, turns=" ".join(t.text for t in turns),
+              ranks={"D5:1": None, "D21:1": 22}, depth=100, speakers=("Evan", "Sam"),
+              context_lines=["26 December 2023 Evan: I got married last week!"])
+    got = label_question(ev(**kw, context_sources=[["D21:2"]]))
+    assert got[0] == "partial-retrieval" and "reached D21:1" in got[1], got
+    assert label_question(ev(**kw, context_sources=[["D9:2"]]))[0] == "retrieval-miss"  # not its neighbour
