@@ -435,15 +435,15 @@ def test_handcheck_agreement_script():
     assert set(hand.hand_label) <= set(LABELS) and hand.reason.str.len().min() > 10
     assert not hand.qid.str.startswith("conv-26/").any() and hand.prediction.notna().all()
     # 110 drawn on the old reader's run; 20 the shipped reader no longer fails were dropped; holdout4/5: 8 x 5, blind;
-    # blind2 ... blind5: 10 x categories 1-4, labelled blind from the sheet alone (blind5's category 3 had 9 failed
-    # questions left to draw)
+    # blind2 ... blind6: 10 x categories 1-4, labelled blind from the sheet alone (category 3's failed questions
+    # outside conv-26 ran out: 9 left for blind5, none for blind6)
     assert hand.groupby("sample").size().to_dict() == {"dev": 49, "holdout": 21, "holdout2": 20, "holdout3": 30,
                                                        "holdout4": 40, "holdout5": 40, "blind2": 40, "blind3": 40,
-                                                       "blind4": 40, "blind5": 39}
+                                                       "blind4": 40, "blind5": 39, "blind6": 30}
     for name in ("holdout4", "holdout5"):
         assert (hand[hand["sample"] == name].groupby("category").size() == 8).all()
-    for name in ("blind2", "blind3", "blind4", "blind5"):
-        want = {1: 10, 2: 10, 3: 9 if name == "blind5" else 10, 4: 10}
+    for name, cat3 in (("blind2", 10), ("blind3", 10), ("blind4", 10), ("blind5", 9), ("blind6", 0)):
+        want = {1: 10, 2: 10, 3: cat3, 4: 10} if cat3 else {1: 10, 2: 10, 4: 10}
         assert hand[hand["sample"] == name].groupby("category").size().to_dict() == want
 
 
