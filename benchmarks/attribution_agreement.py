@@ -53,16 +53,22 @@ ALL_CATEGORIES = (1, 2, 3, 4, 5)
 #: of ``--blind`` (no rule output), each category committed before agreement is computed.
 #: ``blind3`` (issue 36, second revision): the same, labelled blind while the rules were revised on the others'
 #: disagreements. ``blind4`` (issue 36, third revision): the same, labelled blind while the rules were revised on
-#: ``blind3``'s disagreements.
+#: ``blind3``'s disagreements. ``blind5`` (issue 36, fourth revision): the same, drawn and labelled blind
+#: after the rules were revised on ``blind4``'s disagreements and the definitions said what grounds an inference.
+#: ``blind6`` (issue 36, fifth revision): the same, after a revision on ``blind5``'s disagreements that put the
+#: definitions in the rules' computable terms (same words, not paraphrases; a name is no topic word; a line's date
+#: is a date gold's only).
 SAMPLES: dict[str, tuple[int, int] | tuple[int, int, tuple[int, ...]]] = {
     "dev": (PER_CATEGORY, SEED), "holdout": (5, 22), "holdout2": (5, 23), "holdout3": (6, 24),
     "holdout4": (8, 25), "holdout5": (8, 26), "blind2": (10, 27, (1, 2, 3, 4)),
-    "blind3": (10, 28, (1, 2, 3, 4)), "blind4": (10, 29, (1, 2, 3, 4))}
+    "blind3": (10, 28, (1, 2, 3, 4)), "blind4": (10, 29, (1, 2, 3, 4)), "blind5": (10, 30, (1, 2, 3, 4)),
+    "blind6": (10, 31, (1, 2, 3, 4))}
 #: Samples labelled blind (without the rules or their output).
-BLIND = ("holdout4", "holdout5", "blind2", "blind3", "blind4")
+BLIND = ("holdout4", "holdout5", "blind2", "blind3", "blind4", "blind5", "blind6")
 #: Blind samples no rule revision has looked at: the clean out-of-sample figure (``holdout4``, ``holdout5`` and
-#: ``blind2`` were each used to design a later revision, ``blind3`` the third).
-HELD_OUT = ("blind4",)
+#: ``blind2`` were each used to design a later revision, ``blind3`` the third, ``blind4`` the fourth, ``blind5`` the
+#: fifth).
+HELD_OUT = ("blind6",)
 
 
 def draw(att: pd.DataFrame, per_category: int = PER_CATEGORY, seed: int = SEED,

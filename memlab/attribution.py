@@ -22,7 +22,8 @@ for a question about two people, each person's own lines at least half — and i
 official F1 a span of those lines (or a date they imply) could score (`memlab.eval.ceiling`).
 An evidence id is *reached* when the context memories sourced from it and the context lines from its
 same-session neighbours (which often carry the same fact) hold at least half of each gold part's words that
-its turn holds (or the turn holds none — a bridge hop — and a memory sourced from it is in the context);
+its turn holds (or the turn holds none — a bridge hop — and a memory sourced from it is in the context; for
+an inferred answer or a date, or a line from its same-session neighbour, which has its date);
 *reached in part* when they hold fewer but some ("joy" of "a sense of joy and freedom": partial-retrieval
 unless the rest is in the context); a summary that dropped the turn's gold words does not reach it. The
 *answer kind* (`answer_kind`): a ``count`` needs every evidence turn (each is one instance), an ``inferred``
@@ -205,10 +206,8 @@ class QuestionEvidence:
 
 
 def _where(ev: QuestionEvidence, ids: Sequence[str]) -> str:
-    if not ev.ranks:
-        return ", ".join(ids)
     return ", ".join(f"{s} at rank {ev.ranks[s]}" if ev.ranks.get(s) is not None else
-                     f"{s} absent (beyond rank {ev.depth or '?'})" for s in ids)
+                     f"{s} absent (beyond rank {ev.depth or '?'})" if ev.ranks else s for s in ids)
 
 
 def _content(answer: str) -> set[str]:
@@ -228,16 +227,16 @@ def _adds(pieces: Sequence[set[str]], about: Sequence[str], turn: str, same_sess
     return not same_session
 
 
-def _reached(ev: QuestionEvidence, pieces: Sequence[set[str]], gold: set[str], evs: set[str], lines: Sequence[str]
-             ) -> tuple[list[str], list[str]]:
-    """(evidence ids reached, ids only part of whose fact reached): module doc, `memlab.eval.ceiling.reached`."""
+def _reached(ev: QuestionEvidence, pieces: Sequence[set[str]], gold: set[str], evs: set[str], lines: Sequence[str],
+             wordless_near: bool = False) -> tuple[list[str], list[str]]:
+    """(evidence ids reached, ids reached in part): the module doc, `memlab.eval.ceiling.reached`."""
     own = {s: [str(m["text"]) for m in ev.memories if m["id"] in ev.context_ids and s in m["source_ids"]] for s in evs}
     turn_of = {t.id: t.text for t in ev.turns}
     for s in evs - set(turn_of):  # no turn text of its own: its memories' gold words, else all the turns' text
         mine = " ".join(own[s])
         turn_of[s] = mine if gold & line_words(mine) else ev.turn_text
     facts = {s: [w for w in (q & line_words(turn_of[s]) for q in pieces) if w] for s in evs}
-    full, part = reached(facts, own, lines, ev.context_sources)
+    full, part = reached(facts, own, lines, ev.context_sources, wordless_near=wordless_near)
     return sorted(full), sorted(part)
 
 
@@ -306,8 +305,9 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     written = sorted({s for m in ev.memories for s in m["source_ids"] if s in evs})
     kind = answer_kind(answer, cat)
     pieces = [_content(p) & gold for p in re.split(r"[,;]", stated)]  # the gold's words per list item
-    reached, partly = _reached(ev, pieces, gold, evs, lines)
     turn_cov = coverage(stated, ev.turn_text)
+    near = kind == "date" or (kind == "inferred" and turn_cov < COVERAGE)  # a wordless turn by its neighbour too
+    reached, partly = _reached(ev, pieces, gold, evs, lines, near)
     # an inferred answer is supported by any sufficient part of its evidence: a reached turn leaves it to the reader
     supported = kind == "inferred" and turn_cov < COVERAGE and bool(reached)
     if not bearing and not supported:
@@ -332,8 +332,8 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
                 return "write-miss", "no stored memory is sourced from the evidence"
             return "write-miss", f"answer lost in extraction (turns cover {turn_cov:.2f}, memories {mem_cov:.2f})"
         # 6. retrieval-miss (a multi-hop part, or one person's support, that reached the reader through another
-        # turn still counts)
-        parts = [p.strip() for p in matched.split(",") if p.strip()] if cat == 1 else []
+        # turn still counts; a date's comma parts are no parts: any line of 2022 holds the "2022" of "25 May, 2022")
+        parts = [p.strip() for p in matched.split(",") if p.strip()] if cat == 1 and kind != "date" else []
         have = {t for line, a in zip(lines, about) if a for t in line_words(line)}
         carried = [p for p in parts if len(parts) > 1 and len(_content(p) & have) >= COVERAGE * len(_content(p))]
         people, held = _supported_people(ev, question, matched, lines, about)

@@ -297,3 +297,16 @@ def test_a_line_of_the_month_after_may_report_a_month_the_question_names():
     assert answer_bearing("photography", 2, lines[:1], [["D30:1"]], ask) == 1.0
     day = Asked("Which hobby did Dave pick up on October 3, 2023?", ("D27:2",), ("Calvin", "Dave"))
     assert about(["29 October 2023 Dave has a new hobby."], [["D30:1"]], day) == [False]
+
+
+def test_a_lines_date_says_nothing_but_a_date():
+    # blind5 conv-44/q60: "How many dogs does Andrew have?" (gold "3") was supported by a line dated 3 May 2023
+    ask = Asked("How many dogs does Andrew have?", ("D12:1",), ("Andrew", "Audrey"))
+    line = ["3 May 2023 Andrew plans to check out the dog park for his own dogs."]
+    assert answer_bearing("3", 1, line, [["D4:28"]], ask) == 0.0
+    assert answer_ceiling("3", 1, line, [["D4:28"]], ask) == 0.0
+    assert answer_bearing("3", 1, ["3 May 2023 Andrew: I have 3 dogs now."], [["D4:28"]], ask) == 1.0
+    # the date is still a date gold's to read
+    when = Asked("When did Andrew plan to check out the dog park?", ("D4:28",), ("Andrew", "Audrey"))
+    assert answer_ceiling("3 May 2023", 2, line, [["D4:28"]], when) == 1.0
+    assert answer_bearing("3 May 2023", 2, line, [["D4:28"]], when) == 1.0

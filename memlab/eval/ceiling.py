@@ -18,7 +18,8 @@ Porter-stemmed).
   within the date checks' slack (`memlab.eval.gold_checks.DATE_SLACK_DAYS`), or, for a month, in the month after
   it (`REPORTS_DAYS`: "has taken up photography" said on 17 November reports October). A line holding the gold's
   words by coincidence — "beach" in unrelated holiday pictures, a "yes" somewhere — is not about it. A line holds
-  a hyphenated compound's words ("work-life" holds "work": `line_words`). Without `Asked` every line counts.
+  a hyphenated compound's words ("work-life" holds "work": `line_words`); its date stamp only for a date gold
+  ("3 May 2023 ..." does not say the "3" of "How many dogs?": `stated_lines`). Without `Asked` every line counts.
 - **Answer ceiling** — the best official LoCoMo F1 a prediction made of spans of lines about the question can
   score, i.e. what a perfect extractive reader of this context would get; a span credited for function words
   alone ("of" against a three-title gold) scores nothing. Categories 2 and 4: the best span; category 3:
@@ -60,6 +61,7 @@ from memlab.answer.temporal import fmt_month, resolve
 from memlab.data.locomo import format_day
 from memlab.eval.gold_checks import (
     POLARITY,
+    answer_kind,
     asked_people,
     best_span_f1,
     content_tokens,
@@ -193,19 +195,22 @@ def _about_time(when: tuple[datetime, datetime, str], said: tuple[datetime, date
 
 
 def reached(facts: Mapping[str, Sequence[frozenset[str]]], own: Mapping[str, Sequence[str]], lines: Sequence[str],
-            sources: Sequence[Sequence[str]] | None, share: float = 0.5) -> tuple[set[str], set[str]]:
+            sources: Sequence[Sequence[str]] | None, share: float = 0.5, wordless_near: bool = False
+            ) -> tuple[set[str], set[str]]:
     """(evidence ids whose fact reached the reader, those only part of whose fact did). ``facts``: per evidence
     id, the gold words its turn holds, one set per gold part (a list item); ``own``: the context lines sourced
     from it. A turn's fact reaches through its own lines or its same-session neighbours' (which often carry the
     same fact): ``share`` of each part's words in them, or less (a summary or a neighbour that kept "joy" of "a
     sense of joy and freedom": the rest was missed). A turn with no gold word (a bridge hop, a photo) is reached
-    by being in the context."""
+    by being in the context; with ``wordless_near`` (the grounds of an inferred answer) also by its same-session
+    neighbour's being there."""
     srcs = list(sources) if sources is not None else []
+    shown = {x for src in srcs for x in src}
     full: set[str] = set()
     part: set[str] = set()
     for s, fact in facts.items():
         if not any(fact):
-            if own.get(s):
+            if own.get(s) or (wordless_near and neighbours([s]) & shown):
                 full.add(s)
             continue
         near = [line for line, src in zip(lines, srcs) if s not in src and neighbours([s]) & set(src)]
@@ -251,13 +256,21 @@ def _token_f1(pred: Sequence[str], gold: Sequence[str]) -> float:
     return 0.0 if not same else 2 * same / (len(pred) + len(gold))
 
 
+def stated_lines(answer: Any, category: int, lines: Sequence[str], sources: Sequence[Sequence[str]] | None,
+                 asked: Asked | None) -> list[str]:
+    """The lines about the question, as the words they state: a line's date stamp is a date gold's to use, and
+    coincidence for any other ("3 May 2023 ..." does not say the "3" of "How many dogs?")."""
+    kept = [s for s, a in zip(lines, about(lines, sources, asked, answer)) if a]
+    return kept if answer_kind(str(answer), int(category)) == "date" else [_LINE_DATE.sub("", s) for s in kept]
+
+
 def answer_ceiling(answer: Any, category: int, lines: Sequence[str], sources: Sequence[Sequence[str]] | None = None,
                    asked: Asked | None = None) -> float:
     """The answer ceiling of one question over its context ``lines`` (see the module doc); NaN for category 5.
     ``sources``: each line's dialog ids; ``asked``: the question (None: every line is about it)."""
     if int(category) == 5:
         return math.nan
-    kept = [s for s, a in zip(lines, about(lines, sources, asked, answer)) if a]
+    kept = stated_lines(answer, category, lines, sources, asked)
     toks = [stemmed_tokens(s) for s in kept]
     parts = gold_parts(answer, int(category))
     dates = None
@@ -296,7 +309,7 @@ def answer_bearing(answer: Any, category: int, lines: Sequence[str], sources: Se
     gold = _stated(answer, category, asked.bigrams if asked else frozenset())
     if not gold:
         return 0.0
-    kept = [s for s, a in zip(lines, about(lines, sources, asked, answer)) if a]
+    kept = stated_lines(answer, category, lines, sources, asked)
     if not gold <= {t for s in kept for t in line_words(s)}:
         return 0.0
     people = jointly_asked(asked.question, asked.speakers) if asked is not None else []
