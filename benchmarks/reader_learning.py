@@ -23,6 +23,7 @@ from memlab.answer.extractive import ExtractiveAnswerer
 from memlab.answer.learned import (
     ABSTAIN_FEATURES,
     SPAN_NAMES,
+    YES_NO_FORMS,
     FamilyModel,
     Forest,
     abstain_row,
@@ -31,6 +32,7 @@ from memlab.answer.learned import (
     question_words,
     sentence_rows,
     span_rows,
+    yes_no_question,
 )
 from memlab.answer.reading_features import FEATURE_NAMES, QTYPE_NAMES, SEMANTIC_ABSTAIN
 from memlab.answer.semantic import SEMANTIC_FEATURES, shared
@@ -245,13 +247,15 @@ def fit_family(groups: list[Group], store: list[dict[str, Any]], train: np.ndarr
                     semantic=SEMANTIC, orig_windows=ORIG)
     m = choose_compose(groups, store, train, spans, m)
     m = fit_abstain(groups, store, train, spans, m)
+    yes_no = fit_yes_no(store, {groups[i].qi for i in train})
+    m.yes_no = yes_no["answer"]
     spec = {"sentence": sent_spec, "span": span_spec, "top": TOP, "longest": LONGEST,
             "relative_target": RELATIVE,
             "compose": {"max": m.compose_max, "ratio": m.compose_ratio, "types": list(m.compose_types),
                         "dedupe": m.compose_dedupe,
                         **({"multi": m.multi} if m.multi is not None else {})},
             "abstain": {"features": list(m.abstain_names), "coef": m.abstain_coef.tolist(),
-                        "intercept": m.abstain_intercept, "threshold": m.abstain_threshold}}
+                        "intercept": m.abstain_intercept, "threshold": m.abstain_threshold}, "yes_no": yes_no}
     if log:
         print(f"    fit on {len(train)} groups ({len(Xs)} sentences, {len(keep)} spans) in {t1 - t0:.0f} s; "
               f"compose {dict((k, v) for k, v in spec['compose'].items() if k != 'multi')}, gate "
@@ -279,6 +283,17 @@ def _answers(groups: list[Group], store: list[dict[str, Any]], idx: np.ndarray, 
             p = 1.0 / (1.0 + math.exp(-z))
         out.append((ans, _f1(g, q, ans), p))
     return out
+
+
+def fit_yes_no(store: list[dict[str, Any]], train: set[int]) -> dict[str, Any]:
+    """The answer to a yes/no question (`memlab.answer.learned.yes_no_question`; categories 1-4): of
+    `YES_NO_FORMS`, the one whose mean official F1 on the ``train`` questions' golds is highest, with each form's
+    mean and n (ties: the earlier form)."""
+    qs = [store[i] for i in sorted(train) if int(store[i]["category"]) != 5 and yes_no_question(store[i]["question"])]
+    means = {a: float(np.mean([score_answer(a, q["answer"], int(q["category"])) for q in qs])) if qs else 0.0
+             for a in YES_NO_FORMS}
+    return {"answer": max(YES_NO_FORMS, key=lambda a: means[a]), "n": len(qs),
+            "mean_f1": {a: round(v, 4) for a, v in means.items()}}
 
 
 def fit_multi_gate(groups: list[Group], store: list[dict[str, Any]], idx: np.ndarray) -> dict[str, Any]:
@@ -383,6 +398,8 @@ def predict_family(groups, store, idx: np.ndarray, m: FamilyModel) -> list[tuple
             out.append(("fallback", ans, f))
         elif not math.isnan(p) and p > m.abstain_threshold:
             out.append(("abstain", ABSTAIN, g.abstain_f1))
+        elif m.yes_no is not None and yes_no_question(store[g.qi]["question"]):
+            out.append(("yes_no", m.yes_no, _f1(g, store[g.qi], m.yes_no)))
         else:
             out.append(("span", ans, f))
     return out

@@ -826,3 +826,13 @@ def test_a_date_computed_from_two_turns_reaches_one_through_its_neighbour():
     got = label_question(ev(**kw, context_sources=[["D21:2"]]))
     assert got[0] == "partial-retrieval" and "reached D21:1" in got[1], got
     assert label_question(ev(**kw, context_sources=[["D9:2"]]))[0] == "retrieval-miss"  # not its neighbour
+
+
+def test_a_gold_of_some_time_ago_is_only_a_relative_time():
+    # blind6 conv-30/q11: "When did Jon get his tattoo?" gold "A few years ago" (said on 8 February 2023)
+    row = {**ROW, "category": 2, "question": "When did Bob get Rex?", "prediction": "2020"}
+    for gold in ("A few years ago", "a couple of weeks ago", "3 years ago", "Last year"):
+        got = label_question(ev({**row, "answer": gold}))
+        assert got == ("label-issue", f"the gold {gold!r} is a relative time with no date: it depends on when it was "
+                                      "said"), got
+    assert label_question(ev({**row, "answer": "two weeks"}))[0] != "label-issue"  # a duration, not a time

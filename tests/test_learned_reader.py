@@ -133,7 +133,7 @@ def test_the_fit_scripts_held_out_answers_are_the_readers_answers():
            mem(3, "Alice: Activities like pottery and camping, and swimming too.", "Alice")]
     questions = [("What guitar amplifier does Bob play with?", 4, "Fender"), ("When did Bob go to the concert?", 2,
                  "7 May 2023"), ("What activities does Alice enjoy?", 1, "pottery, camping, swimming"),
-                 ("What amplifier does Alice play with?", 5, "Fender")] * 3
+                 ("What amplifier does Alice play with?", 5, "Fender"), ("Does Bob play the guitar?", 1, "Yes")] * 3
     store = [{"qid": f"q{i}", "conversation_id": f"c{i % 3}", "category": c, "question": q, "answer": a,
               "speakers": ("Alice", "Bob"),
               "contexts": {k: [(j + 1, e) for j, e in enumerate(ctx[:k])] for k in (2, 4)}}
@@ -155,7 +155,10 @@ def test_the_fit_scripts_held_out_answers_are_the_readers_answers():
         r = reader.read(q["question"], q["contexts"][g.k], q["speakers"])
         expect = choose_learned(r, g.k, again, True, {})[0] if r.candidates else r.top_memory
         assert answer == expect, (q["question"], g.k, kind)
+        assert (kind == "yes_no") == (q["question"] == "Does Bob play the guitar?" and answer == "Yes"), (q, kind)
     assert np.mean([f for _, _, f in got]) > 0.5  # it learned the synthetic answers
+    assert spec["yes_no"] == {"answer": "Yes", "n": 3, "mean_f1": {"Yes": 1.0, "No": 0.0, "Likely yes": 0.6667,
+                                                                  "Likely no": 0.0}}
 
 
 def test_the_multi_part_gate_decides_which_questions_are_composed():
@@ -242,8 +245,6 @@ def test_answer_scorer_learned_reads_with_its_configs_own_family(config, family,
 
 _ROWS_SCRIPT = """
 import json
-import os
-import subprocess
 from memlab.answer.extractive import ExtractiveAnswerer
 from memlab.answer.learned import sentence_rows
 from memlab.answer.reading_features import INDEX
@@ -267,3 +268,22 @@ def test_the_learned_readers_features_do_not_depend_on_the_hash_seed():
     outs = {subprocess.run([sys.executable, "-c", _ROWS_SCRIPT], env={**env, "PYTHONHASHSEED": str(seed)},
                            capture_output=True, text=True, check=True, timeout=120).stdout for seed in range(6)}
     assert len(outs) == 1, outs
+
+
+def test_a_yes_no_question_gets_the_fits_answer_and_keeps_its_support():
+    from memlab.answer.learned import choose_learned, family_from_spec, yes_no_question
+
+    assert yes_no_question("Would Caroline likely have Dr. Seuss books on her bookshelf?")
+    assert yes_no_question("Did Jon and Gina both participate in dance competitions?")
+    assert not yes_no_question("Does John live close to a beach or the mountains?")  # a choice names its answers
+    assert not yes_no_question("What does Bob play?") and not yes_no_question("How many dogs does Bob have?")
+    reader = ExtractiveAnswerer(scorer="weights")
+    hits = [(1, mem(0, "Alice: Nice weather.", "Alice")), (2, mem(1, "Bob: I play the guitar every weekend.", "Bob"))]
+    r = reader.read("Does Bob play the guitar?", hits, ("Alice", "Bob"))
+    pred, rule, info = choose_learned(r, 2, _model(yes_no="Likely yes"), True, {})
+    assert pred == "Likely yes" and "yes/no question" in rule and info["support"] in (1, 2)
+    assert choose_learned(r, 2, _model(), True, {})[0] not in ("Yes", "Likely yes")  # fit without it: a span
+    # the model file's field, absent in a family fit before it
+    spec = json.loads(json.dumps(load_models()["families"]["offline"]))
+    assert family_from_spec({**spec, "yes_no": {"answer": "No"}}).yes_no == "No"
+    assert family_from_spec({k: v for k, v in spec.items() if k != "yes_no"}).yes_no is None

@@ -310,7 +310,9 @@ def answer_kind(answer: str, category: int) -> str:
 
 
 _RELATIVE_ONLY = re.compile(r"^\W*(the\s+)?(yesterday|today|tomorrow|recently|(last|next|this)\s+(week|weekend|month|"
-                            r"year|summer|winter|spring|fall|night|\w+day))\W*$", re.IGNORECASE)
+                            r"year|summer|winter|spring|fall|night|\w+day)|(a\s+)?(few|couple(\s+of)?|several|some|"
+                            r"\d+|one|two|three|four|five|six|ten)\s+(days?|weeks?|months?|years?)\s+ago|a\s+while\s+ago)\W*$",
+                            re.IGNORECASE)
 
 
 def relative_time_only(answer: str) -> bool:
