@@ -177,7 +177,8 @@ READER_OFFLINE_ARGS = ["--held-out", f"{_FR}/heldout-offline-v4-yesno.csv",
                        "--weights-csv", f"{_FR}/weights-offline.csv", "--contexts", f"{_FR}/contexts-k5-10-20-40.pkl",
                        "--before", "benchmarks/reader_before.json:offline"]
 READER_RB_ARGS = ["--held-out", f"{_FR}/heldout-rb-k10-citing-yesno.csv",
-                  "--weights-csv", f"{_FR}/weights-rb-k10-citing.csv", "--contexts", f"{_FR}/contexts-retrieval-best-k10-citing.pkl", "--ks", "10",
+                  "--weights-csv", f"{_FR}/weights-rb-k10-citing.csv",
+                  "--contexts", f"{_FR}/contexts-retrieval-best-k10-citing.pkl", "--ks", "10",
                   "--before", "benchmarks/reader_before.json:retrieval-best"]
 READER_LOSS_ARGS = ["--k", "10", "--categories", "4", "1", "--held-out", f"{_FR}/heldout-offline-v4-yesno.csv"]
 READER_COST_ARGS = ["--n", "300", "--ks", "10", "40"]
