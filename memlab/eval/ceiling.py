@@ -202,8 +202,8 @@ def reached(facts: Mapping[str, Sequence[frozenset[str]]], own: Mapping[str, Seq
     from it. A turn's fact reaches through its own lines or its same-session neighbours' (which often carry the
     same fact): ``share`` of each part's words in them, or less (a summary or a neighbour that kept "joy" of "a
     sense of joy and freedom": the rest was missed). A turn with no gold word (a bridge hop, a photo) is reached
-    by being in the context; with ``wordless_near`` (the grounds of an inferred answer) also by its same-session
-    neighbour's being there."""
+    by being in the context; with ``wordless_near`` (an inferred answer's grounds, a date's anchor turn) also by
+    its same-session neighbour's being there."""
     srcs = list(sources) if sources is not None else []
     shown = {x for src in srcs for x in src}
     full: set[str] = set()
