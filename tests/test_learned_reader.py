@@ -237,10 +237,8 @@ def test_answer_scorer_learned_reads_with_its_configs_own_family(config, family,
     a = reader.answer(Question("syn-1", 0, "When did Bob go to the concert?", "x", None, (), (), 2, "x"), ctx)
     assert a.prediction == "7 May 2023" and a.rule.startswith("learned:")
     shipped = ExtractiveAnswerer.from_config(ExperimentConfig.from_yaml(config).answer, lambda role: None)
-    if config == "offline":  # the default stays the hand weights
-        assert shipped.scorer == "weights" and shipped.model is None and not shipped.context_citing
-    else:  # retrieval-best reads the observations citing its turns with the learned reader fit on them
-        assert shipped.scorer == "learned" and shipped.model is family_model(family) and shipped.context_citing
+    # the default stays the hand weights on both (retrieval-best's learned family is opt-in, with context_citing)
+    assert shipped.scorer == "weights" and shipped.model is None and not shipped.context_citing
 
 
 _ROWS_SCRIPT = """
