@@ -6,8 +6,8 @@ candidate's official F1 predicted from the features of `memlab.answer.reading_fe
 multi-part composition, a learned abstain rule; one model per ``reader_family`` of context). Held out by
 conversation it beats the weights on categories 1-4 at k = 10 but lets category 5 fall below 0.583 at k = 20
 and 40, and its minilm question encode costs ~20 ms CPU per question (issue 36; docs/benchmarks/reader.md), so
-it is opt-in; the ``retrieval-best`` config reads with it (its family fit on turns with their citing
-observations, ``context_citing``), where the hand weights let category 5 fall below 0.583.
+it is opt-in; so is reading the observations that cite each retrieved turn (``context_citing``), with which the
+``retrieval-best`` family is fit (the hand weights on those contexts let category 5 fall below 0.583).
 
 Every retrieved memory is read. A memory is cut into *segments*, each with its owner: a turn memory
 ("Bob: ... (replying to Ann: ...)") gives Bob's own words and Ann's quoted words; another memory
