@@ -263,8 +263,9 @@ def test_the_learned_readers_features_do_not_depend_on_the_hash_seed():
     """A set's iteration order follows PYTHONHASHSEED; a float sum in that order differed in the last bit from
     process to process, enough to flip a forest split (one retrieval-best answer changed run to run)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    # with the plain sum, seeds 0-5 gave three different rows ({0}, {1, 2, 3}, {4, 5}): one seed of each
     outs = {subprocess.run([sys.executable, "-c", _ROWS_SCRIPT], env={**env, "PYTHONHASHSEED": str(seed)},
-                           capture_output=True, text=True, check=True, timeout=120).stdout for seed in range(6)}
+                           capture_output=True, text=True, check=True, timeout=120).stdout for seed in (0, 1, 4)}
     assert len(outs) == 1, outs
 
 
