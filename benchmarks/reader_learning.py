@@ -23,7 +23,6 @@ from memlab.answer.extractive import ExtractiveAnswerer
 from memlab.answer.learned import (
     ABSTAIN_FEATURES,
     SPAN_NAMES,
-    YES_NO_FORMS,
     FamilyModel,
     Forest,
     abstain_row,
@@ -32,10 +31,10 @@ from memlab.answer.learned import (
     question_words,
     sentence_rows,
     span_rows,
-    yes_no_question,
 )
 from memlab.answer.reading_features import FEATURE_NAMES, QTYPE_NAMES, SEMANTIC_ABSTAIN
 from memlab.answer.semantic import SEMANTIC_FEATURES, shared
+from memlab.answer.typed_answers import YES_NO_FORMS, typed_answer, yes_no_question
 from memlab.eval.ceiling import gold_parts
 from memlab.eval.scoring import score_answer, stemmed_tokens
 
@@ -248,14 +247,15 @@ def fit_family(groups: list[Group], store: list[dict[str, Any]], train: np.ndarr
     m = choose_compose(groups, store, train, spans, m)
     m = fit_abstain(groups, store, train, spans, m)
     yes_no = fit_yes_no(store, {groups[i].qi for i in train})
-    m.yes_no = yes_no["answer"]
+    m.yes_no, m.choice = yes_no["answer"], True
     spec = {"sentence": sent_spec, "span": span_spec, "top": TOP, "longest": LONGEST,
             "relative_target": RELATIVE,
             "compose": {"max": m.compose_max, "ratio": m.compose_ratio, "types": list(m.compose_types),
                         "dedupe": m.compose_dedupe,
                         **({"multi": m.multi} if m.multi is not None else {})},
             "abstain": {"features": list(m.abstain_names), "coef": m.abstain_coef.tolist(),
-                        "intercept": m.abstain_intercept, "threshold": m.abstain_threshold}, "yes_no": yes_no}
+                        "intercept": m.abstain_intercept, "threshold": m.abstain_threshold}, "yes_no": yes_no,
+            "choice": True}
     if log:
         print(f"    fit on {len(train)} groups ({len(Xs)} sentences, {len(keep)} spans) in {t1 - t0:.0f} s; "
               f"compose {dict((k, v) for k, v in spec['compose'].items() if k != 'multi')}, gate "
@@ -398,8 +398,8 @@ def predict_family(groups, store, idx: np.ndarray, m: FamilyModel) -> list[tuple
             out.append(("fallback", ans, f))
         elif not math.isnan(p) and p > m.abstain_threshold:
             out.append(("abstain", ABSTAIN, g.abstain_f1))
-        elif m.yes_no is not None and yes_no_question(store[g.qi]["question"]):
-            out.append(("yes_no", m.yes_no, _f1(g, store[g.qi], m.yes_no)))
+        elif (typed := typed_answer(g.reading, m.yes_no, m.choice)) is not None:
+            out.append(("typed", typed[0], _f1(g, store[g.qi], typed[0])))
         else:
             out.append(("span", ans, f))
     return out

@@ -173,14 +173,14 @@ LME_ARGS = ["--s-questions", "2", "6", "--m-questions", "1", "2", "--workers", "
 _FR = "results/.cache/fit_reader"
 #: The reader's held-out tables read what `benchmarks/fit_reader.py --learned ... --held-out` wrote (a fit is
 #: ~20 min on 2 loaded cores; its commands are on docs/benchmarks/reader.md) and the hand-weighted reader's frame.
-READER_OFFLINE_ARGS = ["--held-out", f"{_FR}/heldout-offline-v4-yesno.csv",
+READER_OFFLINE_ARGS = ["--held-out", f"{_FR}/heldout-offline-v5-choice.csv",
                        "--weights-csv", f"{_FR}/weights-offline.csv", "--contexts", f"{_FR}/contexts-k5-10-20-40.pkl",
                        "--before", "benchmarks/reader_before.json:offline"]
 READER_RB_ARGS = ["--held-out", f"{_FR}/heldout-rb-k10-citing-yesno.csv",
                   "--weights-csv", f"{_FR}/weights-rb-k10-citing.csv",
                   "--contexts", f"{_FR}/contexts-retrieval-best-k10-citing.pkl", "--ks", "10",
                   "--before", "benchmarks/reader_before.json:retrieval-best"]
-READER_LOSS_ARGS = ["--k", "10", "--categories", "4", "1", "--held-out", f"{_FR}/heldout-offline-v4-yesno.csv"]
+READER_LOSS_ARGS = ["--k", "10", "--categories", "4", "1", "--held-out", f"{_FR}/heldout-offline-v5-choice.csv"]
 READER_COST_ARGS = ["--n", "300", "--ks", "10", "40"]
 READER_IMPORTANCE_ARGS = ["--importances", "memlab/answer/reader_model.json:offline"]
 

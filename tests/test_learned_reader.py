@@ -133,7 +133,8 @@ def test_the_fit_scripts_held_out_answers_are_the_readers_answers():
            mem(3, "Alice: Activities like pottery and camping, and swimming too.", "Alice")]
     questions = [("What guitar amplifier does Bob play with?", 4, "Fender"), ("When did Bob go to the concert?", 2,
                  "7 May 2023"), ("What activities does Alice enjoy?", 1, "pottery, camping, swimming"),
-                 ("What amplifier does Alice play with?", 5, "Fender"), ("Does Bob play the guitar?", 1, "Yes")] * 3
+                 ("What amplifier does Alice play with?", 5, "Fender"), ("Does Bob play the guitar?", 1, "Yes"),
+                 ("Does Bob play the drums or the guitar?", 3, "guitar")] * 3
     store = [{"qid": f"q{i}", "conversation_id": f"c{i % 3}", "category": c, "question": q, "answer": a,
               "speakers": ("Alice", "Bob"),
               "contexts": {k: [(j + 1, e) for j, e in enumerate(ctx[:k])] for k in (2, 4)}}
@@ -155,7 +156,8 @@ def test_the_fit_scripts_held_out_answers_are_the_readers_answers():
         r = reader.read(q["question"], q["contexts"][g.k], q["speakers"])
         expect = choose_learned(r, g.k, again, True, {})[0] if r.candidates else r.top_memory
         assert answer == expect, (q["question"], g.k, kind)
-        assert (kind == "yes_no") == (q["question"] == "Does Bob play the guitar?" and answer == "Yes"), (q, kind)
+        typed = {"Does Bob play the guitar?": "Yes", "Does Bob play the drums or the guitar?": "guitar"}
+        assert (kind == "typed") == (typed.get(q["question"]) == answer), (q, kind, answer)
     assert np.mean([f for _, _, f in got]) > 0.5  # it learned the synthetic answers
     assert spec["yes_no"] == {"answer": "Yes", "n": 3, "mean_f1": {"Yes": 1.0, "No": 0.0, "Likely yes": 0.6667,
                                                                   "Likely no": 0.0}}
@@ -270,7 +272,8 @@ def test_the_learned_readers_features_do_not_depend_on_the_hash_seed():
 
 
 def test_a_yes_no_question_gets_the_fits_answer_and_keeps_its_support():
-    from memlab.answer.learned import choose_learned, family_from_spec, yes_no_question
+    from memlab.answer.learned import choose_learned, family_from_spec
+    from memlab.answer.typed_answers import yes_no_question
 
     assert yes_no_question("Would Caroline likely have Dr. Seuss books on her bookshelf?")
     assert yes_no_question("Did Jon and Gina both participate in dance competitions?")
@@ -286,3 +289,26 @@ def test_a_yes_no_question_gets_the_fits_answer_and_keeps_its_support():
     spec = json.loads(json.dumps(load_models()["families"]["offline"]))
     assert family_from_spec({**spec, "yes_no": {"answer": "No"}}).yes_no == "No"
     assert family_from_spec({k: v for k, v in spec.items() if k != "yes_no"}).yes_no is None
+
+
+def test_a_choice_question_gets_the_option_its_context_supports():
+    from memlab.answer.learned import choose_learned
+    from memlab.answer.typed_answers import choice_options
+
+    assert choice_options("Does John live close to a beach or the mountains?") == ("a beach", "the mountains")
+    assert choice_options("Which pet did Jolene adopt first - Susie or Seraphim?") == ("Susie", "Seraphim")
+    assert choice_options("Would Melanie be more interested in going to a national park or a theme park?") == (
+        "a national park", "a theme park")
+    assert choice_options("Was September a good month for Nate? Answer yes or no.") is None  # a yes/no question
+    assert choice_options("What kind of classes or groups has Audrey joined to take care of her dogs?") is None
+    assert choice_options("Does John like hiking?") is None
+    reader = ExtractiveAnswerer(scorer="weights")
+    hits = [(1, mem(0, "Alice: The mountains are my favourite place.", "Alice")),
+            (2, mem(1, "Bob: Our house is a short walk from the beach, I swim every morning.", "Bob")),
+            (3, mem(2, "Bob: We watched the sunset at the beach again.", "Bob"))]
+    r = reader.read("Does Bob live close to a beach or the mountains?", hits, ("Alice", "Bob"))
+    pred, rule, info = choose_learned(r, 3, _model(choice=True), True, {})
+    # the mountains line is Alice's: only the sentences of the person asked about count
+    assert pred == "beach" and "choice question" in rule and info["options"] == ["a beach", "the mountains"]
+    assert info["support"][0] > 0 and info["support"][1] == 0
+    assert choose_learned(r, 3, _model(), True, {})[0] != "beach"  # a family fit without it: a span

@@ -17,9 +17,11 @@ abstain rule, each as plain numbers. Evaluating them needs numpy only; the file 
    the best (the official multi-hop F1 credits each gold part's best-matching part).
 4. Abstain: the logistic rule over the question's features and the gap between the named person's best
    span and the best overall says "Not mentioned" when its probability exceeds ``abstain_threshold``.
-5. Yes/no: a question answered by yes or no (`yes_no_question`) that the reader does not abstain on gets the
-   family's ``yes_no`` answer, the form ("Yes", "Likely no", ...) that scored best on the training golds; an
-   extractive span cannot say yes or no. The trace keeps the best span's rank as its support.
+5. Typed answers (`memlab.answer.typed_answers`): a question answered by yes or no that the reader does not
+   abstain on gets the family's ``yes_no`` answer, the form ("Yes", "Likely no", ...) that scored best on the
+   training golds (the trace keeps the best span's rank as its support); a choice question ("a beach or the
+   mountains?") gets the option the context supports more (a family fit with ``choice``). An extractive span
+   can say neither.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from memlab.answer.reading_features import (
     word_types,
 )
 from memlab.answer.semantic import SEMANTIC_FEATURES, semantic_features
+from memlab.answer.typed_answers import typed_answer
 from memlab.index.text import analyze
 
 MODEL_PATH = Path(__file__).with_name("reader_model.json")
@@ -95,6 +98,8 @@ class FamilyModel:
     """The span forest scores windows of the sentence's own words too (``kind_orig``)."""
     yes_no: str | None = None
     """The answer to a yes/no question (`yes_no_question`; None: a family fit without it answers with a span)."""
+    choice: bool = False
+    """A choice question gets one of its options (`memlab.answer.typed_answers.choose_option`)."""
 
 
 @lru_cache(maxsize=1)
@@ -135,17 +140,8 @@ def family_from_spec(spec: dict[str, Any]) -> FamilyModel:
                        int(c["max"]), float(c["ratio"]), tuple(c["types"]), np.asarray(a["coef"], float),
                        float(a["intercept"]), float(a["threshold"]), tuple(a["features"]), bool(c.get("dedupe", False)),
                        c.get("multi"), semantic=any(n in SEMANTIC_FEATURES + SEMANTIC_ABSTAIN for n in reads),
-                       orig_windows="kind_orig" in span.features, yes_no=(spec.get("yes_no") or {}).get("answer"))
-
-
-#: The answers a yes/no question may get (the fit picks one by the training golds' official F1).
-YES_NO_FORMS = ("Yes", "No", "Likely yes", "Likely no")
-
-
-def yes_no_question(question: str) -> bool:
-    """Whether a question is answered by yes or no: it opens with an auxiliary verb ("Would Caroline ...", "Did
-    Jon ...") and offers no choice ("Does John live close to a beach or the mountains?" is answered by one)."""
-    return question_type(question) == "yes_no" and not re.search(r"\bor\b", question, re.IGNORECASE)
+                       orig_windows="kind_orig" in span.features, yes_no=(spec.get("yes_no") or {}).get("answer"),
+                       choice=bool(spec.get("choice", False)))
 
 
 def multi_part_p(question: str, gate: dict[str, Any]) -> float:
@@ -412,10 +408,11 @@ def choose_learned(r: Any, k: int, m: FamilyModel, abstain: bool,
         info["abstain_rule"] = {"p": round(d["abstain_p"], 4), "threshold": m.abstain_threshold}
         if d["abstain_p"] > m.abstain_threshold:
             return (ABSTAIN, f"abstain: learned rule p={d['abstain_p']:.2f} > {m.abstain_threshold:.2f}", info)
-    if m.yes_no is not None and yes_no_question(r.question):
-        info["support"] = r.candidates[top.parent].rank
-        return m.yes_no, f"learned: a yes/no question, the fit's answer; best span (support) of rank " \
-                         f"{info['support']}", info
+    typed = typed_answer(r, m.yes_no, m.choice)
+    if typed is not None:
+        answer, rule, decided = typed
+        info.update(decided, support=decided.get("support", r.candidates[top.parent].rank))
+        return answer, rule, info
     ranks = [r.candidates[spans[j].parent].rank for j in d["composed"]]
     if len(ranks) > 1:
         info["composed"] = ranks
