@@ -286,7 +286,7 @@ def _answers(groups: list[Group], store: list[dict[str, Any]], idx: np.ndarray, 
 
 
 def fit_yes_no(store: list[dict[str, Any]], train: set[int]) -> dict[str, Any]:
-    """The answer to a yes/no question (`memlab.answer.learned.yes_no_question`; categories 1-4): of
+    """The answer to a yes/no question (`memlab.answer.typed_answers.yes_no_question`; categories 1-4): of
     `YES_NO_FORMS`, the one whose mean official F1 on the ``train`` questions' golds is highest, with each form's
     mean and n (ties: the earlier form)."""
     qs = [store[i] for i in sorted(train) if int(store[i]["category"]) != 5 and yes_no_question(store[i]["question"])]

@@ -306,10 +306,10 @@ def label_question(ev: QuestionEvidence) -> tuple[str, str]:
     kind = answer_kind(answer, cat)
     pieces = [_content(p) & gold for p in re.split(r"[,;]", stated)]  # the gold's words per list item
     turn_cov = coverage(stated, ev.turn_text)
-    near = kind == "date" or (kind == "inferred" and turn_cov < COVERAGE)  # a wordless turn by its neighbour too
-    reached, partly = _reached(ev, pieces, gold, evs, lines, near)
+    inferred = kind == "inferred" and turn_cov < COVERAGE  # its words are not in its evidence turns
+    reached, partly = _reached(ev, pieces, gold, evs, lines, kind == "date" or inferred)  # wordless: by neighbour too
     # an inferred answer is supported by any sufficient part of its evidence: a reached turn leaves it to the reader
-    supported = kind == "inferred" and turn_cov < COVERAGE and bool(reached)
+    supported = inferred and bool(reached)
     if not bearing and not supported:
         mem_cov = coverage(matched, " ".join(m["text"] for m in ev.memories))  # multi-hop: answers span memories
         lost = not ev.memories or (turn_cov >= COVERAGE and mem_cov < COVERAGE)

@@ -310,5 +310,5 @@ def test_a_choice_question_gets_the_option_its_context_supports():
     pred, rule, info = choose_learned(r, 3, _model(choice=True), True, {})
     # the mountains line is Alice's: only the sentences of the person asked about count
     assert pred == "beach" and "choice question" in rule and info["options"] == ["a beach", "the mountains"]
-    assert info["support"][0] > 0 and info["support"][1] == 0
+    assert info["option_support"][0] > 0 and info["option_support"][1] == 0
     assert choose_learned(r, 3, _model(), True, {})[0] != "beach"  # a family fit without it: a span

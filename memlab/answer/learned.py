@@ -97,7 +97,8 @@ class FamilyModel:
     orig_windows: bool = False
     """The span forest scores windows of the sentence's own words too (``kind_orig``)."""
     yes_no: str | None = None
-    """The answer to a yes/no question (`yes_no_question`; None: a family fit without it answers with a span)."""
+    """The answer to a yes/no question (`memlab.answer.typed_answers.yes_no_question`; None: a family fit without it
+    answers with a span)."""
     choice: bool = False
     """A choice question gets one of its options (`memlab.answer.typed_answers.choose_option`)."""
 
@@ -411,7 +412,7 @@ def choose_learned(r: Any, k: int, m: FamilyModel, abstain: bool,
     typed = typed_answer(r, m.yes_no, m.choice)
     if typed is not None:
         answer, rule, decided = typed
-        info.update(decided, support=decided.get("support", r.candidates[top.parent].rank))
+        info.update(decided, support=r.candidates[top.parent].rank)  # the best span: what the reader read
         return answer, rule, info
     ranks = [r.candidates[spans[j].parent].rank for j in d["composed"]]
     if len(ranks) > 1:

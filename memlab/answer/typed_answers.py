@@ -78,5 +78,5 @@ def typed_answer(r: Any, yes_no: str | None, choice: bool) -> tuple[str, str, di
     if options is not None:
         answer, support = choose_option(r, options)
         return answer, f"learned: a choice question, the option the context supports ({support})", {
-            "options": list(options), "support": support}
+            "options": list(options), "option_support": support}
     return None
