@@ -8,8 +8,10 @@ question by question in one process so machine load falls on both alike (the rat
 The first pass over the sample warms the per-text caches both readers share and is not counted; the questions'
 minilm vectors (a family reading `memlab.answer.semantic`) are dropped from the process before the timed pass, so
 each timed question pays its one encode, as a new question does (``--question encode``; ``cached``: it is read
-back from the machine cache, as after a search that embedded it with minilm); its memories' sentence vectors are
-cached by text.
+back from the machine cache, as after a search that embedded it with minilm; ``batch``: as in a run, each
+conversation's questions — all of them, not only the sampled — are encoded in one pass by the reader's
+``prepare``, as `memlab.run.answering.answer_batch` does, and that pass's CPU time is shared equally among them);
+its memories' sentence vectors are cached by text.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ def main() -> None:
     ap.add_argument("--ks", type=int, nargs="+", default=[10, 40])
     ap.add_argument("--n", type=int, default=300, help="questions sampled (every n-th of the capture)")
     ap.add_argument("--family", default="offline")
-    ap.add_argument("--question", choices=("encode", "cached"), default="encode",
-                    help="a family reading minilm similarity: each timed question is encoded (a search that did not "
-                    "embed it, as offline's) or read back from the machine cache (a dense search wrote it there)")
+    ap.add_argument("--question", choices=("encode", "cached", "batch"), default="encode",
+                    help="a family reading minilm similarity: each timed question is encoded alone (a search that "
+                    "did not embed it, as offline's), read back from the machine cache (a dense search wrote it "
+                    "there), or encoded with its conversation's questions in one pass (a run's prepare)")
     args = ap.parse_args()
     shared().question_cache = args.question == "cached"
     path = Path(args.cache) / args.contexts
@@ -49,14 +52,15 @@ def main() -> None:
     for k in args.ks:
         times: dict[str, list[float]] = {n: [] for n in readers}
         for rep in range(2):
-            shared().forget([q["question"] for q in sample])
+            shared().forget([q["question"] for q in store])
+            share = {n: prepared(reader, store) if args.question == "batch" else {} for n, reader in readers.items()}
             for q in sample:
                 for name, reader in readers.items():
                     t = time.process_time()
                     r = reader.read(q["question"], q["contexts"][k], q["speakers"])
                     reader.choose(r, k)
                     if rep:
-                        times[name].append(time.process_time() - t)
+                        times[name].append(time.process_time() - t + share[name].get(q["conversation_id"], 0.0))
         w, lrn = (np.array(times[n]) * 1e3 for n in ("weights", "learned"))
         print(f"k={k}: n={len(w)} questions; CPU ms per question (mean, median, p95): "
               f"weights {w.mean():.2f} / {np.median(w):.2f} / {np.percentile(w, 95):.2f}; "
@@ -64,6 +68,20 @@ def main() -> None:
               f"learned on top of weights {lrn.mean() - w.mean():+.2f} ms (ratio {lrn.mean() / w.mean():.2f})",
               flush=True)
     print(f"({time.strftime('%Y-%m-%d %H:%M')}, shared machine: timings are noisy, read the ratio)")
+
+
+def prepared(reader: ExtractiveAnswerer, store: list[dict]) -> dict[str, float]:
+    """Per conversation: the CPU seconds per question of the reader's one ``prepare`` pass over all its questions,
+    as a run makes it."""
+    by_conv: dict[str, list[str]] = {}
+    for q in store:
+        by_conv.setdefault(q["conversation_id"], []).append(q["question"])
+    out = {}
+    for conv, qs in by_conv.items():
+        t = time.process_time()
+        reader.prepare(qs)
+        out[conv] = (time.process_time() - t) / len(qs)
+    return out
 
 
 if __name__ == "__main__":

@@ -162,3 +162,42 @@ def test_a_learned_family_reading_minilm_says_so_when_the_weights_are_missing(mo
         ExtractiveAnswerer(scorer="learned", reader_family="retrieval-best")
     ExtractiveAnswerer(scorer="learned", reader_family="observations")  # a family without them needs no minilm
     ExtractiveAnswerer(scorer="weights")
+
+
+def test_a_learned_reader_encodes_a_batch_of_questions_in_one_pass_and_answers_alike(topics):
+    """``prepare`` (called by every executor before a conversation's questions, `answer_batch`) encodes the batch's
+    questions in one model pass; reading them afterwards encodes nothing more, and the answers do not change."""
+    ctx = [mem(0, "Bob: We walked the mountain trail.", "Bob"), mem(1, "Bob: Dinner was late yesterday.", "Bob"),
+           mem(2, "Bob: I strum my guitar daily.", "Bob")]
+    hits = [(i + 1, e) for i, e in enumerate(ctx)]
+    qs = ["Which instrument does Bob practise every day?", "Where did Bob hike?", "What did Bob cook?"]
+    reader = ExtractiveAnswerer(scorer="learned", reader_family="offline")
+    alone = [reader.choose(reader.read(q, hits, ("Ann", "Bob")), 3)[0] for q in qs]
+    assert [c for c in topics.calls if c[0] in qs] == [[q] for q in qs]  # one encode each, unprepared
+    semantic.shared().forget(qs)
+    topics.calls.clear()
+    assert reader.prepare(qs + qs[:1]) == 3 and topics.calls == [qs]  # the distinct questions, one pass
+    assert [reader.choose(reader.read(q, hits, ("Ann", "Bob")), 3)[0] for q in qs] == alone
+    assert topics.calls == [qs]  # reading them encoded nothing more
+    assert ExtractiveAnswerer(scorer="weights").prepare(qs) == 0 and topics.calls == [qs]  # no vectors to make
+
+
+@pytest.mark.parametrize("threads", [1, 2])  # 2: answered in forked workers (`memlab.run.engine`)
+def test_every_executor_prepares_a_conversations_questions_before_answering_them(threads, data_path, tmp_path,
+                                                                                  monkeypatch):
+    from memlab.run import ExperimentConfig, run_experiment
+
+    log = tmp_path / "prepared.jsonl"  # a file: a forked worker's calls are not in this process
+
+    def prepare(self, qs):
+        with open(log, "a") as f:
+            f.write(json.dumps(list(qs)) + "\n")
+        return 0
+
+    monkeypatch.setattr(ExtractiveAnswerer, "prepare", prepare)
+    cfg = ExperimentConfig.from_dict({"name": "p", "dataset": {"path": str(data_path)},
+                                      "extraction": {"name": "turns+observations"}, "run": {"threads": threads}})
+    run = run_experiment(cfg, results=tmp_path / "r", progress=False)
+    seen = sorted(sorted(json.loads(x)) for x in log.read_text().splitlines())
+    asked = sorted(sorted(g) for g in run.predictions.groupby("conversation_id").question.apply(list))
+    assert seen == asked and len(seen) >= 2  # one batch per conversation, every question of it

@@ -7,7 +7,7 @@ import hashlib
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -140,6 +140,13 @@ class Answerer(Component, ABC):
     def build_texts(self, conv: Conversation) -> list[str] | None:
         """The texts the arm's own index embeds for ``conv`` (its memory-building cost); None: no own index."""
         return None
+
+    def prepare(self, questions: Sequence[str]) -> int:
+        """Work done once for a batch of questions before they are answered (every executor calls it per
+        conversation, `memlab.run.answering.answer_batch`): a reader that encodes each question does it here in
+        one pass, far cheaper per question than one encode each. Returns how many it prepared; the answers do
+        not depend on it."""
+        return 0
 
     @abstractmethod
     def answer(self, question: Question, ctx: AnswerContext) -> Answer: ...

@@ -55,6 +55,7 @@ import numpy as np
 from memlab.answer.base import ABSTAIN, ANSWERERS, Answer, AnswerContext, Answerer, retrieve, retrieve_citing
 from memlab.answer.learned import FAMILIES, choose_learned, family_model
 from memlab.answer.reader_weights import WEIGHTS
+from memlab.answer.semantic import shared
 from memlab.answer.temporal import is_temporal_question, resolve
 from memlab.data.locomo import Question
 from memlab.index.embedders import MiniLMEmbedder
@@ -402,6 +403,11 @@ class ExtractiveAnswerer(Answerer):
                     break
             return ", ".join(parts), f"span: list of the best clauses (ranks {', '.join(map(str, ranks))})", info
         return c.answer, f"span: novel words of the best clause (rank {c.rank})", info
+
+    def prepare(self, questions: Sequence[str]) -> int:
+        """A family reading minilm similarity encodes the batch's questions in one pass (3 ms CPU a question
+        against 13 one at a time: `benchmarks/reader_cost.py`)."""
+        return shared().prepare(questions) if self.model is not None and self.model.semantic else 0
 
     def answer(self, question: Question, ctx: AnswerContext) -> Answer:
         if self.context_citing:

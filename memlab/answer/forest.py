@@ -38,21 +38,30 @@ class Forest:
         cat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in parts.items()}
         self.feature = cols[cat["feature"].astype(np.int64)]
         self.threshold = cat["threshold"].astype(float)
-        self.left, self.right = cat["left"].astype(np.int64), cat["right"].astype(np.int64)
+        left, right = cat["left"].astype(np.int64), cat["right"].astype(np.int64)
         self.value = cat["value"].astype(float)
         self.leaf, self.nan_left = cat["leaf"].astype(bool), cat["nan_left"].astype(bool)
         self.roots = np.asarray(roots, dtype=np.int64)
         self.depth = depth
+        # a leaf steps to itself whichever way its (never-met) test goes: the walk needs no leaf test per level
+        idx = np.arange(len(self.leaf), dtype=np.int64)
+        left[self.leaf], right[self.leaf] = idx[self.leaf], idx[self.leaf]
+        self.child = np.column_stack([right, left]).ravel()  # node n's child: child[2n + went left]
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         if not len(self.roots):
             return np.full(len(X), self.base)
+        X = np.ascontiguousarray(X, dtype=float)
+        flat, width = X.ravel(), X.shape[1]
         node = np.broadcast_to(self.roots, (len(X), len(self.roots))).copy()
-        rows = np.arange(len(X))[:, None]
+        base = (np.arange(len(X), dtype=np.int64) * width)[:, None]  # row offsets: one flat gather per level
+        nans = bool(np.isnan(flat).any())
         for _ in range(self.depth):
-            x = X[rows, self.feature[node]]
-            go_left = np.where(np.isnan(x), self.nan_left[node], x <= self.threshold[node])
-            node = np.where(self.leaf[node], node, np.where(go_left, self.left[node], self.right[node]))
+            x = flat[base + self.feature[node]]
+            go_left = x <= self.threshold[node]
+            if nans:  # a missing value goes the way the fit sent missing values at that node
+                go_left = np.where(np.isnan(x), self.nan_left[node], go_left)
+            node = self.child[2 * node + go_left]
         return self.base + self.value[node].sum(axis=1)
 
 

@@ -100,6 +100,14 @@ class SentenceVectors:
         q = self.vectors([question], disk=self.question_cache)[0]
         return (self.vectors(texts) @ q).astype(float)
 
+    def prepare(self, questions: Sequence[str]) -> int:
+        """Encode questions in one pass, ahead of the `similarity` calls that would each encode one (through the
+        machine cache as those would, ``question_cache``); they then find their vectors made. The vectors are
+        the model's either way (a batch pads to its longest question; the pooling masks the padding)."""
+        todo = list(dict.fromkeys(questions))
+        self.vectors(todo, disk=self.question_cache)
+        return len(todo)
+
     def warm(self, texts: Sequence[str], batch: int = 4096) -> None:
         """Encode (or read back from the cache) every text now, in large batches (an index build, a fit)."""
         uniq = list(dict.fromkeys(t for t in texts if t not in self._memo))

@@ -16,7 +16,7 @@ The reference report measures this arm as its best (F1 0.549 at 3,694 tokens/QA,
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -191,6 +191,10 @@ class SessionRecallAnswerer(Answerer):
         return "\n".join(parts)
 
     # ------------------------------------------------------------------------------ answering
+    def prepare(self, questions: Sequence[str]) -> int:
+        """The offline reader's (no model client) batch work, as when it is the arm."""
+        return self.reader.prepare(questions) if self.client is None and self.reader is not None else 0
+
     def answer(self, question: Question, ctx: AnswerContext) -> Answer:
         conv = ctx.conversation
         svc, key = self.turn_service(conv)

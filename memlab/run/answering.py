@@ -347,6 +347,7 @@ def answer_batch(cfg: ExperimentConfig, answerer: Any, judge: Any, svc: Any, con
                  questions: list[Question], emit: Callable[[Records], None]) -> None:
     """Answer and judge ``questions`` of ``conv`` (``run.concurrency`` in flight), handing each question's records
     to ``emit`` as it finishes; an unreachable endpoint stops it (the questions in flight still finish)."""
+    answerer.prepare([q.question for q in questions])
     if cfg.run.concurrency <= 1:
         for q in questions:
             emit(answer_one(cfg, answerer, judge, svc, conv, q))
