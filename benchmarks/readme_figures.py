@@ -181,7 +181,7 @@ READER_RB_ARGS = ["--held-out", f"{_FR}/heldout-rb-k10-citing-yesno.csv",
                   "--contexts", f"{_FR}/contexts-retrieval-best-k10-citing.pkl", "--ks", "10",
                   "--before", "benchmarks/reader_before.json:retrieval-best"]
 READER_LOSS_ARGS = ["--k", "10", "--categories", "4", "1", "--held-out", f"{_FR}/heldout-offline-v5-choice.csv"]
-READER_COST_ARGS = ["--n", "300", "--ks", "10", "40"]
+READER_COST_ARGS = ["--n", "300", "--ks", "10", "40", "--question", "batch"]
 READER_IMPORTANCE_ARGS = ["--importances", "memlab/answer/reader_model.json:offline"]
 
 FIGURES: dict[str, Figure] = {
