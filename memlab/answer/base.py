@@ -145,7 +145,8 @@ class Answerer(Component, ABC):
         """Work done once for a batch of questions before they are answered (every executor calls it per
         conversation, `memlab.run.answering.answer_batch`): a reader that encodes each question does it here in
         one pass, far cheaper per question than one encode each. Returns how many it prepared; the answers do
-        not depend on it."""
+        not depend on it. Its time counts in the run's answering time, not in any question's ``latency_s`` (as
+        the searchers' `prepare_queries`)."""
         return 0
 
     @abstractmethod
