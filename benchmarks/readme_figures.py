@@ -176,7 +176,7 @@ _FR = "results/.cache/fit_reader"
 READER_OFFLINE_ARGS = ["--held-out", f"{_FR}/heldout-offline-v5-choice.csv",
                        "--weights-csv", f"{_FR}/weights-offline.csv", "--contexts", f"{_FR}/contexts-k5-10-20-40.pkl",
                        "--before", "benchmarks/reader_before.json:offline"]
-READER_RB_ARGS = ["--held-out", f"{_FR}/heldout-rb-k10-citing-yesno.csv",
+READER_RB_ARGS = ["--held-out", f"{_FR}/heldout-rb-k10-citing-choice.csv",
                   "--weights-csv", f"{_FR}/weights-rb-k10-citing.csv",
                   "--contexts", f"{_FR}/contexts-retrieval-best-k10-citing.pkl", "--ks", "10",
                   "--before", "benchmarks/reader_before.json:retrieval-best"]
