@@ -63,7 +63,7 @@ docs: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check memlab tests benchmarks examples
+	$(VENV)/bin/ruff check memlab tests benchmarks examples notebooks
 
 clean-venv:
 	rm -rf $(VENV)
