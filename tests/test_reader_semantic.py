@@ -201,3 +201,20 @@ def test_every_executor_prepares_a_conversations_questions_before_answering_them
     seen = sorted(sorted(json.loads(x)) for x in log.read_text().splitlines())
     asked = sorted(sorted(g) for g in run.predictions.groupby("conversation_id").question.apply(list))
     assert seen == asked and len(seen) >= 2  # one batch per conversation, every question of it
+
+
+def test_a_failed_prepare_is_reported_and_each_question_is_still_answered(data_path, tmp_path, monkeypatch, caplog):
+    from memlab.run import ExperimentConfig, run_experiment
+
+    def prepare(self, qs):
+        raise RuntimeError("semantic: the embedder returned 0 vectors for 3 texts")
+
+    monkeypatch.setattr(ExtractiveAnswerer, "prepare", prepare)
+    cfg = ExperimentConfig.from_dict({"name": "p", "dataset": {"path": str(data_path)},
+                                      "extraction": {"name": "turns+observations"}})
+    with caplog.at_level("WARNING", logger="memlab.run.answering"):
+        run = run_experiment(cfg, results=tmp_path / "r", progress=False)
+    failed = [r.getMessage() for r in caplog.records if "preparing" in r.getMessage()]
+    assert len(failed) == run.predictions.conversation_id.nunique() >= 2
+    assert "the embedder returned 0 vectors" in failed[0] and "each is answered on its own" in failed[0]
+    assert run.predictions.error.isna().all() and (run.predictions.prediction != "").all()

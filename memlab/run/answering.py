@@ -347,7 +347,13 @@ def answer_batch(cfg: ExperimentConfig, answerer: Any, judge: Any, svc: Any, con
                  questions: list[Question], emit: Callable[[Records], None]) -> None:
     """Answer and judge ``questions`` of ``conv`` (``run.concurrency`` in flight), handing each question's records
     to ``emit`` as it finishes; an unreachable endpoint stops it (the questions in flight still finish)."""
-    answerer.prepare([q.question for q in questions])
+    try:
+        answerer.prepare([q.question for q in questions])
+    except Exception as e:  # only a saving: each question then does its own work and records its own failure
+        if is_connection_error(e):
+            raise EndpointUnreachable(f"{conv.sample_id}: the model endpoint could not be reached: {e}") from e
+        log.warning("%s: preparing %d questions failed (%s); each is answered on its own", conv.sample_id,
+                    len(questions), error_text(e))
     if cfg.run.concurrency <= 1:
         for q in questions:
             emit(answer_one(cfg, answerer, judge, svc, conv, q))
