@@ -218,3 +218,21 @@ def test_a_failed_prepare_is_reported_and_each_question_is_still_answered(data_p
     assert len(failed) == run.predictions.conversation_id.nunique() >= 2
     assert "the embedder returned 0 vectors" in failed[0] and "each is answered on its own" in failed[0]
     assert run.predictions.error.isna().all() and (run.predictions.prediction != "").all()
+
+
+def test_a_prepare_that_cannot_reach_its_endpoint_stops_the_run_and_scores_nothing(data_path, tmp_path, monkeypatch):
+    """Unreachable is not a saving lost: as in `answer_one`, the run stops naming it, and nothing is scored."""
+    from memlab.llm import EndpointUnreachable
+    from memlab.run import ExperimentConfig, run_experiment
+
+    def prepare(self, qs):
+        raise ConnectionError("[Errno 111] Connection refused")
+
+    monkeypatch.setattr(ExtractiveAnswerer, "prepare", prepare)
+    cfg = ExperimentConfig.from_dict({"name": "p", "dataset": {"path": str(data_path)},
+                                      "extraction": {"name": "turns+observations"}})
+    with pytest.raises(EndpointUnreachable, match=r"syn-\d+: the model endpoint could not be reached: .*refused"):
+        run_experiment(cfg, results=tmp_path / "r", progress=False)
+    (run_dir,) = (tmp_path / "r").glob("p-*")
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
+    assert not (run_dir / "predictions.parquet").exists()
