@@ -299,6 +299,8 @@ def test_a_choice_question_gets_the_option_its_context_supports():
 
     assert choice_options("Does John live close to a beach or the mountains?") == ("a beach", "the mountains")
     assert choice_options("Which pet did Jolene adopt first - Susie or Seraphim?") == ("Susie", "Seraphim")
+    assert choice_options("Would Tim enjoy reading books by C. S. Lewis or John Greene?") == ("C. S. Lewis",
+                                                                                              "John Greene")
     assert choice_options("Would Melanie be more interested in going to a national park or a theme park?") == (
         "a national park", "a theme park")
     assert choice_options("Was September a good month for Nate? Answer yes or no.") is None  # a yes/no question

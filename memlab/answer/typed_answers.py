@@ -23,6 +23,7 @@ YES_NO_FORMS = ("Yes", "No", "Likely yes", "Likely no")
 #: The longest option a choice question is read as offering (in words).
 MAX_OPTION_WORDS = 5
 _ARTICLE = re.compile(r"^(a|an|the)\s+", re.IGNORECASE)
+_INITIAL = re.compile(r"^[A-Z]\.$")
 
 
 def yes_no_question(question: str) -> bool:
@@ -33,8 +34,9 @@ def yes_no_question(question: str) -> bool:
 
 def choice_options(question: str) -> tuple[str, str] | None:
     """The two options a choice question offers, or None: the words after its last "or" up to the question mark
-    (1 to `MAX_OPTION_WORDS`), and as many words before it ("a national park or a theme park"). Only a question
-    that asks for one of two ("Would ...", "Does ...", "Which ..."); "yes or no" is a yes/no question."""
+    (1 to `MAX_OPTION_WORDS`), and as many words before it ("a national park or a theme park"), with any initials
+    before those ("C. S. Lewis or John Greene"). Only a question that asks for one of two ("Would ...", "Does ...",
+    "Which ..."); "yes or no" is a yes/no question."""
     if question_type(question) not in ("yes_no", "likely", "which"):
         return None
     words = question.strip().rstrip("?.! ").split()
@@ -45,7 +47,10 @@ def choice_options(question: str) -> tuple[str, str] | None:
     right = words[i + 1:]
     if not 1 <= len(right) <= MAX_OPTION_WORDS:
         return None
-    left = " ".join(words[max(0, i - len(right)):i]).strip(" ,-–:")
+    a = max(0, i - len(right))
+    while a > 0 and _INITIAL.match(words[a - 1]):  # "C. S. Lewis or John Greene": a name keeps its initials
+        a -= 1
+    left = " ".join(words[a:i]).strip(" ,-–:")
     opts = (left, " ".join(right).strip(" ,-–:"))
     if not all(opts) or {o.lower() for o in opts} == {"yes", "no"}:
         return None
