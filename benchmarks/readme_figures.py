@@ -219,6 +219,8 @@ FIGURES: dict[str, Figure] = {
                                 "~10 min on 2 loaded cores", _verbatim("longmemeval_scale.py", LME_ARGS)),
     "real-model": Figure("python benchmarks/real_model.py", "~1-2 h on 2 cores (SmolLM2 on llama.cpp; needs the "
                          "local extra)", _verbatim("real_model.py", [], fenced=False)),
+    "serve-threads": Figure("python benchmarks/serve_threads.py", "~5 min (needs the local extra)",
+                            _verbatim("serve_threads.py", [], fenced=False)),
     "real-vs-scripted": Figure("python benchmarks/real_vs_scripted.py", "~1 min (needs the local extra)",
                                _verbatim("real_vs_scripted.py", [], fenced=False)),
 }

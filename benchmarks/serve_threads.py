@@ -1,6 +1,6 @@
 """The local model server's threads on a shared machine: one thread against every core, quiet and beside busy work.
 
-    python benchmarks/serve_threads.py [--rounds 2] [--hogs 2] [--cap 120]     # ~3 min on 2 cores
+    python benchmarks/serve_threads.py [--rounds 3] [--hogs 2] [--cap 120]     # ~3 min on 2 cores
 
 Starts `memlab serve` (`LocalServer`, SmolLM2-135M on llama.cpp) with ``--threads 1`` and with every core, first
 on a quiet machine, then beside ``--hogs`` single-threaded busy loops (what the test suite's other workers, or a
@@ -69,7 +69,7 @@ def measure(threads: int, rounds: int, cap: float) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--hogs", type=int, default=2, help="busy single-threaded processes beside the server")
     ap.add_argument("--cap", type=float, default=120.0, help="seconds after which a request counts as a stall")
     args = ap.parse_args()
