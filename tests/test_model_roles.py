@@ -84,6 +84,43 @@ def test_each_role_calls_its_own_endpoint(synthetic_path, tmp_path):
         assert {r["model"] for r in judge.requests} == {"judge"} and run.predictions["j"].eq(1.0).all()
 
 
+def test_a_later_run_may_give_the_same_server_another_concurrency(synthetic_path, tmp_path):
+    """One process (a notebook), one server, two runs in turn: the second run's limit replaces the first's (before:
+    "already limited to 1 request(s) at a time by another client")."""
+    with ScriptedServer(responder=responder) as srv:
+        c = ExperimentConfig.from_dict({
+            "name": "limits", "dataset": {"path": str(synthetic_path), "question_limit": 2},
+            "extraction": {"name": "turns"}, "answer": {"name": "original", "model": "openai/reader"},
+            "models": {"api_base": srv.api_base, "max_retries": 0}})
+        first = run_experiment(c, results=tmp_path / "a", progress=False)
+        n = len(srv.requests)
+        second = run_experiment(c.with_overrides({"models.concurrency": 3}), results=tmp_path / "b", progress=False)
+        assert first.status == second.status == "complete" and n > 0 and len(srv.requests) == 2 * n
+        from memlab.llm import registered_endpoint
+
+        assert registered_endpoint(srv.api_base).concurrency == 3
+
+
+def test_an_endpoints_limit_changes_only_while_no_request_is_in_flight():
+    """A later client's limit replaces an idle endpoint's (a notebook's next run; a new server on a port an old one
+    used, the cause of a flaky test), and is an error while a request holds a slot."""
+    from memlab.llm import endpoint
+
+    base = "http://127.0.0.1:9/v1-limit-test"
+    assert endpoint(base, 1).concurrency == 1
+    ep = endpoint(base, 4)
+    assert ep.concurrency == 4 and endpoint(base + "/", 4) is ep
+    assert ep.slots.acquire(blocking=False)  # a request in flight
+    try:
+        with pytest.raises(ValueError, match=r"concurrency 2 asked while another client's request is in flight "
+                                             r"under its limit of 4"):
+            endpoint(base, 2)
+        assert endpoint(base, 4) is ep  # its own clients go on
+    finally:
+        ep.slots.release()
+    assert endpoint(base, 2).concurrency == 2 and ep.idle()
+
+
 def test_a_failed_question_keeps_the_cost_of_its_rounds(synthetic_path, tmp_path):
     """Round 1 of the optimized arm succeeds (300 prompt tokens), round 2 gets 500s: the row keeps round 1."""
     first = Reply(tool_calls=[{"name": "memory_search", "arguments": {"query": "dog"}}], prompt_tokens=300,

@@ -22,6 +22,15 @@ class _Endpoint:
         self.concurrency = concurrency
         self.slots = threading.BoundedSemaphore(concurrency)
 
+    def idle(self) -> bool:
+        """No request holds a slot now (each free slot is taken and given straight back)."""
+        taken = 0
+        while taken < self.concurrency and self.slots.acquire(blocking=False):
+            taken += 1
+        for _ in range(taken):
+            self.slots.release()
+        return taken == self.concurrency
+
 
 _ENDPOINTS: dict[str, _Endpoint] = {}
 _ENDPOINTS_LOCK = threading.Lock()
@@ -30,15 +39,18 @@ _CONTEXT_WINDOWS_LOCK = threading.Lock()
 
 
 def endpoint(api_base: str, concurrency: int) -> _Endpoint:
-    """The process-wide slot counter of an endpoint (the first client sets its limit; a different one is an error)."""
+    """The process-wide slot counter of an endpoint: its clients share one limit. A client asking another limit
+    replaces it while no request is in flight (a later run in the same process, such as a notebook's next cell,
+    with another ``concurrency``, or a new server on a port an old one used), and is an error while one is. The
+    roles of one run on one server agree, or its config is refused ("one endpoint, one limit")."""
     key = api_base.rstrip("/")
     with _ENDPOINTS_LOCK:
         ep = _ENDPOINTS.get(key)
-        if ep is None:
+        if ep is None or (ep.concurrency != concurrency and ep.idle()):
             ep = _ENDPOINTS[key] = _Endpoint(key, concurrency)
         elif ep.concurrency != concurrency:
-            raise ValueError(f"{key}: concurrency {concurrency} asked, but this endpoint is already limited to "
-                             f"{ep.concurrency} request(s) at a time by another client; use one value per api_base")
+            raise ValueError(f"{key}: concurrency {concurrency} asked while another client's request is in flight "
+                             f"under its limit of {ep.concurrency}; use one value per api_base")
         return ep
 
 
