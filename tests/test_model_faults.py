@@ -247,6 +247,17 @@ def test_prompt_over_the_context_window_from_models_is_an_error_naming_both_size
         assert n > 120
 
 
+def test_each_client_asks_the_server_its_context_window_once():
+    """A server restarted on the same address with another window (``memlab serve --port 8000 --ctx ...`` again, or
+    a port reused) is asked again by the next run's clients; before, the process kept the first answer."""
+    with ScriptedServer(default=Reply(text="x"), models=[{"id": "scripted", "max_model_len": 120}]) as srv:
+        first = client(srv)
+        assert first.resolved_context_window() == (120, f"{srv.api_base}/models")
+        srv.models = [{"id": "scripted", "max_model_len": 50_000}]
+        assert first.resolved_context_window()[0] == 120  # one probe a client
+        assert client(srv).resolved_context_window()[0] == 50_000
+
+
 def test_context_window_from_config_and_llama_server_meta():
     msgs = [{"role": "user", "content": "word " * 400}]
     with ScriptedServer(default=Reply(text="x")) as srv:

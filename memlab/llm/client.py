@@ -15,8 +15,6 @@ from memlab.breaker import CircuitOpen, breaker
 from memlab.llm.cache import ResponseCache
 from memlab.llm.cancel import Cancelled, cancellable_http_client, cancelled
 from memlab.llm.endpoints import (
-    _CONTEXT_WINDOWS,
-    _CONTEXT_WINDOWS_LOCK,
     _connection_error,
     _Endpoint,
     _is_timeout,
@@ -112,6 +110,10 @@ class ModelClient:
             endpoint(api_base or f"provider:{model}", concurrency)  # registered now: a conflict fails early
         self._cache: ResponseCache | None = None
         self._lock = threading.Lock()
+        self._window: tuple[int | None, str] | None = None
+        """The server's context window, asked once by this client (a run's role); not kept for the process: a new
+        server on the same address (a restart with another ``--ctx``, a port reused) is asked again."""
+        self._window_lock = threading.Lock()
         self.calls = 0
         self.cache_hits = 0
         self.failures = 0
@@ -139,21 +141,20 @@ class ModelClient:
             return self.context_window, "config"
         if not self.api_base:
             return None, "unknown"
-        key = (self.api_base.rstrip("/"), self.model)
-        if key not in _CONTEXT_WINDOWS:
+        if self._window is None:
             # the probe is a request too: it takes an endpoint slot (a one-request server sees one at a time),
             # and one thread asks while the others wait for its answer
             ep = self.endpoint
             if ep is not None:
                 ep.slots.acquire()
             try:
-                with _CONTEXT_WINDOWS_LOCK:
-                    if key not in _CONTEXT_WINDOWS:
-                        _CONTEXT_WINDOWS[key] = self._probe_context_window()
+                with self._window_lock:
+                    if self._window is None:
+                        self._window = self._probe_context_window()
             finally:
                 if ep is not None:
                     ep.slots.release()
-        return _CONTEXT_WINDOWS[key]
+        return self._window
 
     def _probe_context_window(self) -> tuple[int | None, str]:
         base = (self.api_base or "").rstrip("/")

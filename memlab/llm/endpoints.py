@@ -34,8 +34,6 @@ class _Endpoint:
 
 _ENDPOINTS: dict[str, _Endpoint] = {}
 _ENDPOINTS_LOCK = threading.Lock()
-_CONTEXT_WINDOWS: dict[tuple[str, str], tuple[int | None, str]] = {}
-_CONTEXT_WINDOWS_LOCK = threading.Lock()
 
 
 def endpoint(api_base: str, concurrency: int) -> _Endpoint:
