@@ -110,9 +110,8 @@ class ModelClient:
             endpoint(api_base or f"provider:{model}", concurrency)  # registered now: a conflict fails early
         self._cache: ResponseCache | None = None
         self._lock = threading.Lock()
+        #: the server's window, asked once per client (a run's role): a server restarted on its address is asked again
         self._window: tuple[int | None, str] | None = None
-        """The server's context window, asked once by this client (a run's role); not kept for the process: a new
-        server on the same address (a restart with another ``--ctx``, a port reused) is asked again."""
         self._window_lock = threading.Lock()
         self.calls = 0
         self.cache_hits = 0
