@@ -14,13 +14,13 @@ counted as a stall (its rate shown as ``stall``), never waited out.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
+
+from real_vs_scripted import post  # a sibling script (run from the repository root as benchmarks/...)
 
 from memlab.llm.serve import LocalServer
 from memlab.threads import resolve_threads
@@ -36,15 +36,16 @@ def server_cpu_s(pid: int) -> float:
 
 def request(api_base: str, content: str, max_tokens: int, cap: float, **extra: object) -> tuple[dict | None, float]:
     """(the server's ``timings``, or None when cut at ``cap`` s; wall seconds)."""
-    body = json.dumps({"model": "local", "messages": [{"role": "user", "content": content}],
-                       "max_tokens": max_tokens, "temperature": 0, **extra}).encode()
-    req = urllib.request.Request(api_base + "/chat/completions", body, {"Content-Type": "application/json"})
+    body = {"model": "local", "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+            "temperature": 0, **extra}
     t0 = time.perf_counter()
     try:
-        with urllib.request.urlopen(req, timeout=cap) as r:  # noqa: S310 (127.0.0.1)
-            return json.loads(r.read())["timings"], time.perf_counter() - t0
+        status, reply = post(api_base, "/chat/completions", body, timeout=cap)
     except TimeoutError:
         return None, time.perf_counter() - t0
+    if status != 200:
+        raise RuntimeError(f"{api_base}: HTTP {status}: {reply}")
+    return reply["timings"], time.perf_counter() - t0
 
 
 def measure(threads: int, rounds: int, cap: float) -> dict[str, float]:

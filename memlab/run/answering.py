@@ -58,6 +58,13 @@ def is_connection_error(exc: BaseException) -> bool:
     return False
 
 
+def stop_if_unreachable(e: BaseException, who: str, what: str = "model") -> None:
+    """Raise `EndpointUnreachable` (naming ``who`` and the ``what`` endpoint) when ``e`` is a failure to reach the
+    endpoint at all: that stops the run rather than record a failure against a question."""
+    if is_connection_error(e):
+        raise EndpointUnreachable(f"{who}: the {what} endpoint could not be reached: {e}") from e
+
+
 Records = tuple[PredictionRecord, RetrievalRecord, AnswerRecord]
 
 
@@ -131,8 +138,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
     try:
         a = answerer.timed(q, ctx)
     except Exception as e:  # one failed question is recorded and the run goes on
-        if is_connection_error(e):
-            raise EndpointUnreachable(f"{q.qid}: the model endpoint could not be reached: {e}") from e
+        stop_if_unreachable(e, q.qid)
         if isinstance(e, ModelError):  # usage of the rounds that succeeded before the failure
             _copy_usage(row, e.partial)
         return error_records(q, error_text(e), row)
@@ -157,8 +163,7 @@ def answer_one(cfg: ExperimentConfig, answerer: Answerer, judge: Any, svc: Memor
             row.judge_completion_tokens = usage.completion_tokens
             row.judge_cached_tokens = usage.cached_tokens
         except Exception as e:
-            if is_connection_error(e):
-                raise EndpointUnreachable(f"{q.qid}: the judge endpoint could not be reached: {e}") from e
+            stop_if_unreachable(e, q.qid, "judge")
             row.judge_error = error_text(e)
             row.judge_replies = list(e.replies) if isinstance(e, BadReply) else []  # an unreadable verdict stays
     queries = [_trace_dict(t) for t in a.queries]
@@ -350,8 +355,7 @@ def answer_batch(cfg: ExperimentConfig, answerer: Any, judge: Any, svc: Any, con
     try:
         answerer.prepare([q.question for q in questions])
     except Exception as e:  # only a saving: each question then does its own work and records its own failure
-        if is_connection_error(e):
-            raise EndpointUnreachable(f"{conv.sample_id}: the model endpoint could not be reached: {e}") from e
+        stop_if_unreachable(e, conv.sample_id)
         log.warning("%s: preparing %d questions failed (%s); each is answered on its own", conv.sample_id,
                     len(questions), error_text(e))
     if cfg.run.concurrency <= 1:
