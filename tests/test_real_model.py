@@ -83,6 +83,8 @@ def test_packaged_model_is_the_smollm2_gguf():
 
 @needs_model
 def test_memlab_serve_prints_its_api_base_serves_the_alias_and_stops_on_sigterm():
+    from urllib.parse import urlsplit
+
     from memlab.breaker import breaker
     from memlab.testing import closed_port_api_base
 
@@ -90,7 +92,7 @@ def test_memlab_serve_prints_its_api_base_serves_the_alias_and_stops_on_sigterm(
     for _ in range(3):
         breaker(down).record(False, "connection refused")
     assert breaker(down).opened_at is not None
-    srv = LocalServer(ctx=1024, threads=1, alias="smol", port=int(down.rsplit(":", 1)[1].split("/")[0])).start()
+    srv = LocalServer(ctx=1024, threads=1, alias="smol", port=urlsplit(down).port).start()
     try:
         assert srv.api_base == down and breaker(down).opened_at is None
         from memlab.llm.endpoints import http_get_json
